@@ -1,0 +1,48 @@
+package topics
+
+// DefaultPrefix is prepended to every topic name so several deployments can share one cluster.
+const DefaultPrefix = "wmrl."
+
+// Topic suffixes. The version suffix is part of the name because a breaking schema change gets a
+// new topic, which lets old and new consumers run side by side during a migration.
+const (
+	SuffixRollouts    = "rollouts.v1"
+	SuffixSteps       = "steps.v1"
+	SuffixPredicted   = "rewards.predicted.v1"
+	SuffixExecuted    = "rewards.executed.v1"
+	SuffixAdvantages  = "advantages.v1"
+	SuffixCalibration = "calibration.v1"
+	SuffixDLQ         = "dlq.v1"
+)
+
+// Names resolves the full topic names for one prefix.
+type Names struct {
+	Prefix string
+}
+
+// NewNames returns the names under prefix; an empty prefix means DefaultPrefix.
+func NewNames(prefix string) Names {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return Names{Prefix: prefix}
+}
+
+func (n Names) Rollouts() string    { return n.Prefix + SuffixRollouts }
+func (n Names) Steps() string       { return n.Prefix + SuffixSteps }
+func (n Names) Predicted() string   { return n.Prefix + SuffixPredicted }
+func (n Names) Executed() string    { return n.Prefix + SuffixExecuted }
+func (n Names) Advantages() string  { return n.Prefix + SuffixAdvantages }
+func (n Names) Calibration() string { return n.Prefix + SuffixCalibration }
+func (n Names) DLQ() string         { return n.Prefix + SuffixDLQ }
+
+// All lists every topic in a stable order.
+func (n Names) All() []string {
+	return []string{n.Rollouts(), n.Steps(), n.Predicted(), n.Executed(), n.Advantages(), n.Calibration(), n.DLQ()}
+}
+
+// CoPartitioned lists the topics that must share one partition count: the correction consumer
+// joins them by run_id, so a run must land on the same partition number in each.
+func (n Names) CoPartitioned() []string {
+	return []string{n.Rollouts(), n.Steps(), n.Predicted(), n.Executed(), n.Advantages(), n.Calibration()}
+}
