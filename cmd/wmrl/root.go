@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/internal/conn"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// app is what every subcommand gets: the resolved global options, a logger and constructors for
+// clients, so no command parses connection flags on its own.
+type app struct {
+	conn      conn.Options
+	config    string
+	logLevel  string
+	logFormat string
+	log       *slog.Logger
+	stdout    io.Writer
+	stderr    io.Writer
+}
+
+// commandFuncs holds the constructors of the subcommands; each command's file registers itself
+// from init so commands can be added without touching this file.
+var commandFuncs []func(*app) *cobra.Command
+
+func register(f func(*app) *cobra.Command) { commandFuncs = append(commandFuncs, f) }
+
+// exitError carries a specific exit status (e.g. 1 for "check found mismatches").
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func run(args []string) int {
+	a := &app{stdout: os.Stdout, stderr: os.Stderr}
+	root := newRoot(a)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(a.stderr, "wmrl:", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(a.stderr, "wmrl:", err)
+	return 2
+}
+
+func newRoot(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "wmrl",
+		Short: "World Model RL reward correction on Kafka",
+		Long: `wmrl scores most GRPO rollout groups with a world model and corrects it with a small anchor
+stream of real executions (Online Debiasing + Inverse-Variance Denoising), as Kafka stages:
+
+  generate ─► rollouts ─┬─► worldmodel ─► rewards.predicted ─┐
+                        └─► sandbox ────► rewards.executed ──┴─► correct ─► advantages ─► train / analytics
+
+Every global option can also be set by an environment variable WMRL_<OPTION> (dashes become
+underscores, e.g. WMRL_BROKERS, WMRL_SASL_PASSWORD) or by a YAML file given with --config, whose
+keys are the option names (brokers: [..], redis: redis://..). Precedence: flag, env, file, default.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyConfig(cmd.Flags(), a.config, os.LookupEnv); err != nil {
+				return err
+			}
+			return a.setupLogger()
+		},
+	}
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	f := root.PersistentFlags()
+	f.StringVar(&a.config, "config", "", "YAML config file with option values (keys are option names)")
+	f.StringSliceVar(&a.conn.Brokers, "brokers", []string{"127.0.0.1:9092"}, "Kafka seed brokers, comma-separated")
+	f.StringVar(&a.conn.ClientID, "client-id", "wmrl", "Kafka client id")
+	f.StringVar(&a.conn.TopicPrefix, "topic-prefix", topics.DefaultPrefix, "prefix of every wmrl topic name")
+	f.StringVar(&a.conn.SASLMechanism, "sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)")
+	f.StringVar(&a.conn.SASLUser, "sasl-user", "", "SASL user name")
+	f.StringVar(&a.conn.SASLPassword, "sasl-password", "", "SASL password (prefer WMRL_SASL_PASSWORD over the flag)")
+	f.BoolVar(&a.conn.TLS, "tls", false, "connect to Kafka with TLS (implied by any --tls-* file)")
+	f.StringVar(&a.conn.TLSCA, "tls-ca", "", "PEM file with the CA certificates that sign the brokers' certificates")
+	f.StringVar(&a.conn.TLSCert, "tls-cert", "", "PEM client certificate for mutual TLS")
+	f.StringVar(&a.conn.TLSKey, "tls-key", "", "PEM client key for mutual TLS")
+	f.StringVar(&a.conn.TLSServerName, "tls-server-name", "", "server name to verify instead of the broker host")
+	f.BoolVar(&a.conn.TLSSkipVerify, "tls-skip-verify", false, "do not verify broker certificates (lab clusters only)")
+	f.StringVar(&a.conn.RedisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL: redis:// or rediss:// (TLS), optional user:password@ and /db")
+	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
+	for _, fn := range commandFuncs {
+		root.AddCommand(fn(a))
+	}
+	return root
+}
+
+func (a *app) setupLogger() error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: %w", a.logLevel, err)
+	}
+	ho := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(a.logFormat) {
+	case "text":
+		a.log = slog.New(slog.NewTextHandler(a.stderr, ho))
+	case "json":
+		a.log = slog.New(slog.NewJSONHandler(a.stderr, ho))
+	default:
+		return fmt.Errorf("--log-format %q: want text or json", a.logFormat)
+	}
+	slog.SetDefault(a.log)
+	return nil
+}
+
+// signalContext is cancelled on SIGINT or SIGTERM so stages can finish in-flight work, commit
+// and leave their group before exiting.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// kafka builds a client from the global options plus stage-specific ones.
+func (a *app) kafka(extra ...kgo.Opt) (*kgo.Client, error) {
+	opts, err := a.conn.KafkaOpts()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append(opts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	return cl, nil
+}
+
+// admin returns a kadm client and a close function for the underlying connection.
+func (a *app) admin() (*kadm.Client, func(), error) {
+	cl, err := a.kafka()
+	if err != nil {
+		return nil, nil, err
+	}
+	return kadm.NewClient(cl), cl.Close, nil
+}
+
+func (a *app) redis() (*redis.Client, error) {
+	ro, err := a.conn.RedisOptions()
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewClient(ro), nil
+}

@@ -1,0 +1,152 @@
+// Package conn turns the CLI's connection options (brokers, SASL, TLS, Redis URL) into franz-go
+// and go-redis clients, so every stage connects the same way and a new option is added once.
+package conn
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/wmrl/wmrl/topics"
+)
+
+// SASL mechanisms accepted by Options.SASLMechanism.
+const (
+	SASLPlain       = "PLAIN"
+	SASLScramSHA256 = "SCRAM-SHA-256"
+	SASLScramSHA512 = "SCRAM-SHA-512"
+)
+
+// ErrNoBrokers is returned when no seed broker is configured.
+var ErrNoBrokers = errors.New("no Kafka brokers configured (set --brokers or WMRL_BROKERS)")
+
+// Options holds everything needed to reach the cluster and Redis. The zero value is not usable:
+// at least Brokers must be set.
+type Options struct {
+	Brokers     []string `yaml:"brokers"`
+	ClientID    string   `yaml:"client-id"`
+	TopicPrefix string   `yaml:"topic-prefix"`
+
+	SASLMechanism string `yaml:"sasl-mechanism"`
+	SASLUser      string `yaml:"sasl-user"`
+	SASLPassword  string `yaml:"sasl-password"`
+
+	TLS           bool   `yaml:"tls"`
+	TLSCA         string `yaml:"tls-ca"`
+	TLSCert       string `yaml:"tls-cert"`
+	TLSKey        string `yaml:"tls-key"`
+	TLSServerName string `yaml:"tls-server-name"`
+	// TLSSkipVerify disables certificate verification; it exists for lab clusters only.
+	TLSSkipVerify bool `yaml:"tls-skip-verify"`
+
+	RedisURL string `yaml:"redis"`
+}
+
+// Names returns the topic names under the configured prefix.
+func (o Options) Names() topics.Names { return topics.NewNames(o.TopicPrefix) }
+
+// KafkaOpts returns the franz-go options for seeds, client id, SASL and TLS. Stage-specific
+// options (groups, transactions) are appended by the caller.
+func (o Options) KafkaOpts() ([]kgo.Opt, error) {
+	seeds := make([]string, 0, len(o.Brokers))
+	for _, b := range o.Brokers {
+		for _, s := range strings.Split(b, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				seeds = append(seeds, s)
+			}
+		}
+	}
+	if len(seeds) == 0 {
+		return nil, ErrNoBrokers
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(seeds...)}
+	if o.ClientID != "" {
+		opts = append(opts, kgo.ClientID(o.ClientID))
+	}
+	mech, err := o.saslMechanism()
+	if err != nil {
+		return nil, err
+	}
+	if mech != nil {
+		opts = append(opts, kgo.SASL(mech))
+	}
+	tc, err := o.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	return opts, nil
+}
+
+func (o Options) saslMechanism() (sasl.Mechanism, error) {
+	if o.SASLMechanism == "" {
+		return nil, nil
+	}
+	if o.SASLUser == "" {
+		return nil, fmt.Errorf("sasl-mechanism %s needs --sasl-user", o.SASLMechanism)
+	}
+	switch strings.ToUpper(o.SASLMechanism) {
+	case SASLPlain:
+		return plain.Auth{User: o.SASLUser, Pass: o.SASLPassword}.AsMechanism(), nil
+	case SASLScramSHA256:
+		return scram.Auth{User: o.SASLUser, Pass: o.SASLPassword}.AsSha256Mechanism(), nil
+	case SASLScramSHA512:
+		return scram.Auth{User: o.SASLUser, Pass: o.SASLPassword}.AsSha512Mechanism(), nil
+	default:
+		return nil, fmt.Errorf("sasl-mechanism %q: want one of %s, %s, %s", o.SASLMechanism, SASLPlain, SASLScramSHA256, SASLScramSHA512)
+	}
+}
+
+// tlsConfig returns nil when TLS is off. Setting any TLS file implies TLS.
+func (o Options) tlsConfig() (*tls.Config, error) {
+	if !o.TLS && o.TLSCA == "" && o.TLSCert == "" && o.TLSKey == "" {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.TLSServerName, InsecureSkipVerify: o.TLSSkipVerify} //nolint:gosec // opt-in
+	if o.TLSCA != "" {
+		pem, err := os.ReadFile(o.TLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls-ca %s: no PEM certificates found", o.TLSCA)
+		}
+		tc.RootCAs = pool
+	}
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		return nil, errors.New("tls-cert and tls-key must be given together")
+	}
+	if o.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("tls-cert/tls-key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// RedisOptions parses the Redis URL (redis:// or rediss:// for TLS, with optional user:password
+// and /db), as go-redis does.
+func (o Options) RedisOptions() (*redis.Options, error) {
+	if o.RedisURL == "" {
+		return nil, errors.New("no Redis configured (set --redis or WMRL_REDIS)")
+	}
+	ro, err := redis.ParseURL(o.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	return ro, nil
+}
