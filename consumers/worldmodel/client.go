@@ -1,0 +1,375 @@
+package worldmodel
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/template"
+	"time"
+)
+
+// DefaultPromptTemplate asks for a JSON score in the configured range. It is a text/template
+// over Input with the helper functions documented on OpenAIConfig.PromptTemplate.
+const DefaultPromptTemplate = `You are a world model for automated research agents. You predict the score that actually executing a candidate solution would achieve, without executing it.
+
+Task:
+{{.Prompt}}
+
+Candidate solution:
+{{if .Artifact}}{{text .Artifact | truncate 32768}}{{else if .ArtifactURI}}(stored at {{.ArtifactURI}}; not inlined){{else}}(empty){{end}}
+
+Predict the execution score as a number between {{scoreMin}} (worst) and {{scoreMax}} (best).
+Reply with JSON only, in exactly this form: {"score": <number>}`
+
+// Defaults applied by NewOpenAIScorer to zero-valued fields.
+const (
+	DefaultTimeout             = 60 * time.Second
+	DefaultMaxAttempts         = 4
+	DefaultBaseBackoff         = 500 * time.Millisecond
+	DefaultMaxBackoff          = 30 * time.Second
+	DefaultMaxIdleConnsPerHost = 64
+	DefaultMaxResponseBytes    = 4 << 20
+)
+
+// OpenAIConfig configures an OpenAIScorer. Zero-valued fields take the defaults above.
+type OpenAIConfig struct {
+	// BaseURL is the API root including the version, e.g. http://host:8000/v1; requests go to
+	// BaseURL + "/chat/completions".
+	BaseURL string
+	// Model is the served model name sent in every request.
+	Model string
+	// APIKey, when set, is sent as a Bearer token. The CLI fills it from WMRL_WM_API_KEY or
+	// OPENAI_API_KEY; keeping it a field lets tests and embedders avoid the environment.
+	APIKey string
+	// SystemPrompt, when set, is sent as a system message before the user message.
+	SystemPrompt string
+	// PromptTemplate renders the user message from an Input (text/template syntax, missing Meta
+	// keys render empty). Besides the built-ins it may call: text (bytes → valid UTF-8 string),
+	// truncate N (keep the first N bytes, marking the cut), json (JSON-quote a value), scoreMin
+	// and scoreMax. Empty selects DefaultPromptTemplate.
+	PromptTemplate string
+	// Temperature is always sent; the default 0 makes scoring as repeatable as the server allows.
+	Temperature float64
+	// MaxTokens caps the reply length; 0 omits the field and leaves it to the server.
+	MaxTokens int
+	// Timeout bounds each request, from connecting to reading the last byte of the body.
+	Timeout time.Duration
+	// MaxAttempts is the total number of requests per input, first try included.
+	MaxAttempts int
+	// BaseBackoff and MaxBackoff shape the jittered exponential backoff (see Backoff). MaxBackoff
+	// also caps a server's Retry-After.
+	BaseBackoff time.Duration
+	MaxBackoff  time.Duration
+	// ScoreMin and ScoreMax bound valid scores; both zero means [0, 1].
+	ScoreMin, ScoreMax float64
+	// HTTPClient, when set, is used as is; its transport must allow at least as many idle
+	// connections per host as there are concurrent Score calls, or reuse will cap throughput.
+	HTTPClient *http.Client
+	// MaxIdleConnsPerHost sizes the default client's connection pool; set it ≥ the concurrency.
+	MaxIdleConnsPerHost int
+	// MaxResponseBytes bounds a reply body; larger replies are errors.
+	MaxResponseBytes int64
+	// Rand returns uniform values in [0, 1) for backoff jitter; it must be safe for concurrent
+	// use. Default: math/rand/v2.Float64.
+	Rand func() float64
+	// Sleep waits between attempts. Default: Sleep.
+	Sleep SleepFunc
+	// Now is the clock used to interpret Retry-After dates. Default: time.Now.
+	Now func() time.Time
+	// Logger receives a debug line per retry. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// OpenAIScorer scores inputs by asking an OpenAI-compatible chat-completions endpoint. It is safe
+// for concurrent use; see ScoreAll.
+type OpenAIScorer struct {
+	cfg      OpenAIConfig
+	endpoint string
+	tmpl     *template.Template
+	client   *http.Client
+	backoff  Backoff
+}
+
+// NewOpenAIScorer validates cfg, applies defaults and parses the prompt template.
+func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: base URL: %w", ErrInvalidConfig, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: base URL %q must be http(s)://host[:port]/path", ErrInvalidConfig, cfg.BaseURL)
+	}
+	if cfg.Model == "" {
+		return nil, fmt.Errorf("%w: model is required", ErrInvalidConfig)
+	}
+	if cfg.ScoreMin, cfg.ScoreMax, err = scoreRange(cfg.ScoreMin, cfg.ScoreMax); err != nil {
+		return nil, err
+	}
+	if cfg.Timeout < 0 || cfg.MaxAttempts < 0 || cfg.BaseBackoff < 0 || cfg.MaxBackoff < 0 ||
+		cfg.MaxTokens < 0 || cfg.MaxIdleConnsPerHost < 0 || cfg.MaxResponseBytes < 0 {
+		return nil, fmt.Errorf("%w: negative timeout, attempts, backoff, tokens or limits", ErrInvalidConfig)
+	}
+	cfg.Timeout = orDefault(cfg.Timeout, DefaultTimeout)
+	cfg.MaxAttempts = orDefault(cfg.MaxAttempts, DefaultMaxAttempts)
+	cfg.BaseBackoff = orDefault(cfg.BaseBackoff, DefaultBaseBackoff)
+	cfg.MaxBackoff = orDefault(cfg.MaxBackoff, DefaultMaxBackoff)
+	if cfg.BaseBackoff > cfg.MaxBackoff {
+		return nil, fmt.Errorf("%w: base backoff %v exceeds max backoff %v", ErrInvalidConfig, cfg.BaseBackoff, cfg.MaxBackoff)
+	}
+	cfg.MaxIdleConnsPerHost = orDefault(cfg.MaxIdleConnsPerHost, DefaultMaxIdleConnsPerHost)
+	cfg.MaxResponseBytes = orDefault(cfg.MaxResponseBytes, DefaultMaxResponseBytes)
+	cfg.PromptTemplate = orDefault(cfg.PromptTemplate, DefaultPromptTemplate)
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Float64
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = Sleep
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+
+	lo, hi := cfg.ScoreMin, cfg.ScoreMax
+	tmpl, err := template.New("prompt").Option("missingkey=zero").Funcs(template.FuncMap{
+		"text":     func(b []byte) string { return strings.ToValidUTF8(string(b), "\uFFFD") },
+		"truncate": truncate,
+		"json":     jsonQuote,
+		"scoreMin": func() float64 { return lo },
+		"scoreMax": func() float64 { return hi },
+	}).Parse(cfg.PromptTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("%w: prompt template: %w", ErrInvalidConfig, err)
+	}
+
+	client := cfg.HTTPClient
+	if client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = cfg.MaxIdleConnsPerHost
+		tr.MaxIdleConns = max(tr.MaxIdleConns, cfg.MaxIdleConnsPerHost)
+		client = &http.Client{Transport: tr}
+	}
+	return &OpenAIScorer{
+		cfg:      cfg,
+		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions",
+		tmpl:     tmpl,
+		client:   client,
+		backoff:  Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff, Rand: cfg.Rand},
+	}, nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Score implements Scorer: render the prompt, POST it, parse and validate the reply, retrying
+// transient failures.
+func (s *OpenAIScorer) Score(ctx context.Context, in Input) (Result, error) {
+	start := time.Now()
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("worldmodel: score rollout %q: %w", in.RolloutID, context.Cause(ctx))
+	}
+	body, err := s.requestBody(in)
+	if err != nil {
+		return Result{Status: StatusError, Reason: limitReason(err.Error()), Latency: time.Since(start)}, nil
+	}
+	for n := 1; ; n++ {
+		o := s.attempt(ctx, body)
+		if ctx.Err() != nil {
+			return Result{Attempts: n, Latency: time.Since(start)},
+				fmt.Errorf("worldmodel: score rollout %q: %w", in.RolloutID, context.Cause(ctx))
+		}
+		if !o.retryable || n >= s.cfg.MaxAttempts {
+			res := Result{Score: o.score, Status: o.status, Reason: o.reason, Attempts: n, Latency: time.Since(start)}
+			if o.retryable {
+				res.Reason = fmt.Sprintf("gave up after %d attempts: %s", n, o.reason)
+			}
+			res.Reason = limitReason(res.Reason)
+			return res, nil
+		}
+		delay := s.backoff.retryDelay(n, o)
+		s.cfg.Logger.DebugContext(ctx, "worldmodel: retrying", "rollout", in.RolloutID,
+			"attempt", n, "delay", delay, "reason", o.reason)
+		if err := s.cfg.Sleep(ctx, delay); err != nil || ctx.Err() != nil {
+			return Result{Attempts: n, Latency: time.Since(start)},
+				fmt.Errorf("worldmodel: score rollout %q: %w", in.RolloutID, context.Cause(ctx))
+		}
+	}
+}
+
+// chatRequest is the subset of the chat-completions request that every compatible server takes.
+type chatRequest struct {
+	Model       string        `json:"model"`
+	Messages    []chatMessage `json:"messages"`
+	Temperature float64       `json:"temperature"`
+	MaxTokens   int           `json:"max_tokens,omitempty"`
+	N           int           `json:"n"`
+	Stream      bool          `json:"stream"`
+}
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatResponse struct {
+	Choices []struct {
+		Message struct {
+			Content *string `json:"content"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Error *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// requestBody renders the prompt once per input; retries resend the same bytes.
+func (s *OpenAIScorer) requestBody(in Input) ([]byte, error) {
+	var prompt bytes.Buffer
+	if err := s.tmpl.Execute(&prompt, in); err != nil {
+		return nil, fmt.Errorf("render prompt: %w", err)
+	}
+	req := chatRequest{Model: s.cfg.Model, Temperature: s.cfg.Temperature, MaxTokens: s.cfg.MaxTokens, N: 1}
+	if s.cfg.SystemPrompt != "" {
+		req.Messages = append(req.Messages, chatMessage{Role: "system", Content: s.cfg.SystemPrompt})
+	}
+	req.Messages = append(req.Messages, chatMessage{Role: "user", Content: prompt.String()})
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // prompts are not HTML; keep them readable in server logs
+	if err := enc.Encode(req); err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// outcome is the classified result of one HTTP attempt.
+type outcome struct {
+	score         float64
+	status        Status
+	reason        string
+	retryable     bool
+	retryAfter    time.Duration
+	hasRetryAfter bool
+}
+
+func (s *OpenAIScorer) attempt(ctx context.Context, body []byte) outcome {
+	actx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, s.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return outcome{status: StatusError, reason: fmt.Sprintf("build request: %v", err)}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	if s.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+s.cfg.APIKey)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return s.transportFailure(actx, err)
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		head, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		// Draining a bounded remainder lets the connection go back to the pool.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		o := outcome{
+			status:    StatusError,
+			reason:    fmt.Sprintf("http %d: %s", resp.StatusCode, excerpt(string(head), 300)),
+			retryable: retryableStatus(resp.StatusCode),
+		}
+		if o.retryable {
+			o.retryAfter, o.hasRetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now())
+		}
+		return o
+	}
+
+	data, err := io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxResponseBytes+1))
+	if err != nil {
+		return s.transportFailure(actx, err)
+	}
+	if int64(len(data)) > s.cfg.MaxResponseBytes {
+		return outcome{status: StatusError, reason: fmt.Sprintf("response body exceeds %d bytes", s.cfg.MaxResponseBytes)}
+	}
+	content, finish, err := replyContent(data)
+	if err != nil {
+		return outcome{status: StatusError, reason: err.Error()}
+	}
+	v, err := ParseScore(content)
+	if err != nil {
+		reason := fmt.Sprintf("%v; reply: %q", err, excerpt(content, 200))
+		if finish != "" && finish != "stop" {
+			reason += fmt.Sprintf(" (finish_reason %q)", finish)
+		}
+		return outcome{status: StatusInvalid, reason: reason}
+	}
+	score, status, reason := checkRange(v, s.cfg.ScoreMin, s.cfg.ScoreMax)
+	return outcome{score: score, status: status, reason: reason}
+}
+
+// transportFailure classifies a failed exchange. Both cases are retryable: a timed-out request or
+// a dropped connection says nothing about whether the next try will work.
+func (s *OpenAIScorer) transportFailure(actx context.Context, err error) outcome {
+	var ne net.Error
+	if errors.Is(actx.Err(), context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return outcome{status: StatusTimeout, reason: fmt.Sprintf("request timed out after %v", s.cfg.Timeout), retryable: true}
+	}
+	return outcome{status: StatusError, reason: fmt.Sprintf("transport: %v", err), retryable: true}
+}
+
+// replyContent extracts the first choice's message content and finish reason from a
+// chat-completions body. Null or empty content is not an error here: the model answered with
+// nothing, which the parser reports as an invalid reply.
+func replyContent(data []byte) (content, finishReason string, err error) {
+	var r chatResponse
+	if err := json.Unmarshal(data, &r); err != nil {
+		return "", "", fmt.Errorf("decode response: %w; body: %s", err, excerpt(string(data), 200))
+	}
+	if r.Error != nil {
+		return "", "", fmt.Errorf("server error in response: %s", excerpt(r.Error.Message, 300))
+	}
+	if len(r.Choices) == 0 {
+		return "", "", fmt.Errorf("response has no choices; body: %s", excerpt(string(data), 200))
+	}
+	c := r.Choices[0]
+	if c.Message.Content != nil {
+		content = *c.Message.Content
+	}
+	return content, c.FinishReason, nil
+}
+
+// truncate keeps the first n bytes of s on a rune boundary and says how much was cut, so the
+// model knows it is looking at a prefix.
+func truncate(n int, s string) string {
+	if n < 0 || len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !isRuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s\n[… %d more bytes truncated]", s[:cut], len(s)-cut)
+}
+
+func jsonQuote(v any) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
+}

@@ -1,0 +1,132 @@
+package worldmodel
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestBackoffDelay(t *testing.T) {
+	base, maxB := 100*time.Millisecond, time.Second
+	tests := []struct {
+		name string
+		n    int
+		rand float64
+		want time.Duration
+	}{
+		{"first retry low jitter", 1, 0, 50 * time.Millisecond},
+		{"first retry mid jitter", 1, 0.5, 75 * time.Millisecond},
+		{"second retry doubles", 2, 0, 100 * time.Millisecond},
+		{"third retry", 3, 0, 200 * time.Millisecond},
+		{"fourth retry high jitter", 4, 0.75, 700 * time.Millisecond},
+		{"capped at max", 5, 0, 500 * time.Millisecond},
+		{"capped far out", 60, 0.75, 875 * time.Millisecond},
+		{"n below 1 acts as 1", 0, 0, 50 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := Backoff{Base: base, Max: maxB, Rand: func() float64 { return tt.rand }}
+			if got := b.Delay(tt.n); got != tt.want {
+				t.Errorf("Delay(%d) with rand %v = %v, want %v", tt.n, tt.rand, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestBackoffRetryDelayHonoursRetryAfter(t *testing.T) {
+	b := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second, Rand: func() float64 { return 0 }}
+	tests := []struct {
+		name string
+		o    outcome
+		want time.Duration
+	}{
+		{"no header uses backoff", outcome{}, 50 * time.Millisecond},
+		{"header wins over backoff", outcome{hasRetryAfter: true, retryAfter: 3 * time.Second}, 3 * time.Second},
+		{"header zero retries at once", outcome{hasRetryAfter: true}, 0},
+		{"header capped by max", outcome{hasRetryAfter: true, retryAfter: time.Hour}, 10 * time.Second},
+	}
+	for _, tt := range tests {
+		if got := b.retryDelay(1, tt.o); got != tt.want {
+			t.Errorf("%s: retryDelay = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name   string
+		header string
+		want   time.Duration
+		wantOK bool
+	}{
+		{"absent", "", 0, false},
+		{"seconds", "3", 3 * time.Second, true},
+		{"seconds with spaces", " 120 ", 120 * time.Second, true},
+		{"zero", "0", 0, true},
+		{"fractional seconds", "1.5", 1500 * time.Millisecond, true},
+		{"huge seconds saturate", "99999999999999999999999", time.Duration(math.MaxInt64), true},
+		{"http date", now.Add(7 * time.Second).Format(http.TimeFormat), 7 * time.Second, true},
+		{"rfc850 date", now.Add(time.Minute).Format("Monday, 02-Jan-06 15:04:05 GMT"), time.Minute, true},
+		{"date in the past", now.Add(-time.Hour).Format(http.TimeFormat), 0, true},
+		{"negative seconds", "-5", 0, false},
+		{"garbage", "soon", 0, false},
+		{"hex is not seconds", "0x10", 0, false},
+		{"inf is not seconds", "Inf", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := ParseRetryAfter(tt.header, now)
+			if got != tt.want || ok != tt.wantOK {
+				t.Errorf("ParseRetryAfter(%q) = %v, %v; want %v, %v", tt.header, got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestRetryableStatus(t *testing.T) {
+	tests := []struct {
+		code int
+		want bool
+	}{
+		{http.StatusTooManyRequests, true},
+		{http.StatusInternalServerError, true},
+		{http.StatusBadGateway, true},
+		{http.StatusServiceUnavailable, true},
+		{http.StatusGatewayTimeout, true},
+		{http.StatusBadRequest, false},
+		{http.StatusUnauthorized, false},
+		{http.StatusForbidden, false},
+		{http.StatusNotFound, false},
+		{http.StatusRequestTimeout, false},
+		{http.StatusUnprocessableEntity, false},
+		{http.StatusMovedPermanently, false},
+	}
+	for _, tt := range tests {
+		if got := retryableStatus(tt.code); got != tt.want {
+			t.Errorf("retryableStatus(%d) = %v, want %v", tt.code, got, tt.want)
+		}
+	}
+}
+
+func TestSleepStopsOnCancel(t *testing.T) {
+	if err := Sleep(context.Background(), time.Millisecond); err != nil {
+		t.Fatalf("Sleep: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(10 * time.Millisecond); cancel() }()
+	start := time.Now()
+	err := Sleep(ctx, time.Hour)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sleep after cancel = %v, want context.Canceled", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("Sleep took %v after cancel", el)
+	}
+	if err := Sleep(ctx, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sleep(0) on done ctx = %v, want context.Canceled", err)
+	}
+}

@@ -1,0 +1,300 @@
+// Package worldmodel scores rollouts with a world model: an OpenAI-compatible chat-completions
+// endpoint (vLLM, SGLang, OpenAI) or a built-in Go predictor.
+//
+// A Scorer turns every input into exactly one Result, failures included, because downstream
+// stages decide step completeness from the presence of one record per rollout (DESIGN.md §3).
+// ScoreAll runs a Scorer with bounded concurrency, and OffsetTracker tells a Kafka loop which
+// offsets are safe to commit when results complete out of order.
+package worldmodel
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// ErrInvalidConfig reports a configuration that cannot work; constructors wrap it.
+var ErrInvalidConfig = errors.New("worldmodel: invalid config")
+
+// Input is what a world model may see of a rollout. Artifact holds the rollout's output when it
+// travelled inline; otherwise ArtifactURI names it (claim check) and the caller decides whether
+// to resolve it before scoring.
+type Input struct {
+	RunID       string
+	GroupID     string
+	RolloutID   string
+	Stream      string
+	Step        int64
+	Prompt      string
+	Artifact    []byte
+	ArtifactURI string
+	Meta        map[string]string
+}
+
+// Status is the outcome class of one scoring. Its string values equal topics.Status, so a loop
+// converts with topics.Status(r.Status).
+type Status string
+
+// The four outcomes of scoring. The zero Status is none of them, so a Result that was never
+// filled in cannot pass for a success.
+const (
+	StatusOK      Status = "ok"
+	StatusTimeout Status = "timeout"
+	StatusError   Status = "error"
+	StatusInvalid Status = "invalid"
+)
+
+func (s Status) String() string { return string(s) }
+
+// Valid reports whether s is one of the four defined statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusOK, StatusTimeout, StatusError, StatusInvalid:
+		return true
+	}
+	return false
+}
+
+// Result is the outcome of scoring one input. Score is meaningful only when Status is StatusOK
+// (it is 0 otherwise); Reason explains any other status. Attempts counts requests made and
+// Latency is the wall time of the whole Score call, retries and backoff included.
+type Result struct {
+	Score    float64
+	Status   Status
+	Reason   string
+	Attempts int
+	Latency  time.Duration
+}
+
+// Scorer predicts the execution score of a rollout.
+//
+// Score always describes the input's fate in the Result: timeouts, transport errors and
+// unusable replies are results with a failure status, not errors. The error return is reserved
+// for ctx being done (shutdown); it wraps ctx's cause, and the caller should hand the input back
+// (leave its offset uncommitted) rather than publish anything for it.
+type Scorer interface {
+	Score(ctx context.Context, in Input) (Result, error)
+}
+
+// PredictFunc is an in-process world model, such as the demo's low-fidelity proxy. An error is
+// reported as StatusError (StatusTimeout if it wraps context.DeadlineExceeded while ctx itself is
+// still live).
+type PredictFunc func(ctx context.Context, in Input) (float64, error)
+
+// BuiltinScorer adapts a PredictFunc to the Scorer contract, validating the score range so an
+// in-process model is held to the same rules as a remote one.
+type BuiltinScorer struct {
+	predict            PredictFunc
+	scoreMin, scoreMax float64
+}
+
+// NewBuiltinScorer wraps predict; scores outside [scoreMin, scoreMax] become StatusInvalid.
+// Passing 0, 0 selects the default range [0, 1].
+func NewBuiltinScorer(predict PredictFunc, scoreMin, scoreMax float64) (*BuiltinScorer, error) {
+	if predict == nil {
+		return nil, fmt.Errorf("%w: nil PredictFunc", ErrInvalidConfig)
+	}
+	lo, hi, err := scoreRange(scoreMin, scoreMax)
+	if err != nil {
+		return nil, err
+	}
+	return &BuiltinScorer{predict: predict, scoreMin: lo, scoreMax: hi}, nil
+}
+
+// Score implements Scorer.
+func (b *BuiltinScorer) Score(ctx context.Context, in Input) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("worldmodel: score rollout %q: %w", in.RolloutID, context.Cause(ctx))
+	}
+	start := time.Now()
+	v, err := b.predict(ctx, in)
+	res := Result{Attempts: 1, Latency: time.Since(start)}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return res, fmt.Errorf("worldmodel: score rollout %q: %w", in.RolloutID, context.Cause(ctx))
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		res.Status, res.Reason = StatusTimeout, limitReason("predict: "+err.Error())
+	case err != nil:
+		res.Status, res.Reason = StatusError, limitReason("predict: "+err.Error())
+	default:
+		res.Score, res.Status, res.Reason = checkRange(v, b.scoreMin, b.scoreMax)
+	}
+	return res, nil
+}
+
+// scoreRange applies the [0, 1] default and rejects empty or non-finite ranges.
+func scoreRange(lo, hi float64) (float64, float64, error) {
+	if lo == 0 && hi == 0 {
+		return 0, 1, nil
+	}
+	if math.IsNaN(lo) || math.IsNaN(hi) || math.IsInf(lo, 0) || math.IsInf(hi, 0) || lo >= hi {
+		return 0, 0, fmt.Errorf("%w: score range [%g, %g] is empty or not finite", ErrInvalidConfig, lo, hi)
+	}
+	return lo, hi, nil
+}
+
+// checkRange validates a parsed score. The value goes into the reason, not into Score, so that a
+// consumer that forgets to check Status still cannot train on it.
+func checkRange(v, lo, hi float64) (float64, Status, string) {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, StatusInvalid, fmt.Sprintf("score %g is not finite", v)
+	}
+	if v < lo || v > hi {
+		return 0, StatusInvalid, fmt.Sprintf("score %g outside [%g, %g]", v, lo, hi)
+	}
+	return v, StatusOK, ""
+}
+
+// maxReasonBytes bounds a Result's reason: it ends up in a Kafka record for every failure.
+const maxReasonBytes = 512
+
+func limitReason(s string) string { return excerpt(s, maxReasonBytes) }
+
+// Job is one unit of work for ScoreAll. Ref is the caller's handle (for example the Kafka record
+// and its partition) and is returned untouched in Done.
+type Job[T any] struct {
+	Input Input
+	Ref   T
+}
+
+// Done is the outcome of one Job. Err is non-nil only when the scorer gave up because ctx was
+// done; such a job must be handed back, not published.
+type Done[T any] struct {
+	Ref    T
+	Input  Input
+	Result Result
+	Err    error
+}
+
+// ScoreAll scores jobs from in with at most concurrency calls to s in flight, sending one Done
+// per received job to out in completion order, which is independent of input order. It returns
+// when in is closed and drained, or when ctx is done (jobs not yet received stay in in), closing
+// out first. The caller must keep reading out until it is closed. The returned error is ctx's
+// cause if ctx ended the run, or ErrInvalidConfig for a concurrency below 1.
+func ScoreAll[T any](ctx context.Context, s Scorer, concurrency int, in <-chan Job[T], out chan<- Done[T]) error {
+	defer close(out)
+	if concurrency < 1 {
+		return fmt.Errorf("%w: concurrency %d < 1", ErrInvalidConfig, concurrency)
+	}
+	var wg sync.WaitGroup
+	for range concurrency {
+		wg.Go(func() {
+			for {
+				var job Job[T]
+				var ok bool
+				select {
+				case <-ctx.Done():
+					return
+				case job, ok = <-in:
+					if !ok {
+						return
+					}
+				}
+				res, err := s.Score(ctx, job.Input)
+				out <- Done[T]{Ref: job.Ref, Input: job.Input, Result: res, Err: err}
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// OffsetTracker tracks the in-flight offsets of one partition. Records finish out of order under
+// ScoreAll, and committing past an unfinished record would lose it on a crash, so the loop may
+// commit only below the lowest unfinished offset. Use one tracker per partition; it is safe for
+// concurrent use.
+type OffsetTracker struct {
+	mu      sync.Mutex
+	pending map[int64]struct{}
+	order   offsetHeap // may hold finished offsets; they are dropped lazily from the top
+	next    int64      // highest started offset + 1
+	started bool
+}
+
+// Start marks offset as in flight. Starting an offset that is already in flight is a no-op.
+// Offsets must be non-negative (Kafka offsets are); a negative one panics as a caller bug.
+func (t *OffsetTracker) Start(offset int64) {
+	if offset < 0 {
+		panic(fmt.Sprintf("worldmodel: OffsetTracker.Start(%d): negative offset", offset))
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pending == nil {
+		t.pending = make(map[int64]struct{})
+	}
+	if _, dup := t.pending[offset]; dup {
+		return
+	}
+	t.pending[offset] = struct{}{}
+	heap.Push(&t.order, offset)
+	if !t.started || offset >= t.next {
+		t.next = offset + 1
+		t.started = true
+	}
+}
+
+// Finish marks offset as done and reports whether it was in flight; false means the caller
+// finished an offset it never started (or finished it twice).
+func (t *OffsetTracker) Finish(offset int64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.pending[offset]; !ok {
+		return false
+	}
+	delete(t.pending, offset)
+	t.prune()
+	return true
+}
+
+// Committable returns the Kafka offset to commit: every started offset below it has finished.
+// It is the lowest unfinished offset, or one past the highest started offset when nothing is in
+// flight, and -1 before anything was started (nothing to commit).
+func (t *OffsetTracker) Committable() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.started {
+		return -1
+	}
+	t.prune()
+	if len(t.order) == 0 {
+		return t.next
+	}
+	return t.order[0]
+}
+
+// InFlight returns the number of started, unfinished offsets.
+func (t *OffsetTracker) InFlight() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pending)
+}
+
+func (t *OffsetTracker) prune() {
+	for len(t.order) > 0 {
+		if _, ok := t.pending[t.order[0]]; ok {
+			return
+		}
+		heap.Pop(&t.order)
+	}
+}
+
+type offsetHeap []int64
+
+func (h offsetHeap) Len() int           { return len(h) }
+func (h offsetHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h offsetHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *offsetHeap) Push(x any)        { *h = append(*h, x.(int64)) }
+func (h *offsetHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
