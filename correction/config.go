@@ -1,0 +1,184 @@
+package correction
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Mode selects the correction algorithm family.
+type Mode uint8
+
+const (
+	// ModeDefault is wmrl's mode: exact isotonic regression, refit at every
+	// sealed step, inverse-variance weight with c = 1.
+	ModeDefault Mode = iota
+	// ModeReference reproduces the authors' public code (DESIGN §2).
+	ModeReference
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeDefault:
+		return "default"
+	case ModeReference:
+		return "reference"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// AdvantageKind selects the group-relative advantage estimator.
+type AdvantageKind uint8
+
+const (
+	// GRPO is (r − mean) / (std + eps).
+	GRPO AdvantageKind = iota
+	// DrGRPO is r − mean (no std normalisation, Liu et al. 2025).
+	DrGRPO
+)
+
+func (k AdvantageKind) String() string {
+	switch k {
+	case GRPO:
+		return "grpo"
+	case DrGRPO:
+		return "drgrpo"
+	}
+	return fmt.Sprintf("AdvantageKind(%d)", uint8(k))
+}
+
+// ErrInvalidConfig is wrapped by every Config.Validate failure.
+var ErrInvalidConfig = errors.New("correction: invalid config")
+
+// maxWindow bounds Window so a decoded state can never demand an absurd
+// allocation.
+const maxWindow = 1 << 24
+
+// Config parameterises a Corrector. The zero value is not valid; start from
+// DefaultConfig or ReferenceConfig.
+type Config struct {
+	Mode        Mode
+	Window      int     // FIFO size of anchor pairs, default 5000
+	MinPairs    int     // identity map until this many pairs, default 200
+	RefitEvery  int     // 0 = refit at every sealed step with new pairs (default); reference: 64 new pairs
+	Bins        int     // reference mode only: number of equal-width bins on [0,1], 10
+	HalfLife    float64 // EWMA half-life in anchor groups, 64
+	FreezeAfter int     // 0 = never freeze (c = 1); reference: freeze c = 1/s̄² after 32 groups
+	WeightCap   float64 // anchor weight is clipped to [1, WeightCap]; 4 in both modes
+	Advantage   AdvantageKind
+	Eps         float64 // GRPO std epsilon, 1e-4
+	DDOF        int     // 0 (population std, reference) or 1 (sample std)
+	Debias      bool    // OD on/off (ablations); off => identity calibration
+	Denoise     bool    // IVD on/off (ablations); off => anchor weight 1
+}
+
+// DefaultConfig is wmrl's recommended configuration.
+func DefaultConfig() Config {
+	return Config{
+		Mode:        ModeDefault,
+		Window:      5000,
+		MinPairs:    200,
+		RefitEvery:  0,
+		Bins:        10,
+		HalfLife:    64,
+		FreezeAfter: 0,
+		WeightCap:   4,
+		Advantage:   GRPO,
+		Eps:         1e-4,
+		DDOF:        0,
+		Debias:      true,
+		Denoise:     true,
+	}
+}
+
+// ReferenceConfig reproduces the authors' public code (DESIGN §2).
+func ReferenceConfig() Config {
+	return Config{
+		Mode:        ModeReference,
+		Window:      5000,
+		MinPairs:    200,
+		RefitEvery:  64,
+		Bins:        10,
+		HalfLife:    64,
+		FreezeAfter: 32,
+		WeightCap:   4,
+		Advantage:   GRPO,
+		Eps:         1e-4,
+		DDOF:        0,
+		Debias:      true,
+		Denoise:     true,
+	}
+}
+
+// Validate reports the first invalid field, wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.Mode > ModeReference:
+		return bad("unknown mode %d", c.Mode)
+	case c.Window < 1 || c.Window > maxWindow:
+		return bad("window %d not in [1, %d]", c.Window, maxWindow)
+	case c.MinPairs < 1 || c.MinPairs > c.Window:
+		return bad("min pairs %d not in [1, window=%d]", c.MinPairs, c.Window)
+	case c.RefitEvery < 0 || c.RefitEvery > maxWindow:
+		return bad("refit every %d not in [0, %d]", c.RefitEvery, maxWindow)
+	case c.Mode == ModeReference && (c.Bins < 1 || c.Bins > 1<<16):
+		return bad("bins %d not in [1, 65536]", c.Bins)
+	case c.Bins < 0 || c.Bins > 1<<16:
+		return bad("bins %d not in [0, 65536]", c.Bins)
+	case !(c.HalfLife > 0) || math.IsInf(c.HalfLife, 0):
+		return bad("half-life %v must be positive and finite", c.HalfLife)
+	case c.FreezeAfter < 0 || c.FreezeAfter > math.MaxInt32:
+		return bad("freeze after %d must be non-negative", c.FreezeAfter)
+	case !(c.WeightCap >= 1) || math.IsInf(c.WeightCap, 0):
+		return bad("weight cap %v must be finite and >= 1", c.WeightCap)
+	case c.Advantage > DrGRPO:
+		return bad("unknown advantage kind %d", c.Advantage)
+	case !(c.Eps >= 0) || math.IsInf(c.Eps, 0):
+		return bad("eps %v must be finite and >= 0", c.Eps)
+	case c.DDOF != 0 && c.DDOF != 1:
+		return bad("ddof %d must be 0 or 1", c.DDOF)
+	}
+	return nil
+}
+
+// configEncodedLen is the size of appendConfig's output.
+const configEncodedLen = 1 + 8*4 + 8 + 8 + 8 + 1 + 8 + 1 + 1 + 1
+
+// appendConfig writes the canonical fixed-width encoding used both for Hash
+// and inside the state encoding.
+func appendConfig(b []byte, c Config) []byte {
+	b = append(b, byte(c.Mode))
+	b = binary.LittleEndian.AppendUint64(b, uint64(c.Window))
+	b = binary.LittleEndian.AppendUint64(b, uint64(c.MinPairs))
+	b = binary.LittleEndian.AppendUint64(b, uint64(c.RefitEvery))
+	b = binary.LittleEndian.AppendUint64(b, uint64(c.Bins))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.HalfLife))
+	b = binary.LittleEndian.AppendUint64(b, uint64(c.FreezeAfter))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.WeightCap))
+	b = append(b, byte(c.Advantage))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.Eps))
+	b = append(b, byte(c.DDOF))
+	b = append(b, boolByte(c.Debias), boolByte(c.Denoise))
+	return b
+}
+
+// Hash is a SHA-256 over a domain tag and the canonical encoding of every
+// field, stored with the state so a resumed run detects a config change.
+func (c Config) Hash() [32]byte {
+	b := make([]byte, 0, 32+configEncodedLen)
+	b = append(b, "wmrl/correction/config/v1\x00"...)
+	b = appendConfig(b, c)
+	return sha256.Sum256(b)
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,315 @@
+package correction
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Errors returned by Corrector.Correct; callers branch on them with errors.Is.
+var (
+	// ErrOutOfOrder: the step is not the one right after the state's sealed step.
+	ErrOutOfOrder = errors.New("correction: step out of order")
+	// ErrConfigMismatch: the state was built with a different Config.
+	ErrConfigMismatch = errors.New("correction: state config differs from corrector config")
+	// ErrStreamMismatch: the step's (run, stream) is not the state's.
+	ErrStreamMismatch = errors.New("correction: step run/stream differs from state")
+	// ErrInvalidStep: malformed step input; the message names the group/rollout.
+	ErrInvalidStep = errors.New("correction: invalid step")
+	// ErrNilState: Correct was given a nil previous state.
+	ErrNilState = errors.New("correction: nil state")
+)
+
+// Reward is one score or its absence. OK=false means missing or failed
+// (timeout, error, invalid): the rollout is masked, never scored as 0.
+type Reward struct {
+	Score float64
+	OK    bool
+}
+
+// Rollout carries the world-model score and, in anchor groups, the executed
+// score of one rollout.
+type Rollout struct {
+	ID        string
+	Predicted Reward
+	Executed  Reward // only meaningful in anchor groups
+}
+
+// Group is one GRPO group; Anchor groups were executed for real.
+type Group struct {
+	ID       string
+	Anchor   bool
+	Rollouts []Rollout
+}
+
+// Step is one complete training step of one (run, stream).
+type Step struct {
+	Run, Stream string
+	Step        int64
+	Groups      []Group
+}
+
+// Source says where a row's used reward came from.
+type Source uint8
+
+const (
+	SourceAnchor Source = iota
+	SourceWorldModel
+)
+
+func (s Source) String() string {
+	switch s {
+	case SourceAnchor:
+		return "anchor"
+	case SourceWorldModel:
+		return "world_model"
+	}
+	return fmt.Sprintf("Source(%d)", uint8(s))
+}
+
+// Row is the corrected output for one rollout.
+type Row struct {
+	Run, Stream        string
+	Step               int64
+	GroupID, RolloutID string
+	Source             Source
+	Predicted          float64 // raw world-model score (0 if !PredictedOK)
+	PredictedOK        bool
+	Calibrated         float64 // f̂(Predicted) under the state sealed after step−1 (0 if !PredictedOK)
+	Executed           float64 // anchor rows only (0 otherwise)
+	ExecutedOK         bool
+	Used               float64 // reward that entered the advantage (0 when masked)
+	Advantage          float64 // 0 when masked
+	Weight             float64 // anchor weight for anchor rows, 1 for world-model rows, 0 when masked
+	Mask               bool
+	CalibrationVersion uint64 // FitVersion of the map that produced Calibrated
+}
+
+// Corrector turns complete steps into corrected rows. It holds only its
+// config and is safe for concurrent use.
+type Corrector struct {
+	cfg  Config
+	hash [32]byte
+}
+
+// New validates cfg and returns a Corrector for it.
+func New(cfg Config) (*Corrector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Corrector{cfg: cfg, hash: cfg.Hash()}, nil
+}
+
+// Config returns the corrector's configuration.
+func (c *Corrector) Config() Config { return c.cfg }
+
+// NewState is NewState with the corrector's config.
+func (c *Corrector) NewState(run, stream string) *State { return NewState(run, stream, c.cfg) }
+
+// Correct computes the rows of step from prev, the state sealed after
+// step.Step−1, and returns them in canonical order (group id, then rollout
+// id, byte-wise) together with the new sealed state. prev is not mutated.
+// Neither output depends on the order of groups or rollouts in step.
+func (c *Corrector) Correct(prev *State, step Step) ([]Row, *State, error) {
+	if prev == nil {
+		return nil, nil, ErrNilState
+	}
+	if err := c.check(prev, step); err != nil {
+		return nil, nil, err
+	}
+	next := prev.clone()
+	rows, err := c.Advance(next, step, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rows, next, nil
+}
+
+// Advance is Correct without the copy: it folds step into st in place and
+// appends the rows to dst. It is for simulation loops that do not keep old
+// states. On error st is unchanged.
+func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
+	if st == nil {
+		return dst, ErrNilState
+	}
+	if err := c.check(st, step); err != nil {
+		return dst, err
+	}
+	gorder, err := canonicalOrder(step)
+	if err != nil {
+		return dst, err
+	}
+	total := 0
+	for _, g := range step.Groups {
+		total += len(g.Rollouts)
+	}
+	dst = slices.Grow(dst, total)
+	base := len(dst)
+	weight := st.AnchorWeight()
+	var (
+		vals    []float64
+		mask    []bool
+		adv     []float64
+		newP    []pair
+		dn, tn  []float64
+		rorder  []int
+		anchorN int
+	)
+	for _, gi := range gorder {
+		g := &step.Groups[gi]
+		rorder = rolloutOrder(g, rorder[:0])
+		start := len(dst)
+		vals, mask = vals[:0], mask[:0]
+		for _, ri := range rorder {
+			r := &g.Rollouts[ri]
+			row := Row{
+				Run: step.Run, Stream: step.Stream, Step: step.Step,
+				GroupID: g.ID, RolloutID: r.ID,
+				Source:             SourceWorldModel,
+				PredictedOK:        r.Predicted.OK,
+				CalibrationVersion: st.version,
+			}
+			if r.Predicted.OK {
+				row.Predicted = r.Predicted.Score
+				row.Calibrated = st.Calibrate(r.Predicted.Score)
+			}
+			var used float64
+			var ok bool
+			if g.Anchor {
+				row.Source = SourceAnchor
+				row.ExecutedOK = r.Executed.OK
+				if r.Executed.OK {
+					row.Executed = r.Executed.Score
+				}
+				used, ok = row.Executed, row.ExecutedOK
+			} else {
+				used, ok = row.Calibrated, row.PredictedOK
+			}
+			vals = append(vals, used)
+			mask = append(mask, ok)
+			dst = append(dst, row)
+		}
+		adv = slices.Grow(adv[:0], len(vals))[:len(vals)]
+		groupAdvantages(vals, mask, adv, c.cfg.Advantage, c.cfg.Eps, c.cfg.DDOF)
+		for k := range vals {
+			row := &dst[start+k]
+			row.Mask = mask[k]
+			if !row.Mask {
+				continue
+			}
+			row.Used, row.Advantage = vals[k], adv[k]
+			row.Weight = 1
+			if g.Anchor {
+				row.Weight = weight
+			}
+		}
+		if g.Anchor {
+			anchorN++
+		}
+	}
+	// Seal: fold the anchor groups into the estimator and window, in
+	// canonical order, using the calibration the rows were computed with.
+	if anchorN > 0 {
+		for i := base; i < len(dst); {
+			j := i
+			for j < len(dst) && dst[j].GroupID == dst[i].GroupID {
+				j++
+			}
+			if dst[i].Source == SourceAnchor {
+				dn, tn = dn[:0], tn[:0]
+				for k := i; k < j; k++ {
+					r := &dst[k]
+					if r.PredictedOK && r.ExecutedOK {
+						newP = append(newP, pair{r.Predicted, r.Executed})
+						dn = append(dn, r.Calibrated)
+						tn = append(tn, r.Executed)
+					}
+				}
+				if c.cfg.Denoise {
+					st.observeGroup(dn, tn)
+				}
+			}
+			i = j
+		}
+	}
+	st.addPairs(newP)
+	if err := st.maybeRefit(); err != nil {
+		// Unreachable: validated scores are bounded, so sums stay finite.
+		return dst[:base], fmt.Errorf("correction: refit after step %d: %w", step.Step, err)
+	}
+	st.sealed = step.Step
+	return dst, nil
+}
+
+func (c *Corrector) check(st *State, step Step) error {
+	if st.cfgHash != c.hash {
+		return ErrConfigMismatch
+	}
+	if step.Run != st.run || step.Stream != st.stream {
+		return fmt.Errorf("%w: step is %q/%q, state is %q/%q", ErrStreamMismatch, step.Run, step.Stream, st.run, st.stream)
+	}
+	if len(step.Run) > maxIDLen || len(step.Stream) > maxIDLen {
+		return fmt.Errorf("%w: run or stream id longer than %d bytes", ErrInvalidStep, maxIDLen)
+	}
+	if step.Step != st.sealed+1 {
+		return fmt.Errorf("%w: got step %d, state sealed after %d", ErrOutOfOrder, step.Step, st.sealed)
+	}
+	return nil
+}
+
+// canonicalOrder validates step and returns group indices sorted by id.
+func canonicalOrder(step Step) ([]int, error) {
+	order := make([]int, len(step.Groups))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(step.Groups[a].ID, step.Groups[b].ID) })
+	for k, gi := range order {
+		g := &step.Groups[gi]
+		if g.ID == "" {
+			return nil, fmt.Errorf("%w: group at index %d has an empty id", ErrInvalidStep, gi)
+		}
+		if k > 0 && step.Groups[order[k-1]].ID == g.ID {
+			return nil, fmt.Errorf("%w: duplicate group id %q", ErrInvalidStep, g.ID)
+		}
+		for ri := range g.Rollouts {
+			r := &g.Rollouts[ri]
+			if r.ID == "" {
+				return nil, fmt.Errorf("%w: group %q: rollout at index %d has an empty id", ErrInvalidStep, g.ID, ri)
+			}
+			if r.Predicted.OK && !validScore(r.Predicted.Score) {
+				return nil, fmt.Errorf("%w: group %q rollout %q: predicted score %v is not finite or exceeds ±%g", ErrInvalidStep, g.ID, r.ID, r.Predicted.Score, maxScore)
+			}
+			if g.Anchor && r.Executed.OK && !validScore(r.Executed.Score) {
+				return nil, fmt.Errorf("%w: group %q rollout %q: executed score %v is not finite or exceeds ±%g", ErrInvalidStep, g.ID, r.ID, r.Executed.Score, maxScore)
+			}
+		}
+	}
+	var ro []int
+	for _, gi := range order {
+		g := &step.Groups[gi]
+		ro = rolloutOrder(g, ro[:0])
+		for k := 1; k < len(ro); k++ {
+			if g.Rollouts[ro[k]].ID == g.Rollouts[ro[k-1]].ID {
+				return nil, fmt.Errorf("%w: group %q: duplicate rollout id %q", ErrInvalidStep, g.ID, g.Rollouts[ro[k]].ID)
+			}
+		}
+	}
+	return order, nil
+}
+
+// maxScore bounds accepted scores. Scores are meant to lie in [0,1]; the
+// bound only guarantees that window sums can never overflow, so a refit
+// cannot fail after validation.
+const maxScore = 1e12
+
+func validScore(v float64) bool { return finite(v) && v >= -maxScore && v <= maxScore }
+
+func rolloutOrder(g *Group, buf []int) []int {
+	for i := range g.Rollouts {
+		buf = append(buf, i)
+	}
+	slices.SortFunc(buf, func(a, b int) int { return cmp.Compare(g.Rollouts[a].ID, g.Rollouts[b].ID) })
+	return buf
+}

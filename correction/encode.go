@@ -1,0 +1,274 @@
+package correction
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Errors returned by DecodeState; all decode failures wrap one of them.
+var (
+	ErrBadMagic           = errors.New("correction: not a wmrl calibration state")
+	ErrUnsupportedVersion = errors.New("correction: unsupported state encoding version")
+	ErrTruncated          = errors.New("correction: truncated state encoding")
+	ErrCorruptState       = errors.New("correction: corrupt state encoding")
+)
+
+// stateMagic opens every encoded state; StateEncodingVersion follows it.
+const stateMagic = "WMRLCAL\x00"
+
+// StateEncodingVersion is the version Encode writes and DecodeState reads.
+const StateEncodingVersion uint16 = 1
+
+// maxIDLen bounds run and stream ids in an encoding.
+const maxIDLen = 1 << 16
+
+// Encode returns the versioned, deterministic binary encoding of s (little
+// endian, fixed-width fields, window oldest first). Equal states encode to
+// equal bytes, so the encoding — and Digest — identify a state's content.
+//
+// Layout v1: magic[8] version u16 | config (see appendConfig) | config
+// hash[32] | run, stream (u32 length + bytes) | sealed i64 | totalPairs u64 |
+// pending u64 | n u64, n×(x f64, y f64) | fit version u64 | m u64, m×x f64,
+// m×y f64 | ewma f64 | groups u64 | skipped u64 | c f64 | frozen u8.
+func (s *State) Encode() []byte {
+	size := len(stateMagic) + 2 + configEncodedLen + 32 + 8 + len(s.run) + len(s.stream) +
+		8*4 + 16*len(s.ring) + 16 + 16*len(s.fitX) + 8*4 + 1
+	b := make([]byte, 0, size)
+	le := binary.LittleEndian
+	b = append(b, stateMagic...)
+	b = le.AppendUint16(b, StateEncodingVersion)
+	b = appendConfig(b, s.cfg)
+	b = append(b, s.cfgHash[:]...)
+	b = le.AppendUint32(b, uint32(len(s.run)))
+	b = append(b, s.run...)
+	b = le.AppendUint32(b, uint32(len(s.stream)))
+	b = append(b, s.stream...)
+	b = le.AppendUint64(b, uint64(s.sealed))
+	b = le.AppendUint64(b, s.totalPairs)
+	b = le.AppendUint64(b, s.pending)
+	b = le.AppendUint64(b, uint64(len(s.ring)))
+	for k := range s.ring {
+		p := s.ring[(s.head+k)%len(s.ring)]
+		b = le.AppendUint64(b, math.Float64bits(p.x))
+		b = le.AppendUint64(b, math.Float64bits(p.y))
+	}
+	b = le.AppendUint64(b, s.version)
+	b = le.AppendUint64(b, uint64(len(s.fitX)))
+	for _, v := range s.fitX {
+		b = le.AppendUint64(b, math.Float64bits(v))
+	}
+	for _, v := range s.fitY {
+		b = le.AppendUint64(b, math.Float64bits(v))
+	}
+	b = le.AppendUint64(b, math.Float64bits(s.ewma))
+	b = le.AppendUint64(b, s.groups)
+	b = le.AppendUint64(b, s.skipped)
+	b = le.AppendUint64(b, math.Float64bits(s.c))
+	b = append(b, boolByte(s.frozen))
+	return b
+}
+
+// Digest is the SHA-256 of Encode(): a content address for snapshots and a
+// replay check.
+func (s *State) Digest() [32]byte { return sha256.Sum256(s.Encode()) }
+
+// decoder reads fixed-width little-endian fields, remembering the first
+// truncation so call sites stay linear.
+type decoder struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (d *decoder) take(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n < 0 || len(d.b)-d.off < n {
+		d.err = fmt.Errorf("%w: need %d bytes at offset %d, have %d", ErrTruncated, n, d.off, len(d.b)-d.off)
+		return nil
+	}
+	v := d.b[d.off : d.off+n]
+	d.off += n
+	return v
+}
+
+func (d *decoder) u8() uint8 {
+	if v := d.take(1); v != nil {
+		return v[0]
+	}
+	return 0
+}
+
+func (d *decoder) u16() uint16 {
+	if v := d.take(2); v != nil {
+		return binary.LittleEndian.Uint16(v)
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if v := d.take(4); v != nil {
+		return binary.LittleEndian.Uint32(v)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if v := d.take(8); v != nil {
+		return binary.LittleEndian.Uint64(v)
+	}
+	return 0
+}
+
+func (d *decoder) f64() float64 { return math.Float64frombits(d.u64()) }
+
+func (d *decoder) boolean(field string) bool {
+	v := d.u8()
+	if d.err == nil && v > 1 {
+		d.err = fmt.Errorf("%w: %s byte %d is not 0 or 1", ErrCorruptState, field, v)
+	}
+	return v == 1
+}
+
+// count reads a u64 element count and checks that elemSize·n bytes remain,
+// so a corrupt length can never trigger a huge allocation.
+func (d *decoder) count(elemSize int) int {
+	n := d.u64()
+	if d.err == nil && n > uint64((len(d.b)-d.off)/elemSize) {
+		d.err = fmt.Errorf("%w: count %d at offset %d exceeds remaining bytes", ErrTruncated, n, d.off-8)
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) str() string {
+	n := d.u32()
+	if d.err == nil && n > maxIDLen {
+		d.err = fmt.Errorf("%w: id length %d exceeds %d", ErrCorruptState, n, maxIDLen)
+	}
+	return string(d.take(int(n)))
+}
+
+func (d *decoder) intField(field string) int {
+	v := d.u64()
+	if d.err == nil && v > math.MaxInt32 {
+		d.err = fmt.Errorf("%w: config %s %d out of range", ErrCorruptState, field, v)
+	}
+	return int(v)
+}
+
+// DecodeState parses an Encode output. It rejects (with ErrBadMagic,
+// ErrUnsupportedVersion, ErrTruncated or ErrCorruptState) anything Encode
+// could not have produced, so Encode(DecodeState(b)) == b whenever it
+// succeeds.
+func DecodeState(b []byte) (*State, error) {
+	if len(b) < len(stateMagic)+2 {
+		if len(b) < len(stateMagic) && string(b) != stateMagic[:len(b)] {
+			return nil, ErrBadMagic
+		}
+		return nil, fmt.Errorf("%w: %d bytes", ErrTruncated, len(b))
+	}
+	if string(b[:len(stateMagic)]) != stateMagic {
+		return nil, ErrBadMagic
+	}
+	d := &decoder{b: b, off: len(stateMagic)}
+	if v := d.u16(); v != StateEncodingVersion {
+		return nil, fmt.Errorf("%w: %d (this build reads %d)", ErrUnsupportedVersion, v, StateEncodingVersion)
+	}
+	var cfg Config
+	cfg.Mode = Mode(d.u8())
+	cfg.Window = d.intField("window")
+	cfg.MinPairs = d.intField("min pairs")
+	cfg.RefitEvery = d.intField("refit every")
+	cfg.Bins = d.intField("bins")
+	cfg.HalfLife = d.f64()
+	cfg.FreezeAfter = d.intField("freeze after")
+	cfg.WeightCap = d.f64()
+	cfg.Advantage = AdvantageKind(d.u8())
+	cfg.Eps = d.f64()
+	cfg.DDOF = int(d.u8())
+	cfg.Debias = d.boolean("debias")
+	cfg.Denoise = d.boolean("denoise")
+	if d.err != nil {
+		return nil, d.err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorruptState, err)
+	}
+	s := &State{cfg: cfg}
+	copy(s.cfgHash[:], d.take(32))
+	if d.err == nil && s.cfgHash != cfg.Hash() {
+		return nil, fmt.Errorf("%w: config hash does not match config", ErrCorruptState)
+	}
+	s.run = d.str()
+	s.stream = d.str()
+	s.sealed = int64(d.u64())
+	s.totalPairs = d.u64()
+	s.pending = d.u64()
+	n := d.count(16)
+	if d.err != nil {
+		return nil, d.err
+	}
+	if n > cfg.Window {
+		return nil, fmt.Errorf("%w: %d pairs exceed window %d", ErrCorruptState, n, cfg.Window)
+	}
+	if s.sealed < -1 || uint64(n) > s.totalPairs || s.pending > s.totalPairs {
+		return nil, fmt.Errorf("%w: inconsistent counters (sealed %d, pairs %d, total %d, pending %d)",
+			ErrCorruptState, s.sealed, n, s.totalPairs, s.pending)
+	}
+	s.ring = make([]pair, n)
+	for i := range s.ring {
+		s.ring[i] = pair{d.f64(), d.f64()}
+		if !validScore(s.ring[i].x) || !validScore(s.ring[i].y) {
+			return nil, fmt.Errorf("%w: window pair %d is not a valid score pair", ErrCorruptState, i)
+		}
+	}
+	s.version = d.u64()
+	m := d.count(16)
+	if d.err != nil {
+		return nil, d.err
+	}
+	if (m == 0) != (s.version == 0) {
+		return nil, fmt.Errorf("%w: fit version %d with %d breakpoints", ErrCorruptState, s.version, m)
+	}
+	if m > 0 {
+		s.fitX, s.fitY = make([]float64, m), make([]float64, m)
+		for i := range s.fitX {
+			s.fitX[i] = d.f64()
+		}
+		for i := range s.fitY {
+			s.fitY[i] = d.f64()
+		}
+		for i := range m {
+			if !finite(s.fitX[i]) || !finite(s.fitY[i]) ||
+				(i > 0 && (!(s.fitX[i] > s.fitX[i-1]) || s.fitY[i] < s.fitY[i-1])) {
+				return nil, fmt.Errorf("%w: breakpoint %d breaks monotonicity or finiteness", ErrCorruptState, i)
+			}
+		}
+	}
+	s.ewma = d.f64()
+	s.groups = d.u64()
+	s.skipped = d.u64()
+	s.c = d.f64()
+	s.frozen = d.boolean("frozen")
+	if d.err != nil {
+		return nil, d.err
+	}
+	if !finite(s.ewma) || s.ewma < 0 || !finite(s.c) || s.c < 0 {
+		return nil, fmt.Errorf("%w: estimator values ewma=%v c=%v", ErrCorruptState, s.ewma, s.c)
+	}
+	if d.off != len(b) {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorruptState, len(b)-d.off)
+	}
+	if cfg.Mode == ModeDefault {
+		s.sorted = slices.Clone(s.ring)
+		slices.SortFunc(s.sorted, cmpPair)
+		s.sortedOwned = true
+	}
+	return s, nil
+}

@@ -1,0 +1,258 @@
+package correction
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+)
+
+// Sentinel errors returned (wrapped, with the offending index) by FitIsotonic.
+var (
+	ErrLengthMismatch = errors.New("correction: x, y and w lengths differ")
+	ErrEmpty          = errors.New("correction: no data points")
+	ErrNonFinite      = errors.New("correction: NaN or Inf value")
+	ErrNegativeWeight = errors.New("correction: negative weight")
+	ErrZeroWeights    = errors.New("correction: all weights are zero")
+)
+
+// tieResolution is numpy's float64 resolution (1e-15). scikit-learn's
+// _make_unique pools a sorted x into the current run while x − run_start <
+// 1e-15 (absolute), so we do the same to reproduce its fits bit-for-bit in
+// structure.
+const tieResolution = 1e-15
+
+// Isotonic is a fitted non-decreasing piecewise-linear map. It stores only
+// the breakpoints scikit-learn keeps after trimming (interior points whose
+// value equals both neighbours are dropped), so Predict is a binary search
+// over typically few points. An Isotonic is immutable and safe for
+// concurrent use.
+type Isotonic struct {
+	x, y []float64
+}
+
+// pair is one (world-model score, true score) observation with unit weight.
+type pair struct{ x, y float64 }
+
+func cmpPair(a, b pair) int {
+	switch {
+	case a.x < b.x:
+		return -1
+	case a.x > b.x:
+		return 1
+	case a.y < b.y:
+		return -1
+	case a.y > b.y:
+		return 1
+	}
+	return 0
+}
+
+// FitIsotonic fits a weighted isotonic (non-decreasing) regression of y on x
+// with scikit-learn IsotonicRegression(increasing=True, out_of_bounds="clip")
+// semantics: zero-weight points are dropped, points are sorted by (x, y),
+// equal x values (within 1e-15, as scikit-learn) are pooled to their
+// weighted mean, and the pool-adjacent-violators algorithm is run on the
+// pooled points. w may be nil for unit weights. It costs O(n log n) for the
+// sort and O(n) for the fit.
+func FitIsotonic(x, y, w []float64) (*Isotonic, error) {
+	if len(x) != len(y) || (w != nil && len(w) != len(x)) {
+		return nil, fmt.Errorf("%w: len(x)=%d len(y)=%d len(w)=%d", ErrLengthMismatch, len(x), len(y), len(w))
+	}
+	if len(x) == 0 {
+		return nil, ErrEmpty
+	}
+	type sample struct{ x, y, w float64 }
+	pts := make([]sample, 0, len(x))
+	for i := range x {
+		wi := 1.0
+		if w != nil {
+			wi = w[i]
+		}
+		if !finite(x[i]) || !finite(y[i]) || !finite(wi) {
+			return nil, fmt.Errorf("%w at index %d", ErrNonFinite, i)
+		}
+		if wi < 0 {
+			return nil, fmt.Errorf("%w at index %d: %v", ErrNegativeWeight, i, wi)
+		}
+		if wi > 0 {
+			pts = append(pts, sample{x[i], y[i], wi})
+		}
+	}
+	if len(pts) == 0 {
+		return nil, ErrZeroWeights
+	}
+	slices.SortStableFunc(pts, func(a, b sample) int { return cmpPair(pair{a.x, a.y}, pair{b.x, b.y}) })
+	sc := getScratch(len(pts))
+	defer putScratch(sc)
+	for _, p := range pts {
+		sc.add(p.x, p.w, float64(p.w*p.y))
+	}
+	bx, by, err := sc.pava()
+	if err != nil {
+		return nil, err
+	}
+	return &Isotonic{x: bx, y: by}, nil
+}
+
+// Predict evaluates the fit at x: linear interpolation between breakpoints,
+// clipped to the end values outside the fitted x range. NaN maps to NaN.
+func (f *Isotonic) Predict(x float64) float64 { return interpolate(f.x, f.y, x) }
+
+// Breakpoints returns copies of the fitted breakpoints (scikit-learn's
+// X_thresholds_ and y_thresholds_).
+func (f *Isotonic) Breakpoints() (x, y []float64) {
+	return slices.Clone(f.x), slices.Clone(f.y)
+}
+
+// interpolate is the shared evaluation of a breakpoint map. The result is
+// clamped to the segment's end values so rounding can never break
+// monotonicity.
+func interpolate(bx, by []float64, x float64) float64 {
+	n := len(bx)
+	if x != x {
+		return math.NaN()
+	}
+	if x <= bx[0] {
+		return by[0]
+	}
+	if x >= bx[n-1] {
+		return by[n-1]
+	}
+	// Smallest i with bx[i] >= x; here 1 <= i <= n-1.
+	lo, hi := 0, n-1
+	for hi-lo > 1 {
+		m := int(uint(lo+hi) >> 1)
+		if bx[m] < x {
+			lo = m
+		} else {
+			hi = m
+		}
+	}
+	if bx[hi] == x {
+		return by[hi]
+	}
+	xl, yl, xh, yh := bx[lo], by[lo], bx[hi], by[hi]
+	slope := (yh - yl) / (xh - xl)
+	// Explicit conversions forbid FMA fusion so results are identical on
+	// every architecture (Go spec: an explicit conversion rounds).
+	v := float64(slope*float64(x-xl)) + yl
+	return min(max(v, yl), yh)
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// fitScratch holds the per-fit working arrays; pooled so repeated refits do
+// not allocate beyond the returned breakpoints.
+type fitScratch struct {
+	ux, uw, us []float64 // pooled unique x, weight sum, weighted y sum
+	runX       float64   // x at which the current tie run started
+	bStart     []int32
+	bW, bS, bM []float64
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(fitScratch) }}
+
+func getScratch(n int) *fitScratch {
+	sc := scratchPool.Get().(*fitScratch)
+	sc.ux, sc.uw, sc.us = sc.ux[:0], sc.uw[:0], sc.us[:0]
+	if cap(sc.bM) < n {
+		sc.bStart = make([]int32, n)
+		sc.bW = make([]float64, n)
+		sc.bS = make([]float64, n)
+		sc.bM = make([]float64, n)
+	}
+	return sc
+}
+
+func putScratch(sc *fitScratch) { scratchPool.Put(sc) }
+
+// add appends one sample (in sorted order) to the pooled arrays, merging it
+// into the current tie run exactly as scikit-learn's _make_unique does.
+func (sc *fitScratch) add(x, w, wy float64) {
+	k := len(sc.ux)
+	if k > 0 && x-sc.runX < tieResolution {
+		sc.uw[k-1] += w
+		sc.us[k-1] += wy
+		return
+	}
+	sc.runX = x
+	sc.ux = append(sc.ux, x)
+	sc.uw = append(sc.uw, w)
+	sc.us = append(sc.us, wy)
+}
+
+// pava runs weighted pool-adjacent-violators on the pooled points and
+// returns freshly allocated trimmed breakpoints: each block contributes its
+// first x and, if it spans several points, its last x, both at the block
+// mean — the same point set scikit-learn keeps.
+func (sc *fitScratch) pava() (bx, by []float64, err error) {
+	n := len(sc.ux)
+	if n == 0 {
+		return nil, nil, ErrEmpty
+	}
+	if cap(sc.bM) < n {
+		sc.bStart = make([]int32, n)
+		sc.bW = make([]float64, n)
+		sc.bS = make([]float64, n)
+		sc.bM = make([]float64, n)
+	}
+	bStart, bW, bS, bM := sc.bStart[:n], sc.bW[:n], sc.bS[:n], sc.bM[:n]
+	uw, us := sc.uw[:n], sc.us[:n]
+	top := 0
+	for i := range n {
+		w, s := uw[i], us[i]
+		m := s / w
+		start := int32(i)
+		for top > 0 && bM[top-1] >= m {
+			top--
+			w += bW[top]
+			s += bS[top]
+			start = bStart[top]
+			m = s / w
+		}
+		bStart[top], bW[top], bS[top], bM[top] = start, w, s, m
+		top++
+	}
+	if !finite(bM[0]) || !finite(bM[top-1]) {
+		// Only reachable when weighted sums overflow float64.
+		return nil, nil, fmt.Errorf("%w: weighted sums overflow", ErrNonFinite)
+	}
+	count := 0
+	for b := range top {
+		end := int32(n)
+		if b+1 < top {
+			end = bStart[b+1]
+		}
+		count++
+		if end-1 > bStart[b] {
+			count++
+		}
+	}
+	bx = make([]float64, 0, count)
+	by = make([]float64, 0, count)
+	for b := range top {
+		end := int32(n)
+		if b+1 < top {
+			end = bStart[b+1]
+		}
+		bx = append(bx, sc.ux[bStart[b]])
+		by = append(by, bM[b])
+		if end-1 > bStart[b] {
+			bx = append(bx, sc.ux[end-1])
+			by = append(by, bM[b])
+		}
+	}
+	return bx, by, nil
+}
+
+// fitSortedPairs fits unit-weight pairs already sorted by (x, y).
+func fitSortedPairs(ps []pair) (bx, by []float64, err error) {
+	sc := getScratch(len(ps))
+	defer putScratch(sc)
+	for _, p := range ps {
+		sc.add(p.x, 1, p.y)
+	}
+	return sc.pava()
+}
