@@ -1,0 +1,399 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Configuration errors returned by NewCommandExecutor; callers (the CLI) can
+// branch on them to print installation hints.
+var (
+	ErrConfig         = errors.New("sandbox: invalid command executor configuration")
+	ErrPrlimitMissing = errors.New("sandbox: rlimits requested but prlimit(1) (util-linux) is not installed")
+	ErrBwrapMissing   = errors.New("sandbox: bubblewrap requested but bwrap is not installed (Debian package bubblewrap)")
+	ErrBwrapUnusable  = errors.New("sandbox: bubblewrap is installed but cannot create a sandbox here")
+	ErrUnsupported    = errors.New("sandbox: command executor is only supported on Linux")
+)
+
+// Defaults applied by NewCommandExecutor to zero fields.
+const (
+	DefaultTimeout     = 600 * time.Second // the reference sandbox cap (DESIGN §2)
+	DefaultStderrTail  = 4 << 10
+	DefaultStdoutLimit = 64 << 10
+	DefaultPath        = "/usr/local/bin:/usr/bin:/bin"
+	defaultArtifact    = "artifact"
+)
+
+// Placeholders expanded in CommandConfig.Argv elements and Env values.
+const (
+	PlaceholderArtifact = "{artifact}" // absolute path of the written artifact
+	PlaceholderDir      = "{dir}"      // absolute path of the job's private directory
+)
+
+// Limits are per-process resource limits (setrlimit) for the child. Zero
+// means "inherit". They are applied by prlimit(1) before the untrusted
+// program is exec'd, see rlimit_linux.go for why.
+type Limits struct {
+	// CPUSeconds is RLIMIT_CPU. The soft limit delivers SIGXCPU, the hard
+	// limit (one second later) SIGKILL. Reported as StatusTimeout.
+	CPUSeconds uint64
+	// AddressSpaceBytes is RLIMIT_AS: allocations past it fail (ENOMEM), so
+	// a memory hog typically exits non-zero or aborts → StatusError.
+	AddressSpaceBytes uint64
+	// Processes is RLIMIT_NPROC. The kernel counts it per real UID and does
+	// not enforce it for root, so it only bites together with RunAs.
+	Processes uint64
+	// FileSizeBytes is RLIMIT_FSIZE: writing past it delivers SIGXFSZ.
+	FileSizeBytes uint64
+}
+
+func (l Limits) any() bool {
+	return l.CPUSeconds != 0 || l.AddressSpaceBytes != 0 || l.Processes != 0 || l.FileSizeBytes != 0
+}
+
+// DefaultLimits are conservative limits for one rollout: generous enough for
+// a small training run, tight enough that a runaway child cannot take the
+// host down.
+func DefaultLimits() Limits {
+	return Limits{
+		CPUSeconds:        600,
+		AddressSpaceBytes: 4 << 30,
+		Processes:         256,
+		FileSizeBytes:     1 << 30,
+	}
+}
+
+// RunAs is the unprivileged identity the child runs as.
+type RunAs struct{ UID, GID uint32 }
+
+// CommandConfig configures a CommandExecutor.
+type CommandConfig struct {
+	// Argv is the command to run, without a shell. Elements may contain
+	// {artifact} and {dir}. Argv[0] is resolved with the parent's PATH at
+	// construction unless it contains a placeholder.
+	Argv []string
+	// Timeout is the wall-clock budget per job (default 600 s); on expiry the
+	// whole process group is SIGKILLed and the job reports StatusTimeout.
+	Timeout time.Duration
+	// EnvAllow names parent environment variables copied into the child;
+	// nothing else from the parent leaks through.
+	EnvAllow []string
+	// Env are fixed variables (values may contain placeholders); they win
+	// over EnvAllow. PATH defaults to DefaultPath, HOME and TMPDIR to {dir}.
+	Env map[string]string
+	// Limits are rlimits for the child (zero = inherit).
+	Limits Limits
+	// RunAs, if set, runs the child under that UID/GID (requires root); the
+	// job directory is chowned to it.
+	RunAs *RunAs
+	// UseBwrap runs the child in bubblewrap: no network, read-only root,
+	// private /tmp, /proc and PID namespace, only the job directory writable.
+	UseBwrap bool
+	// BwrapPath and PrlimitPath override the looked-up helper binaries.
+	BwrapPath   string
+	PrlimitPath string
+	// TempDir is where job directories are created (default os.TempDir()).
+	TempDir string
+	// ScoreMin and ScoreMax bound valid scores (both zero = [0, 1]).
+	ScoreMin, ScoreMax float64
+	// StderrTail and StdoutLimit are the bytes of stderr kept for the
+	// result and of stdout kept for score parsing (the tail is kept).
+	StderrTail  int
+	StdoutLimit int
+	// KillGrace bounds how long output pipes are drained after the process
+	// group was killed (default 200 ms).
+	KillGrace time.Duration
+	// Logger receives cleanup warnings (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// CommandExecutor runs each job as an external program. It is safe for
+// concurrent use; every call gets its own directory and process group.
+type CommandExecutor struct {
+	cfg      CommandConfig
+	argv     []string
+	prefix   []string // prlimit wrapper, nil if no limits
+	rng      scoreRange
+	envAllow []string
+	log      *slog.Logger
+}
+
+// NewCommandExecutor validates cfg, applies defaults and checks that the
+// requested isolation is actually available (bwrap is probed with a real run),
+// so misconfiguration fails at startup rather than on the first rollout.
+func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
+	if !commandSupported {
+		return nil, ErrUnsupported
+	}
+	if len(cfg.Argv) == 0 || cfg.Argv[0] == "" {
+		return nil, fmt.Errorf("%w: empty argv", ErrConfig)
+	}
+	if cfg.Timeout < 0 || cfg.StderrTail < 0 || cfg.StdoutLimit < 0 || cfg.KillGrace < 0 {
+		return nil, fmt.Errorf("%w: negative timeout or size", ErrConfig)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.StderrTail == 0 {
+		cfg.StderrTail = DefaultStderrTail
+	}
+	if cfg.StdoutLimit == 0 {
+		cfg.StdoutLimit = DefaultStdoutLimit
+	}
+	if cfg.KillGrace == 0 {
+		cfg.KillGrace = 200 * time.Millisecond
+	}
+	if cfg.TempDir == "" {
+		cfg.TempDir = os.TempDir()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	for k := range cfg.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, fmt.Errorf("%w: bad environment variable name %q", ErrConfig, k)
+		}
+	}
+	rng, err := newScoreRange(cfg.ScoreMin, cfg.ScoreMax)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	e := &CommandExecutor{cfg: cfg, rng: rng, log: cfg.Logger}
+	e.argv = slices.Clone(cfg.Argv)
+	if !strings.Contains(e.argv[0], "{") {
+		p, err := exec.LookPath(e.argv[0])
+		if err != nil {
+			return nil, fmt.Errorf("%w: command %q: %w", ErrConfig, e.argv[0], err)
+		}
+		if e.argv[0], err = filepath.Abs(p); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
+	e.envAllow = slices.Clone(cfg.EnvAllow)
+	if cfg.Limits.any() {
+		if e.prefix, err = prlimitPrefix(cfg.PrlimitPath, cfg.Limits); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.UseBwrap {
+		if e.cfg.BwrapPath, err = findBwrap(cfg.BwrapPath); err != nil {
+			return nil, err
+		}
+		if err := e.probeBwrap(); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// Config returns the effective configuration (defaults applied).
+func (e *CommandExecutor) Config() CommandConfig { return e.cfg }
+
+// Execute runs job and always returns a Result; the job directory is removed
+// and the process group killed before it returns.
+func (e *CommandExecutor) Execute(ctx context.Context, job Job) Result {
+	name, err := artifactName(job.ArtifactName)
+	if err != nil {
+		return Result{Status: StatusInvalid, Reason: err.Error(), ExitCode: -1}
+	}
+	dir, err := os.MkdirTemp(e.cfg.TempDir, "wmrl-sandbox-")
+	if err != nil {
+		return Result{Status: StatusError, Reason: fmt.Sprintf("sandbox: create job dir: %v", err), ExitCode: -1}
+	}
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			e.log.Warn("sandbox: remove job dir", "dir", dir, "err", err)
+		}
+	}()
+	artifact := filepath.Join(dir, name)
+	if err := e.prepareDir(dir, artifact, job.Artifact); err != nil {
+		return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
+	}
+	spec := runSpec{
+		argv:      e.commandLine(dir, artifact),
+		dir:       dir,
+		env:       e.environ(dir, artifact),
+		runAs:     e.cfg.RunAs,
+		timeout:   e.cfg.Timeout,
+		stdoutMax: e.cfg.StdoutLimit,
+		stderrMax: e.cfg.StderrTail,
+		grace:     e.cfg.KillGrace,
+	}
+	out := runProcess(ctx, spec)
+	return e.classify(out)
+}
+
+func (e *CommandExecutor) prepareDir(dir, artifact string, data []byte) error {
+	// 0700: the artifact may be executed directly ({artifact} as argv[0]);
+	// the directory itself is already 0700 from MkdirTemp.
+	if err := os.WriteFile(artifact, data, 0o700); err != nil {
+		return fmt.Errorf("sandbox: write artifact: %w", err)
+	}
+	if e.cfg.RunAs != nil {
+		for _, p := range []string{dir, artifact} {
+			if err := os.Chown(p, int(e.cfg.RunAs.UID), int(e.cfg.RunAs.GID)); err != nil {
+				return fmt.Errorf("sandbox: chown job dir: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+func artifactName(n string) (string, error) {
+	if n == "" {
+		return defaultArtifact, nil
+	}
+	if n == "." || n == ".." || strings.ContainsAny(n, "/\x00") || len(n) > 255 {
+		return "", fmt.Errorf("sandbox: artifact name %q is not a plain file name", n)
+	}
+	return n, nil
+}
+
+func expand(s, dir, artifact string) string {
+	if !strings.Contains(s, "{") {
+		return s
+	}
+	return strings.NewReplacer(PlaceholderArtifact, artifact, PlaceholderDir, dir).Replace(s)
+}
+
+// commandLine is prlimit … -- [bwrap … --] argv: limits are set outermost so
+// they also bound bubblewrap's own helper processes.
+func (e *CommandExecutor) commandLine(dir, artifact string) []string {
+	var line []string
+	line = append(line, e.prefix...)
+	if e.cfg.UseBwrap {
+		line = append(line, bwrapArgs(e.cfg.BwrapPath, dir)...)
+	}
+	for _, a := range e.argv {
+		line = append(line, expand(a, dir, artifact))
+	}
+	return line
+}
+
+func (e *CommandExecutor) environ(dir, artifact string) []string {
+	env := map[string]string{"PATH": DefaultPath, "HOME": dir, "TMPDIR": dir}
+	for _, k := range e.envAllow {
+		if v, ok := os.LookupEnv(k); ok {
+			env[k] = v
+		}
+	}
+	for k, v := range e.cfg.Env {
+		env[k] = expand(v, dir, artifact)
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// classify maps a process outcome onto the four statuses.
+func (e *CommandExecutor) classify(o procOutcome) Result {
+	r := Result{
+		Duration:   o.duration,
+		ExitCode:   -1,
+		StderrTail: validUTF8(o.stderr),
+	}
+	switch {
+	case o.startErr != nil:
+		r.Status, r.Reason = StatusError, fmt.Sprintf("sandbox: start: %v", o.startErr)
+	case o.canceled:
+		r.Status, r.Reason, r.canceled = StatusError, "canceled: "+o.cancelCause.Error(), true
+	case o.timedOut:
+		r.Status, r.Reason = StatusTimeout, fmt.Sprintf("wall-clock timeout after %s: process group killed", e.cfg.Timeout)
+	default:
+		sig, signaled := o.signal, o.signaled
+		if !signaled && e.cfg.UseBwrap {
+			// bwrap reports a signal death of its child as exit 128+n.
+			sig, signaled = bwrapSignal(o.exitCode)
+		}
+		switch {
+		case signaled && e.cpuLimitHit(sig, o.cpu):
+			r.Status, r.Reason = StatusTimeout, fmt.Sprintf("cpu time limit %ds exceeded: killed by %s", e.cfg.Limits.CPUSeconds, signalName(sig))
+		case signaled:
+			r.Status, r.Reason = StatusError, "killed by signal "+signalName(sig)+signalHint(sig)
+			if e.cfg.UseBwrap {
+				r.ExitCode = o.exitCode
+			}
+		case o.exitCode != 0:
+			r.Status, r.ExitCode = StatusError, o.exitCode
+			r.Reason = fmt.Sprintf("exit status %d", o.exitCode)
+		default:
+			r.ExitCode = 0
+			score, err := e.rng.parse(o.stdout)
+			if err != nil {
+				r.Status, r.Reason = StatusInvalid, err.Error()
+			} else {
+				r.Status, r.Score = StatusOK, score
+			}
+		}
+	}
+	if o.pipeHeld {
+		r.Reason = strings.TrimPrefix(r.Reason+"; output pipe held open by an escaped process", "; ")
+	}
+	return r
+}
+
+// cpuLimitHit attributes a signal death to RLIMIT_CPU: SIGXCPU is only sent
+// by that limit, and a SIGKILL counts when the CPU time used reached it.
+func (e *CommandExecutor) cpuLimitHit(sig signal, cpu time.Duration) bool {
+	lim := e.cfg.Limits.CPUSeconds
+	if lim == 0 {
+		return false
+	}
+	return sig == sigXCPU || (sig == sigKill && cpu >= time.Duration(lim)*time.Second-50*time.Millisecond)
+}
+
+// probeBwrap runs /bin/true through exactly the wrapper real jobs use, because
+// an installed bwrap often cannot create namespaces (containers without user
+// namespaces, restrictive AppArmor) and that must be a startup error.
+func (e *CommandExecutor) probeBwrap() error {
+	truePath, err := exec.LookPath("true")
+	if err != nil {
+		return fmt.Errorf("%w: no true(1) to probe with: %w", ErrBwrapUnusable, err)
+	}
+	dir, err := os.MkdirTemp(e.cfg.TempDir, "wmrl-bwrap-probe-")
+	if err != nil {
+		return fmt.Errorf("%w: probe dir: %w", ErrBwrapUnusable, err)
+	}
+	defer os.RemoveAll(dir)
+	if e.cfg.RunAs != nil {
+		if err := os.Chown(dir, int(e.cfg.RunAs.UID), int(e.cfg.RunAs.GID)); err != nil {
+			return fmt.Errorf("%w: probe dir: %w", ErrBwrapUnusable, err)
+		}
+	}
+	argv := append(slices.Clone(e.prefix), bwrapArgs(e.cfg.BwrapPath, dir)...)
+	o := runProcess(context.Background(), runSpec{
+		argv:      append(argv, truePath),
+		dir:       dir,
+		env:       e.environ(dir, dir),
+		runAs:     e.cfg.RunAs,
+		timeout:   10 * time.Second,
+		stdoutMax: 4 << 10,
+		stderrMax: 4 << 10,
+		grace:     e.cfg.KillGrace,
+	})
+	var what string
+	switch {
+	case o.startErr != nil:
+		what = o.startErr.Error()
+	case o.timedOut:
+		what = "timed out after 10s"
+	case o.signaled:
+		what = "killed by " + signalName(o.signal)
+	case o.exitCode != 0:
+		what = fmt.Sprintf("exit status %d", o.exitCode)
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: probe %q: %s: %s", ErrBwrapUnusable, e.cfg.BwrapPath, what, strings.TrimSpace(validUTF8(o.stderr)))
+}
