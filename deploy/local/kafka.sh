@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# kafka.sh {fetch|start|stop|status}: one real Apache Kafka broker (KRaft,
+# combined broker+controller) run with `java` from the Maven Central jars, for
+# local development and CI. See deploy/local/README.md for what was verified.
+#
+# Environment (all optional):
+#   WMRL_KAFKA_VERSION          Kafka release (default 4.4.0)
+#   WMRL_LOG4J_VERSION          log4j-slf4j-impl version = log4j-core's (default 2.25.5)
+#   WMRL_CACHE                  jar cache root (default ~/.cache/wmrl)
+#   WMRL_LOCAL_DIR              runtime dir: data, logs, pid (default <repo>/.local)
+#   WMRL_KAFKA_PORT             PLAINTEXT listener (default 9092)
+#   WMRL_KAFKA_CONTROLLER_PORT  CONTROLLER listener (default 9093)
+#   WMRL_KAFKA_HEAP             JVM heap flags (default "-Xms256m -Xmx512m")
+#   WMRL_KAFKA_READY_TIMEOUT    seconds to wait for readiness (default 90)
+#   WMRL_KAFKA_STOP_TIMEOUT     seconds between SIGTERM and SIGKILL (default 30)
+#   WMRL_KAFKA_EXTRA_PROPERTIES a properties file appended to server.properties
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+
+KAFKA_VERSION=${WMRL_KAFKA_VERSION:-4.4.0}
+LOG4J_VERSION=${WMRL_LOG4J_VERSION:-2.25.5}
+CACHE=${WMRL_CACHE:-$HOME/.cache/wmrl}
+KDIR=$CACHE/kafka-$KAFKA_VERSION
+LIB=$KDIR/lib
+LOCAL=${WMRL_LOCAL_DIR:-$REPO/.local}
+RUN=$LOCAL/kafka
+PORT=${WMRL_KAFKA_PORT:-9092}
+CPORT=${WMRL_KAFKA_CONTROLLER_PORT:-9093}
+HEAP=${WMRL_KAFKA_HEAP:--Xms256m -Xmx512m}
+READY_TIMEOUT=${WMRL_KAFKA_READY_TIMEOUT:-90}
+STOP_TIMEOUT=${WMRL_KAFKA_STOP_TIMEOUT:-30}
+PIDFILE=$RUN/kafka.pid
+MARKER=$LIB/.complete
+
+log() { printf 'kafka.sh: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
+# pid_alive reports whether the pid file names a live java running our config,
+# so a recycled pid is never signalled.
+pid_alive() {
+	[[ -s $PIDFILE ]] || return 1
+	local pid
+	pid=$(<"$PIDFILE")
+	[[ -r /proc/$pid/cmdline ]] || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "kafka.Kafka $RUN/server.properties"
+}
+
+need_java() {
+	command -v java >/dev/null || die "java not found; Kafka 4.x needs Java 17+ (Debian: apt-get install -y openjdk-17-jre-headless)"
+	local v
+	v=$(java -XshowSettings:properties -version 2>&1 | awk -F'= ' '/java.specification.version/ {print $2}')
+	[[ ${v%%.*} -ge 17 ]] || die "java $v found; Kafka 4.x needs Java 17+"
+}
+
+fetch() {
+	if [[ -f $MARKER && $(<"$MARKER") == "$KAFKA_VERSION $LOG4J_VERSION" ]]; then
+		log "jars cached: $LIB ($(find "$LIB" -name '*.jar' | wc -l) jars)"
+		return 0
+	fi
+	command -v mvn >/dev/null || die "mvn not found (Debian: apt-get install -y maven)"
+	local t0 tmp
+	t0=$(now)
+	tmp=$LIB.tmp.$$
+	rm -rf "$tmp"
+	mkdir -p "$KDIR"
+	log "fetching kafka_2.13 $KAFKA_VERSION + log4j-slf4j-impl $LOG4J_VERSION from Maven Central"
+	if ! mvn -q -B -f "$HERE/pom.xml" \
+		-Dkafka.version="$KAFKA_VERSION" -Dlog4j.version="$LOG4J_VERSION" \
+		org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
+		-DoutputDirectory="$tmp" -DincludeScope=runtime >"$KDIR/fetch.log" 2>&1; then
+		cat "$KDIR/fetch.log" >&2
+		rm -rf "$tmp"
+		die "maven could not fetch the broker jars (log above)"
+	fi
+	[[ -f $tmp/kafka_2.13-$KAFKA_VERSION.jar ]] || die "kafka_2.13-$KAFKA_VERSION.jar missing after fetch"
+	[[ -f $tmp/log4j-slf4j-impl-$LOG4J_VERSION.jar ]] || die "SLF4J binding missing after fetch"
+	rm -rf "$LIB"
+	mv "$tmp" "$LIB"
+	echo "$KAFKA_VERSION $LOG4J_VERSION" >"$MARKER"
+	log "fetched $(find "$LIB" -name '*.jar' | wc -l) jars ($(du -sh "$LIB" | cut -f1)) in $(since "$t0")s"
+}
+
+write_config() {
+	local data=$1
+	cat >"$RUN/server.properties" <<EOF
+# Written by deploy/local/kafka.sh; one combined node with a static voter.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$CPORT
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CPORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$data
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.num.partitions=1
+group.initial.rebalance.delay.ms=0
+# wmrl creates its topics explicitly (same partition count everywhere); an
+# auto-created one-partition topic would hide a missing create.
+auto.create.topics.enable=false
+EOF
+	if [[ -n ${WMRL_KAFKA_EXTRA_PROPERTIES:-} ]]; then
+		{ echo "# from $WMRL_KAFKA_EXTRA_PROPERTIES"; cat "$WMRL_KAFKA_EXTRA_PROPERTIES"; } >>"$RUN/server.properties"
+	fi
+	cat >"$RUN/log4j2.properties" <<EOF
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = $RUN/logs/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = org.apache.kafka
+logger.kafka.level = INFO
+EOF
+	# The storage tool logs its whole config at INFO; keep its console quiet.
+	cat >"$RUN/tools-log4j2.properties" <<EOF
+status = warn
+appender.console.type = Console
+appender.console.name = STDERR
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.console.ref = STDERR
+EOF
+}
+
+kafkaready_bin() {
+	local bin=$LOCAL/bin/kafkaready
+	mkdir -p "$LOCAL/bin"
+	(cd "$REPO" && go build -o "$bin" ./deploy/local/kafkaready) || die "could not build deploy/local/kafkaready"
+	echo "$bin"
+}
+
+start() {
+	if pid_alive; then
+		log "already running (pid $(<"$PIDFILE")) on 127.0.0.1:$PORT"
+		return 0
+	fi
+	for p in "$PORT" "$CPORT"; do
+		port_open "$p" && die "127.0.0.1:$p is already in use by another process"
+	done
+	need_java
+	fetch
+	command -v go >/dev/null || die "go not found: needed to build the readiness check"
+
+	rm -rf "$RUN"
+	mkdir -p "$RUN/data" "$RUN/logs"
+	write_config "$RUN/data"
+	local cp="$LIB/*" id t0 pid
+	t0=$(now)
+	id=$(java -cp "$cp" -Dlog4j2.configurationFile="$RUN/tools-log4j2.properties" kafka.tools.StorageTool random-uuid)
+	java -cp "$cp" -Dlog4j2.configurationFile="$RUN/tools-log4j2.properties" \
+		kafka.tools.StorageTool format -t "$id" -c "$RUN/server.properties" >"$RUN/logs/format.log" 2>&1 ||
+		{ cat "$RUN/logs/format.log" >&2; die "kafka-storage format failed"; }
+	log "formatted $RUN/data (cluster $id) in $(since "$t0")s"
+
+	t0=$(now)
+	# setsid: the broker outlives the shell (and make) that started it.
+	# shellcheck disable=SC2086 # HEAP is a list of JVM flags
+	setsid java $HEAP -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
+		-Dlog4j2.configurationFile="$RUN/log4j2.properties" -Dkafka.logs.dir="$RUN/logs" \
+		-cp "$cp" kafka.Kafka "$RUN/server.properties" \
+		</dev/null >"$RUN/logs/stdout.log" 2>&1 &
+	pid=$!
+	# setsid execs in place unless it is a process-group leader (job control
+	# on), in which case it forks: then find the broker by its own config path.
+	sleep 0.2
+	if ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "kafka.Kafka $RUN/server.properties"; then
+		pid=$(pgrep -f "kafka.Kafka $RUN/server.properties" | head -n1) || die "broker process not found after launch"
+	fi
+	echo "$pid" >"$PIDFILE"
+	log "started java pid $pid (Kafka $KAFKA_VERSION, logs in $RUN/logs)"
+
+	local bin
+	bin=$(kafkaready_bin)
+	local deadline=$((SECONDS + READY_TIMEOUT))
+	until port_open "$PORT"; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			tail -n 40 "$RUN/logs/server.log" "$RUN/logs/stdout.log" >&2 || true
+			rm -f "$PIDFILE"
+			die "broker exited during startup (log tail above)"
+		fi
+		((SECONDS < deadline)) || { tail -n 40 "$RUN/logs/server.log" >&2 || true; die "port $PORT not open after ${READY_TIMEOUT}s"; }
+		sleep 0.2
+	done
+	local left=$((deadline - SECONDS))
+	((left > 5)) || left=5
+	if ! "$bin" -brokers "127.0.0.1:$PORT" -timeout "${left}s"; then
+		tail -n 40 "$RUN/logs/server.log" >&2 || true
+		die "broker did not become ready (log tail above; broker still running, pid $pid: kafka.sh stop)"
+	fi
+	local reported
+	reported=$(grep -m1 -o 'Kafka version: [^ ]*' "$RUN/logs/server.log" || echo "Kafka version: (not in log)")
+	log "ready on 127.0.0.1:$PORT in $(since "$t0")s after launch; broker log says $reported"
+}
+
+stop() {
+	if ! pid_alive; then
+		rm -f "$PIDFILE"
+		log "not running"
+		return 0
+	fi
+	local pid t0
+	pid=$(<"$PIDFILE")
+	t0=$(now)
+	kill -TERM "$pid"
+	local deadline=$((SECONDS + STOP_TIMEOUT))
+	while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+	if kill -0 "$pid" 2>/dev/null; then
+		log "pid $pid still alive ${STOP_TIMEOUT}s after SIGTERM; sending SIGKILL"
+		kill -KILL "$pid" 2>/dev/null || true
+		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+		rm -f "$PIDFILE"
+		log "killed pid $pid after $(since "$t0")s"
+		return 0
+	fi
+	rm -f "$PIDFILE"
+	log "stopped pid $pid cleanly in $(since "$t0")s"
+}
+
+status() {
+	if pid_alive; then
+		local state=closed
+		port_open "$PORT" && state=open
+		log "running: pid $(<"$PIDFILE"), Kafka $KAFKA_VERSION, 127.0.0.1:$PORT $state, logs $RUN/logs"
+		return 0
+	fi
+	if port_open "$PORT"; then
+		log "not started by kafka.sh, but something answers on 127.0.0.1:$PORT"
+	else
+		log "not running"
+	fi
+	return 3
+}
+
+case ${1:-} in
+fetch) fetch ;;
+start) start ;;
+stop) stop ;;
+status) status ;;
+*)
+	echo "usage: $0 {fetch|start|stop|status}" >&2
+	exit 2
+	;;
+esac
