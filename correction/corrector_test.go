@@ -1,0 +1,346 @@
+package correction
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func mustNew(t testing.TB, cfg Config) *Corrector {
+	t.Helper()
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// run folds steps into a fresh state with Correct and returns all rows and
+// the final state.
+func run(t testing.TB, c *Corrector, steps []Step) ([][]Row, *State) {
+	t.Helper()
+	st := c.NewState(steps[0].Run, steps[0].Stream)
+	var all [][]Row
+	for _, s := range steps {
+		rows, next, err := c.Correct(st, s)
+		if err != nil {
+			t.Fatalf("step %d: %v", s.Step, err)
+		}
+		all = append(all, rows)
+		st = next
+	}
+	return all, st
+}
+
+// shuffled returns a deep copy of s with groups and rollouts permuted.
+func shuffled(s Step, r *splitMix64) Step {
+	out := s
+	out.Groups = slices.Clone(s.Groups)
+	for i := len(out.Groups) - 1; i > 0; i-- {
+		j := int(r.next() % uint64(i+1))
+		out.Groups[i], out.Groups[j] = out.Groups[j], out.Groups[i]
+	}
+	for gi := range out.Groups {
+		ro := slices.Clone(out.Groups[gi].Rollouts)
+		for i := len(ro) - 1; i > 0; i-- {
+			j := int(r.next() % uint64(i+1))
+			ro[i], ro[j] = ro[j], ro[i]
+		}
+		out.Groups[gi].Rollouts = ro
+	}
+	return out
+}
+
+func TestCorrectOrderInvariant(t *testing.T) {
+	for _, cfg := range []Config{DefaultConfig(), ReferenceConfig()} {
+		t.Run(cfg.Mode.String(), func(t *testing.T) {
+			c := mustNew(t, cfg)
+			steps := simulate("run", "s", 40, 3)
+			r := &splitMix64{s: 99}
+			perm := make([]Step, len(steps))
+			for i, s := range steps {
+				perm[i] = shuffled(s, r)
+			}
+			rowsA, stA := run(t, c, steps)
+			rowsB, stB := run(t, c, perm)
+			if stA.Digest() != stB.Digest() {
+				t.Fatal("state digest depends on rollout order")
+			}
+			for v := range rowsA {
+				if !slices.Equal(rowsA[v], rowsB[v]) {
+					t.Fatalf("step %d rows depend on rollout order", v)
+				}
+			}
+			if stA.FitVersion() == 0 {
+				t.Fatal("run too short to fit a map")
+			}
+		})
+	}
+}
+
+func TestCorrectStepSemantics(t *testing.T) {
+	c := mustNew(t, DefaultConfig())
+	steps := simulate("run", "s", 30, 5)
+	st := c.NewState("run", "s")
+	for _, s := range steps {
+		before := st.Digest()
+		rows, next, err := c.Correct(st, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Digest() != before {
+			t.Fatal("Correct mutated prev")
+		}
+		if !slices.IsSortedFunc(rows, func(a, b Row) int {
+			return strings.Compare(a.GroupID+"\x00"+a.RolloutID, b.GroupID+"\x00"+b.RolloutID)
+		}) {
+			t.Fatal("rows not in canonical order")
+		}
+		for _, row := range rows {
+			if row.CalibrationVersion != st.FitVersion() {
+				t.Fatalf("row version %d, prev state %d", row.CalibrationVersion, st.FitVersion())
+			}
+			if row.PredictedOK && row.Calibrated != st.Calibrate(row.Predicted) {
+				t.Fatal("row not calibrated with the state sealed after step-1")
+			}
+			if st.Pairs() < 200 && row.PredictedOK && row.Calibrated != row.Predicted {
+				t.Fatal("map used before MinPairs pairs")
+			}
+			switch {
+			case !row.Mask:
+				if row.Advantage != 0 || row.Weight != 0 || row.Used != 0 {
+					t.Fatalf("masked row carries values: %+v", row)
+				}
+			case row.Source == SourceAnchor:
+				if row.Used != row.Executed || row.Weight != st.AnchorWeight() || !row.ExecutedOK {
+					t.Fatalf("anchor row: %+v (weight in force %v)", row, st.AnchorWeight())
+				}
+			default:
+				if row.Used != row.Calibrated || row.Weight != 1 || row.ExecutedOK {
+					t.Fatalf("world-model row: %+v", row)
+				}
+			}
+		}
+		if next.SealedStep() != s.Step {
+			t.Fatalf("sealed %d after step %d", next.SealedStep(), s.Step)
+		}
+		st = next
+	}
+	// 30 steps × 2 anchor groups × 8 rollouts, minus missing scores.
+	if st.Pairs() < 400 || st.Pairs() > 480 || st.FitVersion() == 0 {
+		t.Fatalf("pairs %d, fit version %d", st.Pairs(), st.FitVersion())
+	}
+	ratio, groups := st.NoiseRatio()
+	if want := min(1+ratio, 4); st.AnchorWeight() != want || groups == 0 || ratio <= 0 {
+		t.Fatalf("default weight %v, want clip(1+%v) = %v over %d groups", st.AnchorWeight(), ratio, want, groups)
+	}
+}
+
+func TestReferenceCadenceAndFreeze(t *testing.T) {
+	c := mustNew(t, ReferenceConfig())
+	st := c.NewState("run", "s")
+	steps := simulate("run", "s", 40, 11)
+	lastVersion, lastTotal := uint64(0), uint64(0)
+	for _, s := range steps {
+		_, next, err := c.Correct(st, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.FitVersion() != st.FitVersion() {
+			if next.Pairs() < 200 {
+				t.Fatalf("refit with %d pairs", next.Pairs())
+			}
+			if lastVersion > 0 && next.TotalPairs()-lastTotal < 64 {
+				t.Fatalf("refit after only %d new pairs", next.TotalPairs()-lastTotal)
+			}
+			lastVersion, lastTotal = next.FitVersion(), next.TotalPairs()
+		}
+		_, g := next.NoiseRatio()
+		if g < 32 && next.AnchorWeight() != 1 {
+			t.Fatalf("weight %v before freeze", next.AnchorWeight())
+		}
+		if g >= 32 && !st.frozen && next.frozen && next.AnchorWeight() != 2 {
+			t.Fatalf("weight at freeze %v, want 2", next.AnchorWeight())
+		}
+		st = next
+	}
+	if lastVersion < 3 || !st.frozen {
+		t.Fatalf("only %d refits, frozen=%v", lastVersion, st.frozen)
+	}
+	bx, _ := st.Breakpoints()
+	for _, x := range bx {
+		if k := math.Round(x*10 - 0.5); math.Abs(x-(k+0.5)/10) > 1e-15 {
+			t.Fatalf("reference breakpoint %v is not a bin centre", x)
+		}
+	}
+}
+
+func TestAblations(t *testing.T) {
+	steps := simulate("run", "s", 30, 13)
+	cfg := DefaultConfig()
+	cfg.Debias = false
+	rows, st := run(t, mustNew(t, cfg), steps)
+	if st.FitVersion() != 0 || st.Pairs() == 0 {
+		t.Fatalf("debias off: version %d pairs %d", st.FitVersion(), st.Pairs())
+	}
+	for _, rs := range rows {
+		for _, r := range rs {
+			if r.PredictedOK && r.Calibrated != r.Predicted {
+				t.Fatal("debias off but calibrated != predicted")
+			}
+		}
+	}
+	cfg = DefaultConfig()
+	cfg.Denoise = false
+	rows, st = run(t, mustNew(t, cfg), steps)
+	if st.AnchorWeight() != 1 {
+		t.Fatalf("denoise off: weight %v", st.AnchorWeight())
+	}
+	for _, rs := range rows {
+		for _, r := range rs {
+			if r.Mask && r.Weight != 1 {
+				t.Fatal("denoise off but weight != 1")
+			}
+		}
+	}
+}
+
+func TestCorrectErrors(t *testing.T) {
+	c := mustNew(t, DefaultConfig())
+	good := simulate("run", "s", 1, 1)[0]
+	fresh := c.NewState("run", "s")
+	edit := func(f func(s *Step)) Step {
+		s := good
+		s.Groups = slices.Clone(good.Groups)
+		for i := range s.Groups {
+			s.Groups[i].Rollouts = slices.Clone(s.Groups[i].Rollouts)
+		}
+		f(&s)
+		return s
+	}
+	other := DefaultConfig()
+	other.Eps = 1e-3
+	tests := []struct {
+		name    string
+		st      *State
+		step    Step
+		want    error
+		mention string
+	}{
+		{"nil state", nil, good, ErrNilState, ""},
+		{"out of order", fresh, edit(func(s *Step) { s.Step = 1 }), ErrOutOfOrder, ""},
+		{"config mismatch", NewState("run", "s", other), good, ErrConfigMismatch, ""},
+		{"stream mismatch", NewState("run", "t", DefaultConfig()), good, ErrStreamMismatch, ""},
+		{"duplicate group", fresh, edit(func(s *Step) { s.Groups[3].ID = "g1" }), ErrInvalidStep, `"g1"`},
+		{"empty group id", fresh, edit(func(s *Step) { s.Groups[2].ID = "" }), ErrInvalidStep, "index 2"},
+		{"duplicate rollout", fresh, edit(func(s *Step) { s.Groups[4].Rollouts[5].ID = "r2" }), ErrInvalidStep, `group "g4": duplicate rollout id "r2"`},
+		{"empty rollout id", fresh, edit(func(s *Step) { s.Groups[4].Rollouts[5].ID = "" }), ErrInvalidStep, `group "g4"`},
+		{"nan predicted", fresh, edit(func(s *Step) { s.Groups[5].Rollouts[1].Predicted = Reward{math.NaN(), true} }), ErrInvalidStep, `group "g5" rollout "r1"`},
+		{"inf executed", fresh, edit(func(s *Step) { s.Groups[0].Rollouts[7].Executed = Reward{math.Inf(1), true} }), ErrInvalidStep, `group "g0" rollout "r7"`},
+		{"huge score", fresh, edit(func(s *Step) { s.Groups[6].Rollouts[0].Predicted = Reward{1e300, true} }), ErrInvalidStep, `rollout "r0"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rows, st, err := c.Correct(tt.st, tt.step)
+			if !errors.Is(err, tt.want) || rows != nil || st != nil {
+				t.Fatalf("got (%d rows, %v, %v), want error %v", len(rows), st, err, tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.mention) {
+				t.Fatalf("error %q does not mention %s", err, tt.mention)
+			}
+		})
+	}
+	// Missing scores are not errors, even if their value is NaN.
+	ok := edit(func(s *Step) { s.Groups[5].Rollouts[1].Predicted = Reward{math.NaN(), false} })
+	if _, _, err := c.Correct(fresh, ok); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMaskingInCorrect(t *testing.T) {
+	c := mustNew(t, DefaultConfig())
+	step := Step{Run: "r", Stream: "s", Step: 0, Groups: []Group{
+		{ID: "a", Anchor: true, Rollouts: []Rollout{
+			{ID: "1", Predicted: Reward{0.2, true}, Executed: Reward{0.1, true}},
+			{ID: "2", Predicted: Reward{0.8, true}, Executed: Reward{0, false}},
+			{ID: "3", Predicted: Reward{0, false}, Executed: Reward{0.9, true}},
+		}},
+		{ID: "b", Rollouts: []Rollout{
+			{ID: "1", Predicted: Reward{0.5, true}},
+			{ID: "2", Predicted: Reward{0, false}},
+		}},
+	}}
+	rows, st, err := c.Correct(c.NewState("r", "s"), step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	masks := []bool{true, false, true, false, false}
+	for i, r := range rows {
+		if r.Mask != masks[i] {
+			t.Fatalf("row %s/%s mask %v, want %v", r.GroupID, r.RolloutID, r.Mask, masks[i])
+		}
+	}
+	if a := rows[0].Advantage; math.Abs(a+(0.4/(0.4+1e-4))) > 1e-12 {
+		t.Fatalf("anchor advantage %v", a)
+	}
+	if st.Pairs() != 1 || st.TotalPairs() != 1 {
+		t.Fatalf("pairs %d: only rollout a/1 has both scores", st.Pairs())
+	}
+}
+
+func TestAdvanceMatchesCorrect(t *testing.T) {
+	c := mustNew(t, DefaultConfig())
+	steps := simulate("run", "s", 25, 17)
+	_, want := run(t, c, steps)
+	st := c.NewState("run", "s")
+	var rows []Row
+	for _, s := range steps {
+		var err error
+		if rows, err = c.Advance(st, s, rows[:0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.Digest() != want.Digest() {
+		t.Fatal("Advance and Correct diverge")
+	}
+	if _, err := c.Advance(st, steps[0], nil); !errors.Is(err, ErrOutOfOrder) {
+		t.Fatalf("replayed step: %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	mod := func(f func(*Config)) Config { c := DefaultConfig(); f(&c); return c }
+	bad := []Config{
+		mod(func(c *Config) { c.Mode = 7 }),
+		mod(func(c *Config) { c.Window = 0 }),
+		mod(func(c *Config) { c.MinPairs = 6000 }),
+		mod(func(c *Config) { c.MinPairs = 0 }),
+		mod(func(c *Config) { c.RefitEvery = -1 }),
+		mod(func(c *Config) { c.Mode = ModeReference; c.Bins = 0 }),
+		mod(func(c *Config) { c.HalfLife = 0 }),
+		mod(func(c *Config) { c.HalfLife = math.NaN() }),
+		mod(func(c *Config) { c.FreezeAfter = -1 }),
+		mod(func(c *Config) { c.WeightCap = 0.5 }),
+		mod(func(c *Config) { c.Advantage = 9 }),
+		mod(func(c *Config) { c.Eps = -1 }),
+		mod(func(c *Config) { c.DDOF = 2 }),
+	}
+	for i, cfg := range bad {
+		if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("case %d: Validate() = %v", i, err)
+		}
+		if _, err := New(cfg); err == nil {
+			t.Errorf("case %d: New accepted an invalid config", i)
+		}
+	}
+	for _, cfg := range []Config{DefaultConfig(), ReferenceConfig()} {
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if DefaultConfig().Hash() == ReferenceConfig().Hash() || DefaultConfig().Hash() != DefaultConfig().Hash() {
+		t.Fatal("config hash not a function of the config")
+	}
+}
