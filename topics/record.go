@@ -1,0 +1,140 @@
+package topics
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// RolloutRecord encodes r as a record for the rollouts topic, keyed by run_id.
+func (n Names) RolloutRecord(r Rollout) (*kgo.Record, error) {
+	b, err := EncodeRollout(r)
+	if err != nil {
+		return nil, err
+	}
+	return jsonRecord(n.Rollouts(), SchemaRollout, r.RunID, r.Step, r.Stream, b), nil
+}
+
+// StepRecord encodes m as a record for the steps topic, keyed by run_id.
+func (n Names) StepRecord(m StepManifest) (*kgo.Record, error) {
+	b, err := EncodeStep(m)
+	if err != nil {
+		return nil, err
+	}
+	return jsonRecord(n.Steps(), SchemaStep, m.RunID, m.Step, "", b), nil
+}
+
+// PredictedRecord encodes p as a record for the predicted-rewards topic, keyed by run_id.
+func (n Names) PredictedRecord(p PredictedReward) (*kgo.Record, error) {
+	b, err := EncodePredicted(p)
+	if err != nil {
+		return nil, err
+	}
+	return jsonRecord(n.Predicted(), SchemaPredicted, p.RunID, p.Step, p.Stream, b), nil
+}
+
+// ExecutedRecord encodes e as a record for the executed-rewards topic, keyed by run_id.
+func (n Names) ExecutedRecord(e ExecutedReward) (*kgo.Record, error) {
+	b, err := EncodeExecuted(e)
+	if err != nil {
+		return nil, err
+	}
+	return jsonRecord(n.Executed(), SchemaExecuted, e.RunID, e.Step, e.Stream, b), nil
+}
+
+// CalibrationRecord encodes s as a record for the compacted calibration topic, keyed by
+// CalibrationKey(run, stream) so compaction keeps the latest snapshot of each stream.
+func (n Names) CalibrationRecord(s CalibrationSnapshot) (*kgo.Record, error) {
+	b, err := EncodeCalibration(s)
+	if err != nil {
+		return nil, err
+	}
+	r := jsonRecord(n.Calibration(), SchemaCalibration, s.RunID, s.Step, s.Stream, b)
+	r.Key = CalibrationKey(s.RunID, s.Stream)
+	return r, nil
+}
+
+func jsonRecord(topic, schema, run string, step int64, stream string, value []byte) *kgo.Record {
+	var extra []kgo.RecordHeader
+	if stream != "" {
+		extra = append(extra, Header(HeaderStream, stream))
+	}
+	return &kgo.Record{Topic: topic, Key: []byte(run), Value: value, Headers: Headers(schema, run, step, extra...)}
+}
+
+// AdvantageRecords chunks one step's rows (ChunkAdvantages with maxBytes, e.g. DefaultChunkBytes)
+// into records for the advantages topic, keyed by run, with headers wmrl-chunk "i/n" and
+// wmrl-rows. Every row must belong to run and step (ErrConflict otherwise). A non-empty stream
+// additionally requires every row to belong to it and sets wmrl-stream; an empty stream allows a
+// step's rows from several streams in one set of chunks. Produce the records in order, in one
+// transaction, so a trainer sees all n chunks of a step or none.
+func (n Names) AdvantageRecords(run, stream string, step int64, rows []AdvantageRow, maxBytes int) ([]*kgo.Record, error) {
+	if msg := checkID(run); msg != "" {
+		return nil, &FieldError{Record: "advantages", Field: "run_id", Value: run, Reason: msg}
+	}
+	if stream != "" {
+		if msg := checkID(stream); msg != "" {
+			return nil, &FieldError{Record: "advantages", Field: "stream", Value: stream, Reason: msg}
+		}
+	}
+	if step < 0 {
+		return nil, &FieldError{Record: "advantages", Field: "step", Value: step, Reason: "must be >= 0"}
+	}
+	for i := range rows {
+		r := &rows[i]
+		var field string
+		var value any
+		switch {
+		case r.RunID != run:
+			field, value = "run_id", r.RunID
+		case r.Step != step:
+			field, value = "step", r.Step
+		case stream != "" && r.Stream != stream:
+			field, value = "stream", r.Stream
+		default:
+			continue
+		}
+		return nil, fmt.Errorf("advantages row %d: %w", i, &FieldError{
+			Record: recordName("advantage", "run", r.RunID, "rollout", r.RolloutID),
+			Field:  field, Value: value,
+			Reason: fmt.Sprintf("batch is for run=%s stream=%q step=%d", run, stream, step), Err: ErrConflict,
+		})
+	}
+	chunks, err := chunkAdvantages(rows, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*kgo.Record, len(chunks))
+	for i, c := range chunks {
+		var extra []kgo.RecordHeader
+		if stream != "" {
+			extra = append(extra, Header(HeaderStream, stream))
+		}
+		extra = append(extra, Header(HeaderChunk, FormatChunk(i, len(chunks))), Header(HeaderRows, strconv.Itoa(c.rows)))
+		out[i] = &kgo.Record{Topic: n.Advantages(), Key: []byte(run), Value: c.payload, Headers: Headers(SchemaAdvantages, run, step, extra...)}
+	}
+	return out, nil
+}
+
+// CalibrationKey is the calibration topic's key, "run_id/stream". Ids never contain '/'
+// (ValidID), so the key splits unambiguously.
+func CalibrationKey(run, stream string) []byte {
+	return []byte(run + "/" + stream)
+}
+
+// ParseCalibrationKey splits a calibration key into run and stream, both valid ids.
+func ParseCalibrationKey(k []byte) (run, stream string, err error) {
+	run, stream, ok := strings.Cut(string(k), "/")
+	if !ok {
+		return "", "", &FieldError{Record: "calibration key", Field: "key", Value: string(k), Reason: "want run_id/stream"}
+	}
+	if msg := checkID(run); msg != "" {
+		return "", "", &FieldError{Record: "calibration key", Field: "run_id", Value: run, Reason: msg}
+	}
+	if msg := checkID(stream); msg != "" {
+		return "", "", &FieldError{Record: "calibration key", Field: "stream", Value: stream, Reason: msg}
+	}
+	return run, stream, nil
+}
