@@ -129,7 +129,9 @@ class ReferenceCorrector:
         return min(max(1 + self.c * self.ewma, 1.0), self.cap)
 
     def refit(self):
-        x, y = self.bx[: self.n], self.by[: self.n]
+        # Oldest first, as the Go state does, so bin sums add in the same order.
+        x = np.concatenate((self.bx[self.head : self.n], self.bx[: self.head]))
+        y = np.concatenate((self.by[self.head : self.n], self.by[: self.head]))
         k = np.minimum((np.clip(x, 0, 1) * self.bins).astype(np.int64), self.bins - 1)
         cnt = np.bincount(k, minlength=self.bins).astype(np.float64)
         tot = np.bincount(k, weights=y, minlength=self.bins)

@@ -167,14 +167,11 @@ func (d *decoder) intField(field string) int {
 // could not have produced, so Encode(DecodeState(b)) == b whenever it
 // succeeds.
 func DecodeState(b []byte) (*State, error) {
-	if len(b) < len(stateMagic)+2 {
-		if len(b) < len(stateMagic) && string(b) != stateMagic[:len(b)] {
-			return nil, ErrBadMagic
-		}
-		return nil, fmt.Errorf("%w: %d bytes", ErrTruncated, len(b))
-	}
-	if string(b[:len(stateMagic)]) != stateMagic {
+	if k := min(len(b), len(stateMagic)); string(b[:k]) != stateMagic[:k] {
 		return nil, ErrBadMagic
+	}
+	if len(b) < len(stateMagic)+2 {
+		return nil, fmt.Errorf("%w: %d bytes", ErrTruncated, len(b))
 	}
 	d := &decoder{b: b, off: len(stateMagic)}
 	if v := d.u16(); v != StateEncodingVersion {

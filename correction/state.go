@@ -191,7 +191,7 @@ func (s *State) maybeRefit() error {
 		err    error
 	)
 	if s.cfg.Mode == ModeReference {
-		bx, by, err = fitBinned(s.ring, s.cfg.Bins)
+		bx, by, err = fitBinned(s.ring, s.head, s.cfg.Bins)
 	} else {
 		bx, by, err = fitSortedPairs(s.sorted)
 	}
@@ -209,10 +209,14 @@ func (s *State) maybeRefit() error {
 // weighted PAV (weights = bin counts) runs on the means of the non-empty
 // bins placed at the bin centres (k+0.5)/B. Evaluation interpolates between
 // those centres and is flat beyond the outer ones.
-func fitBinned(ps []pair, bins int) (bx, by []float64, err error) {
+//
+// The ring is read oldest first (from head), the order Encode writes, so the
+// bin sums — and hence the fit — do not depend on where the ring wraps.
+func fitBinned(ring []pair, head, bins int) (bx, by []float64, err error) {
 	cnt := make([]float64, bins)
 	sum := make([]float64, bins)
-	for _, p := range ps {
+	for i := range ring {
+		p := ring[(head+i)%len(ring)]
 		k := binIndex(p.x, bins)
 		cnt[k]++
 		sum[k] += p.y

@@ -1,0 +1,158 @@
+package correction
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden state digests and fuzz seed corpora")
+
+// goldenStates are deterministic states whose encodings are pinned: any
+// change to the encoding or to the math changes their digests.
+func goldenStates(t testing.TB) map[string]*State {
+	t.Helper()
+	small := func(cfg Config) Config { cfg.Window, cfg.MinPairs = 120, 40; return cfg }
+	out := map[string]*State{
+		"empty_default": NewState("run-0", "main", DefaultConfig()),
+	}
+	for name, cfg := range map[string]Config{
+		"default_30":         DefaultConfig(),
+		"reference_30":       ReferenceConfig(),
+		"default_small_30":   small(DefaultConfig()),
+		"reference_small_30": small(ReferenceConfig()),
+	} {
+		_, st := run(t, mustNew(t, cfg), simulate("run-0", "main", 30, 2026))
+		out[name] = st
+	}
+	return out
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	for name, st := range goldenStates(t) {
+		t.Run(name, func(t *testing.T) {
+			enc := st.Encode()
+			dec, err := DecodeState(enc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(dec.Encode(), enc) || dec.Digest() != st.Digest() {
+				t.Fatal("Encode(Decode(b)) != b")
+			}
+			// A decoded state continues exactly like the original (replay).
+			c := mustNew(t, st.Config())
+			more := simulate("run-0", "main", 40, 7)[30:]
+			a, b := st, dec
+			for i, s := range more {
+				s.Step = a.SealedStep() + 1
+				ra, na, err := c.Correct(a, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rb, nb, err := c.Correct(b, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fmt.Sprint(ra) != fmt.Sprint(rb) || na.Digest() != nb.Digest() {
+					t.Fatalf("decoded state diverges %d steps after decode", i+1)
+				}
+				a, b = na, nb
+			}
+		})
+	}
+}
+
+func TestStateDigestsGolden(t *testing.T) {
+	path := filepath.Join("testdata", "state_digests.json")
+	got := map[string]string{}
+	for name, st := range goldenStates(t) {
+		d := st.Digest()
+		got[name] = hex.EncodeToString(d[:])
+	}
+	if *update {
+		b, _ := json.MarshalIndent(got, "", "  ")
+		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]string
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != len(got) {
+		t.Fatalf("golden has %d states, test builds %d", len(want), len(got))
+	}
+	for name, d := range got {
+		if want[name] != d {
+			t.Errorf("%s: digest %s, golden %s (encoding or math changed; bump StateEncodingVersion or run -update if intended)", name, d, want[name])
+		}
+	}
+}
+
+func TestDecodeStateErrors(t *testing.T) {
+	st := goldenStates(t)["default_small_30"]
+	enc := st.Encode()
+	mut := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(enc)) }
+	ringOff := len(stateMagic) + 2 + configEncodedLen + 32 + 4 + len("run-0") + 4 + len("main") + 24
+	tests := []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"empty", nil, ErrTruncated},
+		{"short magic prefix", []byte("WMR"), ErrTruncated},
+		{"bad magic", []byte("NOTASTATE"), ErrBadMagic},
+		{"version", mut(func(b []byte) []byte { b[8] = 2; return b }), ErrUnsupportedVersion},
+		{"truncated", enc[:len(enc)-1], ErrTruncated},
+		{"truncated mid window", enc[:ringOff+20], ErrTruncated},
+		{"trailing", append(bytes.Clone(enc), 0), ErrCorruptState},
+		{"config hash", mut(func(b []byte) []byte { b[len(stateMagic)+2+configEncodedLen] ^= 1; return b }), ErrCorruptState},
+		{"invalid config", mut(func(b []byte) []byte { b[len(stateMagic)+2] = 9; return b }), ErrCorruptState},
+		{"frozen byte", mut(func(b []byte) []byte { b[len(b)-1] = 2; return b }), ErrCorruptState},
+		{"huge window count", mut(func(b []byte) []byte {
+			copy(b[ringOff:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f})
+			return b
+		}), ErrTruncated},
+		{"nan pair", mut(func(b []byte) []byte {
+			copy(b[ringOff+8:], []byte{0, 0, 0, 0, 0, 0, 0xf8, 0x7f})
+			return b
+		}), ErrCorruptState},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := DecodeState(tt.b)
+			if !errors.Is(err, tt.want) || s != nil {
+				t.Fatalf("DecodeState = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestWriteFuzzSeeds keeps the committed seed corpora in testdata/fuzz in
+// sync with the encoder; it writes them only with -update.
+func TestWriteFuzzSeeds(t *testing.T) {
+	if !*update {
+		t.Skip("run with -update to rewrite fuzz seed corpora")
+	}
+	dir := filepath.Join("testdata", "fuzz", "FuzzDecodeState")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"empty_default", "default_small_30", "reference_small_30"} {
+		enc := goldenStates(t)[name].Encode()
+		body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", enc)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
