@@ -240,23 +240,31 @@ func (r scoreRange) parse(stdout []byte) (float64, error) {
 	if line == nil {
 		return 0, fmt.Errorf("%w: no output on stdout", ErrInvalidScore)
 	}
-	var v struct {
-		Score *json.Number `json:"score"`
-	}
+	// A map rather than a struct: encoding/json matches struct fields
+	// case-insensitively, and the contract is the exact key "score".
+	var v map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	if err := dec.Decode(&v); err != nil {
+	if err := dec.Decode(&v); err != nil || v == nil {
+		if err == nil {
+			err = errors.New("null")
+		}
 		return 0, fmt.Errorf("%w: last stdout line %s is not a JSON object: %v", ErrInvalidScore, quote(line), err)
 	}
 	if dec.More() {
 		return 0, fmt.Errorf("%w: trailing data after JSON object in %s", ErrInvalidScore, quote(line))
 	}
-	if v.Score == nil {
+	raw, ok := v["score"]
+	if !ok {
 		return 0, fmt.Errorf("%w: last stdout line %s has no \"score\" field", ErrInvalidScore, quote(line))
 	}
-	x, err := v.Score.Float64()
-	if err != nil {
-		return 0, fmt.Errorf("%w: score %s: %v", ErrInvalidScore, quote([]byte(v.Score.String())), err)
+	var x float64
+	// Unmarshalling into float64 rejects strings, and null would leave
+	// x at 0, so check for it explicitly.
+	if err := json.Unmarshal(raw, &x); err != nil || string(raw) == "null" {
+		return 0, fmt.Errorf("%w: \"score\" is %s, not a number", ErrInvalidScore, quote(raw))
+	}
+	if x == 0 {
+		x = 0 // normalise -0
 	}
 	if err := r.check(x); err != nil {
 		return 0, err

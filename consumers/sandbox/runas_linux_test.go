@@ -1,0 +1,54 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// RLIMIT_NPROC is per real UID and ignored for root, so it is tested with
+// RunAs nobody; the control run shows the same script succeeds unlimited.
+// Not parallel: other processes of the same UID would count.
+func TestRunAsProcessLimit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("RunAs needs root")
+	}
+	const forkMany = `ok=0; i=0
+while [ $i -lt 20 ]; do if sleep 5 & then ok=$((ok+1)); fi; i=$((i+1)); done
+echo "{\"score\": $ok}"`
+	tests := []struct {
+		name   string
+		limits Limits
+		want   Status
+		score  float64
+		stderr string
+	}{
+		{"limited", Limits{Processes: 5}, StatusError, 0, "Cannot fork"},
+		{"unlimited", Limits{}, StatusOK, 20, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, marker := markerEnv(t)
+			e, err := NewCommandExecutor(CommandConfig{
+				Argv:     []string{"/bin/sh", PlaceholderArtifact},
+				Timeout:  10 * time.Second,
+				Env:      map[string]string{"WMRL_TEST_MARKER": marker},
+				Limits:   tc.limits,
+				RunAs:    &RunAs{UID: 65534, GID: 65534},
+				ScoreMax: 100,
+				// The job dir's parents must be traversable by nobody.
+				TempDir: os.TempDir(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := e.Execute(context.Background(), Job{Artifact: []byte(forkMany)})
+			if r.Status != tc.want || r.Score != tc.score || !strings.Contains(r.StderrTail, tc.stderr) {
+				t.Fatalf("got %s score %v reason %q stderr %q", r.Status, r.Score, r.Reason, r.StderrTail)
+			}
+			assertNoLeftovers(t, marker)
+		})
+	}
+}
