@@ -113,7 +113,7 @@ func (b *BuiltinScorer) Score(ctx context.Context, in Input) (Result, error) {
 	start := time.Now()
 	v, err := b.predict(ctx, in)
 	res := Result{Attempts: 1, Latency: time.Since(start)}
-	if ctxErr := ctx.Err(); ctxErr != nil {
+	if ctx.Err() != nil {
 		return res, fmt.Errorf("worldmodel: score rollout %q: %w", in.RolloutID, context.Cause(ctx))
 	}
 	switch {
