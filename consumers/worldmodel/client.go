@@ -152,6 +152,11 @@ func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: prompt template: %w", ErrInvalidConfig, err)
 	}
+	// A dry run catches templates that fail on every input (a wrong index type, a bad call)
+	// at start-up instead of as one error record per rollout.
+	if err := tmpl.Execute(io.Discard, sampleInput); err != nil {
+		return nil, fmt.Errorf("%w: prompt template fails on a sample input: %w", ErrInvalidConfig, err)
+	}
 
 	client := cfg.HTTPClient
 	if client == nil {
@@ -169,6 +174,29 @@ func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
 	}, nil
 }
 
+// sampleInput has every field set so the template dry run walks the common branches.
+var sampleInput = Input{
+	RunID: "run", GroupID: "group", RolloutID: "rollout", Stream: "main", Step: 1,
+	Prompt: "task", Artifact: []byte("artifact"), ArtifactURI: "file:///artifact",
+	Meta: map[string]string{"key": "value"},
+}
+
+// API key environment variables, in order of precedence.
+const (
+	EnvAPIKey       = "WMRL_WM_API_KEY"
+	EnvOpenAIAPIKey = "OPENAI_API_KEY"
+)
+
+// APIKeyFromEnv returns the world-model API key from WMRL_WM_API_KEY, falling back to
+// OPENAI_API_KEY, using getenv (os.Getenv in the CLI). A wmrl-specific variable comes first so a
+// shell that also talks to OpenAI does not leak that key to a self-hosted server.
+func APIKeyFromEnv(getenv func(string) string) string {
+	if k := getenv(EnvAPIKey); k != "" {
+		return k
+	}
+	return getenv(EnvOpenAIAPIKey)
+}
+
 func orDefault[T comparable](v, def T) T {
 	var zero T
 	if v == zero {
@@ -178,7 +206,8 @@ func orDefault[T comparable](v, def T) T {
 }
 
 // Score implements Scorer: render the prompt, POST it, parse and validate the reply, retrying
-// transient failures.
+// transient failures (429, 5xx, per-request timeouts, connection errors). When attempts run out
+// the status follows the last failure: StatusTimeout if it timed out, else StatusError.
 func (s *OpenAIScorer) Score(ctx context.Context, in Input) (Result, error) {
 	start := time.Now()
 	if err := ctx.Err(); err != nil {

@@ -379,7 +379,8 @@ func TestOpenAIScorerPromptTemplate(t *testing.T) {
 		{name: "json quoting", tmpl: `{{json .Prompt}}`, in: Input{Prompt: "say \"hi\""}, want: `"say \"hi\""`},
 		{name: "range helpers", tmpl: `{{scoreMin}}..{{scoreMax}}`, in: Input{}, want: "0..1"},
 		{name: "uri when no inline artifact", tmpl: DefaultPromptTemplate, in: Input{ArtifactURI: "s3://b/k"}, want: "(stored at s3://b/k; not inlined)"},
-		{name: "render failure is an error result", tmpl: `{{index .Meta 1}}`, in: testInput, wantFail: "render prompt"},
+		{name: "render failure is an error result", tmpl: `{{if eq .RunID "bad"}}{{index .Meta 1}}{{end}}`,
+			in: Input{RunID: "bad"}, wantFail: "render prompt"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -430,6 +431,8 @@ func TestNewOpenAIScorerRejectsBadConfig(t *testing.T) {
 		{"negative attempts", func(c *OpenAIConfig) { c.MaxAttempts = -1 }},
 		{"base above max backoff", func(c *OpenAIConfig) { c.BaseBackoff, c.MaxBackoff = time.Minute, time.Second }},
 		{"bad template", func(c *OpenAIConfig) { c.PromptTemplate = "{{.Nope" }},
+		{"unknown field", func(c *OpenAIConfig) { c.PromptTemplate = "{{.Nope}}" }},
+		{"template fails on every input", func(c *OpenAIConfig) { c.PromptTemplate = `{{index .Meta 1}}` }},
 	}
 	for _, tt := range tests {
 		cfg := ok
@@ -440,6 +443,24 @@ func TestNewOpenAIScorerRejectsBadConfig(t *testing.T) {
 	}
 	if _, err := NewOpenAIScorer(ok); err != nil {
 		t.Errorf("valid config rejected: %v", err)
+	}
+}
+
+func TestAPIKeyFromEnv(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"none", nil, ""},
+		{"openai only", map[string]string{EnvOpenAIAPIKey: "sk-openai"}, "sk-openai"},
+		{"wmrl only", map[string]string{EnvAPIKey: "sk-wm"}, "sk-wm"},
+		{"wmrl wins", map[string]string{EnvAPIKey: "sk-wm", EnvOpenAIAPIKey: "sk-openai"}, "sk-wm"},
+	}
+	for _, tt := range tests {
+		if got := APIKeyFromEnv(func(k string) string { return tt.env[k] }); got != tt.want {
+			t.Errorf("%s: APIKeyFromEnv = %q, want %q", tt.name, got, tt.want)
+		}
 	}
 }
 
