@@ -87,7 +87,7 @@ func FitIsotonic(x, y, w []float64) (*Isotonic, error) {
 	sc := getScratch(len(pts))
 	defer putScratch(sc)
 	for _, p := range pts {
-		sc.add(p.x, p.w, float64(p.w*p.y))
+		sc.add(p.x, p.w, p.y)
 	}
 	bx, by, err := sc.pava()
 	if err != nil {
@@ -144,43 +144,80 @@ func interpolate(bx, by []float64, x float64) float64 {
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 // fitScratch holds the per-fit working arrays; pooled so repeated refits do
-// not allocate beyond the returned breakpoints.
+// not allocate beyond the returned breakpoints. Pooled points and blocks are
+// kept as (weight, mean) rather than (weight, Σw·y): merging by convex
+// combination keeps every mean inside the range of its inputs even for
+// subnormal weights, where w·y would lose all precision.
 type fitScratch struct {
-	ux, uw, us []float64 // pooled unique x, weight sum, weighted y sum
+	ux, uw, um []float64 // pooled unique x, weight, weighted mean of y
 	runX       float64   // x at which the current tie run started
 	bStart     []int32
-	bW, bS, bM []float64
+	bW, bM     []float64
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(fitScratch) }}
 
 func getScratch(n int) *fitScratch {
 	sc := scratchPool.Get().(*fitScratch)
-	sc.ux, sc.uw, sc.us = sc.ux[:0], sc.uw[:0], sc.us[:0]
+	sc.ux, sc.uw, sc.um = sc.ux[:0], sc.uw[:0], sc.um[:0]
+	sc.grow(n)
+	return sc
+}
+
+func (sc *fitScratch) grow(n int) {
 	if cap(sc.bM) < n {
 		sc.bStart = make([]int32, n)
 		sc.bW = make([]float64, n)
-		sc.bS = make([]float64, n)
 		sc.bM = make([]float64, n)
 	}
-	return sc
 }
 
 func putScratch(sc *fitScratch) { scratchPool.Put(sc) }
 
-// add appends one sample (in sorted order) to the pooled arrays, merging it
-// into the current tie run exactly as scikit-learn's _make_unique does.
-func (sc *fitScratch) add(x, w, wy float64) {
-	k := len(sc.ux)
-	if k > 0 && x-sc.runX < tieResolution {
-		sc.uw[k-1] += w
-		sc.us[k-1] += wy
+// tied reports whether x (in sorted order) joins the current tie run, as in
+// scikit-learn's _make_unique: x − run_start < 1e-15.
+func (sc *fitScratch) tied(x float64) bool {
+	return len(sc.ux) > 0 && x-sc.runX < tieResolution
+}
+
+// add appends one weighted sample in sorted order, pooling it into the
+// current tie run.
+func (sc *fitScratch) add(x, w, y float64) {
+	if sc.tied(x) {
+		k := len(sc.ux) - 1
+		sc.uw[k] += w
+		sc.um[k] += float64((y - sc.um[k]) * (w / sc.uw[k]))
 		return
 	}
 	sc.runX = x
 	sc.ux = append(sc.ux, x)
 	sc.uw = append(sc.uw, w)
-	sc.us = append(sc.us, wy)
+	sc.um = append(sc.um, y)
+}
+
+// addUnitSorted appends unit-weight pairs sorted by (x, y). Ties are summed
+// and divided once per run — exact enough for unit weights and one division
+// per distinct x instead of one per pair, which matters for quantised
+// world-model scores.
+func (sc *fitScratch) addUnitSorted(ps []pair) {
+	var cnt, sum float64
+	flush := func() {
+		if cnt > 0 {
+			sc.ux = append(sc.ux, sc.runX)
+			sc.uw = append(sc.uw, cnt)
+			sc.um = append(sc.um, sum/cnt)
+		}
+	}
+	for i, p := range ps {
+		if i > 0 && p.x-sc.runX < tieResolution {
+			cnt++
+			sum += p.y
+			continue
+		}
+		flush()
+		sc.runX, cnt, sum = p.x, 1, p.y
+	}
+	flush()
 }
 
 // pava runs weighted pool-adjacent-violators on the pooled points and
@@ -192,35 +229,29 @@ func (sc *fitScratch) pava() (bx, by []float64, err error) {
 	if n == 0 {
 		return nil, nil, ErrEmpty
 	}
-	if cap(sc.bM) < n {
-		sc.bStart = make([]int32, n)
-		sc.bW = make([]float64, n)
-		sc.bS = make([]float64, n)
-		sc.bM = make([]float64, n)
-	}
-	bStart, bW, bS, bM := sc.bStart[:n], sc.bW[:n], sc.bS[:n], sc.bM[:n]
-	uw, us := sc.uw[:n], sc.us[:n]
+	sc.grow(n)
+	bStart, bW, bM := sc.bStart[:n], sc.bW[:n], sc.bM[:n]
+	uw, um := sc.uw[:n], sc.um[:n]
 	top := 0
 	for i := range n {
-		w, s := uw[i], us[i]
-		m := s / w
+		w, m := uw[i], um[i]
 		start := int32(i)
 		for top > 0 && bM[top-1] >= m {
 			top--
-			w += bW[top]
-			s += bS[top]
+			merged := bW[top] + w
+			m = bM[top] + float64((m-bM[top])*(w/merged))
+			w = merged
 			start = bStart[top]
-			m = s / w
 		}
-		bStart[top], bW[top], bS[top], bM[top] = start, w, s, m
+		bStart[top], bW[top], bM[top] = start, w, m
 		top++
-	}
-	if !finite(bM[0]) || !finite(bM[top-1]) {
-		// Only reachable when weighted sums overflow float64.
-		return nil, nil, fmt.Errorf("%w: weighted sums overflow", ErrNonFinite)
 	}
 	count := 0
 	for b := range top {
+		if !finite(bM[b]) {
+			// Only reachable when means of opposite huge signs overflow.
+			return nil, nil, fmt.Errorf("%w: weighted means overflow", ErrNonFinite)
+		}
 		end := int32(n)
 		if b+1 < top {
 			end = bStart[b+1]
@@ -251,8 +282,6 @@ func (sc *fitScratch) pava() (bx, by []float64, err error) {
 func fitSortedPairs(ps []pair) (bx, by []float64, err error) {
 	sc := getScratch(len(ps))
 	defer putScratch(sc)
-	for _, p := range ps {
-		sc.add(p.x, 1, p.y)
-	}
+	sc.addUnitSorted(ps)
 	return sc.pava()
 }

@@ -226,7 +226,7 @@ func fitBinned(ring []pair, head, bins int) (bx, by []float64, err error) {
 	for k := range bins {
 		if cnt[k] > 0 {
 			centre := (float64(k) + 0.5) / float64(bins)
-			sc.add(centre, cnt[k], sum[k])
+			sc.add(centre, cnt[k], sum[k]/cnt[k])
 		}
 	}
 	return sc.pava()
