@@ -169,9 +169,15 @@ func DecodeAdvantages(b []byte) (rows []AdvantageRow, err error) {
 			rows, err = nil, malformed("arrow", fmt.Errorf("advantages: reader panic: %v", p))
 		}
 	}()
-	src := bytes.NewReader(b)
+	end, err := checkArrowStream(b)
+	if err != nil {
+		return nil, err
+	}
+	if end < len(b) {
+		return nil, malformed("arrow", fmt.Errorf("advantages: %d bytes after the end of the stream", len(b)-end))
+	}
 	limit := int64(len(b)) + 1
-	rd, err := ipc.NewReader(src, ipc.WithAllocator(memory.NewGoAllocator()),
+	rd, err := ipc.NewReader(bytes.NewReader(b), ipc.WithAllocator(memory.NewGoAllocator()),
 		ipc.WithMetadataSizeLimit(limit), ipc.WithBodySizeLimit(limit))
 	if err != nil {
 		return nil, malformed("arrow", fmt.Errorf("advantages: %w", err))
@@ -192,9 +198,6 @@ func DecodeAdvantages(b []byte) (rows []AdvantageRow, err error) {
 	}
 	if batches == 0 {
 		return nil, malformed("arrow", errors.New("advantages: stream holds no record batch"))
-	}
-	if src.Len() > 0 {
-		return nil, malformed("arrow", fmt.Errorf("advantages: %d bytes after the end of the stream", src.Len()))
 	}
 	if err := ValidateAdvantages(rows); err != nil {
 		return nil, err
@@ -284,10 +287,11 @@ func appendAdvantageRows(rows []AdvantageRow, rec arrow.RecordBatch) ([]Advantag
 }
 
 // ChunkAdvantages validates rows and splits them, in order, into Arrow IPC payloads of at most
-// maxBytes each (every payload is a complete stream, decodable on its own). It packs rows by an
-// estimate of their encoded size, then verifies each payload and halves any that came out too
-// big. A single row that cannot fit gives ErrTooLarge. Zero rows give one payload with an empty
-// batch, so even an empty step announces itself.
+// maxBytes each (every payload is a complete stream, decodable on its own). A step that fits
+// whole is one payload; otherwise rows are packed by an estimate of their encoded size, each
+// payload is verified, and any that came out too big is halved. A single row that cannot fit
+// gives ErrTooLarge. Zero rows give one payload with an empty batch, so even an empty step
+// announces itself.
 func ChunkAdvantages(rows []AdvantageRow, maxBytes int) ([][]byte, error) {
 	chunks, err := chunkAdvantages(rows, maxBytes)
 	if err != nil {
@@ -322,6 +326,11 @@ func chunkAdvantages(rows []AdvantageRow, maxBytes int) ([]advantageChunk, error
 			return nil, fmt.Errorf("chunk advantages: an empty batch needs %d bytes, limit %d: %w", len(empty), maxBytes, ErrTooLarge)
 		}
 		return []advantageChunk{{empty, 0}}, nil
+	}
+	if whole, err := encodeAdvantages(rows); err != nil {
+		return nil, err
+	} else if len(whole) <= maxBytes {
+		return []advantageChunk{{whole, len(rows)}}, nil
 	}
 	// Each of the 15 columns has up to three 8-byte-aligned buffers.
 	overhead := len(empty) + numAdvantageCols*3*8
