@@ -72,6 +72,9 @@ func TestCommandExecutorBehaviours(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			if raceEnabled && tc.limits.AddressSpaceBytes != 0 {
+				t.Skip("ThreadSanitizer cannot run under RLIMIT_AS")
+			}
 			_, marker := markerEnv(t)
 			e := helperExec(t, marker, func(c *CommandConfig) {
 				if tc.timeout > 0 {

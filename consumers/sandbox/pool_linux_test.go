@@ -10,7 +10,11 @@ import (
 // every slot is released and nothing is left running.
 func TestPoolWithCommandExecutor(t *testing.T) {
 	_, marker := markerEnv(t)
-	e := helperExec(t, marker, func(c *CommandConfig) { c.Timeout = 400 * time.Millisecond })
+	timeout := 400 * time.Millisecond
+	if raceEnabled {
+		timeout = 3 * time.Second // instrumented helpers start slowly
+	}
+	e := helperExec(t, marker, func(c *CommandConfig) { c.Timeout = timeout })
 	want := map[string]Status{
 		"good": StatusOK, "garbage": StatusInvalid, "range": StatusInvalid, "fail": StatusError,
 		"sleep": StatusTimeout, "spin": StatusTimeout, "fork": StatusOK, "fork-sleep": StatusTimeout, "selfkill": StatusError,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -99,7 +100,8 @@ func TestPoolRecoversExecutorPanic(t *testing.T) {
 		return Result{Status: StatusOK, Score: 0.5}
 	})
 	var done []Result
-	p, err := NewPool(exec, 1, WithJobDone(func(_ Job, r Result) { done = append(done, r) }))
+	p, err := NewPool(exec, 1, WithLogger(slog.New(slog.DiscardHandler)),
+		WithJobDone(func(_ Job, r Result) { done = append(done, r) }))
 	if err != nil {
 		t.Fatal(err)
 	}
