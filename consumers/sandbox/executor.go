@@ -3,6 +3,24 @@
 // code in a separate process group with rlimits, a wall-clock timeout and
 // optional bubblewrap) or a BuiltinExecutor (an in-process task such as the
 // demo's). The Kafka stage loop is built on top of this package.
+//
+// Isolation choices, in short:
+//
+//   - rlimits are applied by wrapping the command in prlimit(1) (util-linux),
+//     which sets them on itself and execs, so they hold from the first
+//     instruction of untrusted code; see prlimitPrefix for the alternatives.
+//   - A job's processes form their own process group. The group is SIGKILLed
+//     on wall-clock expiry and again after the leader exits (while it is still
+//     an unreaped zombie, so the group id cannot be recycled), so forked
+//     children do not outlive their job.
+//   - A process that calls setsid leaves the group and is out of reach of a
+//     bare process group; the executor then stops reading its pipes after
+//     KillGrace and says so in Reason. UseBwrap closes that hole: bubblewrap
+//     runs the job in its own PID namespace, which dies as a whole.
+//   - Exhausting RLIMIT_CPU is reported as StatusTimeout (not error): it is
+//     the same failure as the wall clock — the rollout used up its time
+//     budget — and PolicyZero should impute 0 for both, as the reference
+//     does for its 600 s cap.
 package sandbox
 
 import (
