@@ -177,11 +177,19 @@ func NewProblem(seed int64, kind Kind) *Problem {
 			seed: seed,
 			kind: kind,
 			x:    observe(NumTrain, 0),
-			y:    append([]float64(nil), y[:NumTrain]...),
+			y:    exactCopy(y[:NumTrain]),
 		},
 		valX: observe(NumValidation, NumTrain),
-		valY: append([]float64(nil), y[NumTrain:]...),
+		valY: exactCopy(y[NumTrain:]),
 	}
+}
+
+// exactCopy copies v into a slice whose capacity is exactly len(v), so the
+// training view's storage provably ends at its last row.
+func exactCopy(v []float64) []float64 {
+	out := make([]float64, len(v))
+	copy(out, v)
+	return out
 }
 
 // Seed returns the problem's seed.

@@ -303,7 +303,7 @@ func decodeChoice(d int, raw json.RawMessage) (int, error) {
 		return 0, fmt.Errorf("%q not one of %v", s, names)
 	}
 	var num json.Number
-	if err := json.Unmarshal(raw, &num); err != nil {
+	if len(raw) == 0 || raw[0] == '"' || json.Unmarshal(raw, &num) != nil {
 		return 0, fmt.Errorf("want a number, got %s", raw)
 	}
 	switch d {
