@@ -165,6 +165,9 @@ func TestNaiveMatchesIncremental(t *testing.T) {
 	r := &splitMix64{s: 7}
 	for step := range 60 {
 		k := int(r.next() % 30)
+		if step%10 == 9 {
+			k = 150 // more than the window: exercises the element-wise merge
+		}
 		ps := make([]pair, k)
 		for i := range ps {
 			ps[i] = pair{math.Floor(r.u()*15) / 15, math.Floor(r.u()*4) / 4}
