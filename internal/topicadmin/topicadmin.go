@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -105,7 +106,40 @@ func Create(ctx context.Context, adm *kadm.Client, p Plan) ([]Result, error) {
 			return out, fmt.Errorf("create topic %s: %w", s.Topic, err)
 		}
 	}
-	return out, nil
+	return out, waitVisible(ctx, adm, p)
+}
+
+// waitVisible waits until every topic's metadata lists all partitions with a leader: a broker
+// acknowledges CreateTopics before the metadata has spread, and a check or produce right after
+// create would otherwise see a missing or half-made topic.
+func waitVisible(ctx context.Context, adm *kadm.Client, p Plan) error {
+	names := p.Names.All()
+	for {
+		details, err := adm.ListTopics(ctx, names...)
+		if err == nil && allLed(details, names) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topics created but not yet visible with leaders: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func allLed(details kadm.TopicDetails, names []string) bool {
+	for _, n := range names {
+		d, ok := details[n]
+		if !ok || d.Err != nil || len(d.Partitions) == 0 {
+			return false
+		}
+		for _, pd := range d.Partitions {
+			if pd.Leader < 0 || pd.Err != nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Mismatch is one difference between the plan and the cluster.

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -173,4 +174,9 @@ func TestSpecsCompactOnlyCalibration(t *testing.T) {
 			t.Errorf("%s: cleanup.policy %q, want %q", s.Topic, s.Configs["cleanup.policy"], want)
 		}
 	}
+}
+
+func TestAdminRealBroker(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	exerciseAdmin(t, brokers, testenv.Name(t)+".")
 }

@@ -1,0 +1,41 @@
+package stage
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	records      *prometheus.CounterVec
+	produced     prometheus.Counter
+	inflight     prometheus.Gauge
+	latency      prometheus.Histogram
+	commitErrors prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
+	labels := prometheus.Labels{"stage": stage}
+	m := &metrics{
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wmrl_stage_records_total", Help: "Input records by outcome: ok, dead_letter, handed_back, produce_failed.", ConstLabels: labels,
+		}, []string{"result"}),
+		produced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wmrl_stage_produced_total", Help: "Output records produced.", ConstLabels: labels,
+		}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wmrl_stage_inflight", Help: "Input records being handled.", ConstLabels: labels,
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wmrl_stage_handle_seconds", Help: "Time from dispatch to outputs acknowledged.", ConstLabels: labels,
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+		}),
+		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wmrl_stage_commit_errors_total", Help: "Failed offset commits (retried).", ConstLabels: labels,
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.records, m.produced, m.inflight, m.latency, m.commitErrors} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,354 @@
+// Package stage is the runtime every consuming stage shares: a franz-go consumer group whose
+// records are handled concurrently, outputs produced before the input is committed
+// (at-least-once; the correction consumer dedupes by rollout id), bad input to the dead-letter
+// topic, Prometheus metrics, health, and graceful shutdown that hands back unfinished work.
+package stage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/plugin/kprom"
+
+	"github.com/wmrl/wmrl/topics"
+)
+
+// Handler turns one input record into the records to produce for it. A non-nil error marks the
+// input as bad: the record goes to the dead-letter topic with the error as its reason and the
+// stage moves on. A handler interrupted by shutdown returns the context's error and the record
+// is handed back uncommitted.
+type Handler func(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, error)
+
+// Config configures a stage. Name, Topics and KafkaOpts are required.
+type Config struct {
+	// Name is the stage's name: the default group "wmrl-<name>", a metrics label and the DLQ
+	// stage header.
+	Name   string
+	Group  string
+	Topics []string
+	Names  topics.Names
+	// KafkaOpts carries connection options (seeds, SASL, TLS); the stage adds group options.
+	KafkaOpts []kgo.Opt
+	// Concurrency bounds the handlers running at once (default 1).
+	Concurrency int
+	// MetricsAddr serves /metrics and /healthz when non-empty (e.g. ":9464").
+	MetricsAddr string
+	// Registry collects metrics; a fresh one is made when nil. Sharing one lets an in-process
+	// pipeline expose every stage on one endpoint.
+	Registry       *prometheus.Registry
+	Logger         *slog.Logger
+	CommitInterval time.Duration // default 1s
+	ShutdownGrace  time.Duration // how long in-flight handlers may finish on shutdown, default 30s
+}
+
+// Stage runs one Handler over a consumer group.
+type Stage struct {
+	cfg     Config
+	handler Handler
+	log     *slog.Logger
+	cl      *kgo.Client
+	track   *tracker
+	dlq     *topics.DeadLetterWriter
+	metrics *metrics
+	healthy atomic.Bool
+	fatal   chan error
+	wg      sync.WaitGroup
+}
+
+// New connects the stage's client; Run starts consuming.
+func New(cfg Config, h Handler) (*Stage, error) {
+	if cfg.Name == "" || len(cfg.Topics) == 0 || h == nil {
+		return nil, errors.New("stage: Name, Topics and a handler are required")
+	}
+	if cfg.Group == "" {
+		cfg.Group = "wmrl-" + cfg.Name
+	}
+	if cfg.Concurrency < 1 {
+		cfg.Concurrency = 1
+	}
+	if cfg.CommitInterval <= 0 {
+		cfg.CommitInterval = time.Second
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.Names.Prefix == "" {
+		cfg.Names = topics.NewNames("")
+	}
+	s := &Stage{
+		cfg:     cfg,
+		handler: h,
+		log:     cfg.Logger.With("stage", cfg.Name),
+		track:   newTracker(),
+		dlq:     topics.NewDeadLetterWriter(cfg.Names, cfg.Name),
+		fatal:   make(chan error, 1),
+	}
+	var err error
+	if s.metrics, err = newMetrics(cfg.Registry, cfg.Name); err != nil {
+		return nil, err
+	}
+	kp := kprom.NewMetrics("wmrl_kafka", kprom.Registry(cfg.Registry), kprom.WithStaticLabel(prometheus.Labels{"stage": cfg.Name}))
+	opts := append([]kgo.Opt{}, cfg.KafkaOpts...)
+	opts = append(opts,
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics...),
+		kgo.DisableAutoCommit(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.RecordDeliveryTimeout(2*time.Minute),
+		kgo.ProducerLinger(5*time.Millisecond),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) {
+			s.log.Info("partitions assigned", "partitions", a)
+			s.track.assign(a)
+		}),
+		kgo.OnPartitionsRevoked(s.onRevoked),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+			s.log.Warn("partitions lost; their uncommitted work will be redone by the new owner", "partitions", lost)
+			s.track.revoke(lost)
+		}),
+		kgo.WithHooks(kp),
+	)
+	if s.cl, err = kgo.NewClient(opts...); err != nil {
+		return nil, fmt.Errorf("stage %s: kafka client: %w", cfg.Name, err)
+	}
+	return s, nil
+}
+
+// Client exposes the stage's client, e.g. for producing side records from a handler.
+func (s *Stage) Client() *kgo.Client { return s.cl }
+
+// Run consumes until ctx is cancelled or a produce fails for good, then shuts down gracefully:
+// in-flight handlers get ShutdownGrace to finish, the rest are handed back, finished offsets
+// are committed and the group is left.
+func (s *Stage) Run(ctx context.Context) error {
+	defer s.cl.Close()
+	if s.cfg.MetricsAddr != "" {
+		stop, err := s.serveHTTP()
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+	commitDone := make(chan struct{})
+	commitCtx, stopCommits := context.WithCancel(context.Background())
+	go func() {
+		defer close(commitDone)
+		s.commitLoop(commitCtx)
+	}()
+	sem := make(chan struct{}, s.cfg.Concurrency)
+	s.healthy.Store(true)
+	s.log.Info("stage running", "group", s.cfg.Group, "topics", s.cfg.Topics, "concurrency", s.cfg.Concurrency)
+
+	var runErr error
+poll:
+	for {
+		fetches := s.cl.PollRecords(ctx, 4*s.cfg.Concurrency)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			break
+		}
+		select {
+		case runErr = <-s.fatal:
+			break poll
+		default:
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+		})
+		var stop bool
+		fetches.EachRecord(func(r *kgo.Record) {
+			if stop {
+				return
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				stop = true
+				return
+			case runErr = <-s.fatal:
+				stop = true
+				return
+			}
+			if !s.track.start(r.Topic, r.Partition, r.Offset, r.LeaderEpoch) {
+				<-sem
+				return
+			}
+			s.metrics.inflight.Inc()
+			s.wg.Add(1)
+			go func() {
+				defer func() { <-sem; s.metrics.inflight.Dec(); s.wg.Done() }()
+				s.handle(hctx, r)
+			}()
+		})
+		if stop {
+			break
+		}
+	}
+	s.healthy.Store(false)
+	s.log.Info("stopping: waiting for in-flight records", "inflight", len(sem), "grace", s.cfg.ShutdownGrace)
+	graceOver := atomic.Bool{}
+	timer := time.AfterFunc(s.cfg.ShutdownGrace, func() {
+		graceOver.Store(true)
+		cancelHandlers()
+		s.track.wake()
+	})
+	s.wg.Wait()
+	timer.Stop()
+	stopCommits()
+	<-commitDone
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.commit(cctx, nil); err != nil {
+		s.log.Error("final commit failed", "err", err)
+	}
+	if err := s.cl.LeaveGroupContext(cctx); err != nil {
+		s.log.Warn("leave group", "err", err)
+	}
+	s.log.Info("stopped")
+	if runErr == nil {
+		select {
+		case runErr = <-s.fatal:
+		default:
+		}
+	}
+	return runErr
+}
+
+// handle runs the handler for one record and produces its outputs, or its dead letter.
+func (s *Stage) handle(ctx context.Context, r *kgo.Record) {
+	start := time.Now()
+	outs, err := s.handler(ctx, r)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		s.track.handBack(r.Topic, r.Partition, r.Offset)
+		s.metrics.records.WithLabelValues("handed_back").Inc()
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "dead_letter"
+		s.log.Warn("bad record to dead-letter topic", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", topics.Reason(err), "err", err)
+		outs = []*kgo.Record{s.dlq.Record(r, err)}
+	}
+	if len(outs) > 0 {
+		if perr := s.cl.ProduceSync(context.WithoutCancel(ctx), outs...).FirstErr(); perr != nil {
+			s.track.handBack(r.Topic, r.Partition, r.Offset)
+			s.metrics.records.WithLabelValues("produce_failed").Inc()
+			select {
+			case s.fatal <- fmt.Errorf("stage %s: produce outputs of %s/%d@%d: %w", s.cfg.Name, r.Topic, r.Partition, r.Offset, perr):
+			default:
+			}
+			return
+		}
+	}
+	s.metrics.records.WithLabelValues(result).Inc()
+	s.metrics.produced.Add(float64(len(outs)))
+	s.metrics.latency.Observe(time.Since(start).Seconds())
+	s.track.finish(r.Topic, r.Partition, r.Offset)
+}
+
+func (s *Stage) commitLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.commit(ctx, nil); err != nil && ctx.Err() == nil {
+				s.log.Warn("commit failed; will retry", "err", err)
+			}
+		}
+	}
+}
+
+// commit commits the committable offsets of the given partitions (all when nil).
+func (s *Stage) commit(ctx context.Context, only map[string][]int32) error {
+	c := s.track.committable(only)
+	if len(c) == 0 {
+		return nil
+	}
+	offsets := make(map[string]map[int32]kgo.EpochOffset, len(c))
+	for t, ps := range c {
+		offsets[t] = make(map[int32]kgo.EpochOffset, len(ps))
+		for p, at := range ps {
+			offsets[t][p] = kgo.EpochOffset{Epoch: at.epoch, Offset: at.offset}
+		}
+	}
+	var cerr error
+	s.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			cerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if e := kerr.ErrorForCode(p.ErrorCode); e != nil && cerr == nil {
+					cerr = fmt.Errorf("commit %s/%d: %w", t.Topic, p.Partition, e)
+				}
+			}
+		}
+	})
+	if cerr != nil {
+		s.metrics.commitErrors.Inc()
+		return cerr
+	}
+	s.track.committedAt(c)
+	return nil
+}
+
+// onRevoked lets in-flight records of revoked partitions finish (bounded by ShutdownGrace) and
+// commits them before the partitions move, so the new owner does not redo finished work.
+func (s *Stage) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	s.log.Info("partitions revoked", "partitions", revoked)
+	deadline := time.Now().Add(s.cfg.ShutdownGrace)
+	timer := time.AfterFunc(s.cfg.ShutdownGrace, s.track.wake)
+	s.track.waitIdle(revoked, func() bool { return time.Now().After(deadline) })
+	timer.Stop()
+	if err := s.commit(ctx, revoked); err != nil {
+		s.log.Warn("commit on revoke failed", "err", err)
+	}
+	s.track.revoke(revoked)
+}
+
+func (s *Stage) serveHTTP() (func(), error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.healthy.Load() {
+			http.Error(w, "not running", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	ln, err := net.Listen("tcp", s.cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener %s: %w", s.cfg.MetricsAddr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	s.log.Info("serving metrics", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}

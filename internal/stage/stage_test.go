@@ -1,0 +1,185 @@
+package stage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/internal/testenv"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// runEcho runs a stage whose handler doubles numeric values and rejects the rest, over the
+// given brokers, and checks that every input got exactly one output or dead letter.
+func runEcho(t *testing.T, brokers []string, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	names := topics.NewNames(prefix)
+	in, out := prefix+"in", prefix+"out"
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl)
+	if _, err := adm.CreateTopics(ctx, 2, 1, nil, in, out, names.DLQ()); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	var recs []*kgo.Record
+	for i := 0; i < n; i++ {
+		v := strconv.Itoa(i)
+		if i%50 == 7 {
+			v = "not-a-number-" + v
+		}
+		recs = append(recs, &kgo.Record{Topic: in, Key: []byte(strconv.Itoa(i % 5)), Value: []byte(v)})
+	}
+	if err := admCl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	var handled atomic.Int64
+	h := func(_ context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		handled.Add(1)
+		x, err := strconv.Atoi(string(r.Value))
+		if err != nil {
+			return nil, &topics.FieldError{Record: "test", Field: "value", Value: string(r.Value), Reason: "not an integer"}
+		}
+		return []*kgo.Record{{Topic: out, Key: r.Key, Value: []byte(strconv.Itoa(2 * x))}}, nil
+	}
+	st, err := New(Config{Name: "echo", Group: prefix + "echo", Topics: []string{in}, Names: names,
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, Concurrency: 8, CommitInterval: 50 * time.Millisecond}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- st.Run(runCtx) }()
+
+	reader, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(out, names.DLQ()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	outputs, dead := map[string]int{}, 0
+	for len(outputs)+dead < n && ctx.Err() == nil {
+		reader.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			if r.Topic == out {
+				outputs[string(r.Value)]++
+				return
+			}
+			dead++
+			if reason, _ := topics.HeaderValue(r.Headers, topics.HeaderDLQReason); reason == "" {
+				t.Errorf("dead letter without reason header: %v", r.Headers)
+			}
+		})
+	}
+	if dead != 4 || len(outputs) != n-4 {
+		t.Fatalf("outputs %d, dead letters %d; want %d and 4", len(outputs), dead, n-4)
+	}
+	for v, c := range outputs {
+		if c != 1 {
+			t.Errorf("output %s produced %d times", v, c)
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	// Everything handled was committed on shutdown: the group's lag is zero.
+	lags, err := adm.Lag(ctx, prefix+"echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	lags.Each(func(l kadm.DescribedGroupLag) {
+		for _, ps := range l.Lag {
+			for _, p := range ps {
+				total += p.Lag
+			}
+		}
+	})
+	if total != 0 {
+		t.Fatalf("lag after graceful shutdown: %d", total)
+	}
+	if h := handled.Load(); h != n {
+		t.Fatalf("handler ran %d times for %d records", h, n)
+	}
+}
+
+func TestStageInProcess(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	runEcho(t, c.ListenAddrs(), "stagetest.")
+}
+
+// TestStageHandsBackOnShutdown checks that a handler still running when the grace period ends
+// is interrupted and its record stays uncommitted for the next owner.
+func TestStageHandsBackOnShutdown(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("slow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, "slow"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("a")}, &kgo.Record{Value: []byte("b")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 2)
+	h := func(hctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
+		if string(r.Value) == "a" {
+			return nil, nil
+		}
+		started <- struct{}{}
+		<-hctx.Done()
+		return nil, fmt.Errorf("interrupted: %w", hctx.Err())
+	}
+	st, err := New(Config{Name: "slow", Topics: []string{"slow"}, KafkaOpts: []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)},
+		Concurrency: 2, ShutdownGrace: 100 * time.Millisecond, CommitInterval: time.Hour}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- st.Run(runCtx) }()
+	<-started
+	stop()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, "wmrl-slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, ok := offs.Lookup("slow", 0)
+	if !ok || o.At != 1 {
+		t.Fatalf("committed offset %+v, want 1 (record a done, record b handed back)", o)
+	}
+}
+
+func TestStageRealBroker(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	runEcho(t, brokers, testenv.Name(t)+".")
+}
