@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -183,9 +184,11 @@ func DecodeAny(schema string, b []byte) (any, error) {
 //     so that a newer schema version reports unknown-schema, not an unknown field;
 //  3. field names must match exactly (encoding/json alone would accept `RUN_ID` for `run_id`,
 //     which a Python reader would not), with no duplicate keys (which parsers resolve
-//     differently) → *FieldError;
-//  4. encoding/json with DisallowUnknownFields; a wrong JSON type → *FieldError wrapping
-//     ErrMalformed that names the field.
+//     differently) → *FieldError; a value of the wrong JSON type (including null for a required
+//     field, a fraction or out-of-range number for an integer) → *FieldError wrapping
+//     ErrMalformed. Paths index arrays: `groups[2].size`;
+//  4. encoding/json with DisallowUnknownFields does the actual decoding (its errors are mapped
+//     to *FieldError too, as a backstop).
 //
 // Validation is left to the caller.
 func decodeJSON(b []byte, kind, want string, v any) error {
@@ -313,6 +316,12 @@ func (s *jsonScan) keyFail(path, reason string) {
 
 // value scans the value starting at tok; t is its Go type, or nil when unconstrained.
 func (s *jsonScan) value(tok json.Token, t reflect.Type, path string, depth int) error {
+	if t != nil && !tokenFits(tok, t) {
+		if s.keyErr == nil {
+			s.keyErr = &FieldError{Record: s.kind, Field: path, Reason: fmt.Sprintf("wrong type: got %s, want %s", describeToken(tok), jsonTypeName(t)), Err: ErrMalformed}
+		}
+		t = nil // keep scanning for syntax errors, unconstrained
+	}
 	d, ok := tok.(json.Delim)
 	if !ok {
 		return nil
@@ -397,6 +406,51 @@ func (s *jsonScan) object(t reflect.Type, path string, depth int, top bool) erro
 	}
 	_, err := s.token()
 	return err
+}
+
+// tokenFits reports whether the JSON value starting at tok can decode into t without loss, with
+// the rules a Python reader applies too: null only for optional (pointer, slice, map) fields,
+// integers only for integer fields and within range, finite numbers for floats.
+func tokenFits(tok json.Token, t reflect.Type) bool {
+	isTime := t == reflect.TypeFor[time.Time]()
+	isBytes := t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8
+	switch x := tok.(type) {
+	case nil:
+		switch t.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map:
+			return true
+		}
+		return false
+	case string:
+		return t.Kind() == reflect.String || isTime || isBytes
+	case bool:
+		return t.Kind() == reflect.Bool
+	case json.Number:
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch t.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			_, err := strconv.ParseInt(string(x), 10, t.Bits())
+			return err == nil
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			_, err := strconv.ParseUint(string(x), 10, t.Bits())
+			return err == nil
+		case reflect.Float32, reflect.Float64:
+			_, err := strconv.ParseFloat(string(x), t.Bits())
+			return err == nil
+		}
+		return false
+	case json.Delim:
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if x == '{' {
+			return (t.Kind() == reflect.Struct && !isTime) || t.Kind() == reflect.Map
+		}
+		return t.Kind() == reflect.Slice && !isBytes
+	}
+	return false
 }
 
 func describeToken(tok json.Token) string {

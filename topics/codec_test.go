@@ -95,7 +95,8 @@ func TestDecodeStrict(t *testing.T) {
 		{"bad time", strings.Replace(v, `"2026-03-01T12:00:00Z"`, `"yesterday"`, 1), "invalid-field:created_at", ErrMalformed},
 		{"number time", strings.Replace(v, `"2026-03-01T12:00:00Z"`, `17`, 1), "invalid-field:created_at", ErrMalformed},
 		{"score out of range", strings.Replace(v, `"score":0.625`, `"score":1.5`, 1), "invalid-field:score", ErrInvalid},
-		{"null id", strings.Replace(v, `"run_id":"r1"`, `"run_id":null`, 1), "invalid-field:run_id", ErrInvalid},
+		{"null id", strings.Replace(v, `"run_id":"r1"`, `"run_id":null`, 1), "invalid-field:run_id", ErrMalformed},
+		{"null score is absent", strings.Replace(v, `"score":0.625`, `"score":null`, 1), "invalid-field:score", ErrInvalid},
 		{"deep nesting", strings.Replace(v, `"model":"wm-proxy"`, `"model":`+strings.Repeat("[", 40)+strings.Repeat("]", 40), 1), "malformed-json", ErrMalformed},
 		{"too large", v + strings.Repeat(" ", MaxRecordBytes), "too-large", ErrTooLarge},
 	}
@@ -119,7 +120,10 @@ func TestDecodeNestedFieldNames(t *testing.T) {
 	}
 	s := string(b)
 	tests := []struct{ in, field string }{
-		{strings.Replace(s, `"size":4`, `"size":"4"`, 1), "groups.size"},
+		{strings.Replace(s, `"size":4`, `"size":"4"`, 1), "groups[2].size"},
+		{strings.Replace(s, `"size":4`, `"size":null`, 1), "groups[2].size"},
+		{strings.Replace(s, `"size":4`, `"size":4.0`, 1), "groups[2].size"},
+		{strings.Replace(s, `"groups":[`, `"groups":{"a":1},"x":[`, 1), "groups"},
 		{strings.Replace(s, `"size":4`, `"size":4,"weight":2`, 1), "groups[2].weight"},
 		{strings.Replace(s, `"size":4`, `"size":0`, 1), "groups[2].size"},
 		{strings.Replace(s, `"group_id":"g5"`, `"group_id":"g5","group_id":"g6"`, 1), "groups[2].group_id"},
