@@ -31,10 +31,11 @@ test: export WMRL_REQUIRE_SERVICES = 1
 # and leaves a `make services-up` broker alone.
 test: export WMRL_SERVICES_STATE = $(LOCAL_DIR)/services.test.state
 test:
-	@$(SERVICES) up
-	@rc=0; $(MAKE) --no-print-directory -k test-suites || rc=$$?; \
+	@rc=0; $(SERVICES) up || rc=$$?; \
+	if [ $$rc -eq 0 ]; then $(MAKE) --no-print-directory -k test-suites || rc=$$?; \
+	else echo "make test: services did not come up (exit $$rc)" >&2; fi; \
 	$(SERVICES) down || true; \
-	if [ $$rc -ne 0 ]; then echo "make test: a suite failed (exit $$rc)" >&2; fi; \
+	if [ $$rc -ne 0 ]; then echo "make test: failed (exit $$rc)" >&2; fi; \
 	exit $$rc
 
 # Every suite that runs against the live services, in order; -k above runs

@@ -192,6 +192,7 @@ start() {
 
 	local bin
 	bin=$(kafkaready_bin)
+	log "readiness check built $(since "$t0")s after launch"
 	local deadline=$((SECONDS + READY_TIMEOUT))
 	until port_open "$PORT"; do
 		if ! kill -0 "$pid" 2>/dev/null; then
@@ -202,6 +203,7 @@ start() {
 		((SECONDS < deadline)) || { tail -n 40 "$RUN/logs/server.log" >&2 || true; die "port $PORT not open after ${READY_TIMEOUT}s"; }
 		sleep 0.2
 	done
+	log "port $PORT open $(since "$t0")s after launch"
 	local left=$((deadline - SECONDS))
 	((left > 5)) || left=5
 	if ! "$bin" -brokers "127.0.0.1:$PORT" -timeout "${left}s"; then

@@ -32,14 +32,15 @@ up() {
 	if port_open "$KAFKA_PORT"; then
 		log "Kafka already answers on 127.0.0.1:$KAFKA_PORT; using it"
 	else
-		"$HERE/kafka.sh" start
+		# Recorded first: a start that fails half-way still gets stopped by down.
 		record kafka
+		"$HERE/kafka.sh" start
 	fi
 	if port_open "$REDIS_PORT"; then
 		log "Redis already answers on 127.0.0.1:$REDIS_PORT; using it"
 	else
-		"$HERE/redis.sh" start
 		record redis
+		"$HERE/redis.sh" start
 	fi
 }
 
