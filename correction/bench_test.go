@@ -50,12 +50,13 @@ func BenchmarkRefit(b *testing.B) {
 		})
 		b.Run(name+"/incremental_merge16", func(b *testing.B) {
 			s := st.clone()
+			win := st.win.pairs()
 			r := &splitMix64{s: 3}
 			add := make([]pair, 16)
 			b.ReportAllocs()
 			for b.Loop() {
 				for i := range add {
-					add[i] = s.ring[int(r.next()%5000)] // same distribution as the window
+					add[i] = win[int(r.next()%5000)] // same distribution as the window
 				}
 				s.addPairs(add)
 				if err := s.maybeRefit(); err != nil {
@@ -66,7 +67,7 @@ func BenchmarkRefit(b *testing.B) {
 		b.Run(name+"/naive_sort_then_pav", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := naiveRefit(st.ring); err != nil {
+				if _, _, err := naiveRefit(&st.win); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -161,7 +162,7 @@ func BenchmarkStep8x8NaiveRefit(b *testing.B) {
 		}
 		// The incremental fit is already in st; the baseline pays for a
 		// full sort-then-PAV on top, which is what a naive refit costs.
-		if _, _, err := naiveRefit(st.ring); err != nil {
+		if _, _, err := naiveRefit(&st.win); err != nil {
 			b.Fatal(err)
 		}
 		i++

@@ -36,7 +36,7 @@ const maxIDLen = 1 << 16
 // m×y f64 | ewma f64 | groups u64 | skipped u64 | c f64 | frozen u8.
 func (s *State) Encode() []byte {
 	size := len(stateMagic) + 2 + configEncodedLen + 32 + 8 + len(s.run) + len(s.stream) +
-		8*4 + 16*len(s.ring) + 16 + 16*len(s.fitX) + 8*4 + 1
+		8*4 + 16*s.win.len() + 16 + 16*len(s.fitX) + 8*4 + 1
 	b := make([]byte, 0, size)
 	le := binary.LittleEndian
 	b = append(b, stateMagic...)
@@ -50,12 +50,11 @@ func (s *State) Encode() []byte {
 	b = le.AppendUint64(b, uint64(s.sealed))
 	b = le.AppendUint64(b, s.totalPairs)
 	b = le.AppendUint64(b, s.pending)
-	b = le.AppendUint64(b, uint64(len(s.ring)))
-	for k := range s.ring {
-		p := s.ring[(s.head+k)%len(s.ring)]
+	b = le.AppendUint64(b, uint64(s.win.len()))
+	s.win.each(func(p pair) {
 		b = le.AppendUint64(b, math.Float64bits(p.x))
 		b = le.AppendUint64(b, math.Float64bits(p.y))
-	}
+	})
 	b = le.AppendUint64(b, s.version)
 	b = le.AppendUint64(b, uint64(len(s.fitX)))
 	for _, v := range s.fitX {
@@ -218,12 +217,12 @@ func DecodeState(b []byte) (*State, error) {
 		return nil, fmt.Errorf("%w: inconsistent counters (sealed %d, pairs %d, total %d, pending %d)",
 			ErrCorruptState, s.sealed, n, s.totalPairs, s.pending)
 	}
-	s.ring = make([]pair, n)
-	for i := range s.ring {
-		s.ring[i] = pair{d.f64(), d.f64()}
-		if !validScore(s.ring[i].x) || !validScore(s.ring[i].y) {
+	for i := range n {
+		p := pair{d.f64(), d.f64()}
+		if !validScore(p.x) || !validScore(p.y) {
 			return nil, fmt.Errorf("%w: window pair %d is not a valid score pair", ErrCorruptState, i)
 		}
+		s.win.push(p)
 	}
 	s.version = d.u64()
 	m := d.count(16)
@@ -263,7 +262,7 @@ func DecodeState(b []byte) (*State, error) {
 		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorruptState, len(b)-d.off)
 	}
 	if cfg.Mode == ModeDefault {
-		s.sorted = slices.Clone(s.ring)
+		s.sorted = s.win.pairs()
 		slices.SortFunc(s.sorted, cmpPair)
 		s.sortedOwned = true
 	}

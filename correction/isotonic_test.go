@@ -176,13 +176,13 @@ func TestNaiveMatchesIncremental(t *testing.T) {
 		if err := st.maybeRefit(); err != nil {
 			t.Fatal(err)
 		}
-		naive := slices.Clone(st.ring)
+		naive := st.win.pairs()
 		slices.SortFunc(naive, cmpPair)
 		if !slices.Equal(naive, st.sorted) {
 			t.Fatalf("step %d: sorted view diverged from the ring", step)
 		}
-		if len(st.ring) >= cfg.MinPairs && k > 0 {
-			bx, by, err := naiveRefit(st.ring)
+		if st.Pairs() >= cfg.MinPairs && k > 0 {
+			bx, by, err := naiveRefit(&st.win)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -195,8 +195,8 @@ func TestNaiveMatchesIncremental(t *testing.T) {
 
 // naiveRefit is the baseline the benchmarks compare against: copy the
 // window, sort it, run PAV.
-func naiveRefit(ring []pair) (bx, by []float64, err error) {
-	ps := slices.Clone(ring)
+func naiveRefit(win *fifo) (bx, by []float64, err error) {
+	ps := win.pairs()
 	slices.SortFunc(ps, cmpPair)
 	return fitSortedPairs(ps)
 }

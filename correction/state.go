@@ -16,11 +16,10 @@ type State struct {
 	stream  string
 	sealed  int64
 
-	// Window: ring holds at most cfg.Window pairs; once full, ring[head] is
-	// the oldest. sorted is the same multiset ordered by (x, y), kept only in
-	// ModeDefault so an exact refit needs no sort.
-	ring        []pair
-	head        int
+	// Window: win holds at most cfg.Window pairs in arrival order. sorted is
+	// the same multiset ordered by (x, y), kept only in ModeDefault so an
+	// exact refit needs no sort.
+	win         fifo
 	sorted      []pair
 	spare       []pair // reusable merge target, only ever owned by this State
 	sortedOwned bool   // false when sorted is shared with the state it was cloned from
@@ -67,7 +66,7 @@ func (s *State) SealedStep() int64 { return s.sealed }
 func (s *State) FitVersion() uint64 { return s.version }
 
 // Pairs is the number of anchor pairs in the window.
-func (s *State) Pairs() int { return len(s.ring) }
+func (s *State) Pairs() int { return s.win.len() }
 
 // TotalPairs is the number of anchor pairs ever added to the window.
 func (s *State) TotalPairs() uint64 { return s.totalPairs }
@@ -102,13 +101,12 @@ func (s *State) Breakpoints() (x, y []float64) {
 	return slices.Clone(s.fitX), slices.Clone(s.fitY)
 }
 
-// clone returns a state that can be advanced without touching s. The ring
-// is copied (it is updated in place); sorted is shared until the next merge,
+// clone returns a state that can be advanced without touching s. The FIFO
+// shares its chunks copy-on-write; sorted is shared until the next merge,
 // which always writes a buffer owned by the clone; the fit is immutable.
 func (s *State) clone() *State {
 	n := *s
-	n.ring = make([]pair, len(s.ring), max(len(s.ring), min(s.cfg.Window, 256)))
-	copy(n.ring, s.ring)
+	n.win = s.win.clone()
 	n.spare = nil
 	n.sortedOwned = false
 	return &n
@@ -124,18 +122,13 @@ func (s *State) addPairs(ps []pair) {
 	W := s.cfg.Window
 	var evicted []pair
 	for _, p := range ps {
-		if len(s.ring) < W {
-			s.ring = append(s.ring, p)
-			continue
+		if s.win.len() == W {
+			e := s.win.pop()
+			if s.cfg.Mode == ModeDefault {
+				evicted = append(evicted, e)
+			}
 		}
-		if s.cfg.Mode == ModeDefault {
-			evicted = append(evicted, s.ring[s.head])
-		}
-		s.ring[s.head] = p
-		s.head++
-		if s.head == W {
-			s.head = 0
-		}
+		s.win.push(p)
 	}
 	s.totalPairs += uint64(len(ps))
 	s.pending += uint64(len(ps))
@@ -146,8 +139,8 @@ func (s *State) addPairs(ps []pair) {
 	slices.SortFunc(added, cmpPair)
 	slices.SortFunc(evicted, cmpPair)
 	out := s.spare[:0]
-	if cap(out) < len(s.ring) {
-		out = make([]pair, 0, max(len(s.ring), min(W, 2*len(s.ring))))
+	if n := s.win.len(); cap(out) < n {
+		out = make([]pair, 0, max(n, min(W, 2*n)))
 	}
 	if len(ps) <= W {
 		out = spliceSorted(out, s.sorted, added, evicted)
@@ -240,7 +233,7 @@ func mergeSorted(out, old, added, evicted []pair) []pair {
 // Pending pairs accumulate from the start, so the first fit happens as soon
 // as MinPairs is reached — as in the reference code.
 func (s *State) maybeRefit() error {
-	if !s.cfg.Debias || s.pending == 0 || len(s.ring) < s.cfg.MinPairs {
+	if !s.cfg.Debias || s.pending == 0 || s.win.len() < s.cfg.MinPairs {
 		return nil
 	}
 	if s.cfg.RefitEvery > 0 && s.pending < uint64(s.cfg.RefitEvery) {
@@ -251,7 +244,7 @@ func (s *State) maybeRefit() error {
 		err    error
 	)
 	if s.cfg.Mode == ModeReference {
-		bx, by, err = fitBinned(s.ring, s.head, s.cfg.Bins)
+		bx, by, err = fitBinned(&s.win, s.cfg.Bins)
 	} else {
 		bx, by, err = fitSortedPairs(s.sorted)
 	}
@@ -270,17 +263,16 @@ func (s *State) maybeRefit() error {
 // bins placed at the bin centres (k+0.5)/B. Evaluation interpolates between
 // those centres and is flat beyond the outer ones.
 //
-// The ring is read oldest first (from head), the order Encode writes, so the
-// bin sums — and hence the fit — do not depend on where the ring wraps.
-func fitBinned(ring []pair, head, bins int) (bx, by []float64, err error) {
+// The window is read oldest first, the order Encode writes, so the bin sums
+// — and hence the fit — depend only on the window's content.
+func fitBinned(win *fifo, bins int) (bx, by []float64, err error) {
 	cnt := make([]float64, bins)
 	sum := make([]float64, bins)
-	for i := range ring {
-		p := ring[(head+i)%len(ring)]
+	win.each(func(p pair) {
 		k := binIndex(p.x, bins)
 		cnt[k]++
 		sum[k] += p.y
-	}
+	})
 	sc := getScratch(bins)
 	defer putScratch(sc)
 	for k := range bins {
