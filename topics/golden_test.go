@@ -1,0 +1,248 @@
+package topics
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files and fuzz seed corpora under testdata/")
+
+// goldenFile compares want with testdata/golden/name byte for byte, or writes it under -update.
+func goldenFile(t *testing.T, name string, want []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", name)
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run `go test ./topics -run TestGolden -update`)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from what the code produces; if the change is intended, rerun with -update\n got %q\nwant %q", path, got, want)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(b, '\n')
+}
+
+// validGolden lists the valid record files and how to encode and decode them.
+func validGolden() []struct {
+	file, schema string
+	value        any
+	encode       func() ([]byte, error)
+} {
+	r, s, p, e, i, c := sampleRollout(), sampleStep(), samplePredicted(), sampleExecuted(), sampleImputed(), sampleCalibration()
+	return []struct {
+		file, schema string
+		value        any
+		encode       func() ([]byte, error)
+	}{
+		{"rollout.json", SchemaRollout, r, func() ([]byte, error) { return EncodeRollout(r) }},
+		{"step.json", SchemaStep, s, func() ([]byte, error) { return EncodeStep(s) }},
+		{"predicted.json", SchemaPredicted, p, func() ([]byte, error) { return EncodePredicted(p) }},
+		{"executed.json", SchemaExecuted, e, func() ([]byte, error) { return EncodeExecuted(e) }},
+		{"executed_imputed.json", SchemaExecuted, i, func() ([]byte, error) { return EncodeExecuted(i) }},
+		{"calibration.json", SchemaCalibration, c, func() ([]byte, error) { return EncodeCalibration(c) }},
+	}
+}
+
+type invalidCase struct {
+	file, schema, reason string
+	data                 []byte
+}
+
+// invalidGolden derives invalid records from the valid ones, one broken rule each.
+func invalidGolden(t *testing.T) []invalidCase {
+	enc := func(f func() ([]byte, error)) string {
+		b, err := f()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	ro := enc(func() ([]byte, error) { return EncodeRollout(sampleRollout()) })
+	st := enc(func() ([]byte, error) { return EncodeStep(sampleStep()) })
+	pr := enc(func() ([]byte, error) { return EncodePredicted(samplePredicted()) })
+	ex := enc(func() ([]byte, error) { return EncodeExecuted(sampleExecuted()) })
+	im := enc(func() ([]byte, error) { return EncodeExecuted(sampleImputed()) })
+	ca := enc(func() ([]byte, error) { return EncodeCalibration(sampleCalibration()) })
+	rep := func(s, old, new string) []byte {
+		if !strings.Contains(s, old) {
+			t.Fatalf("fixture lacks %q", old)
+		}
+		return []byte(strings.Replace(s, old, new, 1))
+	}
+	return []invalidCase{
+		{"predicted_score_out_of_range.json", SchemaPredicted, "invalid-field:score", rep(pr, `"score":0.625`, `"score":1.5`)},
+		{"predicted_ok_without_score.json", SchemaPredicted, "invalid-field:score", rep(pr, `"score":0.625,`, ``)},
+		{"predicted_duplicate_key.json", SchemaPredicted, "invalid-field:status", rep(pr, `"status":"ok"`, `"status":"ok","status":"error"`)},
+		{"predicted_failure_without_reason.json", SchemaPredicted, "invalid-field:reason", rep(pr, `"score":0.625,"status":"ok"`, `"status":"timeout"`)},
+		{"rollout_slash_in_run_id.json", SchemaRollout, "invalid-field:run_id", rep(ro, `"run_id":"r1"`, `"run_id":"r1/x"`)},
+		{"rollout_unknown_schema.json", SchemaRollout, "unknown-schema", rep(ro, SchemaRollout, "wmrl.rollout.v2")},
+		{"rollout_missing_schema.json", SchemaRollout, "unknown-schema", rep(ro, `"schema":"wmrl.rollout.v1",`, ``)},
+		{"rollout_case_folded_field.json", SchemaRollout, "invalid-field:GROUP_ID", rep(ro, `"group_id"`, `"GROUP_ID"`)},
+		{"executed_unknown_field.json", SchemaExecuted, "invalid-field:gpu", rep(ex, `"status"`, `"gpu":"a100","status"`)},
+		{"executed_imputed_with_ok.json", SchemaExecuted, "invalid-field:imputed", rep(im, `"status":"timeout"`, `"status":"ok"`)},
+		{"step_duplicate_group.json", SchemaStep, "invalid-field:groups[1].group_id", rep(st, `"group_id":"g3"`, `"group_id":"g0"`)},
+		{"step_size_as_string.json", SchemaStep, "invalid-field:groups[2].size", rep(st, `"size":4`, `"size":"4"`)},
+		{"step_null_step.json", SchemaStep, "invalid-field:step", rep(st, `"step":3`, `"step":null`)},
+		{"calibration_decreasing_fit.json", SchemaCalibration, "invalid-field:break_y[2]", rep(ca, `[0.1,0.3,0.3]`, `[0.1,0.3,0.2]`)},
+		{"calibration_truncated.json", SchemaCalibration, "malformed-json", []byte(ca[:len(ca)/2])},
+	}
+}
+
+func TestGolden(t *testing.T) {
+	for _, g := range validGolden() {
+		b, err := g.encode()
+		if err != nil {
+			t.Fatalf("%s: %v", g.file, err)
+		}
+		goldenFile(t, g.file, append(b, '\n'))
+		got, err := DecodeAny(g.schema, append(b, '\n'))
+		if err != nil {
+			t.Fatalf("%s: %v", g.file, err)
+		}
+		if !reflect.DeepEqual(got, g.value) {
+			t.Errorf("%s does not decode to its value", g.file)
+		}
+	}
+
+	cases := invalidGolden(t)
+	expected := map[string]map[string]string{}
+	for _, c := range cases {
+		goldenFile(t, filepath.Join("invalid", c.file), c.data)
+		_, err := DecodeAny(c.schema, c.data)
+		if got := Reason(err); got != c.reason {
+			t.Errorf("%s: Reason %q, want %q (%v)", c.file, got, c.reason, err)
+		}
+		expected[c.file] = map[string]string{"schema": c.schema, "reason": c.reason}
+	}
+	goldenFile(t, filepath.Join("invalid", "expected.json"), mustJSON(t, expected))
+	if !*update {
+		// No stale files: every invalid example has an expectation.
+		entries, err := os.ReadDir(filepath.Join("testdata", "golden", "invalid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if _, ok := expected[e.Name()]; !ok && e.Name() != "expected.json" {
+				t.Errorf("stale golden file invalid/%s", e.Name())
+			}
+		}
+	}
+
+	rows := sampleAdvantages()
+	arrows, err := EncodeAdvantages(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goldenFile(t, "advantages.arrows", arrows)
+	goldenFile(t, "advantages.json", mustJSON(t, rows))
+	back, err := DecodeAdvantages(arrows)
+	if err != nil || !reflect.DeepEqual(back, rows) {
+		t.Errorf("advantages.arrows does not decode to advantages.json: %v", err)
+	}
+
+	type anchorCase struct {
+		RunID    string  `json:"run_id"`
+		GroupID  string  `json:"group_id"`
+		U64      string  `json:"u64"`
+		Hash     float64 `json:"hash"`
+		Anchor25 bool    `json:"anchor_at_0.25"`
+	}
+	var anchors []anchorCase
+	pairs := [][2]string{{"", ""}, {"r1", "g0"}, {"r1", "g1"}, {"ab", "c"}, {"a", "bc"}, {"run-0001", "g000"}}
+	for i := 0; i < 10; i++ {
+		pairs = append(pairs, [2]string{"demo-run", "step-7:g" + strconv.Itoa(i)})
+	}
+	for _, p := range pairs {
+		anchors = append(anchors, anchorCase{p[0], p[1], strconv.FormatUint(AnchorHashUint64(p[0], p[1]), 10), AnchorHash(p[0], p[1]), IsAnchor(p[0], p[1], 0.25)})
+	}
+	goldenFile(t, "anchor_hash.json", mustJSON(t, anchors))
+
+	writeSeeds(t, cases, arrows)
+}
+
+// writeSeeds (under -update) rewrites the seed-* files of each fuzz corpus from the golden
+// examples; inputs the fuzzer found (other names) are left alone.
+func writeSeeds(t *testing.T, invalid []invalidCase, arrows []byte) {
+	if !*update {
+		return
+	}
+	seeds := map[string]map[string][]byte{}
+	add := func(target, name string, b []byte) {
+		if seeds[target] == nil {
+			seeds[target] = map[string][]byte{}
+		}
+		seeds[target][name] = b
+	}
+	targets := map[string]string{
+		SchemaRollout: "FuzzDecodeRollout", SchemaStep: "FuzzDecodeStep", SchemaPredicted: "FuzzDecodePredicted",
+		SchemaExecuted: "FuzzDecodeExecuted", SchemaCalibration: "FuzzDecodeCalibration",
+	}
+	for _, g := range validGolden() {
+		b, _ := g.encode()
+		add(targets[g.schema], "seed-valid-"+strings.TrimSuffix(g.file, ".json"), b)
+	}
+	for _, c := range invalid {
+		add(targets[c.schema], "seed-invalid-"+strings.TrimSuffix(c.file, ".json"), c.data)
+	}
+	add("FuzzDecodeAdvantages", "seed-valid", arrows)
+	empty, _ := EncodeAdvantages(nil)
+	add("FuzzDecodeAdvantages", "seed-valid-empty", empty)
+	add("FuzzDecodeAdvantages", "seed-invalid-truncated", arrows[:len(arrows)/2])
+	add("FuzzDecodeAdvantages", "seed-invalid-trailing", append(append([]byte(nil), arrows...), 0, 0, 0, 0))
+	for target, files := range seeds {
+		dir := filepath.Join("testdata", "fuzz", target)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		old, _ := filepath.Glob(filepath.Join(dir, "seed-*"))
+		for _, f := range old {
+			_ = os.Remove(f)
+		}
+		names := make([]string, 0, len(files))
+		for n := range files {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			body := fmt.Sprintf("go test fuzz v1\n[]byte(%s)\n", strconv.Quote(string(files[n])))
+			if err := os.WriteFile(filepath.Join(dir, n), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dir := filepath.Join("testdata", "fuzz", "FuzzParseChunk")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range []string{"0/1", "3/4", "4/4", "01/2", "-1/2", "1/0", "x", "999999999999999999/1000000000000000000"} {
+		body := fmt.Sprintf("go test fuzz v1\nstring(%s)\n", strconv.Quote(s))
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%d", i)), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
