@@ -123,6 +123,12 @@ func (c *Corrector) Correct(prev *State, step Step) ([]Row, *State, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if !next.sortedOwned && next.sorted != nil {
+		// No pairs were added, so next still shares prev's sorted view; an
+		// in-place Advance of prev may later recycle that buffer.
+		next.sorted = slices.Clone(next.sorted)
+		next.sortedOwned = true
+	}
 	return rows, next, nil
 }
 

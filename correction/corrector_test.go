@@ -350,3 +350,42 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestCorrectThenAdvanceIsolation keeps a state returned by Correct and then
+// advances its predecessor in place: the kept state must not change, even
+// when its step added no pairs (so it briefly shared buffers).
+func TestCorrectThenAdvanceIsolation(t *testing.T) {
+	c := mustNew(t, DefaultConfig())
+	steps := simulate("run", "s", 40, 23)
+	noPairs := steps[30]
+	noPairs.Groups = slices.Clone(noPairs.Groups)
+	for i := range noPairs.Groups {
+		noPairs.Groups[i].Anchor = false
+	}
+	for _, s := range []Step{noPairs, steps[30]} {
+		prev := c.NewState("run", "s")
+		for _, st := range steps[:30] {
+			if _, err := c.Advance(prev, st, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, kept, err := c.Correct(prev, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		digest, sorted := kept.Digest(), slices.Clone(kept.sorted)
+		for _, more := range steps[30:36] {
+			if _, err := c.Advance(prev, more, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if kept.Digest() != digest || !slices.Equal(kept.sorted, sorted) {
+			t.Fatal("advancing the predecessor in place changed a kept state")
+		}
+		want := kept.win.pairs()
+		slices.SortFunc(want, cmpPair)
+		if !slices.Equal(kept.sorted, want) {
+			t.Fatal("kept state's sorted view no longer matches its window")
+		}
+	}
+}

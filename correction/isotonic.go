@@ -200,24 +200,32 @@ func (sc *fitScratch) add(x, w, y float64) {
 // per distinct x instead of one per pair, which matters for quantised
 // world-model scores.
 func (sc *fitScratch) addUnitSorted(ps []pair) {
-	var cnt, sum float64
-	flush := func() {
-		if cnt > 0 {
-			sc.ux = append(sc.ux, sc.runX)
-			sc.uw = append(sc.uw, cnt)
-			sc.um = append(sc.um, sum/cnt)
-		}
+	n := len(sc.ux) + len(ps)
+	if cap(sc.ux) < n {
+		sc.ux = slices.Grow(sc.ux, n-len(sc.ux))
+		sc.uw = slices.Grow(sc.uw, n-len(sc.uw))
+		sc.um = slices.Grow(sc.um, n-len(sc.um))
 	}
-	for i, p := range ps {
-		if i > 0 && p.x-sc.runX < tieResolution {
+	k := len(sc.ux) - 1
+	ux, uw, um := sc.ux[:n], sc.uw[:n], sc.um[:n]
+	runX, cnt, sum := sc.runX, 0.0, 0.0
+	for _, p := range ps {
+		if cnt > 0 && p.x-runX < tieResolution {
 			cnt++
 			sum += p.y
 			continue
 		}
-		flush()
-		sc.runX, cnt, sum = p.x, 1, p.y
+		if cnt > 0 {
+			uw[k], um[k] = cnt, sum/cnt
+		}
+		k++
+		runX, cnt, sum = p.x, 1, p.y
+		ux[k] = p.x
 	}
-	flush()
+	if cnt > 0 {
+		uw[k], um[k] = cnt, sum/cnt
+	}
+	sc.ux, sc.uw, sc.um, sc.runX = ux[:k+1], uw[:k+1], um[:k+1], runX
 }
 
 // pava runs weighted pool-adjacent-violators on the pooled points and

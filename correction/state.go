@@ -103,7 +103,9 @@ func (s *State) Breakpoints() (x, y []float64) {
 
 // clone returns a state that can be advanced without touching s. The FIFO
 // shares its chunks copy-on-write; sorted is shared until the next merge,
-// which always writes a buffer owned by the clone; the fit is immutable.
+// which always writes a buffer owned by the clone (Correct copies it if no
+// merge happened, so no two states share a sorted buffer that one of them
+// may recycle); the fit is immutable.
 func (s *State) clone() *State {
 	n := *s
 	n.win = s.win.clone()
