@@ -389,3 +389,32 @@ func TestCorrectThenAdvanceIsolation(t *testing.T) {
 		}
 	}
 }
+
+// TestCorrectConcurrentReaders runs Correct on one shared prev from several
+// goroutines (run with -race): Correct must only read prev.
+func TestCorrectConcurrentReaders(t *testing.T) {
+	c := mustNew(t, DefaultConfig())
+	steps := simulate("run", "s", 21, 29)
+	_, prev := run(t, c, steps[:20])
+	digests := make([][32]byte, 4)
+	done := make(chan error, len(digests))
+	for i := range digests {
+		go func() {
+			_, next, err := c.Correct(prev, steps[20])
+			if err == nil {
+				digests[i] = next.Digest()
+			}
+			done <- err
+		}()
+	}
+	for range digests {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range digests[1:] {
+		if d != digests[0] {
+			t.Fatal("concurrent Correct calls disagree")
+		}
+	}
+}
