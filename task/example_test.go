@@ -17,7 +17,7 @@ func ExampleExecute() {
 		panic(err)
 	}
 	fmt.Printf("%s on %s: %.3f\n", s, p, score)
-	// Output: ridge(poly2, reg=0.1) on regression/42: 0.726
+	// Output: ridge(poly2, reg=0.1) on regression/42: 0.667
 }
 
 func ExampleWorldModel_Predict() {
@@ -32,8 +32,8 @@ func ExampleWorldModel_Predict() {
 		fmt.Printf("%-25s predicted %.3f real %.3f\n", s, pred, real)
 	}
 	// Output:
-	// ridge(poly2, reg=0.1)     predicted 0.475 real 0.726
-	// knn(standardize, k=1)     predicted 0.566 real 0.000
+	// ridge(poly2, reg=0.1)     predicted 0.571 real 0.667
+	// knn(standardize, k=1)     predicted 0.592 real 0.000
 }
 
 func ExampleDecodeSolution() {
@@ -81,5 +81,5 @@ func ExamplePolicy_Update() {
 		panic(err)
 	}
 	fmt.Printf("entropy %.3f -> %.3f\n", before, pol.Entropy())
-	// Output: entropy 8.764 -> 8.743
+	// Output: entropy 8.764 -> 8.741
 }

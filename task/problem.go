@@ -55,7 +55,7 @@ const (
 	// NumFeatures is the number of observed input features.
 	NumFeatures = 10
 	// NumTrain is the number of training rows.
-	NumTrain = 300
+	NumTrain = 600
 	// NumValidation is the number of held-out validation rows.
 	NumValidation = 400
 )

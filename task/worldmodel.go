@@ -52,7 +52,7 @@ func DefaultWorldModelConfig() WorldModelConfig {
 		Probe:            48,
 		IterFraction:     0.1,
 		CapacityFraction: 0.25,
-		Optimism:         0.35,
+		Optimism:         0.5,
 		Floor:            0.1,
 		Ceil:             0.9,
 		Gamma:            0.7,

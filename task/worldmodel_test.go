@@ -212,7 +212,7 @@ func TestProxyErrorsComeFromShortcuts(t *testing.T) {
 		spread = append(spread, stat.StdDev(v, nil))
 	}
 	noise := stat.Mean(spread, nil)
-	hi := WorldModelConfig{Subsample: 180, Probe: 120, IterFraction: 1, CapacityFraction: 1, Optimism: 0, Floor: 0, Ceil: 1, Gamma: 1}
+	hi := WorldModelConfig{Subsample: 480, Probe: 120, IterFraction: 1, CapacityFraction: 1, Optimism: 0, Floor: 0, Ceil: 1, Gamma: 1}
 	wmHi := NewWorldModel(hi)
 	pred := make([]float64, len(d.sols))
 	for i, s := range d.sols {
@@ -252,7 +252,7 @@ func TestWorldModelConfig(t *testing.T) {
 		{"no optimism", mod(func(c *WorldModelConfig) { c.Optimism = 0 }), true},
 		{"identity read-out", mod(func(c *WorldModelConfig) { c.Floor, c.Ceil, c.Gamma = 0, 1, 1 }), true},
 		{"tiny subsample", mod(func(c *WorldModelConfig) { c.Subsample = 1 }), false},
-		{"too many rows", mod(func(c *WorldModelConfig) { c.Subsample, c.Probe = 200, 101 }), false},
+		{"too many rows", mod(func(c *WorldModelConfig) { c.Subsample, c.Probe = 500, 101 }), false},
 		{"zero iterations", mod(func(c *WorldModelConfig) { c.IterFraction = 0 }), false},
 		{"capacity > 1", mod(func(c *WorldModelConfig) { c.CapacityFraction = 1.5 }), false},
 		{"optimism NaN", mod(func(c *WorldModelConfig) { c.Optimism = math.NaN() }), false},
