@@ -152,7 +152,7 @@ type fitScratch struct {
 	ux, uw, um []float64 // pooled unique x, weight, weighted mean of y
 	runX       float64   // x at which the current tie run started
 	bStart     []int32
-	bW, bM     []float64
+	bW, bM, bS []float64
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(fitScratch) }}
@@ -169,6 +169,7 @@ func (sc *fitScratch) grow(n int) {
 		sc.bStart = make([]int32, n)
 		sc.bW = make([]float64, n)
 		sc.bM = make([]float64, n)
+		sc.bS = make([]float64, n)
 	}
 }
 
@@ -195,10 +196,9 @@ func (sc *fitScratch) add(x, w, y float64) {
 	sc.um = append(sc.um, y)
 }
 
-// addUnitSorted appends unit-weight pairs sorted by (x, y). Ties are summed
-// and divided once per run — exact enough for unit weights and one division
-// per distinct x instead of one per pair, which matters for quantised
-// world-model scores.
+// addUnitSorted appends unit-weight pairs sorted by (x, y) for pavaSums:
+// um holds the sum of y per pooled point, not the mean. With unit weights
+// and bounded scores sums are exact enough and need no division.
 func (sc *fitScratch) addUnitSorted(ps []pair) {
 	n := len(sc.ux) + len(ps)
 	if cap(sc.ux) < n {
@@ -216,14 +216,14 @@ func (sc *fitScratch) addUnitSorted(ps []pair) {
 			continue
 		}
 		if cnt > 0 {
-			uw[k], um[k] = cnt, sum/cnt
+			uw[k], um[k] = cnt, sum
 		}
 		k++
 		runX, cnt, sum = p.x, 1, p.y
 		ux[k] = p.x
 	}
 	if cnt > 0 {
-		uw[k], um[k] = cnt, sum/cnt
+		uw[k], um[k] = cnt, sum
 	}
 	sc.ux, sc.uw, sc.um, sc.runX = ux[:k+1], uw[:k+1], um[:k+1], runX
 }
@@ -254,6 +254,44 @@ func (sc *fitScratch) pava() (bx, by []float64, err error) {
 		bStart[top], bW[top], bM[top] = start, w, m
 		top++
 	}
+	return sc.emit(top)
+}
+
+// pavaSums is pava for points whose um holds sums of y (addUnitSorted). It
+// compares block means by cross-multiplication, so the merge loop has no
+// division on its dependency chain; each block mean is divided out once at
+// the end. This is what keeps a 5000-pair refit in the tens of µs.
+func (sc *fitScratch) pavaSums() (bx, by []float64, err error) {
+	n := len(sc.ux)
+	if n == 0 {
+		return nil, nil, ErrEmpty
+	}
+	sc.grow(n)
+	bStart, bW, bS, bM := sc.bStart[:n], sc.bW[:n], sc.bS[:n], sc.bM[:n]
+	uw, us := sc.uw[:n], sc.um[:n]
+	top := 0
+	for i := range n {
+		w, s := uw[i], us[i]
+		start := int32(i)
+		for top > 0 && float64(bS[top-1]*w) >= float64(s*bW[top-1]) {
+			top--
+			w += bW[top]
+			s += bS[top]
+			start = bStart[top]
+		}
+		bStart[top], bW[top], bS[top] = start, w, s
+		top++
+	}
+	for b := range top {
+		bM[b] = bS[b] / bW[b]
+	}
+	return sc.emit(top)
+}
+
+// emit turns the top blocks (bStart, bM) into trimmed breakpoints.
+func (sc *fitScratch) emit(top int) (bx, by []float64, err error) {
+	n := len(sc.ux)
+	bStart, bM := sc.bStart, sc.bM
 	count := 0
 	for b := range top {
 		if !finite(bM[b]) {
@@ -291,5 +329,5 @@ func fitSortedPairs(ps []pair) (bx, by []float64, err error) {
 	sc := getScratch(len(ps))
 	defer putScratch(sc)
 	sc.addUnitSorted(ps)
-	return sc.pava()
+	return sc.pavaSums()
 }
