@@ -2,11 +2,13 @@ package correction
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -152,6 +154,37 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		enc := goldenStates(t)[name].Encode()
 		body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", enc)
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// FuzzFitIsotonic seeds: the small golden cases as (x, y, w) triples.
+	dir = filepath.Join("testdata", "fuzz", "FuzzFitIsotonic")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range loadGolden(t) {
+		if c.Gen != nil && c.Gen.N > 20 {
+			continue
+		}
+		x, y, w := c.X, c.Y, c.W
+		if c.Gen != nil {
+			var err error
+			if x, y, w, err = genCase(c.Gen.Kind, c.Gen.N, c.Gen.Seed); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var b []byte
+		for i := range x {
+			wi := 1.0
+			if w != nil {
+				wi = w[i]
+			}
+			for _, v := range []float64{x[i], y[i], wi} {
+				b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+			}
+		}
+		body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", b)
+		if err := os.WriteFile(filepath.Join(dir, "golden_"+c.Name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
