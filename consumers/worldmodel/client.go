@@ -90,7 +90,7 @@ type OpenAIConfig struct {
 }
 
 // OpenAIScorer scores inputs by asking an OpenAI-compatible chat-completions endpoint. It is safe
-// for concurrent use; see ScoreAll.
+// for concurrent use.
 type OpenAIScorer struct {
 	cfg      OpenAIConfig
 	endpoint string

@@ -527,9 +527,9 @@ func TestOpenAIScorerReusesConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := runJobs(t, s, conc, jobs)
-	for _, d := range done {
-		if d.Err != nil || d.Result.Status != StatusOK {
-			t.Fatalf("job failed: %+v", d)
+	for _, r := range done {
+		if r.Status != StatusOK {
+			t.Fatalf("job failed: %+v", r)
 		}
 	}
 	if n := conns.Load(); n > conc {
@@ -556,83 +556,24 @@ func latencyServer(latency time.Duration) (*httptest.Server, *atomic.Int64) {
 	return srv, &conns
 }
 
-func runJobs(tb testing.TB, s Scorer, conc, n int) []Done[int] {
+// runJobs scores n copies of testInput from conc goroutines, the way the stage runtime calls a
+// scorer, and returns the results.
+func runJobs(tb testing.TB, s Scorer, conc, n int) []Result {
 	tb.Helper()
-	in := make(chan Job[int])
-	out := make(chan Done[int], conc)
-	go func() {
-		defer close(in)
-		for i := range n {
-			in <- Job[int]{Input: testInput, Ref: i}
-		}
-	}()
-	errc := make(chan error, 1)
-	go func() { errc <- ScoreAll(context.Background(), s, conc, in, out) }()
-	var done []Done[int]
-	for d := range out {
-		done = append(done, d)
-	}
-	if err := <-errc; err != nil {
-		tb.Fatalf("ScoreAll: %v", err)
-	}
-	if len(done) != n {
-		tb.Fatalf("%d results for %d jobs", len(done), n)
-	}
-	return done
-}
-
-// BenchmarkOpenAIScorerConcurrency measures how well ScoreAll keeps C requests in flight against
-// a fixed-latency server. busy_frac is the server-observed in-flight time over C × wall time
-// (1.0 = the pool never idles); eff is records/s over the ideal C/latency. Connections are
-// pooled with MaxIdleConnsPerHost = C so reuse does not cap throughput.
-func BenchmarkOpenAIScorerConcurrency(b *testing.B) {
-	const latency = 20 * time.Millisecond
-	for _, conc := range []int{8, 32} {
-		b.Run(fmt.Sprintf("C=%d", conc), func(b *testing.B) {
-			var busyNS atomic.Int64
-			body := []byte(chatBody(`{"score": 0.5}`))
-			var conns atomic.Int64
-			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				start := time.Now()
-				_, _ = io.Copy(io.Discard, r.Body)
-				time.Sleep(latency)
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = w.Write(body)
-				busyNS.Add(int64(time.Since(start)))
-			}))
-			srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-				if st == http.StateNew {
-					conns.Add(1)
+	results := make([]Result, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				res, err := s.Score(context.Background(), testInput)
+				if err != nil {
+					tb.Errorf("Score: %v", err)
 				}
+				results[i] = res
 			}
-			srv.Start()
-			defer srv.Close()
-			s, err := NewOpenAIScorer(OpenAIConfig{BaseURL: srv.URL + "/v1", Model: "m", MaxIdleConnsPerHost: conc})
-			if err != nil {
-				b.Fatal(err)
-			}
-			runJobs(b, s, conc, conc) // warm the connection pool
-			busyNS.Store(0)
-			b.ResetTimer()
-			start := time.Now()
-			done := runJobs(b, s, conc, b.N)
-			wall := time.Since(start)
-			b.StopTimer()
-			for _, d := range done {
-				if d.Result.Status != StatusOK {
-					b.Fatalf("job failed: %+v", d.Result)
-				}
-			}
-			recPerSec := float64(b.N) / wall.Seconds()
-			ideal := float64(conc) / latency.Seconds()
-			b.ReportMetric(float64(busyNS.Load())/(float64(conc)*float64(wall)), "busy_frac")
-			b.ReportMetric(recPerSec, "rec/s")
-			b.ReportMetric(ideal, "ideal_rec/s")
-			b.ReportMetric(recPerSec/ideal, "eff")
-			// The server's own mean handling time: time.Sleep overshoots on a loaded machine, which
-			// lowers eff against the nominal latency without any idling in the pool.
-			b.ReportMetric(float64(busyNS.Load())/float64(b.N)/1e6, "srv_ms/req")
-			b.ReportMetric(float64(conns.Load()), "conns")
 		})
 	}
+	wg.Wait()
+	return results
 }

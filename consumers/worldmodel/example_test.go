@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sort"
 	"time"
 
 	"github.com/wmrl/wmrl/consumers/worldmodel"
@@ -82,45 +81,4 @@ func ExampleNewBuiltinScorer() {
 	// Output:
 	// ok 0.5 ""
 	// invalid 0 "score 1.2 outside [0, 1]"
-}
-
-func ExampleScoreAll() {
-	s, _ := worldmodel.NewBuiltinScorer(func(_ context.Context, in worldmodel.Input) (float64, error) {
-		return 0.25, nil
-	}, 0, 1)
-
-	// Ref carries the caller's handle, here the Kafka offset of the rollout record.
-	in := make(chan worldmodel.Job[int64], 3)
-	for off := int64(100); off < 103; off++ {
-		in <- worldmodel.Job[int64]{Input: worldmodel.Input{RolloutID: fmt.Sprint("r-", off)}, Ref: off}
-	}
-	close(in)
-	out := make(chan worldmodel.Done[int64])
-	go func() { _ = worldmodel.ScoreAll(context.Background(), s, 2, in, out) }()
-
-	var offsets []int64
-	for d := range out { // completion order is arbitrary
-		offsets = append(offsets, d.Ref)
-	}
-	sort.Slice(offsets, func(i, j int) bool { return offsets[i] < offsets[j] })
-	fmt.Println(offsets)
-	// Output: [100 101 102]
-}
-
-func ExampleOffsetTracker() {
-	var tr worldmodel.OffsetTracker // one per partition
-	for off := int64(40); off < 44; off++ {
-		tr.Start(off)
-	}
-	tr.Finish(41)
-	tr.Finish(43)
-	fmt.Println(tr.Committable()) // 40 is still being scored
-	tr.Finish(40)
-	fmt.Println(tr.Committable()) // 42 is the lowest unfinished offset
-	tr.Finish(42)
-	fmt.Println(tr.Committable()) // everything started is done: commit the next offset
-	// Output:
-	// 40
-	// 42
-	// 44
 }

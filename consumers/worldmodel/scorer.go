@@ -3,17 +3,16 @@
 //
 // A Scorer turns every input into exactly one Result, failures included, because downstream
 // stages decide step completeness from the presence of one record per rollout (DESIGN.md §3).
-// ScoreAll runs a Scorer with bounded concurrency, and OffsetTracker tells a Kafka loop which
-// offsets are safe to commit when results complete out of order.
+// Handler and NewStage run a Scorer as the world-model stage over the shared stage runtime
+// (internal/stage), which provides the bounded concurrency, out-of-order completion and
+// offset-safe commits.
 package worldmodel
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 )
 
@@ -154,147 +153,3 @@ func checkRange(v, lo, hi float64) (float64, Status, string) {
 const maxReasonBytes = 512
 
 func limitReason(s string) string { return excerpt(s, maxReasonBytes) }
-
-// Job is one unit of work for ScoreAll. Ref is the caller's handle (for example the Kafka record
-// and its partition) and is returned untouched in Done.
-type Job[T any] struct {
-	Input Input
-	Ref   T
-}
-
-// Done is the outcome of one Job. Err is non-nil only when the scorer gave up because ctx was
-// done; such a job must be handed back, not published.
-type Done[T any] struct {
-	Ref    T
-	Input  Input
-	Result Result
-	Err    error
-}
-
-// ScoreAll scores jobs from in with at most concurrency calls to s in flight, sending one Done
-// per received job to out in completion order, which is independent of input order. It returns
-// when in is closed and drained, or when ctx is done (jobs not yet received stay in in), closing
-// out first. The caller must keep reading out until it is closed. The returned error is ctx's
-// cause if ctx ended the run, or ErrInvalidConfig for a concurrency below 1.
-func ScoreAll[T any](ctx context.Context, s Scorer, concurrency int, in <-chan Job[T], out chan<- Done[T]) error {
-	defer close(out)
-	if concurrency < 1 {
-		return fmt.Errorf("%w: concurrency %d < 1", ErrInvalidConfig, concurrency)
-	}
-	var wg sync.WaitGroup
-	for range concurrency {
-		wg.Go(func() {
-			for {
-				var job Job[T]
-				var ok bool
-				select {
-				case <-ctx.Done():
-					return
-				case job, ok = <-in:
-					if !ok {
-						return
-					}
-				}
-				res, err := s.Score(ctx, job.Input)
-				out <- Done[T]{Ref: job.Ref, Input: job.Input, Result: res, Err: err}
-			}
-		})
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	return nil
-}
-
-// OffsetTracker tracks the in-flight offsets of one partition. Records finish out of order under
-// ScoreAll, and committing past an unfinished record would lose it on a crash, so the loop may
-// commit only below the lowest unfinished offset. Use one tracker per partition; it is safe for
-// concurrent use.
-type OffsetTracker struct {
-	mu      sync.Mutex
-	pending map[int64]struct{}
-	order   offsetHeap // may hold finished offsets; they are dropped lazily from the top
-	next    int64      // highest started offset + 1
-	started bool
-}
-
-// Start marks offset as in flight. Starting an offset that is already in flight is a no-op.
-// Offsets must be non-negative (Kafka offsets are); a negative one panics as a caller bug.
-func (t *OffsetTracker) Start(offset int64) {
-	if offset < 0 {
-		panic(fmt.Sprintf("worldmodel: OffsetTracker.Start(%d): negative offset", offset))
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.pending == nil {
-		t.pending = make(map[int64]struct{})
-	}
-	if _, dup := t.pending[offset]; dup {
-		return
-	}
-	t.pending[offset] = struct{}{}
-	heap.Push(&t.order, offset)
-	if !t.started || offset >= t.next {
-		t.next = offset + 1
-		t.started = true
-	}
-}
-
-// Finish marks offset as done and reports whether it was in flight; false means the caller
-// finished an offset it never started (or finished it twice).
-func (t *OffsetTracker) Finish(offset int64) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, ok := t.pending[offset]; !ok {
-		return false
-	}
-	delete(t.pending, offset)
-	t.prune()
-	return true
-}
-
-// Committable returns the Kafka offset to commit: every started offset below it has finished.
-// It is the lowest unfinished offset, or one past the highest started offset when nothing is in
-// flight, and -1 before anything was started (nothing to commit).
-func (t *OffsetTracker) Committable() int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.started {
-		return -1
-	}
-	t.prune()
-	if len(t.order) == 0 {
-		return t.next
-	}
-	return t.order[0]
-}
-
-// InFlight returns the number of started, unfinished offsets.
-func (t *OffsetTracker) InFlight() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.pending)
-}
-
-func (t *OffsetTracker) prune() {
-	for len(t.order) > 0 {
-		if _, ok := t.pending[t.order[0]]; ok {
-			return
-		}
-		heap.Pop(&t.order)
-	}
-}
-
-type offsetHeap []int64
-
-func (h offsetHeap) Len() int           { return len(h) }
-func (h offsetHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h offsetHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *offsetHeap) Push(x any)        { *h = append(*h, x.(int64)) }
-func (h *offsetHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}

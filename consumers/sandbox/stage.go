@@ -1,0 +1,169 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/internal/stage"
+	"github.com/wmrl/wmrl/producers/artifact"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// StageName is the sandbox stage's name: consumer group "wmrl-sandbox", metrics label and DLQ
+// stage header.
+const StageName = "sandbox"
+
+// HandlerConfig configures the sandbox stage's record handler. Pool is required.
+type HandlerConfig struct {
+	Pool  *Pool
+	Names topics.Names
+	// Policy decides the reward of a timed-out execution (default PolicyMissing).
+	Policy Policy
+	// Artifacts resolves artifacts sent by reference; nil makes every by-reference anchor
+	// rollout invalid with a reason that says so.
+	Artifacts artifact.Resolver
+	// ArtifactName is the file name the executor writes the artifact to (e.g. "solution.py").
+	ArtifactName string
+	Now          func() time.Time
+}
+
+// Handler executes anchor rollouts into executed-reward records. Non-anchor rollouts produce
+// nothing (they are consumed and committed); every valid anchor rollout gets exactly one record;
+// a record that is not a valid rollout is returned as an error for the dead-letter topic.
+type Handler struct {
+	cfg HandlerConfig
+}
+
+// NewHandler validates cfg.
+func NewHandler(cfg HandlerConfig) (*Handler, error) {
+	if cfg.Pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", ErrConfig)
+	}
+	if cfg.Policy != PolicyMissing && cfg.Policy != PolicyZero {
+		return nil, fmt.Errorf("%w: %v", ErrUnknownPolicy, cfg.Policy)
+	}
+	if cfg.ArtifactName != "" {
+		if _, err := artifactName(cfg.ArtifactName); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Names.Prefix == "" {
+		cfg.Names = topics.NewNames("")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Handler{cfg: cfg}, nil
+}
+
+// Handle implements stage.Handler.
+func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, error) {
+	r, err := topics.DecodeRollout(rec.Value)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if !r.Anchor {
+		return nil, nil
+	}
+	e := topics.ExecutedReward{
+		RunID: r.RunID, Step: r.Step, GroupID: r.GroupID, RolloutID: r.RolloutID, Stream: r.Stream,
+		PolicyVersion: r.PolicyVersion,
+	}
+	data := []byte(r.Artifact)
+	if r.ArtifactURI != "" {
+		if data, err = h.resolve(ctx, r); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			e.Status, e.Reason, e.ExitCode = topics.StatusInvalid, limitText(err.Error(), topics.MaxReasonLen), -1
+			return h.record(e)
+		}
+	}
+	res, err := h.cfg.Pool.Submit(ctx, Job{
+		RunID: r.RunID, GroupID: r.GroupID, RolloutID: r.RolloutID, Step: r.Step,
+		Artifact: data, ArtifactName: h.cfg.ArtifactName,
+	})
+	if err != nil {
+		return nil, ctx.Err()
+	}
+	if res.Canceled() {
+		// Shutdown interrupted the run; the record is handed back and executed again later.
+		return nil, ctx.Err()
+	}
+	e.Status = topics.Status(res.Status.String())
+	e.ExitCode, e.DurationMS = res.ExitCode, float64(res.Duration.Microseconds())/1000
+	e.StderrTail = limitText(res.StderrTail, topics.MaxStderrTail)
+	if score, usable := h.cfg.Policy.Apply(res); usable {
+		e.Score = &score
+		e.Imputed = res.Status != StatusOK
+	}
+	if res.Status != StatusOK {
+		e.Reason = limitText(res.Reason, topics.MaxReasonLen)
+		if e.Reason == "" {
+			e.Reason = res.Status.String()
+		}
+	}
+	return h.record(e)
+}
+
+func (h *Handler) resolve(ctx context.Context, r topics.Rollout) ([]byte, error) {
+	if h.cfg.Artifacts == nil {
+		return nil, fmt.Errorf("artifact %s sent by reference but no --artifact-dir is configured", r.ArtifactURI)
+	}
+	data, err := h.cfg.Artifacts.Get(ctx, r.ArtifactURI, r.ArtifactSHA256)
+	if err != nil {
+		return nil, fmt.Errorf("resolve artifact: %w", err)
+	}
+	return data, nil
+}
+
+func (h *Handler) record(e topics.ExecutedReward) ([]*kgo.Record, error) {
+	e.CreatedAt = h.cfg.Now().UTC()
+	out, err := h.cfg.Names.ExecutedRecord(e)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: build executed record for %s: %w", e.RolloutID, err)
+	}
+	return []*kgo.Record{out}, nil
+}
+
+// limitText keeps the tail of s within max bytes as valid UTF-8 (the end of stderr or of a reason
+// is the informative part).
+func limitText(s string, max int) string {
+	if len(s) > max {
+		s = s[len(s)-max:]
+		for len(s) > 0 && !utf8.RuneStart(s[0]) {
+			s = s[1:]
+		}
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// NewStage builds the sandbox stage over the stage runtime: it consumes the rollouts topic
+// (sc.Topics defaults to it, sc.Name to StageName). The pool's slots bound executions; the
+// runtime runs 2×slots handlers by default so that a slot freed while its handler waits for the
+// produce acknowledgement is taken by the next anchor rollout at once.
+func NewStage(sc stage.Config, hc HandlerConfig) (*stage.Stage, error) {
+	if sc.Names.Prefix == "" {
+		sc.Names = topics.NewNames("")
+	}
+	hc.Names = sc.Names
+	if sc.Name == "" {
+		sc.Name = StageName
+	}
+	if len(sc.Topics) == 0 {
+		sc.Topics = []string{sc.Names.Rollouts()}
+	}
+	h, err := NewHandler(hc)
+	if err != nil {
+		return nil, err
+	}
+	if sc.Concurrency == 0 {
+		sc.Concurrency = 2 * hc.Pool.Slots()
+	}
+	return stage.New(sc, h.Handle)
+}

@@ -1,0 +1,175 @@
+package worldmodel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/internal/stage"
+	"github.com/wmrl/wmrl/producers/artifact"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// StageName is the world-model stage's name: consumer group "wmrl-worldmodel", metrics label and
+// DLQ stage header.
+const StageName = "worldmodel"
+
+// HandlerConfig configures the world-model stage's record handler. Scorer is required.
+type HandlerConfig struct {
+	Scorer Scorer
+	Names  topics.Names
+	// Concurrency bounds the Score calls in flight (default 1). It is separate from the stage
+	// runtime's handler bound so that a handler waiting for its output's produce acknowledgement
+	// does not hold a scoring slot: NewStage runs 2×Concurrency handlers for that reason.
+	Concurrency int
+	// Model labels the records' model field (e.g. the served model name).
+	Model string
+	// Artifacts resolves artifacts sent by reference (claim check) before scoring; nil makes
+	// every by-reference rollout invalid with a reason that says so. A reference that cannot be
+	// read or whose digest does not match is likewise an invalid rollout, not a crash.
+	Artifacts artifact.Resolver
+	Logger    *slog.Logger
+	Now       func() time.Time
+}
+
+// Handler scores rollouts into predicted-reward records. Every valid rollout gets exactly one
+// record: a score, or a failure (timeout, error, invalid) with its reason; a record that is not
+// a valid rollout is returned as an error, which the runtime sends to the dead-letter topic.
+type Handler struct {
+	cfg   HandlerConfig
+	slots chan struct{}
+	log   *slog.Logger
+}
+
+// NewHandler validates cfg.
+func NewHandler(cfg HandlerConfig) (*Handler, error) {
+	if cfg.Scorer == nil {
+		return nil, fmt.Errorf("%w: nil scorer", ErrInvalidConfig)
+	}
+	if cfg.Concurrency < 1 {
+		cfg.Concurrency = 1
+	}
+	if cfg.Names.Prefix == "" {
+		cfg.Names = topics.NewNames("")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Handler{cfg: cfg, slots: make(chan struct{}, cfg.Concurrency), log: cfg.Logger.With("stage", StageName)}, nil
+}
+
+// Handle implements stage.Handler.
+func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, error) {
+	r, err := topics.DecodeRollout(rec.Value)
+	if err != nil {
+		return nil, fmt.Errorf("worldmodel: %w", err)
+	}
+	p := topics.PredictedReward{
+		RunID: r.RunID, Step: r.Step, GroupID: r.GroupID, RolloutID: r.RolloutID, Stream: r.Stream,
+		PolicyVersion: r.PolicyVersion, Anchor: r.Anchor, Model: h.cfg.Model,
+	}
+	in := Input{
+		RunID: r.RunID, GroupID: r.GroupID, RolloutID: r.RolloutID, Stream: r.Stream, Step: r.Step,
+		Prompt: r.Prompt, Artifact: []byte(r.Artifact), ArtifactURI: r.ArtifactURI, Meta: r.Meta,
+	}
+	if r.ArtifactURI != "" {
+		data, err := resolve(ctx, h.cfg.Artifacts, r)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			p.Status, p.Reason = topics.StatusInvalid, limitText(err.Error())
+			return h.record(p)
+		}
+		in.Artifact = data
+	}
+	select {
+	case h.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	res, err := h.cfg.Scorer.Score(ctx, in)
+	<-h.slots
+	if err != nil {
+		// Shutdown: the record is handed back and scored again by the next owner.
+		return nil, err
+	}
+	p.Status, p.Attempts, p.LatencyMS = topics.Status(res.Status), res.Attempts, float64(res.Latency.Microseconds())/1000
+	if res.Status == StatusOK {
+		s := res.Score
+		p.Score = &s
+	} else {
+		p.Reason = limitText(res.Reason)
+		if p.Reason == "" {
+			p.Reason = string(res.Status)
+		}
+	}
+	return h.record(p)
+}
+
+func (h *Handler) record(p topics.PredictedReward) ([]*kgo.Record, error) {
+	p.CreatedAt = h.cfg.Now().UTC()
+	out, err := h.cfg.Names.PredictedRecord(p)
+	if err != nil {
+		// The scorer's contract keeps scores in range, so this is a bug, not bad input; it still
+		// goes to the DLQ rather than silently dropping the rollout.
+		return nil, fmt.Errorf("worldmodel: build predicted record for %s: %w", p.RolloutID, err)
+	}
+	return []*kgo.Record{out}, nil
+}
+
+// resolve fetches a by-reference artifact.
+func resolve(ctx context.Context, res artifact.Resolver, r topics.Rollout) ([]byte, error) {
+	if res == nil {
+		return nil, fmt.Errorf("artifact %s sent by reference but no --artifact-dir is configured", r.ArtifactURI)
+	}
+	data, err := res.Get(ctx, r.ArtifactURI, r.ArtifactSHA256)
+	if err != nil {
+		return nil, fmt.Errorf("resolve artifact: %w", err)
+	}
+	return data, nil
+}
+
+func limitText(s string) string {
+	if len(s) <= topics.MaxReasonLen {
+		return s
+	}
+	return excerpt(s, topics.MaxReasonLen-8)
+}
+
+// NewStage builds the world-model stage over the stage runtime: it consumes the rollouts topic
+// (sc.Topics defaults to it, sc.Name to StageName) with 2×hc.Concurrency handlers, hc.Concurrency
+// of which score at a time (see HandlerConfig.Concurrency).
+func NewStage(sc stage.Config, hc HandlerConfig) (*stage.Stage, error) {
+	if sc.Names.Prefix == "" {
+		sc.Names = topics.NewNames("")
+	}
+	hc.Names = sc.Names
+	if sc.Name == "" {
+		sc.Name = StageName
+	}
+	if len(sc.Topics) == 0 {
+		sc.Topics = []string{sc.Names.Rollouts()}
+	}
+	if hc.Logger == nil {
+		hc.Logger = sc.Logger
+	}
+	h, err := NewHandler(hc)
+	if err != nil {
+		return nil, err
+	}
+	if sc.Concurrency == 0 {
+		sc.Concurrency = 2 * h.cfg.Concurrency
+	}
+	if sc.Concurrency < h.cfg.Concurrency {
+		return nil, errors.Join(ErrInvalidConfig, fmt.Errorf("stage concurrency %d below scoring concurrency %d would leave scoring slots idle", sc.Concurrency, h.cfg.Concurrency))
+	}
+	return stage.New(sc, h.Handle)
+}
