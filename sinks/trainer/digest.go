@@ -1,0 +1,217 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/topics"
+)
+
+// maxReportedErrors bounds how many record errors a failed digest lists.
+const maxReportedErrors = 20
+
+// DigestResult is the canonical digest of an advantage stream (see topics.Digest).
+type DigestResult struct {
+	// Digest is the hex SHA-256 over the rows in canonical order.
+	Digest string
+	Rows   int
+	Steps  int
+	// Duplicates counts chunks (topic) or rows (file) seen twice with equal content and ignored.
+	Duplicates int64
+}
+
+// DigestTopic reads the advantages topic read_committed from the start up to the last stable
+// offset of every partition at call time (no consumer group), reassembles chunks, keeps run's
+// rows ("" keeps all runs), ignores chunk sets seen twice, and returns the hex digest of the
+// rows in canonical order and their count. Any bad record or incomplete step fails the digest,
+// because a digest that silently skipped rows would prove nothing.
+func DigestTopic(ctx context.Context, kafkaOpts []kgo.Opt, topic, run string) (hex string, rows int, err error) {
+	res, err := DigestTopicResult(ctx, kafkaOpts, topic, run)
+	return res.Digest, res.Rows, err
+}
+
+// DigestTopicResult is DigestTopic with step and duplicate counts.
+func DigestTopicResult(ctx context.Context, kafkaOpts []kgo.Opt, topic, run string) (DigestResult, error) {
+	steps, stats, err := ReadTopicSteps(ctx, kafkaOpts, topic, run)
+	if err != nil {
+		return DigestResult{}, err
+	}
+	res := digestSteps(steps)
+	res.Duplicates = stats.Duplicates
+	return res, nil
+}
+
+// ReadTopicSteps reads every complete step of the topic as DigestTopic does, sorted by run and
+// step; it is the bounded, group-less counterpart of Stream.
+func ReadTopicSteps(ctx context.Context, kafkaOpts []kgo.Opt, topic, run string) ([]*Step, Stats, error) {
+	ends, err := stableEnds(ctx, kafkaOpts, topic)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	asm := NewAssembler(AssemblerConfig{Run: run, MaxBufferedSteps: 1 << 30})
+	start := make(map[int32]kgo.Offset)
+	for p, end := range ends {
+		if end.end > end.start {
+			start[p] = kgo.NewOffset().AtStart()
+		}
+	}
+	var steps []*Step
+	var errs []error
+	if len(start) > 0 {
+		cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), kafkaOpts...),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			// Commit and abort markers advance the position too; without them a partition whose
+			// last entry is a marker would never be seen to reach its end.
+			kgo.KeepControlRecords(),
+		)...)
+		if err != nil {
+			return nil, Stats{}, fmt.Errorf("digest: kafka client: %w", err)
+		}
+		defer cl.Close()
+		for len(start) > 0 {
+			fs := cl.PollFetches(ctx)
+			if err := ctx.Err(); err != nil {
+				return nil, Stats{}, fmt.Errorf("digest %s: %d partitions not read to the end: %w", topic, len(start), err)
+			}
+			var ferr error
+			fs.EachError(func(t string, p int32, err error) {
+				ferr = errors.Join(ferr, fmt.Errorf("fetch %s/%d: %w", t, p, err))
+			})
+			if ferr != nil {
+				return nil, Stats{}, fmt.Errorf("digest: %w", ferr)
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				end := ends[r.Partition].end
+				if _, open := start[r.Partition]; !open || r.Offset >= end {
+					return
+				}
+				s, e := asm.Add(r)
+				steps = append(steps, s...)
+				errs = append(errs, e...)
+				if r.Offset+1 >= end {
+					delete(start, r.Partition)
+				}
+			})
+		}
+	}
+	errs = append(errs, asm.Incomplete()...)
+	if len(errs) > 0 {
+		n := len(errs)
+		if n > maxReportedErrors {
+			errs = errs[:maxReportedErrors]
+		}
+		return nil, asm.Stats(), fmt.Errorf("digest %s: %d bad records or incomplete steps: %w", topic, n, errors.Join(errs...))
+	}
+	sort.Slice(steps, func(i, j int) bool {
+		if steps[i].Run != steps[j].Run {
+			return steps[i].Run < steps[j].Run
+		}
+		return steps[i].Step < steps[j].Step
+	})
+	return steps, asm.Stats(), nil
+}
+
+type offsetRange struct{ start, end int64 }
+
+// stableEnds lists each partition's log start and last stable offset (the read_committed end).
+func stableEnds(ctx context.Context, kafkaOpts []kgo.Opt, topic string) (map[int32]offsetRange, error) {
+	cl, err := kgo.NewClient(kafkaOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("digest: kafka client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("digest: list end offsets of %s: %w", topic, err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("digest: list start offsets of %s: %w", topic, err)
+	}
+	if err := ends.Error(); err != nil {
+		return nil, fmt.Errorf("digest: end offsets of %s: %w", topic, err)
+	}
+	if err := starts.Error(); err != nil {
+		return nil, fmt.Errorf("digest: start offsets of %s: %w", topic, err)
+	}
+	out := make(map[int32]offsetRange)
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Topic == topic {
+			out[o.Partition] = offsetRange{end: o.Offset}
+		}
+	})
+	if len(out) == 0 {
+		return nil, fmt.Errorf("digest: topic %s has no partitions (does it exist?)", topic)
+	}
+	starts.Each(func(o kadm.ListedOffset) {
+		if r, ok := out[o.Partition]; ok && o.Topic == topic {
+			r.start = o.Offset
+			out[o.Partition] = r
+		}
+	})
+	return out, nil
+}
+
+func digestSteps(steps []*Step) DigestResult {
+	d := topics.NewDigest()
+	for _, st := range steps {
+		rows := append([]topics.AdvantageRow(nil), st.Rows...)
+		topics.SortRows(rows)
+		d.Add(rows...)
+	}
+	return DigestResult{Digest: d.Hex(), Rows: d.Rows(), Steps: len(steps)}
+}
+
+// DigestPayloads digests Arrow IPC payloads without headers (a replay file, ReadPayloadFile),
+// keeping run's rows ("" keeps all). Payload boundaries carry no meaning, so duplicates are
+// found per row: a row seen again with equal content is ignored, with different content it is
+// an error (topics.ErrConflict), as is an undecodable payload.
+func DigestPayloads(payloads [][]byte, run string) (DigestResult, error) {
+	type key struct {
+		run, group, rollout string
+		step                int64
+	}
+	seen := make(map[key]int)
+	var rows []topics.AdvantageRow
+	steps := make(map[struct {
+		run  string
+		step int64
+	}]struct{})
+	var dups int64
+	for i, p := range payloads {
+		decoded, err := topics.DecodeAdvantages(p)
+		if err != nil {
+			return DigestResult{}, fmt.Errorf("payload %d: %w", i, err)
+		}
+		for _, r := range decoded {
+			if run != "" && r.RunID != run {
+				continue
+			}
+			k := key{r.RunID, r.GroupID, r.RolloutID, r.Step}
+			if j, ok := seen[k]; ok {
+				if rows[j] != r {
+					return DigestResult{}, fmt.Errorf("payload %d: run %s step %d rollout %s differs from an earlier copy: %w", i, r.RunID, r.Step, r.RolloutID, topics.ErrConflict)
+				}
+				dups++
+				continue
+			}
+			seen[k] = len(rows)
+			rows = append(rows, r)
+			steps[struct {
+				run  string
+				step int64
+			}{r.RunID, r.Step}] = struct{}{}
+		}
+	}
+	topics.SortRows(rows)
+	d := topics.NewDigest()
+	d.Add(rows...)
+	return DigestResult{Digest: d.Hex(), Rows: d.Rows(), Steps: len(steps), Duplicates: dups}, nil
+}
