@@ -1,0 +1,90 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/wmrl/wmrl/correction"
+)
+
+// ErrUnknownArm is returned by ArmsByName for a name that is not a standard arm.
+var ErrUnknownArm = errors.New("sim: unknown arm")
+
+// Arm is one training configuration: which groups are executed and how the correction core treats
+// the world model's scores.
+type Arm struct {
+	Name string
+	// AnchorFraction is the fraction of groups executed for real (topics.IsAnchor); 1 executes
+	// every group (real-GRPO), 0 none (pure world model).
+	AnchorFraction float64
+	Correction     correction.Config
+}
+
+// Standard arm names, in the order Arms returns them.
+const (
+	ArmRealGRPO  = "real-grpo"
+	ArmPureWM    = "pure-wm"
+	ArmNone      = "none"
+	ArmIVD       = "ivd"
+	ArmOD        = "od"
+	ArmWMRL      = "wmrl"
+	ArmReference = "reference"
+)
+
+// Arms returns the standard arms of a sweep for the given anchor fraction: real-GRPO (every group
+// executed, no correction, so every row has weight 1), pure world model (no anchors, no
+// correction), the paper's ablation (anchors with none / IVD only / OD only / OD+IVD in wmrl's
+// default mode) and the authors' reference mode.
+func Arms(anchorFraction float64) []Arm {
+	off := func(debias, denoise bool) correction.Config {
+		c := correction.DefaultConfig()
+		c.Debias, c.Denoise = debias, denoise
+		return c
+	}
+	return []Arm{
+		{Name: ArmRealGRPO, AnchorFraction: 1, Correction: off(false, false)},
+		{Name: ArmPureWM, AnchorFraction: 0, Correction: off(false, false)},
+		{Name: ArmNone, AnchorFraction: anchorFraction, Correction: off(false, false)},
+		{Name: ArmIVD, AnchorFraction: anchorFraction, Correction: off(false, true)},
+		{Name: ArmOD, AnchorFraction: anchorFraction, Correction: off(true, false)},
+		{Name: ArmWMRL, AnchorFraction: anchorFraction, Correction: correction.DefaultConfig()},
+		{Name: ArmReference, AnchorFraction: anchorFraction, Correction: correction.ReferenceConfig()},
+	}
+}
+
+// ArmNames lists the standard arm names.
+func ArmNames() []string {
+	var out []string
+	for _, a := range Arms(0.25) {
+		out = append(out, a.Name)
+	}
+	return out
+}
+
+// ArmsByName selects standard arms by name, in the order given; real-GRPO is added first when
+// missing because every other arm's target is defined relative to it.
+func ArmsByName(names []string, anchorFraction float64) ([]Arm, error) {
+	all := Arms(anchorFraction)
+	byName := map[string]Arm{}
+	for _, a := range all {
+		byName[a.Name] = a
+	}
+	var out []Arm
+	seen := map[string]bool{}
+	for _, n := range names {
+		n = strings.ToLower(strings.TrimSpace(n))
+		a, ok := byName[n]
+		if !ok {
+			return nil, fmt.Errorf("%w %q (have %s)", ErrUnknownArm, n, strings.Join(ArmNames(), ", "))
+		}
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, a)
+		}
+	}
+	if !seen[ArmRealGRPO] {
+		out = append([]Arm{all[0]}, out...)
+	}
+	return out, nil
+}

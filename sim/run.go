@@ -1,0 +1,266 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/task"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// ErrConfig reports an unusable simulation configuration.
+var ErrConfig = errors.New("sim: invalid config")
+
+// Config is the task loop shared by all arms of a sweep.
+type Config struct {
+	Steps     int     // training steps
+	Groups    int     // groups per step (one fresh problem each)
+	GroupSize int     // rollouts per group (G)
+	LR        float64 // policy learning rate
+	// WorldModel is the proxy's fidelity; its Seed is replaced by the run's seed.
+	WorldModel task.WorldModelConfig
+	// ExecOverhead is the simulated sandbox start-up per execution. It is accounted, not slept.
+	ExecOverhead time.Duration
+}
+
+// DefaultConfig is the paper's step shape (G = 8, 8 groups per step) with the task engineer's
+// learning rate and the task's default world model.
+func DefaultConfig() Config {
+	return Config{Steps: 80, Groups: 8, GroupSize: 8, LR: 1, WorldModel: task.DefaultWorldModelConfig()}
+}
+
+// Validate reports the first unusable field.
+func (c Config) Validate() error {
+	switch {
+	case c.Steps < 1:
+		return fmt.Errorf("%w: steps %d, want >= 1", ErrConfig, c.Steps)
+	case c.Groups < 1:
+		return fmt.Errorf("%w: groups %d, want >= 1", ErrConfig, c.Groups)
+	case c.GroupSize < 2:
+		return fmt.Errorf("%w: group size %d, want >= 2 (advantages are group-relative)", ErrConfig, c.GroupSize)
+	case !(c.LR > 0) || math.IsInf(c.LR, 0):
+		return fmt.Errorf("%w: lr %v, want > 0", ErrConfig, c.LR)
+	case c.ExecOverhead < 0:
+		return fmt.Errorf("%w: exec overhead %v, want >= 0", ErrConfig, c.ExecOverhead)
+	}
+	if err := c.WorldModel.Validate(); err != nil {
+		return fmt.Errorf("%w: world model: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// StepRecord is the state of one arm after training step Step. Counters are cumulative.
+type StepRecord struct {
+	Step int
+	// Score is the policy's exact expected true score on the held-out problems after the update.
+	Score        float64
+	Executions   int           // real executions so far (primary compute measure)
+	ExecCompute  time.Duration // measured wall time of those executions
+	ExecOverhead time.Duration // simulated sandbox start-up, Executions × Config.ExecOverhead
+	Predictions  int           // world-model predictions so far
+	WMCompute    time.Duration // measured wall time of those predictions
+	AnchorGroups int           // anchor groups in this step
+	// CalibrationMAE is the mean |f̂(predicted) − executed| over this step's anchor rollouts,
+	// under the map in force before the step (out of sample); RawMAE the same for the raw
+	// prediction. NaN when the step had no anchor rollouts.
+	CalibrationMAE, RawMAE float64
+	AnchorWeight           float64 // IVD weight of anchor rows used in this step
+	NoiseRatio             float64 // s̄² after the step
+	FitVersion             uint64  // refits so far
+	Pairs                  int     // anchor pairs in the window after the step
+	Entropy                float64 // policy entropy after the update (nats)
+}
+
+// Pair is one anchor observation: the raw world-model score and the executed score.
+type Pair struct {
+	Step                int
+	Predicted, Executed float64
+}
+
+// Result is one arm × seed run.
+type Result struct {
+	Arm          string
+	Seed         int64
+	InitialScore float64
+	Steps        []StepRecord
+	// Pairs are every anchor pair in step order, and State the calibration state sealed after
+	// the last step (its Breakpoints are the fitted map), for calibration plots.
+	Pairs []Pair
+	State *correction.State
+	// Final is the policy after the last step.
+	Final *task.Policy
+}
+
+// FinalScore is the score after the last step.
+func (r Result) FinalScore() float64 {
+	if len(r.Steps) == 0 {
+		return r.InitialScore
+	}
+	return r.Steps[len(r.Steps)-1].Score
+}
+
+// RunID is the run id of a seed; every arm of a seed shares it so they get the same anchor groups.
+func RunID(seed int64) string { return "sim-" + strconv.FormatInt(seed, 10) }
+
+// GroupID names group j of a step the way the generator does ("<step>-<j>").
+func GroupID(step, j int) string { return strconv.Itoa(step) + "-" + strconv.Itoa(j) }
+
+// TrainingProblem is the fresh problem of (seed, step, group): a splitmix64 mix of the three,
+// kept non-negative so it can never coincide with a held-out problem (negative seeds); the kind
+// alternates with a hash bit so both kinds are trained on.
+func TrainingProblem(seed int64, step, group int) *task.Problem {
+	h := splitmix(splitmix(splitmix(uint64(seed))^uint64(step)) ^ uint64(group))
+	kind := task.Regression
+	if h>>63 == 1 {
+		kind = task.Classification
+	}
+	return task.NewProblem(int64(h&(1<<62-1)), kind)
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// EvalProblems returns the n fixed held-out problems, alternating regression and classification,
+// with seeds −1, −2, … that TrainingProblem never produces.
+func EvalProblems(n int) []*task.Problem {
+	out := make([]*task.Problem, n)
+	for i := range out {
+		kind := task.Regression
+		if i%2 == 1 {
+			kind = task.Classification
+		}
+		out[i] = task.NewProblem(-int64(i+1), kind)
+	}
+	return out
+}
+
+// Run trains one arm for one seed. observe, if not nil, is called after every step (from the
+// calling goroutine). The result depends only on (cfg, arm, eval, seed), except the measured
+// wall times.
+func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int64, observe func(StepRecord)) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	if eval == nil {
+		return Result{}, fmt.Errorf("%w: nil eval set", ErrConfig)
+	}
+	if !(arm.AnchorFraction >= 0 && arm.AnchorFraction <= 1) {
+		return Result{}, fmt.Errorf("%w: arm %s: anchor fraction %v, want in [0,1]", ErrConfig, arm.Name, arm.AnchorFraction)
+	}
+	corr, err := correction.New(arm.Correction)
+	if err != nil {
+		return Result{}, fmt.Errorf("sim: arm %s: %w", arm.Name, err)
+	}
+	run := RunID(seed)
+	wmCfg := cfg.WorldModel
+	wmCfg.Seed = seed
+	wm := task.NewWorldModel(wmCfg)
+	pol := task.NewPolicy()
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x73696d2d73616d70))
+	state := corr.NewState(run, "default")
+	res := Result{Arm: arm.Name, Seed: seed, InitialScore: pol.ExpectedScore(eval)}
+
+	var rec StepRecord
+	n := cfg.Groups * cfg.GroupSize
+	samples := make([]task.Solution, n)
+	adv := make([]float64, n)
+	wts := make([]float64, n)
+	masked := make([]bool, n)
+	index := make(map[string]int, n)
+	var rows []correction.Row
+	for v := range cfg.Steps {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		step := correction.Step{Run: run, Stream: "default", Step: int64(v)}
+		rec.Step, rec.AnchorGroups = v, 0
+		clear(index)
+		var calErr, rawErr float64
+		var nPairs int
+		weightInForce := state.AnchorWeight()
+		for j := range cfg.Groups {
+			p := TrainingProblem(seed, v, j)
+			gid := GroupID(v, j)
+			group, err := pol.Sample(rng, cfg.GroupSize)
+			if err != nil {
+				return res, fmt.Errorf("sim: sample: %w", err)
+			}
+			g := correction.Group{ID: gid, Anchor: topics.IsAnchor(run, gid, arm.AnchorFraction)}
+			if g.Anchor {
+				rec.AnchorGroups++
+			}
+			train := p.Train()
+			for i, s := range group {
+				rid := gid + "-" + strconv.Itoa(i)
+				index[rid] = j*cfg.GroupSize + i
+				samples[j*cfg.GroupSize+i] = s
+				t0 := time.Now()
+				pred, err := wm.Predict(ctx, train, s)
+				rec.WMCompute += time.Since(t0)
+				rec.Predictions++
+				if err != nil {
+					return res, fmt.Errorf("sim: world model: %w", err)
+				}
+				ro := correction.Rollout{ID: rid, Predicted: correction.Reward{Score: pred, OK: true}}
+				if g.Anchor {
+					t0 := time.Now()
+					score, err := task.Execute(ctx, p, s)
+					rec.ExecCompute += time.Since(t0)
+					rec.Executions++
+					rec.ExecOverhead += cfg.ExecOverhead
+					if err != nil {
+						return res, fmt.Errorf("sim: execute: %w", err)
+					}
+					ro.Executed = correction.Reward{Score: score, OK: true}
+					res.Pairs = append(res.Pairs, Pair{Step: v, Predicted: pred, Executed: score})
+					calErr += math.Abs(state.Calibrate(pred) - score)
+					rawErr += math.Abs(pred - score)
+					nPairs++
+				}
+				g.Rollouts = append(g.Rollouts, ro)
+			}
+			step.Groups = append(step.Groups, g)
+		}
+		rows, err = corr.Advance(state, step, rows[:0])
+		if err != nil {
+			return res, fmt.Errorf("sim: correct step %d: %w", v, err)
+		}
+		for _, r := range rows {
+			i, ok := index[r.RolloutID]
+			if !ok {
+				return res, fmt.Errorf("sim: correction returned unknown rollout %q", r.RolloutID)
+			}
+			adv[i], wts[i], masked[i] = r.Advantage, r.Weight, !r.Mask
+		}
+		if err := pol.Update(samples, adv, wts, masked, cfg.LR); err != nil {
+			return res, fmt.Errorf("sim: update step %d: %w", v, err)
+		}
+		rec.Score = pol.ExpectedScore(eval)
+		rec.CalibrationMAE, rec.RawMAE = math.NaN(), math.NaN()
+		if nPairs > 0 {
+			rec.CalibrationMAE, rec.RawMAE = calErr/float64(nPairs), rawErr/float64(nPairs)
+		}
+		rec.AnchorWeight = weightInForce
+		rec.NoiseRatio, _ = state.NoiseRatio()
+		rec.FitVersion = state.FitVersion()
+		rec.Pairs = state.Pairs()
+		rec.Entropy = pol.Entropy()
+		res.Steps = append(res.Steps, rec)
+		if observe != nil {
+			observe(rec)
+		}
+	}
+	res.State = state
+	res.Final = pol
+	return res, nil
+}
