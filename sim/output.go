@@ -90,14 +90,14 @@ func WriteSummaryCSV(w io.Writer, sums []ArmSummary) error {
 // WriteTable prints the summary as an aligned text table.
 func WriteTable(w io.Writer, sums []ArmSummary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "arm\tfinal score\tΔ vs real-GRPO\treached\texecutions-to-target\texec s-to-target\tspeedup (execs)\texecutions total")
+	fmt.Fprintln(tw, "arm\tfinal score\tΔ vs real-GRPO\treached\texecutions-to-target\texec s-to-target\texec+overhead+wm s\tspeedup (execs)\texecutions total")
 	for _, s := range sums {
 		speed := s.Speedup.Format(2)
 		if s.Reached > 0 && s.Speedup.N == 0 {
 			speed = "∞ (no executions)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", s.Arm, s.Final.Format(3), s.FinalDelta.Format(3),
-			s.Reached, s.Seeds, s.ExecutionsToTarget.Format(0), s.ExecSecondsToTarget.Format(2), speed,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", s.Arm, s.Final.Format(3), s.FinalDelta.Format(3),
+			s.Reached, s.Seeds, s.ExecutionsToTarget.Format(0), s.ExecSecondsToTarget.Format(2), s.TotalSecondsToTarget.Format(2), speed,
 			s.Executions.Format(0))
 	}
 	if err := tw.Flush(); err != nil {
