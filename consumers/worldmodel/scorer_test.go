@@ -149,10 +149,3 @@ func (g *gatedScorer) Score(ctx context.Context, in Input) (Result, error) {
 	}
 }
 
-func ids(n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("r-%d", i)
-	}
-	return out
-}
