@@ -22,6 +22,11 @@
 // written with explicit float64 conversions, so digests agree across
 // architectures.
 //
+// Correct leaves prev untouched (the window is a copy-on-write chunked
+// FIFO; only the sorted view is rebuilt per step), so sealed states can be
+// kept and shared read-only. Advance is the in-place variant for simulation
+// loops that discard old states; both produce identical rows and states.
+//
 // # Rows
 //
 // Anchor groups use the executed reward, world-model groups the calibrated
@@ -51,6 +56,12 @@
 //     entered it, c = 1/s̄² is frozen (weight 2 at that moment); before that
 //     c = 0 (weight 1). Anchor weight w = clip(1 + c·s̄², 1, 4).
 //   - Advantage: (r − mean)/(std + 1e-4), population std.
+//
+// DESIGN §2 does not pin down the bin-edge rule, empty bins, the EWMA's
+// initial value, the weight before the freeze or the refit counter's start;
+// the choices above are ours, and bench/reference_bench.py (the numpy
+// baseline, cross-checked row by row in TestReferenceMatchesNumpy) makes the
+// same ones.
 //
 // # Default mode (DefaultConfig) — where and why it differs
 //
