@@ -1,0 +1,155 @@
+package correctionstage
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// Defaults of Config fields left zero.
+const (
+	DefaultGroup            = "wmrl-correct"
+	DefaultKeepStates       = 8
+	DefaultRedisPrefix      = "wmrl"
+	DefaultTxnTimeout       = 20 * time.Second
+	DefaultProgressInterval = 10 * time.Second
+	DefaultChangelogTimeout = 60 * time.Second
+)
+
+// ErrConfig is wrapped by every Config validation failure.
+var ErrConfig = errors.New("correctionstage: invalid config")
+
+// ErrConfigChanged stops the consumer when the calibration changelog holds state built with a
+// different correction config than the running one (Config.AllowConfigChange overrides it).
+var ErrConfigChanged = errors.New("correctionstage: correction config differs from the one the stored state was built with")
+
+// ErrChangelog marks a calibration changelog the consumer cannot rebuild state from.
+var ErrChangelog = errors.New("correctionstage: calibration changelog")
+
+// Config configures a Consumer. KafkaOpts, Redis and TransactionalID are required; zero values
+// elsewhere take the defaults above.
+type Config struct {
+	// KafkaOpts carries connection options (seeds, SASL, TLS, client id); the consumer adds the
+	// group, transaction, isolation and partitioner options itself.
+	KafkaOpts []kgo.Opt
+	// Redis is the state cache. A hook counting round trips is added to it.
+	Redis redis.UniversalClient
+	Names topics.Names
+	// Group is the consumer group (default DefaultGroup).
+	Group string
+	// TransactionalID must be unique per live instance and stable across its restarts: a
+	// restarted instance with the same id fences its predecessor's unfinished transaction.
+	TransactionalID string
+	// Correction is the math configuration; its zero value means correction.DefaultConfig().
+	Correction correction.Config
+	// ChunkBytes bounds one Arrow payload on the advantages topic (default topics.DefaultChunkBytes).
+	ChunkBytes int
+	// KeepStates is how many versioned snapshots per (run, stream) Redis keeps (default 8).
+	KeepStates int
+	// RedisPrefix namespaces every Redis key (default "wmrl"); replays use their own.
+	RedisPrefix string
+	// AllowConfigChange lets the consumer continue when stored state was built with another
+	// correction config: affected streams restart calibration from an empty window.
+	AllowConfigChange bool
+	// TxnTimeout is the broker-side transaction timeout (default 20s).
+	TxnTimeout time.Duration
+	// ChangelogTimeout bounds reading the calibration changelog on assignment (default 60s).
+	ChangelogTimeout time.Duration
+	// MetricsAddr serves /metrics and /healthz when non-empty.
+	MetricsAddr string
+	// Registry collects metrics; a fresh one is made when nil.
+	Registry *prometheus.Registry
+	Logger   *slog.Logger
+	// ProgressInterval is the period of the info-level summary line (default 10s).
+	ProgressInterval time.Duration
+	// OnCommit, when set, is called after every committed transaction with the steps it sealed
+	// (benchmarks and the demo use it to observe progress without a second consumer).
+	OnCommit func(sealed []SealedStep)
+}
+
+// SealedStep identifies one step a committed transaction sealed.
+type SealedStep struct {
+	Run  string
+	Step int64
+	Rows int
+	// LastInput is when the step's last input record was buffered.
+	LastInput time.Time
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if len(c.KafkaOpts) == 0 {
+		return c, fmt.Errorf("%w: KafkaOpts required (at least the seed brokers)", ErrConfig)
+	}
+	if c.Redis == nil {
+		return c, fmt.Errorf("%w: Redis client required", ErrConfig)
+	}
+	if c.TransactionalID == "" {
+		return c, fmt.Errorf("%w: TransactionalID required", ErrConfig)
+	}
+	if c.Names.Prefix == "" {
+		c.Names = topics.NewNames("")
+	}
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.Correction == (correction.Config{}) {
+		c.Correction = correction.DefaultConfig()
+	}
+	if err := c.Correction.Validate(); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if c.ChunkBytes == 0 {
+		c.ChunkBytes = topics.DefaultChunkBytes
+	}
+	if c.ChunkBytes < 1024 || c.ChunkBytes > topics.MaxAdvantageBytes {
+		return c, fmt.Errorf("%w: ChunkBytes %d not in [1024,%d]", ErrConfig, c.ChunkBytes, topics.MaxAdvantageBytes)
+	}
+	if c.KeepStates == 0 {
+		c.KeepStates = DefaultKeepStates
+	}
+	if c.KeepStates < 1 {
+		return c, fmt.Errorf("%w: KeepStates %d must be >= 1", ErrConfig, c.KeepStates)
+	}
+	if c.RedisPrefix == "" {
+		c.RedisPrefix = DefaultRedisPrefix
+	}
+	if !validPrefix(c.RedisPrefix) {
+		return c, fmt.Errorf("%w: RedisPrefix %q must be non-empty without '{', '}' or spaces", ErrConfig, c.RedisPrefix)
+	}
+	if c.TxnTimeout == 0 {
+		c.TxnTimeout = DefaultTxnTimeout
+	}
+	if c.ChangelogTimeout == 0 {
+		c.ChangelogTimeout = DefaultChangelogTimeout
+	}
+	if c.ProgressInterval == 0 {
+		c.ProgressInterval = DefaultProgressInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	return c, nil
+}
+
+func validPrefix(p string) bool {
+	if p == "" {
+		return false
+	}
+	for _, r := range p {
+		if r == '{' || r == '}' || r == ' ' || r < 0x21 || r > 0x7e {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,88 @@
+// Package correctionstage is wmrl's stateful correction consumer (DESIGN §3–§4): it joins step
+// manifests, predicted and executed rewards of each run, seals steps strictly in order once
+// complete, runs the correction core (package correction — hence this package's name, so both
+// can be imported together) and produces the advantage rows and the calibration snapshots in the
+// same Kafka transaction as the input offsets. Downstream reads with read_committed.
+//
+// # Inputs and completeness
+//
+// The consumer reads wmrl.steps.v1, wmrl.rewards.predicted.v1 and wmrl.rewards.executed.v1 in one
+// consumer group with the range balancer, which gives a member the same partition numbers of all
+// three topics (they are co-partitioned by run_id). A step v of a run is complete when its
+// manifest is buffered, every group has Size predicted rewards and every anchor group also has
+// Size executed rewards for the same rollout ids. Rollout ids come from the reward records.
+//
+// Duplicates are judged per rollout id on what correction reads (stream, status, score,
+// imputed): an identical redelivery is counted (wmrl_correct_records_total{result="duplicate"}),
+// a differing one is dead-lettered with reason "conflict" and the first one wins (input order
+// within a partition is fixed, so the choice is deterministic). Also dead-lettered as conflicts:
+// rewards for a group not in the manifest, with a different stream, executed rewards for a
+// non-anchor group, rollouts beyond the group size, executed ids without a predicted reward in
+// a full group, a differing second manifest. Undecodable or invalid records are dead-lettered
+// with the codec's reason. Records of steps the run has already sealed (re-read after a restart)
+// are dropped and counted as "sealed_duplicate". A run must start at step 0; a run whose next
+// step never completes holds back later ones (the progress line lists waiting runs).
+//
+// Every stream of a run advances at every step (streams without groups in the step get an
+// empty step); a stream first seen at step v starts from an empty state fast-forwarded through
+// empty steps 0..v−1. Calibration is per (run, stream).
+//
+// # Transactions and offsets
+//
+// A transaction starts only when at least one step is ready to seal or a dead letter can be
+// written. It holds, per sealed step, the step's advantage chunks (topics.AdvantageRecords with
+// stream "": one chunk set for all streams, key run_id, headers wmrl-chunk i/n and wmrl-rows)
+// followed by one CalibrationSnapshot per (run, stream) (key run_id/stream), all produced to the
+// run's input partition number; then the dead letters. Several steps may share a transaction,
+// a step is never split.
+//
+// GroupTransactSession.End commits the polled offsets; records buffered for unsealed steps must
+// not be committed, or a crash loses them. The consumer therefore rewrites the TxnOffsetCommit
+// request with kgo.PreTxnCommitFnContext: per input partition the offset is lowered to the
+// oldest record still buffered for an unsealed step. A dead letter is held until the transaction
+// that commits past its source record, which makes dead-lettering exactly-once as well. On
+// restart the records from the committed offset on are read again; those of sealed steps are
+// dropped. When End aborts, the session rewinds to the committed offsets and the consumer
+// rebuilds its state as on a fresh assignment.
+//
+// Before joining the group the consumer sends InitProducerID for its transactional id, which
+// fences any predecessor with the same id and aborts its open transaction at once.
+//
+// # State: changelog and Redis
+//
+// The calibration topic is the source of truth (it commits atomically with outputs and offsets).
+// On every assignment the consumer reads the owned calibration partitions (read_committed) to
+// their stable end, learns each (run, stream)'s latest sealed step and digest, loads exactly that
+// step from Redis and verifies the digest, and otherwise takes the snapshot's own state bytes
+// (wmrl_correct_state_rebuilds_total{reason=missing|behind|ahead|mismatch}) and repairs Redis.
+// A state built with another correction config stops the consumer (ErrConfigChanged) unless
+// Config.AllowConfigChange is set.
+//
+// Redis is written after the transaction commits, so it is never ahead of committed output,
+// in one round trip per transaction (a pipeline of one Lua script per (run, stream)). Writes are
+// idempotent; different content for an existing step is an alarm
+// (wmrl_correct_redis_digest_mismatch_total and an error log) and is not overwritten.
+//
+// # Redis key layout
+//
+// With prefix P (Config.RedisPrefix, default "wmrl"), run R and stream S — ids never contain
+// '/', '{' or '}' — every key of one (run, stream) shares the hash tag {R/S}:
+//
+//	P:{R/S}:head        hash: sealed_step, digest (hex SHA-256 of the state bytes),
+//	                    config_hash (hex correction.Config.Hash), fit_version, anchor_weight,
+//	                    pairs, fit (JSON {"x":[..],"y":[..]}: the calibration map's breakpoints,
+//	                    linear interpolation, clipped at the ends; empty = identity)
+//	P:{R/S}:state:<v>   string: correction.State.Encode() sealed after step v (last K kept)
+//	P:{R/S}:steps       sorted set of the kept steps v (score v)
+//	P:{R}:streams       set of the run's streams
+//
+// A reader of the current fit: HGETALL P:{R/S}:head, then (for the full state) GET
+// P:{R/S}:state:<sealed_step> and check its SHA-256 against digest.
+//
+// # Replay
+//
+// Replay re-runs the same engine over the retained input topics of one run with fresh state,
+// without transactions, and emits every sealed step's rows; the digest of a replay equals the
+// digest of the live advantages of the run. Replay files (WriteReplayFile, ReadReplayFile) are
+// length-prefixed Arrow IPC payloads exactly as they appear as record values.
+package correctionstage

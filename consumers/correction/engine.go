@@ -1,0 +1,627 @@
+package correctionstage
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// kind is an input topic of the correction consumer.
+type kind uint8
+
+const (
+	kindStep kind = iota
+	kindPredicted
+	kindExecuted
+	numKinds
+)
+
+var kindNames = [numKinds]string{"steps", "predicted", "executed"}
+
+// Record outcomes counted in wmrl_correct_records_total{result}.
+const (
+	resultBuffered  = "buffered"
+	resultDuplicate = "duplicate"        // identical to a buffered record of the same rollout
+	resultSealed    = "sealed_duplicate" // for a step the run has already sealed (re-read after a restart)
+	resultDLQ       = "dead_letter"
+	resultForeign   = "foreign_topic"
+)
+
+// tp is a topic partition.
+type tp struct {
+	topic string
+	part  int32
+}
+
+// offEpoch is a commit position: the offset of the oldest record still needed and its leader epoch.
+type offEpoch struct {
+	off   int64
+	epoch int32
+}
+
+// reward is one buffered reward record, reduced to what correction uses (plus the source record,
+// so that a reward found inconsistent only once the manifest arrives can still be dead-lettered).
+type reward struct {
+	stream  string
+	score   float64
+	ok      bool
+	status  topics.Status
+	imputed bool
+	hasRaw  bool
+	raw     float64
+	rec     *kgo.Record
+}
+
+// sameContent reports whether two records of one rollout agree on everything correction reads;
+// timestamps, latencies and reasons may differ between an original and its redelivery.
+func (r *reward) sameContent(o *reward) bool {
+	return r.stream == o.stream && r.status == o.status && r.imputed == o.imputed &&
+		r.hasRaw == o.hasRaw && (!r.hasRaw || r.raw == o.raw)
+}
+
+type groupRewards struct {
+	order []string // rollout ids in arrival order
+	byID  map[string]*reward
+}
+
+func (g *groupRewards) remove(id string) {
+	delete(g.byID, id)
+	if i := slices.Index(g.order, id); i >= 0 {
+		g.order = slices.Delete(g.order, i, i+1)
+	}
+}
+
+// stepBuf buffers the inputs of one (run, step) until the step is complete.
+type stepBuf struct {
+	step     int64
+	manifest *topics.StepManifest
+	groups   map[string]topics.GroupManifest
+	pred     map[string]*groupRewards
+	exec     map[string]*groupRewards
+	// minOff is, per input kind, the oldest buffered record of this step: the consumer must not
+	// commit past it until the step is sealed.
+	minOff    [numKinds]offEpoch
+	hasOff    [numKinds]bool
+	lastInput time.Time
+}
+
+func (b *stepBuf) note(k kind, rec *kgo.Record, now time.Time) {
+	if !b.hasOff[k] || rec.Offset < b.minOff[k].off {
+		b.minOff[k], b.hasOff[k] = offEpoch{rec.Offset, rec.LeaderEpoch}, true
+	}
+	b.lastInput = now
+}
+
+// runBuf is one run: the states sealed so far (one per stream, all at sealed) and buffered steps.
+type runBuf struct {
+	id     string
+	part   int32
+	sealed int64
+	states map[string]*correction.State
+	steps  map[int64]*stepBuf
+}
+
+// deadLetter is a dead letter waiting for the transaction that commits past its source offset.
+type deadLetter struct {
+	off int64
+	rec *kgo.Record
+}
+
+// sealed is one step's output, ready to be produced.
+type sealed struct {
+	run       string
+	part      int32
+	step      int64
+	rows      []topics.AdvantageRow
+	snaps     []topics.CalibrationSnapshot // one per stream, sorted by stream
+	newStream []string                     // streams first seen in this step
+	lastInput time.Time
+}
+
+// engine is the deterministic heart of the consumer, free of I/O: it buffers the input records
+// of runs per step, dedupes them by rollout id, decides completeness and seals complete steps in
+// order. The live consumer and replay share it, which is what makes their digests equal.
+type engine struct {
+	corr  *correction.Corrector
+	names topics.Names
+	kinds map[string]kind
+	dlqw  *topics.DeadLetterWriter
+	m     *metrics
+	hash  string
+
+	runs map[string]*runBuf
+	dlq  map[tp][]deadLetter
+	// deadLettered counts records judged bad since the engine was made.
+	deadLettered int
+}
+
+func newEngine(corr *correction.Corrector, names topics.Names, m *metrics) *engine {
+	h := corr.Config().Hash()
+	return &engine{
+		corr:  corr,
+		names: names,
+		kinds: map[string]kind{names.Steps(): kindStep, names.Predicted(): kindPredicted, names.Executed(): kindExecuted},
+		dlqw:  topics.NewDeadLetterWriter(names, "correct"),
+		m:     m,
+		hash:  hex.EncodeToString(h[:]),
+		runs:  map[string]*runBuf{},
+		dlq:   map[tp][]deadLetter{},
+	}
+}
+
+func (e *engine) topic(k kind) string {
+	switch k {
+	case kindStep:
+		return e.names.Steps()
+	case kindPredicted:
+		return e.names.Predicted()
+	default:
+		return e.names.Executed()
+	}
+}
+
+// reset forgets everything: the consumer calls it before rebuilding state from the changelog.
+func (e *engine) reset() {
+	e.runs = map[string]*runBuf{}
+	e.dlq = map[tp][]deadLetter{}
+}
+
+// install sets a run's sealed states (all at the same step), as loaded from the changelog.
+func (e *engine) install(run string, part int32, states []*correction.State) error {
+	if len(states) == 0 {
+		return nil
+	}
+	rb := &runBuf{id: run, part: part, sealed: states[0].SealedStep(), states: map[string]*correction.State{}, steps: map[int64]*stepBuf{}}
+	for _, st := range states {
+		if st.SealedStep() != rb.sealed {
+			return fmt.Errorf("%w: run %s: stream %s sealed at step %d, stream %s at %d (streams of a run advance together)",
+				ErrChangelog, run, states[0].Stream(), rb.sealed, st.Stream(), st.SealedStep())
+		}
+		rb.states[st.Stream()] = st
+	}
+	e.runs[run] = rb
+	return nil
+}
+
+func (e *engine) deadLetter(rec *kgo.Record, k kind, err error) {
+	key := tp{rec.Topic, rec.Partition}
+	e.dlq[key] = append(e.dlq[key], deadLetter{off: rec.Offset, rec: e.dlqw.Record(rec, err)})
+	e.deadLettered++
+	e.m.record(k, resultDLQ)
+	e.m.deadLetters.WithLabelValues(topics.Reason(err)).Inc()
+}
+
+func conflict(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", topics.ErrConflict, fmt.Sprintf(format, args...))
+}
+
+// runFor returns the run's buffer, creating it on first sight, or an error when the run was seen
+// on another partition number (a producer that does not key by run_id).
+func (e *engine) runFor(id string, part int32) (*runBuf, error) {
+	rb := e.runs[id]
+	if rb == nil {
+		rb = &runBuf{id: id, part: part, sealed: -1, states: map[string]*correction.State{}, steps: map[int64]*stepBuf{}}
+		e.runs[id] = rb
+		return rb, nil
+	}
+	if rb.part != part {
+		return nil, conflict("run %s is on partition %d of the input topics, this record arrived on partition %d (records must be keyed by run_id)", id, rb.part, part)
+	}
+	return rb, nil
+}
+
+func (rb *runBuf) buf(step int64) *stepBuf {
+	b := rb.steps[step]
+	if b == nil {
+		b = &stepBuf{step: step, pred: map[string]*groupRewards{}, exec: map[string]*groupRewards{}}
+		rb.steps[step] = b
+	}
+	return b
+}
+
+// add takes one input record. Bad records become pending dead letters; nothing here fails.
+func (e *engine) add(rec *kgo.Record, now time.Time) {
+	k, ok := e.kinds[rec.Topic]
+	if !ok {
+		e.m.records.WithLabelValues(rec.Topic, resultForeign).Inc()
+		return
+	}
+	switch k {
+	case kindStep:
+		m, err := topics.DecodeStep(rec.Value)
+		if err != nil {
+			e.deadLetter(rec, k, err)
+			return
+		}
+		e.addManifest(rec, m, now)
+	case kindPredicted:
+		p, err := topics.DecodePredicted(rec.Value)
+		if err != nil {
+			e.deadLetter(rec, k, err)
+			return
+		}
+		rw := &reward{stream: p.Stream, status: p.Status, rec: rec}
+		if p.Score != nil {
+			rw.hasRaw, rw.raw = true, *p.Score
+		}
+		rw.ok = p.Status == topics.StatusOK && rw.hasRaw
+		rw.score = rw.raw
+		e.addReward(rec, k, p.RunID, p.Step, p.GroupID, p.RolloutID, rw, now)
+	case kindExecuted:
+		x, err := topics.DecodeExecuted(rec.Value)
+		if err != nil {
+			e.deadLetter(rec, k, err)
+			return
+		}
+		rw := &reward{stream: x.Stream, status: x.Status, imputed: x.Imputed, rec: rec}
+		if x.Score != nil {
+			rw.hasRaw, rw.raw = true, *x.Score
+		}
+		// OK iff a real score, or a policy score imputed for a failure (--on-timeout=zero).
+		rw.ok = rw.hasRaw && (x.Status == topics.StatusOK || x.Imputed)
+		rw.score = rw.raw
+		e.addReward(rec, k, x.RunID, x.Step, x.GroupID, x.RolloutID, rw, now)
+	}
+}
+
+func (e *engine) addManifest(rec *kgo.Record, m topics.StepManifest, now time.Time) {
+	rb, err := e.runFor(m.RunID, rec.Partition)
+	if err != nil {
+		e.deadLetter(rec, kindStep, err)
+		return
+	}
+	if m.Step <= rb.sealed {
+		e.m.record(kindStep, resultSealed)
+		return
+	}
+	b := rb.buf(m.Step)
+	if b.manifest != nil {
+		if manifestsEqual(b.manifest, &m) {
+			e.m.record(kindStep, resultDuplicate)
+			return
+		}
+		e.deadLetter(rec, kindStep, conflict("step manifest run=%s step=%d differs from the one already buffered", m.RunID, m.Step))
+		return
+	}
+	b.manifest = &m
+	b.groups = make(map[string]topics.GroupManifest, len(m.Groups))
+	for _, g := range m.Groups {
+		b.groups[g.GroupID] = g
+	}
+	b.note(kindStep, rec, now)
+	e.m.record(kindStep, resultBuffered)
+	// Rewards that arrived before the manifest are checked against it now.
+	for _, k := range []kind{kindPredicted, kindExecuted} {
+		rewards := b.pred
+		if k == kindExecuted {
+			rewards = b.exec
+		}
+		for _, gid := range slices.Sorted(maps.Keys(rewards)) {
+			gr := rewards[gid]
+			for _, id := range slices.Clone(gr.order) {
+				rw := gr.byID[id]
+				if err := b.check(k, gid, id, rw, gr, true); err != nil {
+					gr.remove(id)
+					e.deadLetter(rw.rec, k, err)
+				}
+			}
+			if len(gr.order) == 0 {
+				delete(rewards, gid)
+			}
+		}
+	}
+}
+
+func manifestsEqual(a, b *topics.StepManifest) bool {
+	return a.RunID == b.RunID && a.Step == b.Step && a.PolicyVersion == b.PolicyVersion && slices.Equal(a.Groups, b.Groups)
+}
+
+// check tests a reward against the step's manifest (if known). buffered says rw is already in gr
+// (it then counts towards the group size only when among the first Size rollouts).
+func (b *stepBuf) check(k kind, gid, id string, rw *reward, gr *groupRewards, buffered bool) error {
+	if b.manifest == nil {
+		return nil
+	}
+	g, ok := b.groups[gid]
+	switch {
+	case !ok:
+		return conflict("group %s is not in the manifest of step %d", gid, b.step)
+	case rw.stream != g.Stream:
+		return conflict("reward stream %q differs from the manifest's %q for group %s", rw.stream, g.Stream, gid)
+	case k == kindExecuted && !g.Anchor:
+		return conflict("executed reward for group %s, which the manifest does not mark as an anchor group", gid)
+	}
+	n := len(gr.order)
+	if buffered {
+		n = slices.Index(gr.order, id)
+	}
+	if n >= g.Size {
+		return conflict("group %s already has its %d rollouts; rollout %s is one too many", gid, g.Size, id)
+	}
+	return nil
+}
+
+func (e *engine) addReward(rec *kgo.Record, k kind, run string, step int64, gid, id string, rw *reward, now time.Time) {
+	rb, err := e.runFor(run, rec.Partition)
+	if err != nil {
+		e.deadLetter(rec, k, err)
+		return
+	}
+	if step <= rb.sealed {
+		e.m.record(k, resultSealed)
+		return
+	}
+	b := rb.buf(step)
+	rewards := b.pred
+	if k == kindExecuted {
+		rewards = b.exec
+	}
+	gr := rewards[gid]
+	if gr != nil {
+		if prev := gr.byID[id]; prev != nil {
+			if prev.sameContent(rw) {
+				e.m.record(k, resultDuplicate)
+				return
+			}
+			e.deadLetter(rec, k, conflict("rollout %s of group %s step %d: %s reward differs from the one already buffered (offset %d)",
+				id, gid, step, kindNames[k], prev.rec.Offset))
+			return
+		}
+	} else {
+		gr = &groupRewards{byID: map[string]*reward{}}
+	}
+	if err := b.check(k, gid, id, rw, gr, false); err != nil {
+		e.deadLetter(rec, k, err)
+		return
+	}
+	rewards[gid] = gr
+	gr.order = append(gr.order, id)
+	gr.byID[id] = rw
+	b.note(k, rec, now)
+	e.m.record(k, resultBuffered)
+}
+
+// complete reports whether every rollout of every group has its rewards. Executed rewards whose
+// rollout id is not among a full group's predicted ids are dead-lettered here (the world model
+// scores every rollout, so its ids are authoritative).
+func (e *engine) complete(b *stepBuf) bool {
+	if b.manifest == nil {
+		return false
+	}
+	ok := true
+	for _, g := range b.manifest.Groups {
+		p := b.pred[g.GroupID]
+		if p == nil || len(p.order) < g.Size {
+			ok = false
+			continue
+		}
+		if !g.Anchor {
+			continue
+		}
+		x := b.exec[g.GroupID]
+		if x == nil {
+			ok = false
+			continue
+		}
+		for _, id := range slices.Clone(x.order) {
+			if _, known := p.byID[id]; !known {
+				rw := x.byID[id]
+				x.remove(id)
+				e.deadLetter(rw.rec, kindExecuted, conflict("executed reward for rollout %s, which has no predicted reward in full group %s", id, g.GroupID))
+			}
+		}
+		if len(x.order) < g.Size {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// sealReady seals, per run in run-id order, every step that is next in line and complete.
+func (e *engine) sealReady() ([]*sealed, error) {
+	var out []*sealed
+	for _, id := range slices.Sorted(maps.Keys(e.runs)) {
+		rb := e.runs[id]
+		for {
+			b := rb.steps[rb.sealed+1]
+			if b == nil || !e.complete(b) {
+				break
+			}
+			s, err := e.seal(rb, b)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// seal runs the correction core for every stream of the run at step b.step and advances the run.
+// Streams without groups in this step advance with an empty step; a stream first seen now is
+// fast-forwarded from an empty state through empty steps 0..step−1, which is deterministic.
+func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
+	v := b.step
+	byStream := map[string][]correction.Group{}
+	for _, g := range b.manifest.Groups {
+		p := b.pred[g.GroupID]
+		grp := correction.Group{ID: g.GroupID, Anchor: g.Anchor, Rollouts: make([]correction.Rollout, 0, len(p.order))}
+		for _, rid := range p.order {
+			pr := p.byID[rid]
+			r := correction.Rollout{ID: rid, Predicted: correction.Reward{Score: pr.score, OK: pr.ok}}
+			if g.Anchor {
+				x := b.exec[g.GroupID].byID[rid]
+				r.Executed = correction.Reward{Score: x.score, OK: x.ok}
+			}
+			grp.Rollouts = append(grp.Rollouts, r)
+		}
+		byStream[g.Stream] = append(byStream[g.Stream], grp)
+	}
+	streams := slices.Collect(maps.Keys(rb.states))
+	var fresh []string
+	for s := range byStream {
+		if _, ok := rb.states[s]; !ok {
+			streams = append(streams, s)
+			fresh = append(fresh, s)
+		}
+	}
+	sort.Strings(streams)
+	sort.Strings(fresh)
+
+	out := &sealed{run: rb.id, part: rb.part, step: v, newStream: fresh, lastInput: b.lastInput}
+	next := make(map[string]*correction.State, len(streams))
+	for _, s := range streams {
+		prev := rb.states[s]
+		if prev == nil {
+			prev = e.corr.NewState(rb.id, s)
+			for i := int64(0); i < v; i++ {
+				if _, err := e.corr.Advance(prev, correction.Step{Run: rb.id, Stream: s, Step: i}, nil); err != nil {
+					return nil, fmt.Errorf("fast-forward run %s stream %s to step %d: %w", rb.id, s, v-1, err)
+				}
+			}
+		}
+		rows, st, err := e.corr.Correct(prev, correction.Step{Run: rb.id, Stream: s, Step: v, Groups: byStream[s]})
+		if err != nil {
+			return nil, fmt.Errorf("correct run %s stream %s step %d: %w", rb.id, s, v, err)
+		}
+		var pairs int
+		var biasRaw, biasCal float64
+		for i := range rows {
+			r := &rows[i]
+			out.rows = append(out.rows, toAdvantageRow(r, b.manifest.PolicyVersion))
+			if r.Source == correction.SourceAnchor && r.PredictedOK && r.ExecutedOK {
+				pairs++
+				biasRaw += r.Predicted - r.Executed
+				biasCal += r.Calibrated - r.Executed
+			}
+		}
+		if pairs > 0 {
+			biasRaw /= float64(pairs)
+			biasCal /= float64(pairs)
+		}
+		enc := st.Encode()
+		sum := sha256.Sum256(enc)
+		bx, by := st.Breakpoints()
+		out.snaps = append(out.snaps, topics.CalibrationSnapshot{
+			RunID: rb.id, Stream: s, Step: v,
+			FitVersion: st.FitVersion(), Pairs: st.Pairs(), ConfigHash: e.hash,
+			Digest: hex.EncodeToString(sum[:]), State: enc,
+			BreakX: bx, BreakY: by, AnchorWeight: st.AnchorWeight(),
+			BiasBefore: biasRaw, BiasAfter: biasCal, StepPairs: pairs,
+		})
+		next[s] = st
+	}
+	topics.SortRows(out.rows)
+	rb.states = next
+	rb.sealed = v
+	delete(rb.steps, v)
+	e.m.sealedSteps.Inc()
+	return out, nil
+}
+
+func toAdvantageRow(r *correction.Row, policy string) topics.AdvantageRow {
+	a := topics.AdvantageRow{
+		RunID: r.Run, Stream: r.Stream, Step: r.Step, GroupID: r.GroupID, RolloutID: r.RolloutID,
+		PolicyVersion: policy,
+		PredictedOK:   r.PredictedOK, Calibrated: r.Calibrated, ExecutedOK: r.ExecutedOK,
+		Used: r.Used, Advantage: r.Advantage, Weight: r.Weight, Mask: r.Mask,
+		CalibrationVersion: r.CalibrationVersion,
+	}
+	if r.PredictedOK {
+		a.Predicted = r.Predicted
+	}
+	if r.ExecutedOK {
+		a.Executed = r.Executed
+	}
+	switch r.Source {
+	case correction.SourceAnchor:
+		a.Source = topics.SourceAnchor
+	case correction.SourceWorldModel:
+		a.Source = topics.SourceWorldModel
+	}
+	return a
+}
+
+// holdback returns, per input topic partition, the oldest record of any unsealed step: offsets
+// may be committed up to it and no further, or a crash would lose buffered inputs.
+func (e *engine) holdback() map[tp]offEpoch {
+	out := map[tp]offEpoch{}
+	for _, rb := range e.runs {
+		for _, b := range rb.steps {
+			for k := kind(0); k < numKinds; k++ {
+				if !b.hasOff[k] {
+					continue
+				}
+				key := tp{e.topic(k), rb.part}
+				if cur, ok := out[key]; !ok || b.minOff[k].off < cur.off {
+					out[key] = b.minOff[k]
+				}
+			}
+		}
+	}
+	return out
+}
+
+// takeDeadLetters removes and returns the pending dead letters whose source offset lies below
+// the holdback of its partition. Producing them in the transaction that commits past their
+// source makes dead-lettering exactly-once: a restart re-reads (and re-judges) exactly the
+// records whose dead letters were not committed.
+func (e *engine) takeDeadLetters(hold map[tp]offEpoch) []*kgo.Record {
+	var out []*kgo.Record
+	for _, key := range slices.SortedFunc(maps.Keys(e.dlq), func(a, b tp) int {
+		if a.topic != b.topic {
+			if a.topic < b.topic {
+				return -1
+			}
+			return 1
+		}
+		return int(a.part) - int(b.part)
+	}) {
+		pending := e.dlq[key]
+		h, held := hold[key]
+		keep := pending[:0]
+		for _, d := range pending {
+			if held && d.off >= h.off {
+				keep = append(keep, d)
+				continue
+			}
+			out = append(out, d.rec)
+		}
+		if len(keep) == 0 {
+			delete(e.dlq, key)
+		} else {
+			e.dlq[key] = keep
+		}
+	}
+	return out
+}
+
+// bufferedSteps counts the unsealed steps held in memory.
+func (e *engine) bufferedSteps() int {
+	n := 0
+	for _, rb := range e.runs {
+		n += len(rb.steps)
+	}
+	return n
+}
+
+// stalled lists runs whose next step is not buffered complete while later steps are buffered.
+func (e *engine) stalled() []string {
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(e.runs)) {
+		rb := e.runs[id]
+		if len(rb.steps) > 0 {
+			out = append(out, fmt.Sprintf("%s@%d(%d buffered)", id, rb.sealed+1, len(rb.steps)))
+		}
+	}
+	return out
+}

@@ -1,0 +1,99 @@
+package correctionstage
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// metrics are the consumer's Prometheus series (prefix wmrl_correct_).
+type metrics struct {
+	records      *prometheus.CounterVec
+	deadLetters  *prometheus.CounterVec
+	sealedSteps  prometheus.Counter
+	rows         prometheus.Counter
+	txns         *prometheus.CounterVec
+	rebuilds     *prometheus.CounterVec
+	digestAlarms prometheus.Counter
+	redisTrips   prometheus.Counter
+	redisErrors  prometheus.Counter
+	buffered     prometheus.Gauge
+	sealLatency  prometheus.Histogram
+	trips        atomic.Int64 // mirror of redisTrips for the benchmark
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wmrl_correct_records_total",
+			Help: "Input records by topic and result: buffered, duplicate (identical to a buffered one), sealed_duplicate (step already sealed), dead_letter.",
+		}, []string{"topic", "result"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wmrl_correct_dead_letters_total", Help: "Input records judged bad, by DLQ reason (produced once their transaction commits).",
+		}, []string{"reason"}),
+		sealedSteps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wmrl_correct_steps_sealed_total", Help: "Steps sealed in committed transactions.",
+		}),
+		rows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wmrl_correct_rows_total", Help: "Advantage rows in committed transactions.",
+		}),
+		txns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wmrl_correct_transactions_total", Help: "Transactions by outcome: committed or aborted.",
+		}, []string{"result"}),
+		rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wmrl_correct_state_rebuilds_total", Help: "(run, stream) states taken from the changelog instead of Redis, by reason: missing, behind, ahead, mismatch, corrupt.",
+		}, []string{"reason"}),
+		digestAlarms: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wmrl_correct_redis_digest_mismatch_total", Help: "ALARM: Redis held different content for an already sealed (run, stream, step).",
+		}),
+		redisTrips: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wmrl_correct_redis_roundtrips_total", Help: "Redis round trips (a command or a pipeline), counted by a go-redis hook.",
+		}),
+		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wmrl_correct_redis_errors_total", Help: "Failed Redis snapshot writes or loads (the changelog stays authoritative).",
+		}),
+		buffered: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wmrl_correct_buffered_steps", Help: "Unsealed steps held in memory.",
+		}),
+		sealLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wmrl_correct_seal_seconds", Help: "Time from a step's last input record to its transaction commit.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.records, m.deadLetters, m.sealedSteps, m.rows, m.txns, m.rebuilds,
+		m.digestAlarms, m.redisTrips, m.redisErrors, m.buffered, m.sealLatency} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) record(k kind, result string) {
+	m.records.WithLabelValues(kindNames[k], result).Inc()
+}
+
+// tripHook counts Redis round trips: every command and every pipeline (MULTI/EXEC or plain) is one.
+type tripHook struct{ m *metrics }
+
+func (h tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.m.redisTrips.Inc()
+		h.m.trips.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.m.redisTrips.Inc()
+		h.m.trips.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+var _ redis.Hook = tripHook{}
