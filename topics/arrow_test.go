@@ -124,7 +124,7 @@ func fillRow(b *array.RecordBuilder, nullAt int) {
 		case *array.Float64Builder:
 			x.Append(0.5)
 		case *array.BooleanBuilder:
-			x.Append(false)
+			x.Append(f.Name == "mask") // an unmasked row
 		case *array.Uint64Builder:
 			x.Append(1)
 		default:
@@ -226,7 +226,7 @@ func TestDecodeAdvantagesCorrupt(t *testing.T) {
 func TestDecodeAdvantagesRejectsInvalidRows(t *testing.T) {
 	rows := sampleAdvantages()
 	rows[2].Advantage = 0.5
-	rows[2].Mask = true
+	rows[2].Mask = false
 	b, err := encodeAdvantages(rows) // bypass validation, as a foreign producer would
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func manyRows(n int) []AdvantageRow {
 			RunID: "run-0001", Stream: "mle", Step: 12, GroupID: fmt.Sprintf("g%03d", i/8),
 			RolloutID: fmt.Sprintf("g%03d-r%d", i/8, i%8), PolicyVersion: "ckpt-12", Source: SourceWorldModel,
 			Predicted: float64(i%8) / 8, PredictedOK: true, Calibrated: float64(i%8) / 9, Used: float64(i%8) / 9,
-			Advantage: float64(i%8)/4 - 0.875, Weight: 1, CalibrationVersion: 7,
+			Advantage: float64(i%8)/4 - 0.875, Weight: 1, Mask: true, CalibrationVersion: 7,
 		}
 	}
 	return rows

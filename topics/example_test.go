@@ -66,9 +66,9 @@ func ExampleDeadLetterWriter_Record() {
 func ExampleNames_AdvantageRecords() {
 	rows := []topics.AdvantageRow{
 		{RunID: "r1", Stream: "mle", Step: 4, GroupID: "g0", RolloutID: "g0-r0", Source: topics.SourceWorldModel,
-			Predicted: 0.7, PredictedOK: true, Calibrated: 0.6, Used: 0.6, Advantage: 1, Weight: 1},
+			Predicted: 0.7, PredictedOK: true, Calibrated: 0.6, Used: 0.6, Advantage: 1, Weight: 1, Mask: true},
 		{RunID: "r1", Stream: "mle", Step: 4, GroupID: "g0", RolloutID: "g0-r1", Source: topics.SourceWorldModel,
-			Predicted: 0.3, PredictedOK: true, Calibrated: 0.2, Used: 0.2, Advantage: -1, Weight: 1},
+			Predicted: 0.3, PredictedOK: true, Calibrated: 0.2, Used: 0.2, Advantage: -1, Weight: 1, Mask: true},
 	}
 	recs, err := topics.NewNames("").AdvantageRecords("r1", "mle", 4, rows, topics.DefaultChunkBytes)
 	if err != nil {

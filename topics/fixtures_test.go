@@ -70,7 +70,7 @@ func sampleAdvantages() []AdvantageRow {
 			PolicyVersion: "ckpt-3", Source: SourceAnchor,
 			Predicted: 0.5 + 0.125*float64(i), PredictedOK: true, Calibrated: 0.4 + 0.1*float64(i),
 			Executed: 0.25 * float64(i), ExecutedOK: true, Used: 0.25 * float64(i),
-			Advantage: -1.3416 + 0.8944*float64(i), Weight: 1.75, CalibrationVersion: 2,
+			Advantage: -1.3416 + 0.8944*float64(i), Weight: 1.75, Mask: true, CalibrationVersion: 2,
 		})
 	}
 	for i := 0; i < 4; i++ {
@@ -78,19 +78,19 @@ func sampleAdvantages() []AdvantageRow {
 			RunID: "r1", Stream: "mle", Step: 3, GroupID: "g0", RolloutID: fmt.Sprintf("g0-r%d", i),
 			PolicyVersion: "ckpt-3", Source: SourceWorldModel,
 			Predicted: 0.2 * float64(i+1), PredictedOK: true, Calibrated: 0.15 * float64(i+1),
-			Used: 0.15 * float64(i+1), Advantage: 1.1 - 0.7*float64(i), Weight: 1, CalibrationVersion: 2,
+			Used: 0.15 * float64(i+1), Advantage: 1.1 - 0.7*float64(i), Weight: 1, Mask: true, CalibrationVersion: 2,
 		})
 	}
 	// A world-model failure: no predicted score, masked.
 	rows[7].Predicted, rows[7].PredictedOK, rows[7].Calibrated, rows[7].Used = 0, false, 0, 0
-	rows[7].Advantage, rows[7].Mask, rows[7].Weight = 0, true, 0
+	rows[7].Advantage, rows[7].Mask, rows[7].Weight = 0, false, 0
 	// A group with a single graded rollout: masked, no source.
 	rows = append(rows, AdvantageRow{
 		RunID: "r1", Stream: "mle", Step: 3, GroupID: "g5", RolloutID: "g5-r0", PolicyVersion: "ckpt-3",
-		Predicted: 0.9, PredictedOK: true, Calibrated: 0.85, Used: 0.85, Mask: true, CalibrationVersion: 2,
+		Predicted: 0.9, PredictedOK: true, Calibrated: 0.85, Used: 0.85, Mask: false, CalibrationVersion: 2,
 	}, AdvantageRow{
 		RunID: "r1", Stream: "mle", Step: 3, GroupID: "g5", RolloutID: "g5-r1", PolicyVersion: "ckpt-3",
-		Mask: true, CalibrationVersion: 2,
+		Mask: false, CalibrationVersion: 2,
 	})
 	return rows
 }

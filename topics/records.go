@@ -147,7 +147,7 @@ type AdvantageRow struct {
 	RolloutID     string `json:"rollout_id"`
 	PolicyVersion string `json:"policy_version"`
 	// Source says which reward Used is: the executed score (anchor) or the calibrated world-model
-	// score (world_model). It may be empty only for a masked row.
+	// score (world_model). It may be empty only for a masked row (Mask false).
 	Source Source `json:"source"`
 	// Predicted is the raw world-model score; 0 and PredictedOK false when there is none.
 	Predicted   float64 `json:"predicted"`
@@ -163,8 +163,9 @@ type AdvantageRow struct {
 	Advantage float64 `json:"advantage"`
 	// Weight is the inverse-variance (IVD) weight of the row in the loss, >= 0.
 	Weight float64 `json:"weight"`
-	// Mask true means the row is masked out: the trainer must ignore it (no graded reward, or its
-	// group had fewer than two graded rollouts). A trainer's loss mask is therefore !Mask.
+	// Mask is the trainer's loss mask, as in correction.Row: true means the row counts; false
+	// means it is masked out (no graded reward, or its group had fewer than two graded rollouts),
+	// with advantage 0 so a trainer that ignores the mask still adds nothing for it.
 	Mask bool `json:"mask"`
 	// CalibrationVersion is the FitVersion of the calibration used for the step.
 	CalibrationVersion uint64 `json:"calibration_version"`

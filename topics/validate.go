@@ -378,8 +378,8 @@ func (c *checker) monotone(field string, xs []float64) {
 
 // Validate checks one advantage row. Rules beyond ids and finiteness: a missing reward
 // (PredictedOK/ExecutedOK false) has value 0, so that Arrow's null and JSON's 0 agree; an
-// unmasked row has a source whose reward is present; a masked row has advantage 0, so a trainer
-// that ignores the mask still adds nothing for it.
+// unmasked row (Mask true) has a source whose reward is present; a masked row (Mask false) has
+// advantage 0, so a trainer that ignores the mask still adds nothing for it.
 func (a *AdvantageRow) Validate() error {
 	c := checker{record: recordName("advantage", "run", a.RunID, "rollout", a.RolloutID)}
 	c.id("run_id", a.RunID)
@@ -391,7 +391,7 @@ func (a *AdvantageRow) Validate() error {
 	switch a.Source {
 	case SourceAnchor, SourceWorldModel:
 	case "":
-		if !a.Mask {
+		if a.Mask {
 			c.fail("source", nil, nil, "required for an unmasked row")
 		}
 	default:
@@ -403,7 +403,7 @@ func (a *AdvantageRow) Validate() error {
 	c.score("used", a.Used)
 	c.finite("advantage", a.Advantage)
 	c.nonNegative("weight", a.Weight)
-	if a.Mask {
+	if !a.Mask {
 		if a.Advantage != 0 {
 			c.fail("advantage", a.Advantage, nil, "must be 0 for a masked row")
 		}
