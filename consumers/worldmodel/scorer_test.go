@@ -148,4 +148,3 @@ func (g *gatedScorer) Score(ctx context.Context, in Input) (Result, error) {
 		return Result{}, context.Cause(ctx)
 	}
 }
-

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/wmrl/wmrl/consumers/sandbox"
+	"github.com/wmrl/wmrl/internal/stage"
+	"github.com/wmrl/wmrl/producers/artifact"
+)
+
+func init() { register(newSandboxCmd) }
+
+func newSandboxCmd(a *app) *cobra.Command {
+	var (
+		backend, group, metricsAddr, artifactDir, artifactName, onTimeout string
+		addressSpace, fileSize, runAs                                     string
+		argv                                                              []string
+		env                                                               map[string]string
+		cfg                                                               sandbox.CommandConfig
+		slots, handlers                                                   int
+		grace                                                             time.Duration
+	)
+	defaults := sandbox.DefaultLimits()
+	cmd := &cobra.Command{
+		Use:   "sandbox",
+		Short: "Execute anchor rollouts in a pool of exclusive slots into rewards.executed",
+		Long: `Consume the rollouts topic; non-anchor rollouts are skipped (consumed and committed, no output);
+every anchor rollout gets exactly one executed-reward record. Each job runs --argv (no shell; {artifact}
+is the path of the rollout's artifact file, {dir} its private directory) in its own process group with
+rlimits (via prlimit), a wall-clock --timeout that kills the whole group, and optionally bubblewrap
+(--bwrap: no network, read-only root, only the job directory writable). The program reports on stdout:
+its last non-empty line must be a JSON object {"score": <number in [0,1]>}.
+
+--on-timeout=missing (default) records status timeout without a score, so the rollout is excluded
+from its group; --on-timeout=zero reproduces the reference: status stays timeout, imputed: true,
+score 0. --backend builtin is the demo's task executor ('wmrl demo').`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if backend == "builtin" {
+				return errors.New("--backend builtin is the demo's task executor: run it with `wmrl demo`")
+			}
+			if backend != "command" {
+				return fmt.Errorf("--backend %q: want command or builtin", backend)
+			}
+			var err error
+			if cfg.Argv, err = parseArgv(argv); err != nil {
+				return err
+			}
+			if cfg.Limits.AddressSpaceBytes, err = parseBytes(addressSpace); err != nil {
+				return fmt.Errorf("--address-space: %w", err)
+			}
+			if cfg.Limits.FileSizeBytes, err = parseBytes(fileSize); err != nil {
+				return fmt.Errorf("--file-size: %w", err)
+			}
+			if runAs != "" {
+				if cfg.RunAs, err = parseRunAs(runAs); err != nil {
+					return err
+				}
+			}
+			cfg.Env = env
+			cfg.Logger = a.log
+			policy, err := sandbox.ParsePolicy(onTimeout)
+			if err != nil {
+				return fmt.Errorf("--on-timeout: %w", err)
+			}
+			exec, err := sandbox.NewCommandExecutor(cfg)
+			if err != nil {
+				return err
+			}
+			pool, err := sandbox.NewPool(exec, slots, sandbox.WithLogger(a.log))
+			if err != nil {
+				return err
+			}
+			hc := sandbox.HandlerConfig{Pool: pool, Policy: policy, ArtifactName: artifactName}
+			if artifactDir != "" {
+				if hc.Artifacts, err = artifact.NewStore(artifactDir, 0); err != nil {
+					return err
+				}
+			}
+			kopts, err := a.conn.KafkaOpts()
+			if err != nil {
+				return err
+			}
+			st, err := sandbox.NewStage(stage.Config{
+				Group: group, Names: a.conn.Names(), KafkaOpts: kopts, Concurrency: handlers,
+				MetricsAddr: metricsAddr, Logger: a.log, ShutdownGrace: grace,
+			}, hc)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			return st.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&backend, "backend", "command", "executor: command (an external program) or builtin (demo only)")
+	f.StringArrayVar(&argv, "argv", nil, `command to run: repeat per argument (--argv python3 --argv {artifact}) or one JSON array (--argv '["python3","{artifact}"]')`)
+	f.StringSliceVar(&cfg.EnvAllow, "env-allow", nil, "parent environment variables passed to the program (nothing else leaks)")
+	f.StringToStringVar(&env, "env", nil, "fixed environment variables KEY=VALUE (values may use {dir}, {artifact})")
+	f.DurationVar(&cfg.Timeout, "timeout", sandbox.DefaultTimeout, "wall-clock budget per rollout; the process group is killed on expiry")
+	f.Uint64Var(&cfg.Limits.CPUSeconds, "cpu-seconds", defaults.CPUSeconds, "RLIMIT_CPU per process (0: inherit); exceeding it is a timeout")
+	f.StringVar(&addressSpace, "address-space", "4GiB", "RLIMIT_AS per process, e.g. 4GiB, 512MiB (0: inherit)")
+	f.Uint64Var(&cfg.Limits.Processes, "max-procs", defaults.Processes, "RLIMIT_NPROC (per UID; enforced only with --run-as, not for root)")
+	f.StringVar(&fileSize, "file-size", "1GiB", "RLIMIT_FSIZE, largest file the program may write (0: inherit)")
+	f.BoolVar(&cfg.UseBwrap, "bwrap", false, "run inside bubblewrap: no network, read-only root, private /tmp, PID namespace")
+	f.StringVar(&runAs, "run-as", "", "run the program as UID:GID (requires root)")
+	f.StringVar(&cfg.TempDir, "temp-dir", "", "where job directories are created (default $TMPDIR)")
+	f.IntVar(&slots, "slots", 4, "exclusive execution slots (concurrent jobs)")
+	f.IntVar(&handlers, "handlers", 0, "stage handlers (0: 2×slots, so a slot never waits for a produce acknowledgement)")
+	f.StringVar(&onTimeout, "on-timeout", "missing", "reward of a timed-out rollout: missing (excluded) or zero (the reference)")
+	f.StringVar(&artifactDir, "artifact-dir", "", "claim-check directory shared with the generator, for artifacts sent by reference")
+	f.StringVar(&artifactName, "artifact-name", "", "file name of the artifact in the job directory (default artifact), e.g. solution.py")
+	f.StringVar(&group, "group", "", "consumer group (default wmrl-sandbox)")
+	f.StringVar(&metricsAddr, "metrics-addr", ":9465", "serve /metrics and /healthz here (empty: off)")
+	f.DurationVar(&grace, "shutdown-grace", 30*time.Second, "time running jobs get to finish on shutdown before they are killed and handed back")
+	return cmd
+}
+
+// parseArgv accepts --argv repeated per argument, or a single JSON array of strings.
+func parseArgv(args []string) ([]string, error) {
+	if len(args) == 1 && strings.HasPrefix(strings.TrimSpace(args[0]), "[") {
+		var out []string
+		if err := json.Unmarshal([]byte(args[0]), &out); err != nil {
+			return nil, fmt.Errorf("--argv: not a JSON array of strings: %w", err)
+		}
+		args = out
+	}
+	if len(args) == 0 || args[0] == "" {
+		return nil, errors.New("--argv is required: the sandbox command, e.g. --argv python3 --argv {artifact}")
+	}
+	return args, nil
+}
+
+// parseBytes reads a byte size: a plain number, or one with a binary suffix (K, Ki, KiB, M, …, T;
+// all powers of 1024, since rlimits are about memory and files, not disk marketing).
+func parseBytes(s string) (uint64, error) {
+	s = strings.TrimSpace(s)
+	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := s, ""
+	if i >= 0 {
+		num, unit = s[:i], strings.TrimSpace(s[i:])
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is not a byte size (e.g. 4GiB, 512MiB, 1048576)", s)
+	}
+	shift := map[string]uint{"": 0, "b": 0, "k": 10, "ki": 10, "kib": 10, "m": 20, "mi": 20, "mib": 20,
+		"g": 30, "gi": 30, "gib": 30, "t": 40, "ti": 40, "tib": 40}
+	sh, ok := shift[strings.ToLower(unit)]
+	if !ok {
+		return 0, fmt.Errorf("%q: unknown unit %q (want K, M, G or T, powers of 1024)", s, unit)
+	}
+	b := v * float64(uint64(1)<<sh)
+	if b >= math.MaxUint64 || b != math.Trunc(b) {
+		return 0, fmt.Errorf("%q is not a whole number of bytes below 2^64", s)
+	}
+	return uint64(b), nil
+}
+
+func parseRunAs(s string) (*sandbox.RunAs, error) {
+	u, g, ok := strings.Cut(s, ":")
+	uid, err1 := strconv.ParseUint(u, 10, 32)
+	gid, err2 := strconv.ParseUint(g, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("--run-as %q: want UID:GID (numbers)", s)
+	}
+	return &sandbox.RunAs{UID: uint32(uid), GID: uint32(gid)}, nil
+}

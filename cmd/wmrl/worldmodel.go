@@ -1,0 +1,94 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/wmrl/wmrl/consumers/worldmodel"
+	"github.com/wmrl/wmrl/internal/stage"
+	"github.com/wmrl/wmrl/producers/artifact"
+)
+
+func init() { register(newWorldModelCmd) }
+
+func newWorldModelCmd(a *app) *cobra.Command {
+	var (
+		backend, group, metricsAddr, artifactDir, templateFile string
+		cfg                                                    worldmodel.OpenAIConfig
+		concurrency                                            int
+		grace                                                  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "worldmodel",
+		Short: "Score every rollout with a world model (OpenAI-compatible server) into rewards.predicted",
+		Long: `Consume the rollouts topic and publish exactly one predicted-reward record per rollout: a score,
+or a failure (timeout, error, invalid) with its reason. Up to --concurrency requests are in flight;
+each has --request-timeout and is retried with jittered backoff on 429, 5xx and timeouts, never on
+other 4xx. Offsets are committed only below the lowest unfinished rollout, so a crash redoes work
+but never skips it. Bad input records go to the dead-letter topic. The API key comes from
+WMRL_WM_API_KEY or OPENAI_API_KEY. --backend builtin is the demo's proxy model ('wmrl demo').`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if backend == "builtin" {
+				return errors.New("--backend builtin is the demo's proxy world model: run it with `wmrl demo`")
+			}
+			if backend != "openai" {
+				return fmt.Errorf("--backend %q: want openai or builtin", backend)
+			}
+			if templateFile != "" {
+				b, err := os.ReadFile(templateFile)
+				if err != nil {
+					return fmt.Errorf("--prompt-template: %w", err)
+				}
+				cfg.PromptTemplate = string(b)
+			}
+			cfg.APIKey = worldmodel.APIKeyFromEnv(os.Getenv)
+			cfg.MaxIdleConnsPerHost = concurrency
+			cfg.Logger = a.log
+			scorer, err := worldmodel.NewOpenAIScorer(cfg)
+			if err != nil {
+				return err
+			}
+			hc := worldmodel.HandlerConfig{Scorer: scorer, Concurrency: concurrency, Model: cfg.Model, Logger: a.log}
+			if artifactDir != "" {
+				if hc.Artifacts, err = artifact.NewStore(artifactDir, 0); err != nil {
+					return err
+				}
+			}
+			kopts, err := a.conn.KafkaOpts()
+			if err != nil {
+				return err
+			}
+			st, err := worldmodel.NewStage(stage.Config{
+				Group: group, Names: a.conn.Names(), KafkaOpts: kopts, MetricsAddr: metricsAddr, Logger: a.log, ShutdownGrace: grace,
+			}, hc)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			return st.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&backend, "backend", "openai", "world model: openai (an OpenAI-compatible server) or builtin (demo only)")
+	f.StringVar(&cfg.BaseURL, "base-url", "http://127.0.0.1:8000/v1", "API root including /v1; requests go to <base-url>/chat/completions")
+	f.StringVar(&cfg.Model, "model", "", "served model name")
+	f.IntVar(&concurrency, "concurrency", 32, "scoring requests in flight")
+	f.DurationVar(&cfg.Timeout, "request-timeout", worldmodel.DefaultTimeout, "per-request timeout")
+	f.IntVar(&cfg.MaxAttempts, "max-attempts", worldmodel.DefaultMaxAttempts, "tries per rollout, first included")
+	f.DurationVar(&cfg.BaseBackoff, "base-backoff", worldmodel.DefaultBaseBackoff, "first retry delay (doubles, jittered)")
+	f.DurationVar(&cfg.MaxBackoff, "max-backoff", worldmodel.DefaultMaxBackoff, "retry delay cap, also for Retry-After")
+	f.Float64Var(&cfg.Temperature, "temperature", 0, "sampling temperature (0: as repeatable as the server allows)")
+	f.IntVar(&cfg.MaxTokens, "max-tokens", 0, "reply length cap (0: server default; reasoning models need room)")
+	f.StringVar(&cfg.SystemPrompt, "system-prompt", "", "system message")
+	f.StringVar(&templateFile, "prompt-template", "", "file with a text/template for the user message (default: built in)")
+	f.StringVar(&artifactDir, "artifact-dir", "", "claim-check directory shared with the generator, for artifacts sent by reference")
+	f.StringVar(&group, "group", "", "consumer group (default wmrl-worldmodel)")
+	f.StringVar(&metricsAddr, "metrics-addr", ":9464", "serve /metrics and /healthz here (empty: off)")
+	f.DurationVar(&grace, "shutdown-grace", 30*time.Second, "time in-flight requests get to finish on shutdown")
+	return cmd
+}
