@@ -1,0 +1,78 @@
+"""The wire contract's constants, copied from Go package ``topics``.
+
+Every number and name here is part of the contract between the Go stages and this client;
+``tests/test_contract.py`` checks them against the golden files the Go codecs wrote, and
+``topics/python_contract_test.go`` decodes what this package writes with the strict Go decoders.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Schema identifiers (topics/records.go).
+SCHEMA_ROLLOUT: Final = "wmrl.rollout.v1"
+SCHEMA_STEP: Final = "wmrl.step.v1"
+SCHEMA_PREDICTED: Final = "wmrl.reward.predicted.v1"
+SCHEMA_EXECUTED: Final = "wmrl.reward.executed.v1"
+SCHEMA_ADVANTAGES: Final = "wmrl.advantages.v1"
+SCHEMA_CALIBRATION: Final = "wmrl.calibration.v1"
+
+# Status values of reward records and Source values of advantage rows.
+STATUS_OK: Final = "ok"
+STATUS_TIMEOUT: Final = "timeout"
+STATUS_ERROR: Final = "error"
+STATUS_INVALID: Final = "invalid"
+STATUSES: Final = (STATUS_OK, STATUS_TIMEOUT, STATUS_ERROR, STATUS_INVALID)
+SOURCE_ANCHOR: Final = "anchor"
+SOURCE_WORLD_MODEL: Final = "world_model"
+
+# Header names (topics/headers.go).
+HEADER_SCHEMA: Final = "wmrl-schema"
+HEADER_CONTENT_TYPE: Final = "content-type"
+HEADER_RUN: Final = "wmrl-run"
+HEADER_STEP: Final = "wmrl-step"
+HEADER_STREAM: Final = "wmrl-stream"
+HEADER_CHUNK: Final = "wmrl-chunk"
+HEADER_ROWS: Final = "wmrl-rows"
+
+CONTENT_TYPE_JSON: Final = "application/json"
+CONTENT_TYPE_ARROW: Final = "application/vnd.apache.arrow.stream"
+
+# Arrow schema-metadata key carrying the schema id (topics/arrow.go).
+ARROW_SCHEMA_KEY: Final = "wmrl-schema"
+MAX_ADVANTAGE_BYTES: Final = 16 << 20
+
+# Limits (topics/validate.go, topics/codec.go).
+SCORE_MIN: Final = 0.0
+SCORE_MAX: Final = 1.0
+MAX_ID_LEN: Final = 128
+MAX_LABEL_LEN: Final = 256
+MAX_REASON_LEN: Final = 4096
+MAX_STDERR_TAIL: Final = 64 << 10
+MAX_META_ENTRIES: Final = 64
+MAX_GROUP_SIZE: Final = 1024
+MAX_GROUPS_PER_STEP: Final = 4096
+MAX_INLINE_ARTIFACT: Final = 512 << 10
+MAX_BREAKPOINTS: Final = 16384
+MAX_RECORD_BYTES: Final = 1 << 20
+MAX_JSON_DEPTH: Final = 16
+
+# Topic names (topics/names.go).
+DEFAULT_PREFIX: Final = "wmrl."
+SUFFIX_ROLLOUTS: Final = "rollouts.v1"
+SUFFIX_STEPS: Final = "steps.v1"
+SUFFIX_PREDICTED: Final = "rewards.predicted.v1"
+SUFFIX_EXECUTED: Final = "rewards.executed.v1"
+SUFFIX_ADVANTAGES: Final = "advantages.v1"
+SUFFIX_CALIBRATION: Final = "calibration.v1"
+SUFFIX_DLQ: Final = "dlq.v1"
+
+
+def content_type_for(schema: str) -> str:
+    """Arrow for advantages, JSON for every other record (topics.ContentTypeFor)."""
+    return CONTENT_TYPE_ARROW if schema == SCHEMA_ADVANTAGES else CONTENT_TYPE_JSON
+
+
+def topic_name(suffix: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """Full topic name under prefix; an empty prefix means DEFAULT_PREFIX, as in topics.NewNames."""
+    return (prefix or DEFAULT_PREFIX) + suffix

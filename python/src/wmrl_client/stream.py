@@ -1,0 +1,491 @@
+"""AdvantageStream: complete training steps of one run from the advantages topic.
+
+The correction consumer writes each step's rows as n Arrow chunks in one Kafka transaction. The
+stream reads with ``isolation.level=read_committed`` (aborted chunks are never seen), reassembles
+chunks 0..n-1 of (run, step), validates them, and yields a ``Step``. Offsets are committed only
+by ``Step.ack()``, and never past a record that an unacknowledged or still incomplete step needs:
+per partition the commit is the lowest offset still held, so a trainer that crashes re-reads
+exactly the steps it had not acknowledged.
+
+A consumer is not thread-safe: iterate and ack from one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import contract as c
+from .arrow import decode_advantages, validate_table
+from .digest import digest_rows, rows_from_table
+from .errors import ConflictError, HeaderError, SchemaVersionError, WmrlError
+from .options import KafkaOptions, split_brokers
+from .records import AdvantageRow, check_id
+
+if TYPE_CHECKING:
+    import confluent_kafka
+    import torch
+
+log = logging.getLogger("wmrl_client")
+
+TopicPartition = tuple[str, int]
+
+NUMERIC_COLUMNS = (
+    "step", "predicted", "predicted_ok", "calibrated", "executed", "executed_ok",
+    "used", "advantage", "weight", "mask", "calibration_version",
+)  # fmt: skip
+
+_TORCH_MISSING = (
+    "Step.to_torch() needs PyTorch, which is not installed: pip install 'wmrl-client[torch]' "
+    "(or torch itself), or use Step.to_numpy()"
+)
+
+
+def parse_canonical_int(s: str, what: str) -> int:
+    """0 or a decimal without sign, spaces or leading zeros, at most 18 digits (Go's parseCanonicalInt)."""
+    if not s or len(s) > 18:
+        raise HeaderError(f"{what} {s!r}: want 1 to 18 decimal digits")
+    if len(s) > 1 and s[0] == "0":
+        raise HeaderError(f"{what} {s!r}: leading zero")
+    if not all("0" <= ch <= "9" for ch in s):
+        raise HeaderError(f"{what} {s!r}: non-digit")
+    return int(s)
+
+
+def parse_chunk(v: str) -> tuple[int, int]:
+    """Parse a wmrl-chunk value "i/n" with 0 <= i < n (topics.ParseChunk)."""
+    a, sep, b = v.partition("/")
+    if not sep:
+        raise HeaderError(f"{c.HEADER_CHUNK} {v!r}: want i/n")
+    i = parse_canonical_int(a, f"{c.HEADER_CHUNK} chunk index")
+    n = parse_canonical_int(b, f"{c.HEADER_CHUNK} chunk count")
+    if i >= n:
+        raise HeaderError(f"{c.HEADER_CHUNK} {v!r}: index must be below the count")
+    return i, n
+
+
+def header_map(headers: Sequence[tuple[str, bytes | None]] | None) -> dict[str, str]:
+    """Headers as a dict; the last header of a name wins, as in Go's topics.HeaderValue."""
+    out: dict[str, str] = {}
+    for k, v in headers or ():
+        out[k] = "" if v is None else v.decode("utf-8", "replace")
+    return out
+
+
+class Step:
+    """One complete training step: its rows as a pyarrow Table, and ack() to commit it."""
+
+    def __init__(
+        self,
+        stream: "AdvantageStream | None",
+        run_id: str,
+        step: int,
+        table: pa.Table,
+        chunks: int,
+        offsets: Mapping[TopicPartition, Sequence[int]],
+    ) -> None:
+        self.run_id = run_id
+        self.step = step
+        self.table = table
+        self.chunks = chunks
+        self.offsets: dict[TopicPartition, list[int]] = {tp: sorted(o) for tp, o in offsets.items()}
+        self.acked = False
+        self._stream = stream
+
+    @property
+    def num_rows(self) -> int:
+        return self.table.num_rows
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __repr__(self) -> str:
+        state = "acked" if self.acked else "unacked"
+        return f"Step(run_id={self.run_id!r}, step={self.step}, rows={self.num_rows}, chunks={self.chunks}, {state})"
+
+    def min_offset(self, tp: TopicPartition) -> int | None:
+        o = self.offsets.get(tp)
+        return o[0] if o else None
+
+    def ack(self) -> None:
+        """Mark the step trained; commits every partition up to the lowest offset still needed.
+
+        Idempotent. Raises confluent_kafka.KafkaException when the commit fails (the step then
+        counts as acknowledged and the next ack retries the commit).
+        """
+        if self.acked:
+            return
+        self.acked = True
+        if self._stream is not None:
+            self._stream._acked(self)
+
+    def rows(self) -> list[AdvantageRow]:
+        return rows_from_table(self.table)
+
+    def digest(self) -> str:
+        """The canonical digest of this step's rows (equal to Go's topics.DigestRows)."""
+        return digest_rows(self.table)
+
+    def to_numpy(self, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Columns as numpy arrays: predicted/executed are NaN where null, with *_ok bool arrays.
+
+        Strings become object arrays. Default: every column plus predicted_ok and executed_ok.
+        """
+        names = list(columns) if columns is not None else [*self.table.column_names, "predicted_ok", "executed_ok"]
+        out: dict[str, np.ndarray] = {}
+        for name in names:
+            if name in ("predicted_ok", "executed_ok"):
+                col = self.table.column(name[: -len("_ok")])
+                out[name] = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+                continue
+            if name not in self.table.column_names:
+                raise KeyError(f"no column {name!r} (have {', '.join(self.table.column_names)})")
+            col = self.table.column(name)
+            if name in ("predicted", "executed"):
+                out[name] = col.fill_null(float("nan")).to_numpy()
+            else:
+                out[name] = col.to_numpy()
+        return out
+
+    def to_torch(
+        self,
+        columns: Sequence[str] | None = None,
+        *,
+        device: "str | torch.device | None" = None,
+        float_dtype: "torch.dtype | None" = None,
+    ) -> dict[str, "torch.Tensor"]:
+        """Numeric columns as torch tensors (needs torch; raises ImportError with a hint without it).
+
+        float_dtype (e.g. torch.float32) converts the float64 columns; mask and *_ok stay bool,
+        step and calibration_version become int64.
+        """
+        try:
+            import torch
+        except ImportError as e:
+            raise ImportError(_TORCH_MISSING) from e
+        names = list(columns) if columns is not None else list(NUMERIC_COLUMNS)
+        bad = [n for n in names if n not in NUMERIC_COLUMNS]
+        if bad:
+            raise TypeError(f"to_torch: columns {bad} are not numeric (numeric: {', '.join(NUMERIC_COLUMNS)})")
+        arrays = self.to_numpy(names)
+        out: dict[str, torch.Tensor] = {}
+        for name, a in arrays.items():
+            if a.dtype == np.uint64:
+                if a.size and int(a.max()) > np.iinfo(np.int64).max:
+                    raise OverflowError(f"to_torch: {name} does not fit in int64")
+                a = a.astype(np.int64)
+            t = torch.from_numpy(np.ascontiguousarray(a))
+            if float_dtype is not None and t.is_floating_point():
+                t = t.to(float_dtype)
+            if device is not None:
+                t = t.to(device)
+            out[name] = t
+        return out
+
+
+@dataclass
+class _Assembly:
+    n: int
+    chunks: dict[int, pa.Table] = field(default_factory=dict)
+    offsets: dict[TopicPartition, list[int]] = field(default_factory=dict)
+
+    def min_offset(self, tp: TopicPartition) -> int | None:
+        o = self.offsets.get(tp)
+        return min(o) if o else None
+
+
+@dataclass
+class StreamStats:
+    """Counters of what the stream read."""
+
+    records: int = 0
+    skipped_other_runs: int = 0
+    skipped_invalid: int = 0
+    duplicate_chunks: int = 0
+    steps: int = 0
+    rows: int = 0
+    bytes: int = 0
+    commits: int = 0
+
+
+class AdvantageStream:
+    """Iterate complete training steps of one run, each a ``Step`` (pyarrow Table + ack()).
+
+    ``bootstrap`` is the seed brokers (comma-separated or a list; None: from ``kafka`` or
+    WMRL_BROKERS). SASL/TLS options mirror the Go CLI (``sasl_mechanism``, ``sasl_user``,
+    ``sasl_password``, ``tls``, ``tls_ca``, ``tls_cert``, ``tls_key``, ``tls_skip_verify``); pass
+    them as keywords or as a ``KafkaOptions``. Iteration ends after ``idle_timeout`` seconds
+    without a record (None: never). ``on_invalid="skip"`` logs and skips bad records instead of
+    raising; a skipped record is committed past like a record of another run.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] | None,
+        run_id: str,
+        group_id: str,
+        *,
+        topic: str | None = None,
+        kafka: KafkaOptions | None = None,
+        poll_timeout: float = 0.5,
+        idle_timeout: float | None = None,
+        validate: bool = True,
+        on_invalid: Literal["raise", "skip"] = "raise",
+        auto_offset_reset: Literal["earliest", "latest"] = "earliest",
+        batch_size: int = 500,
+        consumer_config: Mapping[str, object] | None = None,
+        **kafka_options: Any,
+    ) -> None:
+        msg = check_id(run_id)
+        if msg:
+            raise ValueError(f"run_id {run_id!r}: {msg}")
+        if not group_id:
+            raise ValueError("group_id is required (offsets are committed for this consumer group)")
+        if on_invalid not in ("raise", "skip"):
+            raise ValueError(f"on_invalid {on_invalid!r}: want 'raise' or 'skip'")
+        opts = kafka if kafka is not None else KafkaOptions.from_env({}, **kafka_options)
+        if kafka is not None and kafka_options:
+            raise TypeError("pass Kafka options either as kafka=KafkaOptions(...) or as keywords, not both")
+        if bootstrap is not None:
+            opts.brokers = split_brokers(bootstrap)
+        conf = opts.librdkafka()
+        for k, v in (consumer_config or {}).items():
+            if k in ("enable.auto.commit", "isolation.level") and str(v).lower() not in ("false", "read_committed"):
+                raise ValueError(f"consumer_config {k}={v!r} would break the stream's commit semantics")
+            conf[k] = v
+        conf.update(
+            {
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        conf.setdefault("auto.offset.reset", auto_offset_reset)
+        self.run_id = run_id
+        self.group_id = group_id
+        self.topic = topic or c.topic_name(c.SUFFIX_ADVANTAGES, opts.topic_prefix)
+        self.stats = StreamStats()
+        self._validate = validate
+        self._on_invalid = on_invalid
+        self._poll_timeout = poll_timeout
+        self._idle_timeout = idle_timeout
+        self._batch_size = batch_size
+        self._assembling: dict[int, _Assembly] = {}
+        self._unacked: dict[int, Step] = {}
+        self._done_steps: set[int] = set()
+        self._seen_end: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self._poisoned: dict[TopicPartition, int] = {}
+        self._backlog: deque[Any] = deque()
+        self._closed = False
+        from confluent_kafka import Consumer
+
+        self._consumer: confluent_kafka.Consumer = Consumer(conf)
+        self._consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
+
+    # ---- context manager and lifecycle
+
+    def __enter__(self) -> "AdvantageStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Leave the group without committing anything not acknowledged."""
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()
+
+    @property
+    def pending(self) -> dict[str, list[int]]:
+        """Steps held back: 'incomplete' (chunks missing) and 'unacked' (yielded, not acknowledged)."""
+        return {"incomplete": sorted(self._assembling), "unacked": sorted(self._unacked)}
+
+    # ---- iteration
+
+    def __iter__(self) -> Iterator[Step]:
+        if self._closed:
+            raise RuntimeError("AdvantageStream is closed")
+        last = time.monotonic()
+        while True:
+            if not self._backlog:
+                msgs = self._consumer.consume(num_messages=self._batch_size, timeout=self._poll_timeout)
+                self._backlog.extend(msgs)
+            if not self._backlog:
+                if self._idle_timeout is not None and time.monotonic() - last >= self._idle_timeout:
+                    return
+                continue
+            last = time.monotonic()
+            while self._backlog:
+                m = self._backlog.popleft()
+                step = self._handle(m)
+                if step is not None:
+                    yield step
+
+    def _handle(self, m: Any) -> Step | None:
+        err = m.error()
+        if err is not None:
+            from confluent_kafka import KafkaError, KafkaException
+
+            if err.code() == KafkaError._PARTITION_EOF:
+                return None
+            if err.fatal() or not err.retriable():
+                raise KafkaException(err)
+            log.warning("wmrl_client: consumer error (retrying): %s", err)
+            return None
+        tp = (m.topic(), m.partition())
+        off = m.offset()
+        self.stats.records += 1
+        value = m.value() or b""
+        self.stats.bytes += len(value)
+        where = f"{tp[0]}[{tp[1]}]@{off}"
+        try:
+            step = self._chunk(m, tp, off, value, where)
+        except WmrlError as e:
+            if self._on_invalid == "skip":
+                self.stats.skipped_invalid += 1
+                log.warning("wmrl_client: skipping %s: %s (%s)", where, e, e.reason)
+            else:
+                # A poison record: never commit past it, so a restart meets it again.
+                self._poisoned[tp] = min(off, self._poisoned.get(tp, off))
+                e.add_note(f"record {where}")
+                raise
+            step = None
+        finally:
+            self._seen_end[tp] = max(self._seen_end.get(tp, 0), off + 1)
+        return step
+
+    def _chunk(self, m: Any, tp: TopicPartition, off: int, value: bytes, where: str) -> Step | None:
+        h = header_map(m.headers())
+        schema = h.get(c.HEADER_SCHEMA)
+        if schema is None:
+            raise HeaderError(f"{where}: no {c.HEADER_SCHEMA} header")
+        if schema != c.SCHEMA_ADVANTAGES:
+            raise SchemaVersionError("advantages record", schema, c.SCHEMA_ADVANTAGES, f"header {c.HEADER_SCHEMA} of {where}")
+        run = h.get(c.HEADER_RUN)
+        if run is None:
+            raise HeaderError(f"{where}: no {c.HEADER_RUN} header")
+        if run != self.run_id:
+            self.stats.skipped_other_runs += 1
+            return None
+        ct = h.get(c.HEADER_CONTENT_TYPE)
+        if ct is not None and ct != c.CONTENT_TYPE_ARROW:
+            raise HeaderError(f"{where}: {c.HEADER_CONTENT_TYPE} {ct!r}, want {c.CONTENT_TYPE_ARROW!r}")
+        for name in (c.HEADER_STEP, c.HEADER_CHUNK, c.HEADER_ROWS):
+            if name not in h:
+                raise HeaderError(f"{where}: no {name} header")
+        step = parse_canonical_int(h[c.HEADER_STEP], c.HEADER_STEP)
+        i, n = parse_chunk(h[c.HEADER_CHUNK])
+        nrows = parse_canonical_int(h[c.HEADER_ROWS], c.HEADER_ROWS)
+        if step in self._done_steps:
+            self.stats.duplicate_chunks += 1
+            log.warning("wmrl_client: %s: step %d of run %s was already delivered; skipping its copy", where, step, run)
+            return None
+        asm = self._assembling.get(step)
+        if asm is not None and asm.n != n:
+            raise ConflictError(f"{where}: step {step} chunk {i}/{n}, but earlier chunks said {asm.n} chunks")
+        if asm is not None and i in asm.chunks:
+            self.stats.duplicate_chunks += 1
+            log.warning("wmrl_client: %s: duplicate chunk %d/%d of step %d; keeping the first", where, i, n, step)
+            return None
+        table = decode_advantages(value, validate=False)
+        if table.num_rows != nrows:
+            raise ConflictError(f"{where}: {c.HEADER_ROWS} says {nrows} rows, the payload has {table.num_rows}")
+        if nrows and not (
+            pc.all(pc.equal(table.column("run_id"), run)).as_py()
+            and pc.all(pc.equal(table.column("step"), step)).as_py()
+        ):
+            raise ConflictError(f"{where}: rows of another run or step than the headers' run={run} step={step}")
+        if asm is None:
+            asm = self._assembling[step] = _Assembly(n)
+        asm.chunks[i] = table
+        asm.offsets.setdefault(tp, []).append(off)
+        if len(asm.chunks) < n:
+            return None
+        del self._assembling[step]
+        full = pa.concat_tables([asm.chunks[k] for k in range(n)]) if n > 1 else asm.chunks[0]
+        if self._validate:
+            validate_table(full)
+        self._done_steps.add(step)
+        s = Step(self, run, step, full, n, asm.offsets)
+        self._unacked[id(s)] = s
+        self.stats.steps += 1
+        self.stats.rows += full.num_rows
+        return s
+
+    # ---- commits
+
+    def _commit_point(self, tp: TopicPartition) -> int | None:
+        end = self._seen_end.get(tp)
+        if end is None:
+            return None
+        held = [o for o in (a.min_offset(tp) for a in self._assembling.values()) if o is not None]
+        held += [o for o in (s.min_offset(tp) for s in self._unacked.values()) if o is not None]
+        if tp in self._poisoned:
+            held.append(self._poisoned[tp])
+        return min([end, *held])
+
+    def _commit(self, tps: Sequence[TopicPartition]) -> None:
+        from confluent_kafka import KafkaException
+        from confluent_kafka import TopicPartition as KTP
+
+        todo = []
+        for tp in tps:
+            point = self._commit_point(tp)
+            if point is not None and point > self._committed.get(tp, -1):
+                todo.append((tp, point))
+        if not todo:
+            return
+        res = self._consumer.commit(offsets=[KTP(t, p, o) for (t, p), o in todo], asynchronous=False)
+        for r in res or ():
+            if r.error is not None:
+                raise KafkaException(r.error)
+        for tp, point in todo:
+            self._committed[tp] = point
+        self.stats.commits += 1
+
+    def _acked(self, s: Step) -> None:
+        if self._unacked.pop(id(s), None) is None:
+            log.warning("wmrl_client: ack of %r after its partition was revoked: nothing committed", s)
+            return
+        self._commit(list(self._seen_end))
+
+    # ---- rebalance callbacks
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        log.info("wmrl_client: assigned %s", [(p.topic, p.partition) for p in partitions])
+
+    def _drop(self, partitions: list[Any]) -> None:
+        gone = {(p.topic, p.partition) for p in partitions}
+        for step, asm in list(self._assembling.items()):
+            if gone & set(asm.offsets):
+                del self._assembling[step]
+        for key, s in list(self._unacked.items()):
+            if gone & set(s.offsets):
+                del self._unacked[key]
+                self._done_steps.discard(s.step)
+        self._backlog = deque(m for m in self._backlog if (m.topic(), m.partition()) not in gone)
+        for tp in gone:
+            self._seen_end.pop(tp, None)
+            self._committed.pop(tp, None)
+            self._poisoned.pop(tp, None)
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        tps = [(p.topic, p.partition) for p in partitions]
+        try:
+            self._commit([tp for tp in tps if tp in self._seen_end])
+        except Exception as e:  # the group is moving on; the next owner re-reads from the last commit
+            log.warning("wmrl_client: commit on revoke failed: %s", e)
+        self._drop(partitions)
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        self._drop(partitions)
