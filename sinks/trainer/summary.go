@@ -14,6 +14,7 @@ import (
 type Summary struct {
 	Rows   int
 	Masked int
+	// Masked counts rows the loss ignores (Mask false, see topics.AdvantageRow).
 	// Anchor counts unmasked rows whose reward is the executed score.
 	Anchor int
 	// MeanAbsAdvantage is the mean |advantage| over unmasked rows (0 if none).
@@ -33,7 +34,7 @@ func (st *Step) Summary() Summary {
 		if r.CalibrationVersion > s.CalibrationVersion {
 			s.CalibrationVersion = r.CalibrationVersion
 		}
-		if r.Mask {
+		if !r.Mask {
 			s.Masked++
 			continue
 		}
@@ -53,17 +54,18 @@ func (st *Step) Summary() Summary {
 }
 
 // WriteTable prints the step's rows as an aligned table: group, rollout, source, predicted,
-// calibrated, executed, used, advantage, weight, mask; a missing score prints as "-".
+// calibrated, executed, used, advantage, weight, mask (true: the row counts in the loss); a
+// missing score prints as "-".
 func WriteTable(w io.Writer, st *Step) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "group\trollout\tsource\tpredicted\tcalibrated\texecuted\tused\tadvantage\tweight\tmask\t\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "group\trollout\tsource\tpredicted\tcalibrated\texecuted\tused\tadvantage\tweight\tmask\n")
 	for i := range st.Rows {
 		r := &st.Rows[i]
 		src := string(r.Source)
 		if src == "" {
 			src = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\t\n", r.GroupID, r.RolloutID, src,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\n", r.GroupID, r.RolloutID, src,
 			optFloat(r.Predicted, r.PredictedOK), num(r.Calibrated), optFloat(r.Executed, r.ExecutedOK),
 			num(r.Used), num(r.Advantage), num(r.Weight), r.Mask)
 	}
