@@ -105,11 +105,18 @@ func (r Result) FinalScore() float64 {
 	return r.Steps[len(r.Steps)-1].Score
 }
 
+// Stream is the stream every simulated group belongs to: the generator's default, so a simulated
+// run and the same run through the Kafka pipeline build identical calibration states.
+const Stream = "main"
+
 // RunID is the run id of a seed; every arm of a seed shares it so they get the same anchor groups.
 func RunID(seed int64) string { return "sim-" + strconv.FormatInt(seed, 10) }
 
 // GroupID names group j of a step the way the generator does ("<step>-<j>").
 func GroupID(step, j int) string { return strconv.Itoa(step) + "-" + strconv.Itoa(j) }
+
+// RolloutID names rollout i of a group the way the generator does ("<group_id>-<i>").
+func RolloutID(groupID string, i int) string { return groupID + "-" + strconv.Itoa(i) }
 
 // TrainingProblem is the fresh problem of (seed, step, group): a splitmix64 mix of the three,
 // kept non-negative so it can never coincide with a held-out problem (negative seeds); the kind
@@ -167,7 +174,7 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 	wm := task.NewWorldModel(wmCfg)
 	pol := task.NewPolicy()
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x73696d2d73616d70))
-	state := corr.NewState(run, "default")
+	state := corr.NewState(run, Stream)
 	res := Result{Arm: arm.Name, Seed: seed, InitialScore: pol.ExpectedScore(eval)}
 
 	var rec StepRecord
@@ -182,7 +189,7 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		step := correction.Step{Run: run, Stream: "default", Step: int64(v)}
+		step := correction.Step{Run: run, Stream: Stream, Step: int64(v)}
 		rec.Step, rec.AnchorGroups = v, 0
 		clear(index)
 		var calErr, rawErr float64
@@ -201,7 +208,7 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 			}
 			train := p.Train()
 			for i, s := range group {
-				rid := gid + "-" + strconv.Itoa(i)
+				rid := RolloutID(gid, i)
 				index[rid] = j*cfg.GroupSize + i
 				samples[j*cfg.GroupSize+i] = s
 				t0 := time.Now()

@@ -1,0 +1,581 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	correctionstage "github.com/wmrl/wmrl/consumers/correction"
+	"github.com/wmrl/wmrl/consumers/sandbox"
+	"github.com/wmrl/wmrl/consumers/worldmodel"
+	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/internal/stage"
+	"github.com/wmrl/wmrl/internal/topicadmin"
+	"github.com/wmrl/wmrl/producers"
+	"github.com/wmrl/wmrl/sim"
+	"github.com/wmrl/wmrl/sinks/trainer"
+	"github.com/wmrl/wmrl/task"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// ErrConfig reports an unusable demo configuration.
+var ErrConfig = errors.New("demo: invalid config")
+
+// ErrStalled is returned when an arm makes no progress for Config.StallTimeout: some stage is
+// not delivering, and waiting longer would hide it.
+var ErrStalled = errors.New("demo: pipeline stalled")
+
+// Config configures one demo: the task loop, the arms, and where Kafka and Redis are.
+type Config struct {
+	// Sim is the task loop (steps, groups, G, lr, world-model fidelity, sandbox overhead). The
+	// overhead is really waited out here: it occupies a sandbox slot, as a sandbox start-up would.
+	Sim sim.Config
+	// AnchorFraction is the WMRL arm's share of executed groups.
+	AnchorFraction float64
+	// Arms defaults to Arms(AnchorFraction).
+	Arms []sim.Arm
+	Seed int64
+	// EvalProblems is the number of held-out problems of the exact expected score.
+	EvalProblems   int
+	TargetFraction float64
+
+	// KafkaOpts connect to an external cluster (seed brokers, TLS, SASL); nil starts an embedded
+	// kfake cluster. Redis is the external Redis; nil starts an embedded miniredis.
+	KafkaOpts []kgo.Opt
+	Redis     redis.UniversalClient
+	// TopicPrefix is the base prefix; arm a uses topics "<TopicPrefix><a>." and Redis keys under
+	// "<RedisPrefix>-<a>" so arms never share state. Against an external cluster, make it unique
+	// per demo (Run does not delete topics).
+	TopicPrefix string
+	RedisPrefix string
+	Partitions  int32
+	// SandboxSlots bounds concurrent executions per arm; WMConcurrency concurrent predictions.
+	SandboxSlots  int
+	WMConcurrency int
+	// StallTimeout fails the demo when an arm seals no step for this long (default 2 min).
+	StallTimeout time.Duration
+	Logger       *slog.Logger
+	// OnStep is called after each arm's trainer applied a step (from the arms' goroutines,
+	// serialized).
+	OnStep func(arm string, rec sim.StepRecord)
+}
+
+// Arms are the demo's arms: real-GRPO (every group executed; correction runs, anchors use real
+// rewards), pure world model (no anchors, no correction) and WMRL (anchors + OD + IVD).
+func Arms(anchorFraction float64) []sim.Arm {
+	as, err := sim.ArmsByName([]string{sim.ArmRealGRPO, sim.ArmPureWM, sim.ArmWMRL}, anchorFraction)
+	if err != nil {
+		panic(err) // standard names: cannot fail
+	}
+	return as
+}
+
+// Outcome is a finished demo.
+type Outcome struct {
+	Results   []sim.Result
+	Summary   []sim.ArmSummary
+	Eval      time.Duration // building the eval set
+	Elapsed   time.Duration // the pipeline run
+	Embedded  bool
+	FinalLine string
+}
+
+// Run starts Kafka and Redis if not given, creates each arm's topics, runs every stage of every
+// arm until all trainers applied cfg.Sim.Steps steps, and shuts the stages down.
+func Run(ctx context.Context, cfg Config) (*Outcome, error) {
+	if err := cfg.Sim.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Arms == nil {
+		cfg.Arms = Arms(cfg.AnchorFraction)
+	}
+	if cfg.TopicPrefix == "" {
+		cfg.TopicPrefix = "wmrl.demo."
+	}
+	if cfg.RedisPrefix == "" {
+		cfg.RedisPrefix = "wmrl-demo"
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 1
+	}
+	if cfg.SandboxSlots <= 0 {
+		cfg.SandboxSlots = 2
+	}
+	if cfg.WMConcurrency <= 0 {
+		cfg.WMConcurrency = 2
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = 2 * time.Minute
+	}
+	if cfg.TargetFraction <= 0 {
+		cfg.TargetFraction = sim.DefaultTargetFraction
+	}
+	if cfg.EvalProblems <= 0 {
+		cfg.EvalProblems = 2
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	out := &Outcome{}
+	t0 := time.Now()
+	eval, err := sim.Eval(ctx, cfg.EvalProblems, 0)
+	if err != nil {
+		return nil, err
+	}
+	out.Eval = time.Since(t0)
+
+	kopts := cfg.KafkaOpts
+	if kopts == nil {
+		out.Embedded = true
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return nil, fmt.Errorf("demo: embedded kafka: %w", err)
+		}
+		defer cluster.Close()
+		kopts = []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
+	}
+	rdb := cfg.Redis
+	if rdb == nil {
+		mr, err := miniredis.Run()
+		if err != nil {
+			return nil, fmt.Errorf("demo: embedded redis: %w", err)
+		}
+		defer mr.Close()
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		defer c.Close()
+		rdb = c
+	}
+
+	t1 := time.Now()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		results = make([]sim.Result, len(cfg.Arms))
+	)
+	for i, arm := range cfg.Arms {
+		a := &armRun{cfg: cfg, arm: arm, eval: eval, kopts: kopts, rdb: rdb, log: cfg.Logger.With("arm", arm.Name),
+			names: topics.NewNames(cfg.TopicPrefix + arm.Name + ".")}
+		a.onStep = func(rec sim.StepRecord) {
+			mu.Lock()
+			defer mu.Unlock()
+			if cfg.OnStep != nil {
+				cfg.OnStep(arm.Name, rec)
+			}
+		}
+		if err := a.createTopics(ctx); err != nil {
+			return nil, err
+		}
+		wg.Go(func() {
+			r, err := a.run(ctx)
+			if err != nil {
+				cancel(fmt.Errorf("arm %s: %w", arm.Name, err))
+				return
+			}
+			results[i] = r
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	out.Elapsed = time.Since(t1)
+	out.Results = results
+	out.Summary = sim.Summarize(results, cfg.TargetFraction)
+	out.FinalLine = FinalLine(results, cfg.TargetFraction)
+	return out, nil
+}
+
+// FinalLine is the demo's last line: WMRL's speedup to the target in execution compute and both
+// final scores.
+func FinalLine(results []sim.Result, targetFraction float64) string {
+	var real, wmrl *sim.Result
+	for i := range results {
+		switch results[i].Arm {
+		case sim.ArmRealGRPO:
+			real = &results[i]
+		case sim.ArmWMRL:
+			wmrl = &results[i]
+		}
+	}
+	if real == nil || wmrl == nil {
+		return "speedup-to-target: n/a (needs both the wmrl and the real-grpo arm)"
+	}
+	target := targetFraction * real.FinalScore()
+	rt, wt := sim.FirstReach(*real, target), sim.FirstReach(*wmrl, target)
+	speed := "n/a"
+	switch {
+	case !wt.Reached:
+		speed = fmt.Sprintf("n/a (WMRL did not reach the target %.3f)", target)
+	case wt.Executions == 0:
+		speed = "∞ (WMRL reached the target before any execution)"
+	default:
+		speed = fmt.Sprintf("%.2fx", float64(rt.Executions)/float64(wt.Executions))
+	}
+	return fmt.Sprintf("speedup-to-target: %s (WMRL vs real-GRPO), final score WMRL %.3f vs real-GRPO %.3f",
+		speed, wmrl.FinalScore(), real.FinalScore())
+}
+
+// armRun is one arm's pipeline: generator → world model + sandbox → correction → trainer.
+type armRun struct {
+	cfg    Config
+	arm    sim.Arm
+	eval   *task.EvalSet
+	kopts  []kgo.Opt
+	rdb    redis.UniversalClient
+	names  topics.Names
+	log    *slog.Logger
+	onStep func(sim.StepRecord)
+
+	problems sync.Map // "<step>/<group id>" → *task.Problem
+
+	executions           atomic.Int64
+	execNanos, ovhNanos  atomic.Int64
+	predictions, wmNanos atomic.Int64
+	policyMu             sync.Mutex
+	policyCond           *sync.Cond
+	pol                  *task.Policy
+	rng                  *rand.Rand
+	trained              int64 // steps applied by the trainer
+	samples              map[int64][]task.Solution
+}
+
+func (a *armRun) createTopics(ctx context.Context) error {
+	cl, err := kgo.NewClient(a.kopts...)
+	if err != nil {
+		return fmt.Errorf("demo: kafka client: %w", err)
+	}
+	defer cl.Close()
+	plan := topicadmin.DefaultPlan(a.names)
+	plan.Partitions = a.cfg.Partitions
+	plan.Replication = 1
+	if _, err := topicadmin.Create(ctx, kadm.NewClient(cl), plan); err != nil {
+		return fmt.Errorf("demo: create topics for %s: %w", a.arm.Name, err)
+	}
+	return nil
+}
+
+// problem is the training problem of a group. Group ids are "<step>-<j>" (the demo sets them
+// so), and the problem of (seed, step, j) is the one sim trains on, which makes a demo arm
+// comparable to — and, up to wall time, identical with — the simulated arm.
+func (a *armRun) problem(step int64, groupID string) (*task.Problem, error) {
+	key := strconv.FormatInt(step, 10) + "/" + groupID
+	if p, ok := a.problems.Load(key); ok {
+		return p.(*task.Problem), nil
+	}
+	s, j, ok := strings.Cut(groupID, "-")
+	v, err1 := strconv.ParseInt(s, 10, 64)
+	jj, err2 := strconv.Atoi(j)
+	if !ok || err1 != nil || err2 != nil || v != step || jj < 0 || jj >= a.cfg.Sim.Groups {
+		return nil, fmt.Errorf("group %q of step %d is not a demo group id", groupID, step)
+	}
+	p := sim.TrainingProblem(a.cfg.Seed, int(step), jj)
+	a.problems.Store(key, p)
+	return p, nil
+}
+
+// SampleStep implements producers.BuiltinPolicy: it waits until the trainer applied step−1
+// (on-policy: step v is sampled from the policy after v−1's update), then samples one fresh
+// problem's group per slot.
+func (a *armRun) SampleStep(ctx context.Context, step int64) ([]producers.GroupSpec, error) {
+	stop := context.AfterFunc(ctx, func() {
+		a.policyMu.Lock()
+		a.policyCond.Broadcast()
+		a.policyMu.Unlock()
+	})
+	defer stop()
+	a.policyMu.Lock()
+	defer a.policyMu.Unlock()
+	for a.trained < step && ctx.Err() == nil {
+		a.policyCond.Wait()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var groups []producers.GroupSpec
+	var all []task.Solution
+	for j := range a.cfg.Sim.Groups {
+		gid := sim.GroupID(int(step), j)
+		p, err := a.problem(step, gid)
+		if err != nil {
+			return nil, err
+		}
+		sols, err := a.pol.Sample(a.rng, a.cfg.Sim.GroupSize)
+		if err != nil {
+			return nil, err
+		}
+		g := producers.GroupSpec{GroupID: gid, Prompt: p.String()}
+		for i, s := range sols {
+			g.Rollouts = append(g.Rollouts, producers.RolloutSpec{RolloutID: sim.RolloutID(gid, i), Artifact: s.Encode()})
+		}
+		groups = append(groups, g)
+		all = append(all, sols...)
+	}
+	a.samples[step] = all
+	return groups, nil
+}
+
+func (a *armRun) predict(ctx context.Context, wm *task.WorldModel) worldmodel.PredictFunc {
+	return func(ctx context.Context, in worldmodel.Input) (float64, error) {
+		s, err := task.DecodeSolution(in.Artifact)
+		if err != nil {
+			return 0, err
+		}
+		p, err := a.problem(in.Step, in.GroupID)
+		if err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		score, err := wm.Predict(ctx, p.Train(), s)
+		a.wmNanos.Add(int64(time.Since(t0)))
+		a.predictions.Add(1)
+		return score, err
+	}
+}
+
+func (a *armRun) execute(ctx context.Context, job sandbox.Job) (float64, error) {
+	s, err := task.DecodeSolution(job.Artifact)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", sandbox.ErrInvalidArtifact, err)
+	}
+	p, err := a.problem(job.Step, job.GroupID)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", sandbox.ErrInvalidArtifact, err)
+	}
+	rep, err := task.Executor{Overhead: a.cfg.Sim.ExecOverhead}.Run(ctx, p, s)
+	a.executions.Add(1)
+	a.execNanos.Add(int64(rep.Compute))
+	a.ovhNanos.Add(int64(rep.Overhead))
+	return rep.Score, err
+}
+
+func (a *armRun) run(ctx context.Context) (sim.Result, error) {
+	run := sim.RunID(a.cfg.Seed)
+	a.pol = task.NewPolicy()
+	a.rng = rand.New(rand.NewPCG(uint64(a.cfg.Seed), 0x73696d2d73616d70)) // sim's sampler seed
+	a.policyCond = sync.NewCond(&a.policyMu)
+	a.samples = map[int64][]task.Solution{}
+	wmCfg := a.cfg.Sim.WorldModel
+	wmCfg.Seed = a.cfg.Seed
+	wm := task.NewWorldModel(wmCfg)
+
+	scorer, err := worldmodel.NewBuiltinScorer(a.predict(ctx, wm), 0, 0)
+	if err != nil {
+		return sim.Result{}, err
+	}
+	group := func(stage string) string { return "wmrl-demo-" + a.arm.Name + "-" + stage }
+	wmStage, err := worldmodel.NewStage(
+		stage.Config{Name: worldmodel.StageName, Group: group("worldmodel"), Names: a.names, KafkaOpts: a.kopts, Logger: a.log, CommitInterval: 200 * time.Millisecond},
+		worldmodel.HandlerConfig{Scorer: scorer, Names: a.names, Concurrency: a.cfg.WMConcurrency, Model: "builtin-task-proxy", Logger: a.log})
+	if err != nil {
+		return sim.Result{}, fmt.Errorf("world-model stage: %w", err)
+	}
+	exec, err := sandbox.NewBuiltinExecutor(a.execute, sandbox.BuiltinConfig{})
+	if err != nil {
+		return sim.Result{}, err
+	}
+	pool, err := sandbox.NewPool(exec, a.cfg.SandboxSlots, sandbox.WithLogger(a.log))
+	if err != nil {
+		return sim.Result{}, err
+	}
+	sbStage, err := sandbox.NewStage(
+		stage.Config{Name: sandbox.StageName, Group: group("sandbox"), Names: a.names, KafkaOpts: a.kopts, Logger: a.log, CommitInterval: 200 * time.Millisecond},
+		sandbox.HandlerConfig{Pool: pool, Names: a.names})
+	if err != nil {
+		return sim.Result{}, fmt.Errorf("sandbox stage: %w", err)
+	}
+	redisPrefix := a.cfg.RedisPrefix + "-" + a.arm.Name
+	corr, err := correctionstage.NewConsumer(correctionstage.Config{
+		KafkaOpts: a.kopts, Redis: a.rdb, Names: a.names, Group: group("correct"),
+		TransactionalID: group("correct") + "-0", Correction: a.arm.Correction, RedisPrefix: redisPrefix,
+		Logger: a.log, ProgressInterval: time.Hour,
+	})
+	if err != nil {
+		return sim.Result{}, fmt.Errorf("correction consumer: %w", err)
+	}
+	backend, err := producers.NewBuiltin(a, 0, int64(a.cfg.Sim.Steps))
+	if err != nil {
+		return sim.Result{}, err
+	}
+	gen, err := producers.New(backend, producers.Config{RunID: run, Stream: sim.Stream, AnchorFraction: a.arm.AnchorFraction,
+		Names: a.names, KafkaOpts: a.kopts, Logger: a.log})
+	if err != nil {
+		return sim.Result{}, fmt.Errorf("generator: %w", err)
+	}
+	defer gen.Close()
+	stream, err := trainer.New(trainer.Config{KafkaOpts: a.kopts, Names: a.names, Group: group("trainer"), RunID: run, Logger: a.log})
+	if err != nil {
+		return sim.Result{}, fmt.Errorf("trainer sink: %w", err)
+	}
+	defer stream.Close()
+
+	sctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var wg sync.WaitGroup
+	component := func(name string, run func(context.Context) error) {
+		wg.Go(func() {
+			if err := run(sctx); err != nil && sctx.Err() == nil {
+				stop(fmt.Errorf("%s: %w", name, err))
+			}
+		})
+	}
+	component("world-model stage", wmStage.Run)
+	component("sandbox stage", sbStage.Run)
+	component("correction consumer", corr.Run)
+	component("generator", func(ctx context.Context) error { _, err := gen.Run(ctx); return err })
+
+	res, err := a.train(sctx, stream, corr.Store(), run)
+	stop(nil)
+	wg.Wait()
+	if err != nil {
+		if cause := context.Cause(sctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return res, cause
+		}
+		return res, err
+	}
+	return res, nil
+}
+
+// train is the trainer sink: it takes each step's fused advantages off the topic, applies the
+// policy-gradient update, reads the sealed calibration state back from Redis for the progress
+// display and lets the generator sample the next step.
+func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *correctionstage.Store, run string) (sim.Result, error) {
+	res := sim.Result{Arm: a.arm.Name, Seed: a.cfg.Seed, InitialScore: a.pol.ExpectedScore(a.eval)}
+	n := a.cfg.Sim.Groups * a.cfg.Sim.GroupSize
+	adv, wts, masked := make([]float64, n), make([]float64, n), make([]bool, n)
+	weightInForce := 1.0
+	for v := int64(0); v < int64(a.cfg.Sim.Steps); v++ {
+		sctx, cancel := context.WithTimeout(ctx, a.cfg.StallTimeout)
+		st, err := stream.Next(sctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				return res, fmt.Errorf("%w: no advantages for step %d within %s", ErrStalled, v, a.cfg.StallTimeout)
+			}
+			return res, fmt.Errorf("trainer: %w", err)
+		}
+		if st.Step != v {
+			return res, fmt.Errorf("trainer: got step %d, want %d", st.Step, v)
+		}
+		a.policyMu.Lock()
+		samples := a.samples[v]
+		delete(a.samples, v)
+		a.policyMu.Unlock()
+		if len(st.Rows) != n || len(samples) != n {
+			return res, fmt.Errorf("trainer: step %d has %d rows and %d samples, want %d", v, len(st.Rows), len(samples), n)
+		}
+		rec := sim.StepRecord{Step: int(v), CalibrationMAE: math.NaN(), RawMAE: math.NaN(), AnchorWeight: weightInForce}
+		var calErr, rawErr float64
+		pairs := 0
+		groups := map[string]bool{}
+		for _, r := range st.Rows {
+			i, err := a.index(r.GroupID, r.RolloutID, int(v))
+			if err != nil {
+				return res, err
+			}
+			adv[i], wts[i], masked[i] = r.Advantage, r.Weight, !r.Mask
+			if r.ExecutedOK {
+				groups[r.GroupID] = true
+				if r.PredictedOK {
+					res.Pairs = append(res.Pairs, sim.Pair{Step: int(v), Predicted: r.Predicted, Executed: r.Executed})
+					calErr += math.Abs(r.Calibrated - r.Executed)
+					rawErr += math.Abs(r.Predicted - r.Executed)
+					pairs++
+				}
+			}
+		}
+		if err := a.pol.Update(samples, adv, wts, masked, a.cfg.Sim.LR); err != nil {
+			return res, fmt.Errorf("trainer: update step %d: %w", v, err)
+		}
+		state, err := a.sealedState(ctx, store, run, v)
+		if err != nil {
+			return res, err
+		}
+		rec.Score = a.pol.ExpectedScore(a.eval)
+		rec.Entropy = a.pol.Entropy()
+		rec.AnchorGroups = len(groups)
+		if pairs > 0 {
+			rec.CalibrationMAE, rec.RawMAE = calErr/float64(pairs), rawErr/float64(pairs)
+		}
+		rec.Executions = int(a.executions.Load())
+		rec.ExecCompute = time.Duration(a.execNanos.Load())
+		rec.ExecOverhead = time.Duration(a.ovhNanos.Load())
+		rec.Predictions = int(a.predictions.Load())
+		rec.WMCompute = time.Duration(a.wmNanos.Load())
+		rec.NoiseRatio, _ = state.NoiseRatio()
+		rec.FitVersion = state.FitVersion()
+		rec.Pairs = state.Pairs()
+		weightInForce = state.AnchorWeight()
+		res.State = state
+		res.Steps = append(res.Steps, rec)
+		if err := st.Ack(ctx); err != nil {
+			return res, fmt.Errorf("trainer: ack step %d: %w", v, err)
+		}
+		a.policyMu.Lock()
+		a.trained = v + 1
+		a.policyCond.Broadcast()
+		a.policyMu.Unlock()
+		a.onStep(rec)
+	}
+	res.Final = a.pol.Clone()
+	return res, nil
+}
+
+// index maps a row back to its sample: group j of the step, rollout i of the group.
+func (a *armRun) index(groupID, rolloutID string, step int) (int, error) {
+	for j := range a.cfg.Sim.Groups {
+		if sim.GroupID(step, j) != groupID {
+			continue
+		}
+		for i := range a.cfg.Sim.GroupSize {
+			if sim.RolloutID(groupID, i) == rolloutID {
+				return j*a.cfg.Sim.GroupSize + i, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("trainer: row %s/%s is not a rollout of step %d", groupID, rolloutID, step)
+}
+
+// sealedState reads the calibration state sealed after step v from Redis. The consumer writes
+// Redis right after its transaction commits, so the trainer may see the advantages a moment
+// before the state: poll briefly.
+func (a *armRun) sealedState(ctx context.Context, store *correctionstage.Store, run string, v int64) (*correction.State, error) {
+	deadline := time.Now().Add(a.cfg.StallTimeout)
+	for {
+		b, err := store.ReadState(ctx, run, sim.Stream, v)
+		if err == nil {
+			st, err := correction.DecodeState(b)
+			if err != nil {
+				return nil, fmt.Errorf("redis state of step %d: %w", v, err)
+			}
+			return st, nil
+		}
+		if !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("redis state of step %d: %w", v, err)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: no Redis state for step %d within %s", ErrStalled, v, a.cfg.StallTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
