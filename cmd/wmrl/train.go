@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/spf13/cobra"
+
+	"github.com/wmrl/wmrl/sinks/trainer"
+)
+
+func init() { register(newTrainCmd) }
+
+func newTrainCmd(a *app) *cobra.Command {
+	var run, group string
+	var printTable bool
+	var maxSteps int
+	cmd := &cobra.Command{
+		Use:   "train",
+		Short: "Consume fused advantages step by step and acknowledge them (a trainer without a model)",
+		Long: `train reads the advantages topic read_committed in a consumer group, reassembles each step
+from its Arrow chunks and acknowledges it after printing, so offsets are committed only for steps
+that were shown. Without --print it prints one summary line per step (rows, masked rows, mean
+|advantage| over rows that count, mean anchor weight); with --print the step's rows as a table.
+A real trainer uses the same code through the sinks/trainer package (Stream.Next / Step.Ack).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if maxSteps < 0 {
+				return fmt.Errorf("--max-steps %d must be >= 0", maxSteps)
+			}
+			opts, err := a.conn.KafkaOpts()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: group, RunID: run, Logger: a.log})
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			for n := 0; maxSteps == 0 || n < maxSteps; n++ {
+				st, err := s.Next(ctx)
+				if err != nil {
+					if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+						break
+					}
+					return err
+				}
+				if err := showStep(a, st, printTable); err != nil {
+					return err
+				}
+				if err := st.Ack(ctx); err != nil {
+					if errors.Is(err, context.Canceled) {
+						break
+					}
+					return err
+				}
+			}
+			stats := s.Stats()
+			a.log.Info("train done", "steps", stats.Steps, "rows", stats.Rows, "duplicates", stats.Duplicates,
+				"skipped", stats.Skipped, "abandoned", stats.Abandoned)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&run, "run", "", "run id to consume (empty: every run)")
+	f.StringVar(&group, "group", trainer.DefaultGroup, "consumer group")
+	f.BoolVar(&printTable, "print", false, "print every step as a table of its rows")
+	f.IntVar(&maxSteps, "max-steps", 0, "stop after this many steps (0: run until interrupted)")
+	return cmd
+}
+
+func showStep(a *app, st *trainer.Step, table bool) error {
+	s := st.Summary()
+	weight := "-"
+	if !math.IsNaN(s.AnchorWeight) {
+		weight = fmt.Sprintf("%.4f", s.AnchorWeight)
+	}
+	if _, err := fmt.Fprintf(a.stdout, "run %s step %d rows %d masked %d mean|adv| %.4f anchor-weight %s fit %d chunks %d\n",
+		st.Run, st.Step, s.Rows, s.Masked, s.MeanAbsAdvantage, weight, s.CalibrationVersion, len(st.Records)); err != nil {
+		return err
+	}
+	if !table {
+		return nil
+	}
+	if err := trainer.WriteTable(a.stdout, st); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(a.stdout)
+	return err
+}
