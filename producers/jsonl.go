@@ -85,7 +85,7 @@ func NewJSONL(r io.Reader, cfg JSONLConfig) (*JSONL, error) {
 		cfg.MaxLineBytes = DefaultMaxLineBytes
 	}
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), cfg.MaxLineBytes)
+	sc.Buffer(make([]byte, 0, min(64<<10, cfg.MaxLineBytes)), cfg.MaxLineBytes)
 	return &JSONL{cfg: cfg, sc: sc}, nil
 }
 

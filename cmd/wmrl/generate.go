@@ -25,10 +25,10 @@ const (
 func newGenerateCmd(a *app) *cobra.Command {
 	var (
 		backend, runID, stream, policyVersion, artifactDir, input string
-		anchorFraction                                           float64
-		inlineMax                                                int
-		oa                                                       producers.OpenAIConfig
-		promptsFile                                              string
+		anchorFraction                                            float64
+		inlineMax                                                 int
+		oa                                                        producers.OpenAIConfig
+		promptsFile                                               string
 	)
 	cmd := &cobra.Command{
 		Use:   "generate",
