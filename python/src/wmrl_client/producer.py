@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import contract as c
 from .errors import DeliveryError
@@ -48,7 +48,8 @@ class RolloutProducer:
 
     Connection options are those of AdvantageStream. ``send`` raises FieldError (naming the field
     and value) before anything is queued; delivery failures surface from ``flush``/``publish`` as
-    DeliveryError.
+    DeliveryError. ``producer_factory`` builds the producer from the final librdkafka config
+    (default: confluent_kafka.Producer).
     """
 
     def __init__(
@@ -58,6 +59,7 @@ class RolloutProducer:
         kafka: KafkaOptions | None = None,
         linger_ms: int = 5,
         producer_config: Mapping[str, object] | None = None,
+        producer_factory: Callable[[dict[str, object]], Any] | None = None,
         **kafka_options: Any,
     ) -> None:
         if kafka is not None and kafka_options:
@@ -74,9 +76,12 @@ class RolloutProducer:
                 raise ValueError(f"producer_config acks={v!r}: an idempotent producer needs acks=all")
             conf[k] = v
         conf.update({"enable.idempotence": True, "acks": "all"})
-        from confluent_kafka import Producer
+        self.config = dict(conf)
+        if producer_factory is None:
+            from confluent_kafka import Producer
 
-        self._producer = Producer(conf)
+            producer_factory = Producer
+        self._producer = producer_factory(conf)
         self.rollouts_topic = c.topic_name(c.SUFFIX_ROLLOUTS, opts.topic_prefix)
         self.steps_topic = c.topic_name(c.SUFFIX_STEPS, opts.topic_prefix)
         self.stats = PublishStats()

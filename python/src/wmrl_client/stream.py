@@ -16,7 +16,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -224,6 +224,8 @@ class AdvantageStream:
     them as keywords or as a ``KafkaOptions``. Iteration ends after ``idle_timeout`` seconds
     without a record (None: never). ``on_invalid="skip"`` logs and skips bad records instead of
     raising; a skipped record is committed past like a record of another run.
+    ``consumer_factory`` builds the consumer from the final librdkafka config (default:
+    confluent_kafka.Consumer); tests and instrumented wrappers pass their own.
     """
 
     def __init__(
@@ -241,6 +243,7 @@ class AdvantageStream:
         auto_offset_reset: Literal["earliest", "latest"] = "earliest",
         batch_size: int = 500,
         consumer_config: Mapping[str, object] | None = None,
+        consumer_factory: Callable[[dict[str, object]], Any] | None = None,
         **kafka_options: Any,
     ) -> None:
         msg = check_id(run_id)
@@ -286,9 +289,12 @@ class AdvantageStream:
         self._poisoned: dict[TopicPartition, int] = {}
         self._backlog: deque[Any] = deque()
         self._closed = False
-        from confluent_kafka import Consumer
+        self.config = dict(conf)
+        if consumer_factory is None:
+            from confluent_kafka import Consumer
 
-        self._consumer: confluent_kafka.Consumer = Consumer(conf)
+            consumer_factory = Consumer
+        self._consumer: confluent_kafka.Consumer = consumer_factory(conf)
         self._consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
 
     # ---- context manager and lifecycle
@@ -308,7 +314,7 @@ class AdvantageStream:
     @property
     def pending(self) -> dict[str, list[int]]:
         """Steps held back: 'incomplete' (chunks missing) and 'unacked' (yielded, not acknowledged)."""
-        return {"incomplete": sorted(self._assembling), "unacked": sorted(self._unacked)}
+        return {"incomplete": sorted(self._assembling), "unacked": sorted(s.step for s in self._unacked.values())}
 
     # ---- iteration
 

@@ -1,0 +1,218 @@
+"""Shared fixtures: golden paths, a fake Kafka consumer/producer for unit tests, and the real
+broker plus the Go helper for end-to-end tests.
+
+Service policy (as Go's internal/testenv): WMRL_TEST_KAFKA unset skips the e2e tests, unless
+WMRL_REQUIRE_SERVICES=1 or CI=true, which turn unset or unreachable into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+PY_ROOT = HERE.parent
+REPO = PY_ROOT.parent
+GOLDEN = REPO / "topics" / "testdata" / "golden"
+
+sys.path.insert(0, str(HERE))
+
+
+@pytest.fixture(scope="session")
+def golden() -> Path:
+    return GOLDEN
+
+
+# ---- fakes for unit tests ------------------------------------------------------------------
+
+
+class FakeMessage:
+    """The part of confluent_kafka.Message the stream uses."""
+
+    def __init__(
+        self, value: bytes, headers: list[tuple[str, bytes]], offset: int, partition: int = 0,
+        topic: str = "wmrl.advantages.v1", key: bytes | None = None, error: Any = None,
+    ) -> None:  # fmt: skip
+        self._v, self._h, self._o, self._p, self._t, self._k, self._e = value, headers, offset, partition, topic, key, error
+
+    def value(self) -> bytes:
+        return self._v
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return self._h
+
+    def offset(self) -> int:
+        return self._o
+
+    def partition(self) -> int:
+        return self._p
+
+    def topic(self) -> str:
+        return self._t
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def error(self) -> Any:
+        return self._e
+
+
+class FakeCommitResult:
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self.topic, self.partition, self.offset, self.error = topic, partition, offset, None
+
+
+class FakeConsumer:
+    """Hands out queued messages in batches and records commits; no broker."""
+
+    def __init__(self, conf: dict[str, object]) -> None:
+        self.conf = conf
+        self.queue: list[FakeMessage] = []
+        self.commits: list[dict[tuple[str, int], int]] = []
+        self.closed = False
+        self.callbacks: dict[str, Callable[..., None]] = {}
+
+    def subscribe(self, topics: list[str], **callbacks: Callable[..., None]) -> None:
+        self.topics = topics
+        self.callbacks = callbacks
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
+        out, self.queue = self.queue[:num_messages], self.queue[num_messages:]
+        return out
+
+    def commit(self, offsets: list[Any], asynchronous: bool = True) -> list[FakeCommitResult]:
+        assert asynchronous is False
+        self.commits.append({(o.topic, o.partition): o.offset for o in offsets})
+        return [FakeCommitResult(o.topic, o.partition, o.offset) for o in offsets]
+
+    def close(self) -> None:
+        self.closed = True
+
+    def committed_offsets(self) -> dict[tuple[str, int], int]:
+        merged: dict[tuple[str, int], int] = {}
+        for c in self.commits:
+            merged.update(c)
+        return merged
+
+
+class FakeProducer:
+    """Records produce() calls and reports deliveries on poll/flush."""
+
+    def __init__(self, conf: dict[str, object]) -> None:
+        self.conf = conf
+        self.produced: list[dict[str, Any]] = []
+        self.pending: list[tuple[Callable[..., None], Any]] = []
+        self.fail_with: str | None = None
+        self.buffer_errors = 0
+
+    def produce(self, topic: str, value: bytes, key: bytes, headers: list[tuple[str, bytes]], on_delivery: Callable[..., None]) -> None:
+        if self.buffer_errors:
+            self.buffer_errors -= 1
+            raise BufferError("queue full")
+        self.produced.append({"topic": topic, "value": value, "key": key, "headers": headers})
+        msg = FakeMessage(value, headers, len(self.produced) - 1, topic=topic, key=key)
+        self.pending.append((on_delivery, msg))
+
+    def poll(self, timeout: float = 0) -> int:
+        return self._deliver()
+
+    def flush(self, timeout: float = -1) -> int:
+        self._deliver()
+        return 0
+
+    def _deliver(self) -> int:
+        n = len(self.pending)
+        for cb, msg in self.pending:
+            cb(self.fail_with, msg)
+        self.pending = []
+        return n
+
+
+@pytest.fixture
+def fake_consumer() -> Iterator[Callable[[dict[str, object]], FakeConsumer]]:
+    made: list[FakeConsumer] = []
+
+    def factory(conf: dict[str, object]) -> FakeConsumer:
+        made.append(FakeConsumer(conf))
+        return made[-1]
+
+    factory.made = made  # type: ignore[attr-defined]
+    yield factory
+
+
+# ---- real services ---------------------------------------------------------------------------
+
+
+def _truthy(v: str | None) -> bool:
+    return (v or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def services_required() -> bool:
+    return _truthy(os.environ.get("CI")) or _truthy(os.environ.get("WMRL_REQUIRE_SERVICES"))
+
+
+HOW_TO_RUN = (
+    "run `make test`, or `deploy/local/services.sh up` and then "
+    "WMRL_TEST_KAFKA=127.0.0.1:9092 python -m pytest python/tests"
+)
+
+
+def _reachable(brokers: str) -> str | None:
+    first = brokers.split(",")[0].strip()
+    host, _, port = first.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=5):
+            return None
+    except (OSError, ValueError) as e:
+        return str(e)
+
+
+@pytest.fixture(scope="session")
+def kafka() -> str:
+    """Seed brokers of the real broker (WMRL_TEST_KAFKA), after a TCP reachability check."""
+    brokers = os.environ.get("WMRL_TEST_KAFKA", "").strip()
+    if not brokers:
+        if services_required():
+            pytest.fail(f"WMRL_TEST_KAFKA is not set but services are required (CI=true or WMRL_REQUIRE_SERVICES=1): {HOW_TO_RUN}")
+        pytest.skip(f"WMRL_TEST_KAFKA is not set; end-to-end test skipped ({HOW_TO_RUN})")
+    err = _reachable(brokers)
+    if err is not None:
+        pytest.fail(f"Kafka at WMRL_TEST_KAFKA={brokers} is unreachable: {err} ({HOW_TO_RUN})")
+    return brokers
+
+
+@pytest.fixture(scope="session")
+def gohelper(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, Any]]:
+    """Build python/tests/gohelper with `go build` and return a runner that parses its JSON output."""
+    go = shutil.which("go")
+    if go is None:
+        if services_required():
+            pytest.fail("the end-to-end tests need the Go toolchain on PATH")
+        pytest.skip("go not on PATH; end-to-end test skipped")
+    exe = tmp_path_factory.mktemp("gohelper") / "gohelper"
+    subprocess.run([go, "build", "-o", str(exe), "./python/tests/gohelper"], cwd=REPO, check=True, timeout=600)
+
+    def run(*args: str, timeout: float = 180) -> dict[str, Any]:
+        p = subprocess.run([str(exe), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0:
+            raise AssertionError(f"gohelper {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+        return json.loads(p.stdout) if p.stdout.strip() else {}
+
+    return run
+
+
+@pytest.fixture
+def prefix(kafka: str, gohelper: Callable[..., dict[str, Any]]) -> Iterator[str]:
+    """A fresh topic prefix per test; its topics are deleted afterwards."""
+    p = f"pytest-{uuid.uuid4().hex[:10]}."
+    yield p
+    gohelper("delete-topics", "--brokers", kafka, "--prefix", p)

@@ -1,0 +1,110 @@
+"""The cross-language contract, Go → Python: golden files the Go codecs wrote, read here.
+
+And the Python → Go files: the committed topics/testdata/golden/python/ must be what
+golden_python.py builds now (topics/python_contract_test.go decodes them with the Go decoders).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import golden_python
+from wmrl_client import (
+    AdvantageRow,
+    decode_advantages,
+    decode_record,
+    digest_rows,
+    encode_record,
+    reason,
+    WmrlError,
+)
+from wmrl_client import anchor
+from wmrl_client.records import advantage_row_from_json
+
+VALID = [
+    ("rollout.json", "wmrl.rollout.v1"),
+    ("step.json", "wmrl.step.v1"),
+    ("predicted.json", "wmrl.reward.predicted.v1"),
+    ("executed.json", "wmrl.reward.executed.v1"),
+    ("executed_imputed.json", "wmrl.reward.executed.v1"),
+    ("calibration.json", "wmrl.calibration.v1"),
+]
+
+
+def golden_rows(golden: Path) -> list[AdvantageRow]:
+    return [advantage_row_from_json(o) for o in json.loads((golden / "advantages.json").read_text())]
+
+
+@pytest.mark.parametrize("name,schema", VALID)
+def test_go_records_decode_and_reencode_byte_for_byte(golden: Path, name: str, schema: str) -> None:
+    raw = (golden / name).read_bytes()
+    rec = decode_record(schema, raw)
+    assert encode_record(rec) + b"\n" == raw
+
+
+def test_go_invalid_records_fail_with_go_reason(golden: Path) -> None:
+    expected = json.loads((golden / "invalid" / "expected.json").read_text())
+    assert len(expected) >= 10
+    for name, want in expected.items():
+        with pytest.raises(WmrlError) as ei:
+            decode_record(want["schema"], (golden / "invalid" / name).read_bytes())
+        assert reason(ei.value) == want["reason"], f"{name}: {ei.value}"
+
+
+def test_go_arrow_golden_matches_json_rows(golden: Path) -> None:
+    table = decode_advantages((golden / "advantages.arrows").read_bytes())
+    rows = golden_rows(golden)
+    assert table.num_rows == len(rows)
+    from wmrl_client import rows_from_table
+
+    assert rows_from_table(table) == rows
+    assert table.schema.metadata == {b"wmrl-schema": b"wmrl.advantages.v1"}
+
+
+def test_digest_equals_go_digest_of_golden_rows(golden: Path) -> None:
+    go = json.loads((golden / "python" / "go_digests.json").read_text())
+    rows = golden_rows(golden)
+    assert len(rows) == go["golden_advantages_rows"]
+    assert digest_rows(rows) == go["golden_advantages"]
+    assert digest_rows(decode_advantages((golden / "advantages.arrows").read_bytes())) == go["golden_advantages"]
+    assert digest_rows(decode_advantages((golden / "python" / "advantages.arrows").read_bytes())) == go["python_advantages"]
+
+
+def test_anchor_hash_matches_go(golden: Path) -> None:
+    cases = json.loads((golden / "anchor_hash.json").read_text())
+    assert len(cases) >= 10
+    for c in cases:
+        assert anchor.anchor_hash_u64(c["run_id"], c["group_id"]) == int(c["u64"])
+        assert anchor.anchor_hash(c["run_id"], c["group_id"]) == c["hash"]
+        assert anchor.is_anchor(c["run_id"], c["group_id"], 0.25) == c["anchor_at_0.25"]
+    assert not anchor.is_anchor("r", "g", float("nan"))
+    assert not anchor.is_anchor("r", "g", 0.0)
+    assert anchor.is_anchor("r", "g", 1.0)
+
+
+def test_python_golden_files_are_current(golden: Path) -> None:
+    """The committed reverse-direction files are what golden_python.py builds (rerun it with --write)."""
+    built = golden_python.build()
+    out = golden / "python"
+    for name, data in built.items():
+        path = out / name
+        assert path.exists(), f"{path} missing: run python tests/golden_python.py --write"
+        if name.endswith(".arrows"):
+            # pyarrow versions may lay out bytes differently; the content must be the same.
+            assert decode_advantages(path.read_bytes()).equals(decode_advantages(data))
+        else:
+            assert path.read_bytes() == data, f"{name} is stale: run python tests/golden_python.py --write"
+    on_disk = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert on_disk - set(built) == {"go_digests.json"}
+
+
+def test_python_invalid_cases_fail_in_python_with_recorded_reason() -> None:
+    cases = golden_python.invalid_records()
+    assert len(cases) >= 10
+    for name, (schema, data, want) in cases.items():
+        with pytest.raises(WmrlError) as ei:
+            decode_record(schema, data)
+        assert reason(ei.value) == want, f"{name}: {ei.value}"
