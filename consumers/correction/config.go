@@ -109,8 +109,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ChunkBytes == 0 {
 		c.ChunkBytes = topics.DefaultChunkBytes
 	}
-	if c.ChunkBytes < 1024 || c.ChunkBytes > topics.MaxAdvantageBytes {
-		return c, fmt.Errorf("%w: ChunkBytes %d not in [1024,%d]", ErrConfig, c.ChunkBytes, topics.MaxAdvantageBytes)
+	if c.ChunkBytes < minChunkBytes || c.ChunkBytes > topics.MaxAdvantageBytes {
+		return c, fmt.Errorf("%w: ChunkBytes %d not in [%d,%d]", ErrConfig, c.ChunkBytes, minChunkBytes, topics.MaxAdvantageBytes)
 	}
 	if c.KeepStates == 0 {
 		c.KeepStates = DefaultKeepStates
@@ -153,3 +153,7 @@ func validPrefix(p string) bool {
 	}
 	return true
 }
+
+// minChunkBytes: an Arrow IPC stream with one row already needs about 2 KiB of schema and
+// batch framing, so smaller chunk limits cannot be met.
+const minChunkBytes = 4096

@@ -117,6 +117,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.fencePredecessor(ctx); err != nil {
 		return err
 	}
+	// Load the snapshot script up front so the first write is not a NOSCRIPT miss.
+	if err := writeScript.Load(ctx, c.cfg.Redis).Err(); err != nil {
+		c.log.Warn("redis script load failed (writes will retry it)", "err", err)
+	}
 	opts := append(append([]kgo.Opt(nil), c.cfg.KafkaOpts...),
 		kgo.ConsumerGroup(c.cfg.Group),
 		kgo.ConsumeTopics(c.inputs()...),
@@ -153,6 +157,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return err
 }
 
+// pollWait bounds one poll; it is also the delay before an idle consumer notices an assignment.
+const pollWait = 250 * time.Millisecond
+
 func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	tick := time.NewTicker(c.cfg.ProgressInterval)
 	defer tick.Stop()
@@ -162,7 +169,11 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			c.logProgress("progress")
 		default:
 		}
-		fs := sess.PollFetches(ctx)
+		// A bounded poll, so that an assignment is acted on (state loaded, config checked) even
+		// when no input arrives.
+		pctx, cancel := context.WithTimeout(ctx, pollWait)
+		fs := sess.PollFetches(pctx)
+		cancel()
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -170,8 +181,8 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			return errors.New("correctionstage: kafka client closed")
 		}
 		for _, fe := range fs.Errors() {
-			if errors.Is(fe.Err, context.Canceled) {
-				return fe.Err
+			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) {
+				continue
 			}
 			c.log.Warn("fetch error", "topic", fe.Topic, "partition", fe.Partition, "err", fe.Err)
 		}

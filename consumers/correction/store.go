@@ -118,6 +118,9 @@ func (s *Store) write(ctx context.Context, snaps []*topics.CalibrationSnapshot, 
 			}
 		}
 		for r, streams := range newStreams {
+			if len(streams) == 0 {
+				continue
+			}
 			members := make([]any, len(streams))
 			for i, st := range streams {
 				members[i] = st
