@@ -54,7 +54,9 @@ type feeder struct {
 	part map[string]int32
 }
 
-func newFeeder(e *engine) *feeder { return &feeder{e: e, next: map[tp]int64{}, part: map[string]int32{}} }
+func newFeeder(e *engine) *feeder {
+	return &feeder{e: e, next: map[tp]int64{}, part: map[string]int32{}}
+}
 
 func (f *feeder) add(recs ...*kgo.Record) {
 	for _, r := range recs {
