@@ -32,8 +32,9 @@ type HandlerConfig struct {
 	// every by-reference rollout invalid with a reason that says so. A reference that cannot be
 	// read or whose digest does not match is likewise an invalid rollout, not a crash.
 	Artifacts artifact.Resolver
-	Logger    *slog.Logger
-	Now       func() time.Time
+	// Logger receives a warning per unresolvable artifact (default slog.Default()).
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Handler scores rollouts into predicted-reward records. Every valid rollout gets exactly one
@@ -86,6 +87,7 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 				return nil, ctx.Err()
 			}
 			p.Status, p.Reason = topics.StatusInvalid, limitText(err.Error())
+			h.log.Warn("artifact not resolvable; rollout recorded as invalid", "run", r.RunID, "rollout", r.RolloutID, "err", err)
 			return h.record(p)
 		}
 		in.Artifact = data
