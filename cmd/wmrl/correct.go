@@ -1,0 +1,144 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	correctionstage "github.com/wmrl/wmrl/consumers/correction"
+	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/topics"
+)
+
+func init() { register(newCorrectCmd) }
+
+// correctionFlags binds the correction-math flags shared by correct, replay and bench
+// correction: --mode picks the base config, and every other flag overrides it only when given,
+// so `--mode reference` alone is exactly the authors' configuration.
+func correctionFlags(f *pflag.FlagSet) func() (correction.Config, error) {
+	var (
+		mode, adv           string
+		window, minPairs    int
+		weightCap, eps      float64
+		ddof                int
+		noDebias, noDenoise bool
+	)
+	f.StringVar(&mode, "mode", "default", "correction mode: default (exact isotonic, per-step refit) or reference (the authors' code)")
+	f.StringVar(&adv, "advantage", "grpo", "advantage estimator: grpo or drgrpo")
+	f.IntVar(&window, "window", 5000, "anchor-pair FIFO window")
+	f.IntVar(&minPairs, "min-pairs", 200, "identity calibration until this many anchor pairs")
+	f.Float64Var(&weightCap, "weight-cap", 4, "anchor weight is clipped to [1, weight-cap]")
+	f.Float64Var(&eps, "eps", 1e-4, "GRPO std epsilon")
+	f.IntVar(&ddof, "ddof", 0, "0 population or 1 sample std for GRPO")
+	f.BoolVar(&noDebias, "no-debias", false, "ablation: disable Online Debiasing (identity calibration)")
+	f.BoolVar(&noDenoise, "no-denoise", false, "ablation: disable Inverse-Variance Denoising (anchor weight 1)")
+	return func() (correction.Config, error) {
+		var c correction.Config
+		switch strings.ToLower(mode) {
+		case "default":
+			c = correction.DefaultConfig()
+		case "reference":
+			c = correction.ReferenceConfig()
+		default:
+			return c, fmt.Errorf("--mode %q: want default or reference", mode)
+		}
+		switch strings.ToLower(adv) {
+		case "grpo":
+			c.Advantage = correction.GRPO
+		case "drgrpo", "dr-grpo", "dr.grpo":
+			c.Advantage = correction.DrGRPO
+		default:
+			return c, fmt.Errorf("--advantage %q: want grpo or drgrpo", adv)
+		}
+		if f.Changed("window") {
+			c.Window = window
+		}
+		if f.Changed("min-pairs") {
+			c.MinPairs = minPairs
+		}
+		if f.Changed("weight-cap") {
+			c.WeightCap = weightCap
+		}
+		if f.Changed("eps") {
+			c.Eps = eps
+		}
+		if f.Changed("ddof") {
+			c.DDOF = ddof
+		}
+		c.Debias = !noDebias
+		c.Denoise = !noDenoise
+		if err := c.Validate(); err != nil {
+			return c, err
+		}
+		return c, nil
+	}
+}
+
+func defaultTransactionalID() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "localhost"
+	}
+	return "wmrl-correct-" + h
+}
+
+func newCorrectCmd(a *app) *cobra.Command {
+	var cfg correctionstage.Config
+	cmd := &cobra.Command{
+		Use:   "correct",
+		Short: "Run the stateful correction consumer (exactly-once, Kafka transactions)",
+		Long: `correct joins step manifests, predicted and executed rewards per run, seals each complete step
+in order, runs the correction core (Online Debiasing + Inverse-Variance Denoising + group-relative
+advantages) and produces the advantage rows (Arrow IPC chunks) and the calibration snapshots in
+the same Kafka transaction as its input offsets. Read its outputs with read_committed.
+
+State: the compacted calibration topic is the source of truth; Redis (--redis) caches versioned
+snapshots under <redis-prefix>:{run/stream}:… for fast loads and for other services (see
+'go doc github.com/wmrl/wmrl/consumers/correction' for the key layout).
+
+Every instance needs its own --transactional-id, stable across its restarts: a restarted instance
+fences its predecessor's unfinished transaction. SIGTERM finishes the current transaction and
+leaves the group.`,
+		Args: cobra.NoArgs,
+	}
+	corrCfg := correctionFlags(cmd.Flags())
+	f := cmd.Flags()
+	f.StringVar(&cfg.Group, "group", correctionstage.DefaultGroup, "consumer group")
+	f.StringVar(&cfg.TransactionalID, "transactional-id", defaultTransactionalID(), "transactional id (unique per instance, stable across restarts)")
+	f.IntVar(&cfg.ChunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload on the advantages topic")
+	f.IntVar(&cfg.KeepStates, "keep-states", correctionstage.DefaultKeepStates, "versioned Redis snapshots kept per run/stream")
+	f.StringVar(&cfg.RedisPrefix, "redis-prefix", correctionstage.DefaultRedisPrefix, "Redis key namespace")
+	f.BoolVar(&cfg.AllowConfigChange, "allow-config-change", false, "continue when stored state was built with other correction settings (its calibration restarts)")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address (e.g. :9464)")
+	f.DurationVar(&cfg.TxnTimeout, "txn-timeout", correctionstage.DefaultTxnTimeout, "broker-side transaction timeout")
+	f.DurationVar(&cfg.ProgressInterval, "progress-interval", correctionstage.DefaultProgressInterval, "period of the info-level progress line")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cc, err := corrCfg()
+		if err != nil {
+			return err
+		}
+		cfg.Correction = cc
+		if cfg.KafkaOpts, err = a.conn.KafkaOpts(); err != nil {
+			return err
+		}
+		rdb, err := a.redis()
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		cfg.Redis = rdb
+		cfg.Names = a.conn.Names()
+		cfg.Logger = a.log
+		c, err := correctionstage.NewConsumer(cfg)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := signalContext()
+		defer cancel()
+		return c.Run(ctx)
+	}
+	return cmd
+}
