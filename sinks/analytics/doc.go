@@ -1,0 +1,16 @@
+// Package analytics is an analytics tap on the advantages and calibration topics: a plain
+// segmentio/kafka-go consumer (its own group, read_committed) that writes Parquet files rolled
+// every N steps per run, and commits offsets only after the file holding those records is on disk
+// (written to a temporary name, fsynced, renamed, directory fsynced). It shows that any Kafka
+// client can consume wmrl's output, and gives notebooks columnar files to read.
+//
+// kafka-go's Reader sends read_committed to the broker (so open transactions stay invisible) but
+// does not filter aborted transactions or hide commit/abort markers (segmentio/kafka-go#1332).
+// The tap therefore classifies offsets itself with kafka-go's protocol-level fetch, which exposes
+// record-batch producer ids, control batches and the broker's aborted-transaction list, and drops
+// what a Java read_committed consumer would drop (see txnFilter).
+//
+// Files are at-least-once: after a crash between a rename and its commit, the records are
+// written again on restart, possibly into a file with a different step range. Readers dedupe by
+// (run, step, group, rollout) for advantages and (run, stream, step) for calibration.
+package analytics

@@ -1,0 +1,193 @@
+package analytics
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/internal/testenv"
+	"github.com/wmrl/wmrl/topics"
+)
+
+func advRows(run string, step int64, poisoned bool) []topics.AdvantageRow {
+	var rows []topics.AdvantageRow
+	for g := 0; g < 8; g++ {
+		for i := 0; i < 8; i++ {
+			v := float64((int(step)*13+g*5+i)%50) / 50
+			if poisoned {
+				v = 0.999
+			}
+			r := topics.AdvantageRow{RunID: run, Stream: "mle", Step: step, GroupID: fmt.Sprintf("g%d", g),
+				RolloutID: fmt.Sprintf("g%d-r%d", g, i), Source: topics.SourceWorldModel, Predicted: v, PredictedOK: true,
+				Calibrated: v, Used: v, Advantage: v - 0.5, Weight: 1, Mask: true, CalibrationVersion: uint64(step)}
+			if i == 7 {
+				r = topics.AdvantageRow{RunID: run, Stream: "mle", Step: step, GroupID: r.GroupID, RolloutID: r.RolloutID}
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}
+
+func snapshot(run string, step int64, poisoned bool) topics.CalibrationSnapshot {
+	w := 1 + float64(step)/10
+	if poisoned {
+		w = 3.99
+	}
+	return topics.CalibrationSnapshot{Schema: topics.SchemaCalibration, RunID: run, Stream: "mle", Step: step,
+		FitVersion: uint64(step), Pairs: int(step) * 16, Digest: fmt.Sprintf("d-%s-%d", run, step),
+		BreakX: []float64{0.1, 0.5, 0.9}, BreakY: []float64{0.2, 0.4, 0.8}, AnchorWeight: w,
+		BiasBefore: 0.1, BiasAfter: 0.01, StepPairs: 16, CreatedAt: time.Unix(1700000000, 0).UTC()}
+}
+
+// TestTapWritesExactlyTheCommittedRecords produces steps with their calibration snapshots in
+// transactions (one aborted, with poisoned values), runs the kafka-go tap, stops it with a
+// partial segment pending and checks that the Parquet files read back to exactly the committed
+// records, and that the group's offsets cover everything.
+func TestTapWritesExactlyTheCommittedRecords(t *testing.T) {
+	seeds := testenv.Kafka(t)
+	advTopic := testenv.Topic(t, seeds, 3)
+	calTopic := testenv.Topic(t, seeds, 3)
+	names := topics.NewNames("")
+	prod, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.TransactionalID(testenv.Name(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	wantRows := map[string][]topics.AdvantageRow{}
+	wantCal := map[string][]CalibrationRow{}
+	send := func(run string, step int64, commit bool) {
+		rows := advRows(run, step, !commit)
+		recs, err := names.AdvantageRecords(run, "", step, rows, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap := snapshot(run, step, !commit)
+		cal, err := names.CalibrationRecord(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := prod.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			r.Topic = advTopic
+		}
+		cal.Topic = calTopic
+		if err := prod.ProduceSync(ctx, append(recs, cal)...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := prod.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			wantRows[run] = append(wantRows[run], rows...)
+			wantCal[run] = append(wantCal[run], CalibrationRowOf(snap))
+		}
+	}
+	for step := int64(0); step < 5; step++ {
+		if step == 2 {
+			send("a", step, false)
+		}
+		send("a", step, true)
+	}
+	send("b", 0, true)
+	send("b", 1, true)
+
+	dir := t.TempDir()
+	tap, err := New(Config{Brokers: seeds, AdvantagesTopic: advTopic, CalibrationTopic: calTopic, Group: testenv.Name(t), Dir: dir, RollSteps: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- tap.Run(runCtx) }()
+	for _, f := range []string{"advantages-a-2-3.parquet", "advantages-b-0-1.parquet", "calibration-a-2-3.parquet", "calibration-b-0-1.parquet"} {
+		waitFile(t, ctx, filepath.Join(dir, f), done)
+	}
+	time.Sleep(time.Second) // let step 4 of run a reach the tap; it stays pending (RollSteps 2)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	for _, run := range []string{"a", "b"} {
+		adv, _ := filepath.Glob(filepath.Join(dir, "advantages-"+run+"-*.parquet"))
+		cal, _ := filepath.Glob(filepath.Join(dir, "calibration-"+run+"-*.parquet"))
+		sort.Strings(adv)
+		sort.Strings(cal)
+		var gotRows []topics.AdvantageRow
+		for _, f := range adv {
+			rows, err := ReadAdvantagesFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotRows = append(gotRows, rows...)
+		}
+		if !reflect.DeepEqual(gotRows, wantRows[run]) {
+			t.Errorf("run %s: files %v hold %d rows that differ from the %d committed rows", run, adv, len(gotRows), len(wantRows[run]))
+		}
+		var gotCal []CalibrationRow
+		for _, f := range cal {
+			rows, err := ReadCalibrationFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotCal = append(gotCal, rows...)
+		}
+		if !reflect.DeepEqual(gotCal, wantCal[run]) {
+			t.Errorf("run %s: calibration files %v:\n got %+v\nwant %+v", run, cal, gotCal, wantCal[run])
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "advantages-a-4-4.parquet")); err != nil {
+		t.Errorf("shutdown did not flush the partial segment: %v", err)
+	}
+	if st := tap.Stats(); st.Hidden == 0 || st.Skipped != 0 {
+		t.Errorf("stats %+v: want aborted records and markers hidden, nothing skipped", st)
+	}
+
+	adm := kadm.NewClient(prod)
+	committed, err := adm.FetchOffsets(ctx, tap.cfg.Group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, advTopic, calTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset == 0 {
+			return
+		}
+		c, ok := committed.Lookup(o.Topic, o.Partition)
+		if !ok || c.At < o.Offset-1 {
+			t.Errorf("%s/%d: committed %+v, end %d", o.Topic, o.Partition, c, o.Offset)
+		}
+	})
+}
+
+func waitFile(t *testing.T, ctx context.Context, path string, done <-chan error) {
+	t.Helper()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("tap stopped before %s appeared: %v", path, err)
+		case <-ctx.Done():
+			t.Fatalf("%s did not appear: %v", path, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
