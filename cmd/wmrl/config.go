@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 )
@@ -72,16 +73,15 @@ func allFlagNames() map[string]bool {
 		return flagNamesCache
 	}
 	names := map[string]bool{}
-	root := newRoot(&app{stdout: os.Stdout, stderr: os.Stderr})
-	var walk func(fs *pflag.FlagSet)
-	walk = func(fs *pflag.FlagSet) { fs.VisitAll(func(f *pflag.Flag) { names[f.Name] = true }) }
-	walk(root.PersistentFlags())
-	for _, c := range root.Commands() {
-		walk(c.Flags())
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
+		c.PersistentFlags().VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
 		for _, sc := range c.Commands() {
-			walk(sc.Flags())
+			walk(sc)
 		}
 	}
+	walk(newRoot(&app{stdout: os.Stdout, stderr: os.Stderr}))
 	flagNamesCache = names
 	return names
 }
