@@ -108,6 +108,8 @@ leaves the group.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.Group, "group", correctionstage.DefaultGroup, "consumer group")
 	f.StringVar(&cfg.TransactionalID, "transactional-id", defaultTransactionalID(), "transactional id (unique per instance, stable across restarts)")
+	f.StringVar(&cfg.InstanceID, "instance-id", "", "static group member id (stable per instance): a restart takes its partitions back at once")
+	f.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "group session timeout (default 45s)")
 	f.IntVar(&cfg.ChunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload on the advantages topic")
 	f.IntVar(&cfg.KeepStates, "keep-states", correctionstage.DefaultKeepStates, "versioned Redis snapshots kept per run/stream")
 	f.StringVar(&cfg.RedisPrefix, "redis-prefix", correctionstage.DefaultRedisPrefix, "Redis key namespace")

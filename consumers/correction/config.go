@@ -48,6 +48,11 @@ type Config struct {
 	// TransactionalID must be unique per live instance and stable across its restarts: a
 	// restarted instance with the same id fences its predecessor's unfinished transaction.
 	TransactionalID string
+	// InstanceID, when set, makes the member static (KIP-345): a restarted instance with the same
+	// id takes over its partitions at once instead of waiting for the session timeout.
+	InstanceID string
+	// SessionTimeout is the group session timeout (default: franz-go's, 45s).
+	SessionTimeout time.Duration
 	// Correction is the math configuration; its zero value means correction.DefaultConfig().
 	Correction correction.Config
 	// ChunkBytes bounds one Arrow payload on the advantages topic (default topics.DefaultChunkBytes).

@@ -138,6 +138,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 		kgo.OnPartitionsLost(c.onRevoked),
 		kgo.WithHooks(c.kprom),
 	)
+	if c.cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(c.cfg.InstanceID))
+	}
+	if c.cfg.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(c.cfg.SessionTimeout))
+	}
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		return fmt.Errorf("correctionstage: kafka session: %w", err)
@@ -447,7 +453,7 @@ func (c *Consumer) reload(ctx context.Context) error {
 		}
 	}
 	if len(repair) > 0 {
-		res, err := c.store.write(lctx, repair, nil)
+		res, err := c.store.writeForce(lctx, repair)
 		if err != nil {
 			c.m.redisErrors.Inc()
 			c.log.Warn("redis repair failed", "err", err)

@@ -425,6 +425,13 @@ func TestRedisDigestAlarm(t *testing.T) {
 	if err != nil || h.SealedStep != 2 || h.Digest != "dd" {
 		t.Fatalf("head %+v %v", h, err)
 	}
+	// A repair replaces content the changelog proved wrong.
+	if res, err := s.writeForce(ctx, []*topics.CalibrationSnapshot{snap(2, "e")}); err != nil || res[0].status != 3 {
+		t.Fatalf("forced repair: %+v %v", res, err)
+	}
+	if b, _ := s.ReadState(ctx, "r", "s", 2); !bytes.Equal(b, []byte("e")) {
+		t.Fatalf("state 2 after repair = %q", b)
+	}
 	// An older step never moves the head back.
 	if _, err := s.write(ctx, []*topics.CalibrationSnapshot{snap(1, "c")}, nil); err != nil {
 		t.Fatal(err)

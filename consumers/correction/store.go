@@ -48,16 +48,19 @@ func (s *Store) StreamsKey(run string) string { return s.prefix + ":{" + run + "
 
 // writeScript stores one snapshot idempotently. Returns {0} written, {1} identical content
 // already present, {2, existing} different content already present (nothing is overwritten:
-// the alarm case). The head only moves forward; snapshots beyond the newest KEEP are deleted.
+// the alarm case), {3} different content overwritten (ARGV[11] = "1": a repair of content the
+// changelog proved wrong). The head only moves forward; snapshots beyond the newest KEEP are deleted.
 // Trimmed state keys are built from ARGV[7]; they share the hash tag of KEYS, so they live in
 // the same cluster slot.
 var writeScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 local status = 0
-if cur then
-  if cur ~= ARGV[1] then return {2, cur} end
+if cur and cur == ARGV[1] then
   status = 1
+elseif cur and ARGV[11] ~= '1' then
+  return {2, cur}
 else
+  if cur then status = 3 end
   redis.call('SET', KEYS[1], ARGV[1])
 end
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[2])
@@ -103,6 +106,16 @@ type writeOutcome struct {
 // write stores snapshots in one round trip (one pipeline of scripts, plus SADD for streams seen
 // for the first time). A script cache miss (NOSCRIPT after a Redis restart) costs one more.
 func (s *Store) write(ctx context.Context, snaps []*topics.CalibrationSnapshot, newStreams map[string][]string) ([]writeOutcome, error) {
+	return s.writeMode(ctx, snaps, newStreams, false)
+}
+
+// writeForce is write for repairs: the snapshots come from the changelog, which is the source of
+// truth, so differing Redis content is replaced.
+func (s *Store) writeForce(ctx context.Context, snaps []*topics.CalibrationSnapshot) ([]writeOutcome, error) {
+	return s.writeMode(ctx, snaps, nil, true)
+}
+
+func (s *Store) writeMode(ctx context.Context, snaps []*topics.CalibrationSnapshot, newStreams map[string][]string, force bool) ([]writeOutcome, error) {
 	if len(snaps) == 0 {
 		return nil, nil
 	}
@@ -110,7 +123,7 @@ func (s *Store) write(ctx context.Context, snaps []*topics.CalibrationSnapshot, 
 		pipe := s.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(snaps))
 		for i, sn := range snaps {
-			keys, args := s.writeArgs(sn)
+			keys, args := s.writeArgs(sn, force)
 			if eval {
 				cmds[i] = writeScript.Eval(ctx, pipe, keys, args...)
 			} else {
@@ -158,12 +171,12 @@ func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
-func (s *Store) writeArgs(sn *topics.CalibrationSnapshot) ([]string, []any) {
+func (s *Store) writeArgs(sn *topics.CalibrationSnapshot, force bool) ([]string, []any) {
 	step := strconv.FormatInt(sn.Step, 10)
 	fit, _ := json.Marshal(fitJSON{X: nonNil(sn.BreakX), Y: nonNil(sn.BreakY)})
 	keys := []string{s.StateKey(sn.RunID, sn.Stream, sn.Step), s.HeadKey(sn.RunID, sn.Stream), s.StepsKey(sn.RunID, sn.Stream)}
 	args := []any{sn.State, step, sn.Digest, sn.ConfigHash, strconv.FormatUint(sn.FitVersion, 10), s.keep,
-		s.tag(sn.RunID, sn.Stream) + ":state:", string(fit), strconv.FormatFloat(sn.AnchorWeight, 'g', -1, 64), sn.Pairs}
+		s.tag(sn.RunID, sn.Stream) + ":state:", string(fit), strconv.FormatFloat(sn.AnchorWeight, 'g', -1, 64), sn.Pairs, boolArg(force)}
 	return keys, args
 }
 
@@ -249,4 +262,11 @@ func (s *Store) ReadState(ctx context.Context, run, stream string, step int64) (
 // Streams lists the streams recorded for run.
 func (s *Store) Streams(ctx context.Context, run string) ([]string, error) {
 	return s.rdb.SMembers(ctx, s.StreamsKey(run)).Result()
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
