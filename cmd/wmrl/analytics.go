@@ -1,0 +1,83 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
+	"github.com/spf13/cobra"
+
+	"github.com/wmrl/wmrl/internal/conn"
+	"github.com/wmrl/wmrl/sinks/analytics"
+)
+
+func init() { register(newAnalyticsCmd) }
+
+func newAnalyticsCmd(a *app) *cobra.Command {
+	var out, group, run string
+	var roll int
+	cmd := &cobra.Command{
+		Use:   "analytics",
+		Short: "Tap advantages and calibration into Parquet files (kafka-go consumer, read_committed)",
+		Long: `analytics consumes the advantages and calibration topics in its own consumer group with
+segmentio/kafka-go and writes, per run, advantages-<run>-<first>-<last>.parquet (the advantage rows,
+wire schema) and calibration-<run>-<first>-<last>.parquet (run, stream, step, fit_version, pairs,
+step_pairs, anchor_weight, bias_before, bias_after, breakpoints_x/_y, digest), rolled every
+--roll-steps steps. Offsets are committed only after a file is fsynced and renamed into place; on
+SIGINT/SIGTERM the partial files are flushed before exiting.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return errors.New("--out is required")
+			}
+			mech, err := kafkaGoSASL(a.conn)
+			if err != nil {
+				return err
+			}
+			if a.conn.TLS || a.conn.TLSCA != "" || a.conn.TLSCert != "" {
+				return errors.New("analytics: TLS is not wired for the kafka-go client yet (internal/conn does not export its tls.Config)")
+			}
+			var brokers []string
+			for _, b := range a.conn.Brokers {
+				for _, s := range strings.Split(b, ",") {
+					if s = strings.TrimSpace(s); s != "" {
+						brokers = append(brokers, s)
+					}
+				}
+			}
+			tap, err := analytics.New(analytics.Config{Brokers: brokers, SASL: mech, Names: a.conn.Names(),
+				Group: group, Dir: out, RollSteps: roll, RunID: run, Logger: a.log})
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			return tap.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&out, "out", "", "directory for the Parquet files (created if missing)")
+	f.StringVar(&group, "group", analytics.DefaultGroup, "consumer group of the tap")
+	f.IntVar(&roll, "roll-steps", analytics.DefaultRollSteps, "close a run's files after this many steps")
+	f.StringVar(&run, "run", "", "only this run (empty: every run)")
+	return cmd
+}
+
+// kafkaGoSASL maps the global SASL options onto kafka-go's mechanisms.
+func kafkaGoSASL(o conn.Options) (sasl.Mechanism, error) {
+	switch strings.ToUpper(o.SASLMechanism) {
+	case "":
+		return nil, nil
+	case conn.SASLPlain:
+		return plain.Mechanism{Username: o.SASLUser, Password: o.SASLPassword}, nil
+	case conn.SASLScramSHA256:
+		return scram.Mechanism(scram.SHA256, o.SASLUser, o.SASLPassword)
+	case conn.SASLScramSHA512:
+		return scram.Mechanism(scram.SHA512, o.SASLUser, o.SASLPassword)
+	default:
+		return nil, fmt.Errorf("sasl-mechanism %q: want %s, %s or %s", o.SASLMechanism, conn.SASLPlain, conn.SASLScramSHA256, conn.SASLScramSHA512)
+	}
+}
