@@ -59,6 +59,7 @@ var CalibrationSchema = arrow.NewSchema([]arrow.Field{
 	{Name: "digest", Type: arrow.BinaryTypes.String},
 }, nil)
 
+// CalibrationRowOf projects a snapshot onto the columns of a calibration file.
 func CalibrationRowOf(s topics.CalibrationSnapshot) CalibrationRow {
 	return CalibrationRow{
 		Run: s.RunID, Stream: s.Stream, Step: s.Step, FitVersion: s.FitVersion, Pairs: int64(s.Pairs),
