@@ -15,7 +15,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import pytest
 
@@ -89,10 +89,10 @@ class FakeConsumer:
         out, self.queue = self.queue[:num_messages], self.queue[num_messages:]
         return out
 
-    def commit(self, offsets: list[Any], asynchronous: bool = True) -> list[FakeCommitResult]:
-        assert asynchronous is False
+    def commit(self, offsets: list[Any], asynchronous: bool = True) -> list[FakeCommitResult] | None:
+        self.asynchronous = asynchronous
         self.commits.append({(o.topic, o.partition): o.offset for o in offsets})
-        return [FakeCommitResult(o.topic, o.partition, o.offset) for o in offsets]
+        return None if asynchronous else [FakeCommitResult(o.topic, o.partition, o.offset) for o in offsets]
 
     def close(self) -> None:
         self.closed = True
@@ -176,18 +176,24 @@ def _reachable(brokers: str) -> str | None:
         return str(e)
 
 
-@pytest.fixture(scope="session")
-def kafka() -> str:
-    """Seed brokers of the real broker (WMRL_TEST_KAFKA), after a TCP reachability check."""
-    brokers = os.environ.get("WMRL_TEST_KAFKA", "").strip()
+def resolve_kafka(env: Mapping[str, str]) -> str:
+    """Seed brokers from WMRL_TEST_KAFKA after a TCP check; skip or fail by the service policy."""
+    brokers = env.get("WMRL_TEST_KAFKA", "").strip()
+    required = _truthy(env.get("CI")) or _truthy(env.get("WMRL_REQUIRE_SERVICES"))
     if not brokers:
-        if services_required():
+        if required:
             pytest.fail(f"WMRL_TEST_KAFKA is not set but services are required (CI=true or WMRL_REQUIRE_SERVICES=1): {HOW_TO_RUN}")
         pytest.skip(f"WMRL_TEST_KAFKA is not set; end-to-end test skipped ({HOW_TO_RUN})")
     err = _reachable(brokers)
     if err is not None:
         pytest.fail(f"Kafka at WMRL_TEST_KAFKA={brokers} is unreachable: {err} ({HOW_TO_RUN})")
     return brokers
+
+
+@pytest.fixture(scope="session")
+def kafka() -> str:
+    """Seed brokers of the real broker (see resolve_kafka)."""
+    return resolve_kafka(os.environ)
 
 
 @pytest.fixture(scope="session")

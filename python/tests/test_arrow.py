@@ -125,6 +125,8 @@ MUTATIONS = [
     ({"rollout_id": "a b"}, "rollout_id"),
     ({"policy_version": "p\x7f"}, "policy_version"),
     ({"policy_version": "p" * 257}, "policy_version"),
+    ({"policy_version": "p\u0085"}, "policy_version"),
+    ({"group_id": "gé"}, "group_id"),
     ({"step": -1}, "step"),
     ({"source": "oracle"}, "source"),
     ({"source": ""}, "source"),

@@ -128,6 +128,7 @@ def test_ack_commits_below_lowest_unacked(fake_consumer: Callable[..., FakeConsu
     steps = list(s)
     assert consumer.commits == []  # nothing is committed before an ack
     steps[1].ack()
+    assert consumer.asynchronous is False
     assert consumer.committed_offsets() == {(TOPIC, 0): 1}  # step 0 still holds offset 1
     steps[1].ack()  # idempotent
     assert len(consumer.commits) == 1
@@ -137,6 +138,16 @@ def test_ack_commits_below_lowest_unacked(fake_consumer: Callable[..., FakeConsu
     assert consumer.committed_offsets() == {(TOPIC, 0): 9}
     assert all(x.acked for x in steps)
     assert s.pending == {"incomplete": [], "unacked": []}
+
+
+def test_async_commit(fake_consumer: Callable[..., FakeConsumer]) -> None:
+    log = Log()
+    log.step("r1", 0, step_rows("r1", 0))
+    s, consumer = open_stream(fake_consumer, log, async_commit=True)
+    (st,) = list(s)
+    st.ack()
+    assert consumer.asynchronous is True and consumer.committed_offsets() == {(TOPIC, 0): 2}
+    assert callable(s.config["on_commit"])
 
 
 def test_incomplete_step_holds_commit(fake_consumer: Callable[..., FakeConsumer]) -> None:

@@ -14,7 +14,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from . import contract as c
@@ -43,8 +42,6 @@ ADVANTAGE_SCHEMA: pa.Schema = pa.schema(
     metadata={c.ARROW_SCHEMA_KEY: c.SCHEMA_ADVANTAGES},
 )
 
-_ID_PATTERN = r"^[A-Za-z0-9._\-:@+]{1,128}$"
-_CONTROL_PATTERN = r"[\x{00}-\x{1f}\x{7f}-\x{9f}]"
 
 
 def check_schema(schema: pa.Schema, where: str = "") -> None:
@@ -110,27 +107,70 @@ def decode_advantages(payload: bytes | bytearray | memoryview | pa.Buffer, *, va
     return table
 
 
+_ID_BYTE = np.zeros(256, dtype=bool)
+for _ch in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-:@+":
+    _ID_BYTE[_ch] = True
+
+
+def _string_bytes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A utf8 column's value bytes and its n+1 offsets into them, without copying strings."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    _, off_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(off_buf, dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    return data, offsets
+
+
+def _count_per_row(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """How many flagged bytes each string [offsets[i], offsets[i+1]) holds."""
+    cs = np.concatenate(([0], np.cumsum(flags, dtype=np.int64)))
+    return cs[offsets[1:]] - cs[offsets[:-1]]
+
+
+def _bad_ids(col: pa.ChunkedArray) -> np.ndarray:
+    data, off = _string_bytes(col)
+    n = np.diff(off)
+    return (n == 0) | (n > c.MAX_ID_LEN) | (_count_per_row(~_ID_BYTE[data], off) > 0)
+
+
+def _bad_label(col: pa.ChunkedArray) -> np.ndarray:
+    """Longer than MAX_LABEL_LEN bytes or holding a control character (C0, DEL, or C1 as 0xC2 0x80-0x9F)."""
+    data, off = _string_bytes(col)
+    ctl = (data < 0x20) | (data == 0x7F)
+    c1 = np.zeros_like(ctl)
+    if data.size > 1:
+        c1[:-1] = (data[:-1] == 0xC2) & (data[1:] >= 0x80) & (data[1:] <= 0x9F)
+    return (np.diff(off) > c.MAX_LABEL_LEN) | (_count_per_row(ctl | c1, off) > 0)
+
+
+def _valid(col: pa.ChunkedArray) -> np.ndarray:
+    """Validity (not null) per row, from the bitmaps (pyarrow.compute calls cost more at this size)."""
+    parts = []
+    for arr in col.chunks:
+        if arr.null_count == 0:
+            parts.append(np.ones(len(arr), dtype=bool))
+            continue
+        bits = np.unpackbits(np.frombuffer(arr.buffers()[0], dtype=np.uint8), bitorder="little")
+        parts.append(bits[arr.offset : arr.offset + len(arr)].astype(bool))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+
 def _bad_rows(t: pa.Table) -> np.ndarray:
     """Boolean array: rows that break some rule of AdvantageRow.validate (vectorised)."""
-    n = t.num_rows
-    bad = np.zeros(n, dtype=bool)
 
     def np_col(name: str) -> np.ndarray:
-        col = t.column(name)
-        if col.null_count:
-            col = col.fill_null(0.0)
-        return np.asarray(col.to_numpy())
+        # Nulls (only in predicted/executed) come out as NaN; every use is masked by the validity.
+        return np.asarray(t.column(name).to_numpy())
 
-    for name in ("run_id", "stream", "group_id", "rollout_id"):
-        bad |= ~np.asarray(pc.match_substring_regex(t.column(name), _ID_PATTERN).to_numpy(zero_copy_only=False))
-    pv = t.column("policy_version")
-    bad |= np.asarray(pc.binary_length(pv).to_numpy()) > c.MAX_LABEL_LEN
-    bad |= np.asarray(pc.match_substring_regex(pv, _CONTROL_PATTERN).to_numpy(zero_copy_only=False))
+    bad = _bad_ids(t.column("run_id"))
+    for name in ("stream", "group_id", "rollout_id"):
+        bad |= _bad_ids(t.column(name))
+    bad |= _bad_label(t.column("policy_version"))
     mask = np_col("mask").astype(bool)
-    src = t.column("source")
-    is_anchor = np.asarray(pc.equal(src, c.SOURCE_ANCHOR).to_numpy(zero_copy_only=False))
-    is_wm = np.asarray(pc.equal(src, c.SOURCE_WORLD_MODEL).to_numpy(zero_copy_only=False))
-    is_empty = np.asarray(pc.equal(src, "").to_numpy(zero_copy_only=False))
+    src = np_col("source")
+    is_anchor = src == c.SOURCE_ANCHOR
+    is_wm = src == c.SOURCE_WORLD_MODEL
+    is_empty = src == ""
     bad |= ~(is_anchor | is_wm | (is_empty & ~mask))
     bad |= np_col("step") < 0
 
@@ -138,8 +178,8 @@ def _bad_rows(t: pa.Table) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             return ~(np.isfinite(v) & (v >= c.SCORE_MIN) & (v <= c.SCORE_MAX))
 
-    p_ok = np.asarray(t.column("predicted").is_valid().to_numpy(zero_copy_only=False))
-    e_ok = np.asarray(t.column("executed").is_valid().to_numpy(zero_copy_only=False))
+    p_ok = _valid(t.column("predicted"))
+    e_ok = _valid(t.column("executed"))
     bad |= p_ok & score_bad(np_col("predicted"))
     bad |= e_ok & score_bad(np_col("executed"))
     bad |= score_bad(np_col("calibrated"))
@@ -168,22 +208,22 @@ def validate_table(t: pa.Table) -> None:
         except FieldError as e:
             raise FieldError(e.record, e.field, e.value, f"{e.why} (advantages row {i})", e.cause) from None
         raise FieldError("advantages", "row", i, "breaks a row rule")  # pragma: no cover - rules agree
-    keys = pc.binary_join_element_wise(
-        t.column("run_id"),
-        pc.cast(t.column("step"), pa.string()),
-        t.column("group_id"),
-        t.column("rollout_id"),
-        "\x00",
+    keys = list(
+        zip(
+            t.column("run_id").to_pylist(),
+            t.column("step").to_pylist(),
+            t.column("group_id").to_pylist(),
+            t.column("rollout_id").to_pylist(),
+        )
     )
-    if pc.count_distinct(keys).as_py() != t.num_rows:
-        seen: dict[str, int] = {}
-        for i, k in enumerate(keys.to_pylist()):
+    if len(set(keys)) != len(keys):
+        seen: dict[tuple[str, int, str, str], int] = {}
+        for i, k in enumerate(keys):
             if k in seen:
-                rid = t.column("rollout_id")[i].as_py()
                 raise FieldError(
-                    f"advantage run={t.column('run_id')[i].as_py()} rollout={rid}",
+                    f"advantage run={k[0]} rollout={k[3]}",
                     "rollout_id",
-                    rid,
+                    k[3],
                     f"duplicate of row {seen[k]} (advantages row {i})",
                     CONFLICT,
                 )

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Seq
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from . import contract as c
 from .arrow import decode_advantages, validate_table
@@ -215,6 +214,11 @@ class StreamStats:
     commits: int = 0
 
 
+def _log_commit_errors(err: Any, partitions: list[Any]) -> None:
+    if err is not None:
+        log.warning("wmrl_client: asynchronous commit failed (the next ack commits again): %s", err)
+
+
 class AdvantageStream:
     """Iterate complete training steps of one run, each a ``Step`` (pyarrow Table + ack()).
 
@@ -224,7 +228,9 @@ class AdvantageStream:
     them as keywords or as a ``KafkaOptions``. Iteration ends after ``idle_timeout`` seconds
     without a record (None: never). ``on_invalid="skip"`` logs and skips bad records instead of
     raising; a skipped record is committed past like a record of another run.
-    ``consumer_factory`` builds the consumer from the final librdkafka config (default:
+    ``async_commit=True`` makes ack() return without waiting for the broker (commits are
+    cumulative, so a lost one is covered by the next; a crash may re-deliver the last few acked
+    steps). ``consumer_factory`` builds the consumer from the final librdkafka config (default:
     confluent_kafka.Consumer); tests and instrumented wrappers pass their own.
     """
 
@@ -242,6 +248,7 @@ class AdvantageStream:
         on_invalid: Literal["raise", "skip"] = "raise",
         auto_offset_reset: Literal["earliest", "latest"] = "earliest",
         batch_size: int = 500,
+        async_commit: bool = False,
         consumer_config: Mapping[str, object] | None = None,
         consumer_factory: Callable[[dict[str, object]], Any] | None = None,
         **kafka_options: Any,
@@ -272,6 +279,8 @@ class AdvantageStream:
             }
         )
         conf.setdefault("auto.offset.reset", auto_offset_reset)
+        if async_commit:
+            conf.setdefault("on_commit", _log_commit_errors)
         self.run_id = run_id
         self.group_id = group_id
         self.topic = topic or c.topic_name(c.SUFFIX_ADVANTAGES, opts.topic_prefix)
@@ -281,6 +290,7 @@ class AdvantageStream:
         self._poll_timeout = poll_timeout
         self._idle_timeout = idle_timeout
         self._batch_size = batch_size
+        self._async_commit = async_commit
         self._assembling: dict[int, _Assembly] = {}
         self._unacked: dict[int, Step] = {}
         self._done_steps: set[int] = set()
@@ -407,8 +417,8 @@ class AdvantageStream:
         if table.num_rows != nrows:
             raise ConflictError(f"{where}: {c.HEADER_ROWS} says {nrows} rows, the payload has {table.num_rows}")
         if nrows and not (
-            pc.all(pc.equal(table.column("run_id"), run)).as_py()
-            and pc.all(pc.equal(table.column("step"), step)).as_py()
+            bool((table.column("run_id").to_numpy() == run).all())
+            and bool((table.column("step").to_numpy() == step).all())
         ):
             raise ConflictError(f"{where}: rows of another run or step than the headers' run={run} step={step}")
         if asm is None:
@@ -451,10 +461,13 @@ class AdvantageStream:
                 todo.append((tp, point))
         if not todo:
             return
-        res = self._consumer.commit(offsets=[KTP(t, p, o) for (t, p), o in todo], asynchronous=False)
-        for r in res or ():
-            if r.error is not None:
-                raise KafkaException(r.error)
+        offsets = [KTP(t, p, o) for (t, p), o in todo]
+        if self._async_commit:
+            self._consumer.commit(offsets=offsets, asynchronous=True)
+        else:
+            for r in self._consumer.commit(offsets=offsets, asynchronous=False) or ():
+                if r.error is not None:
+                    raise KafkaException(r.error)
         for tp, point in todo:
             self._committed[tp] = point
         self.stats.commits += 1
