@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	correctionstage "github.com/wmrl/wmrl/consumers/correction"
 	"github.com/wmrl/wmrl/sinks/trainer"
 )
 
@@ -40,8 +41,11 @@ incomplete step is an error rather than a digest that silently left rows out.`,
 					return err
 				}
 				defer f.Close()
-				payloads, err := trainer.ReadPayloadFile(f)
-				if err != nil {
+				var payloads [][]byte
+				if err := correctionstage.ReadReplay(f, func(p []byte) error {
+					payloads = append(payloads, p)
+					return nil
+				}); err != nil {
 					return fmt.Errorf("%s: %w", file, err)
 				}
 				if res, err = trainer.DigestPayloads(payloads, run); err != nil {

@@ -169,7 +169,7 @@ func digestSteps(steps []*Step) DigestResult {
 	return DigestResult{Digest: d.Hex(), Rows: d.Rows(), Steps: len(steps)}
 }
 
-// DigestPayloads digests Arrow IPC payloads without headers (a replay file, ReadPayloadFile),
+// DigestPayloads digests Arrow IPC payloads without headers (the frames of a replay file),
 // keeping run's rows ("" keeps all). Payload boundaries carry no meaning, so duplicates are
 // found per row: a row seen again with equal content is ignored, with different content it is
 // an error (topics.ErrConflict), as is an undecodable payload.
