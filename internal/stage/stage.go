@@ -194,10 +194,7 @@ poll:
 			}
 			s.metrics.inflight.Inc()
 			s.wg.Add(1)
-			go func() {
-				defer func() { <-sem; s.metrics.inflight.Dec(); s.wg.Done() }()
-				s.handle(hctx, r)
-			}()
+			go s.handle(hctx, r, func() { <-sem })
 		})
 		if stop {
 			break
@@ -233,13 +230,22 @@ poll:
 	return runErr
 }
 
-// handle runs the handler for one record and produces its outputs, or its dead letter.
-func (s *Stage) handle(ctx context.Context, r *kgo.Record) {
+// handle runs the handler for one record and produces its outputs, or its dead letter. The
+// handler's concurrency slot is released as soon as the handler returns, so waiting for produce
+// acknowledgements never idles a slot; the record counts as finished only once every output is
+// acknowledged.
+func (s *Stage) handle(ctx context.Context, r *kgo.Record, release func()) {
 	start := time.Now()
 	outs, err := s.handler(ctx, r)
+	release()
+	done := func(result string) {
+		s.metrics.records.WithLabelValues(result).Inc()
+		s.metrics.inflight.Dec()
+		s.wg.Done()
+	}
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		s.track.handBack(r.Topic, r.Partition, r.Offset)
-		s.metrics.records.WithLabelValues("handed_back").Inc()
+		done("handed_back")
 		return
 	}
 	result := "ok"
@@ -248,21 +254,42 @@ func (s *Stage) handle(ctx context.Context, r *kgo.Record) {
 		s.log.Warn("bad record to dead-letter topic", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", topics.Reason(err), "err", err)
 		outs = []*kgo.Record{s.dlq.Record(r, err)}
 	}
-	if len(outs) > 0 {
-		if perr := s.cl.ProduceSync(context.WithoutCancel(ctx), outs...).FirstErr(); perr != nil {
-			s.track.handBack(r.Topic, r.Partition, r.Offset)
-			s.metrics.records.WithLabelValues("produce_failed").Inc()
-			select {
-			case s.fatal <- fmt.Errorf("stage %s: produce outputs of %s/%d@%d: %w", s.cfg.Name, r.Topic, r.Partition, r.Offset, perr):
-			default:
-			}
+	if len(outs) == 0 {
+		s.track.finish(r.Topic, r.Partition, r.Offset)
+		s.metrics.latency.Observe(time.Since(start).Seconds())
+		done(result)
+		return
+	}
+	var (
+		pending  atomic.Int64
+		errOnce  sync.Once
+		firstErr error
+	)
+	pending.Store(int64(len(outs)))
+	acked := func(_ *kgo.Record, perr error) {
+		if perr != nil {
+			errOnce.Do(func() { firstErr = perr })
+		}
+		if pending.Add(-1) != 0 {
 			return
 		}
+		if firstErr != nil {
+			s.track.handBack(r.Topic, r.Partition, r.Offset)
+			select {
+			case s.fatal <- fmt.Errorf("stage %s: produce outputs of %s/%d@%d: %w", s.cfg.Name, r.Topic, r.Partition, r.Offset, firstErr):
+			default:
+			}
+			done("produce_failed")
+			return
+		}
+		s.metrics.produced.Add(float64(len(outs)))
+		s.metrics.latency.Observe(time.Since(start).Seconds())
+		s.track.finish(r.Topic, r.Partition, r.Offset)
+		done(result)
 	}
-	s.metrics.records.WithLabelValues(result).Inc()
-	s.metrics.produced.Add(float64(len(outs)))
-	s.metrics.latency.Observe(time.Since(start).Seconds())
-	s.track.finish(r.Topic, r.Partition, r.Offset)
+	for _, o := range outs {
+		s.cl.Produce(context.WithoutCancel(ctx), o, acked)
+	}
 }
 
 func (s *Stage) commitLoop(ctx context.Context) {
