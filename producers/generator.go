@@ -23,7 +23,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/wmrl/wmrl/producers/artifact"
+	"github.com/wmrl/wmrl/internal/artifact"
 	"github.com/wmrl/wmrl/topics"
 )
 

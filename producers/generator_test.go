@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/wmrl/wmrl/producers/artifact"
+	"github.com/wmrl/wmrl/internal/artifact"
 	"github.com/wmrl/wmrl/topics"
 )
 

@@ -23,7 +23,7 @@ import (
 	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/producers"
-	"github.com/wmrl/wmrl/producers/artifact"
+	"github.com/wmrl/wmrl/internal/artifact"
 	"github.com/wmrl/wmrl/topics"
 )
 

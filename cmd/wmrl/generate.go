@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wmrl/wmrl/producers"
-	"github.com/wmrl/wmrl/producers/artifact"
+	"github.com/wmrl/wmrl/internal/artifact"
 )
 
 func init() { register(newGenerateCmd) }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/wmrl/wmrl/consumers/sandbox"
 	"github.com/wmrl/wmrl/internal/stage"
-	"github.com/wmrl/wmrl/producers/artifact"
+	"github.com/wmrl/wmrl/internal/artifact"
 )
 
 func init() { register(newSandboxCmd) }

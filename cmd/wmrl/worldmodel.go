@@ -10,7 +10,7 @@ import (
 
 	"github.com/wmrl/wmrl/consumers/worldmodel"
 	"github.com/wmrl/wmrl/internal/stage"
-	"github.com/wmrl/wmrl/producers/artifact"
+	"github.com/wmrl/wmrl/internal/artifact"
 )
 
 func init() { register(newWorldModelCmd) }

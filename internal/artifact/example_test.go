@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/wmrl/wmrl/producers/artifact"
+	"github.com/wmrl/wmrl/internal/artifact"
 )
 
 func Example() {
