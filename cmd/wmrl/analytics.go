@@ -37,18 +37,11 @@ SIGINT/SIGTERM the partial files are flushed before exiting.`,
 			if err != nil {
 				return err
 			}
-			if a.conn.TLS || a.conn.TLSCA != "" || a.conn.TLSCert != "" {
-				return errors.New("analytics: TLS is not wired for the kafka-go client yet (internal/conn does not export its tls.Config)")
+			tc, err := a.conn.TLSConfig()
+			if err != nil {
+				return err
 			}
-			var brokers []string
-			for _, b := range a.conn.Brokers {
-				for _, s := range strings.Split(b, ",") {
-					if s = strings.TrimSpace(s); s != "" {
-						brokers = append(brokers, s)
-					}
-				}
-			}
-			tap, err := analytics.New(analytics.Config{Brokers: brokers, SASL: mech, Names: a.conn.Names(),
+			tap, err := analytics.New(analytics.Config{Brokers: a.conn.Seeds(), TLS: tc, SASL: mech, Names: a.conn.Names(),
 				Group: group, Dir: out, RollSteps: roll, RunID: run, Logger: a.log})
 			if err != nil {
 				return err

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/wmrl/wmrl/producers"
 	"github.com/wmrl/wmrl/internal/artifact"
+	"github.com/wmrl/wmrl/producers"
 )
 
 func init() { register(newGenerateCmd) }

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wmrl/wmrl/consumers/sandbox"
-	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/internal/artifact"
+	"github.com/wmrl/wmrl/internal/stage"
 )
 
 func init() { register(newSandboxCmd) }

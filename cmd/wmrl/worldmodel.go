@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wmrl/wmrl/consumers/worldmodel"
-	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/internal/artifact"
+	"github.com/wmrl/wmrl/internal/stage"
 )
 
 func init() { register(newWorldModelCmd) }

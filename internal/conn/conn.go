@@ -57,14 +57,7 @@ func (o Options) Names() topics.Names { return topics.NewNames(o.TopicPrefix) }
 // KafkaOpts returns the franz-go options for seeds, client id, SASL and TLS. Stage-specific
 // options (groups, transactions) are appended by the caller.
 func (o Options) KafkaOpts() ([]kgo.Opt, error) {
-	seeds := make([]string, 0, len(o.Brokers))
-	for _, b := range o.Brokers {
-		for _, s := range strings.Split(b, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				seeds = append(seeds, s)
-			}
-		}
-	}
+	seeds := o.Seeds()
 	if len(seeds) == 0 {
 		return nil, ErrNoBrokers
 	}
@@ -79,7 +72,7 @@ func (o Options) KafkaOpts() ([]kgo.Opt, error) {
 	if mech != nil {
 		opts = append(opts, kgo.SASL(mech))
 	}
-	tc, err := o.tlsConfig()
+	tc, err := o.TLSConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -87,6 +80,19 @@ func (o Options) KafkaOpts() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
 	return opts, nil
+}
+
+// Seeds returns the seed brokers, accepting comma-separated entries.
+func (o Options) Seeds() []string {
+	seeds := make([]string, 0, len(o.Brokers))
+	for _, b := range o.Brokers {
+		for _, s := range strings.Split(b, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				seeds = append(seeds, s)
+			}
+		}
+	}
+	return seeds
 }
 
 func (o Options) saslMechanism() (sasl.Mechanism, error) {
@@ -108,8 +114,9 @@ func (o Options) saslMechanism() (sasl.Mechanism, error) {
 	}
 }
 
-// tlsConfig returns nil when TLS is off. Setting any TLS file implies TLS.
-func (o Options) tlsConfig() (*tls.Config, error) {
+// TLSConfig returns nil when TLS is off. Setting any TLS file implies TLS. It is exported for
+// clients other than franz-go (the kafka-go analytics tap).
+func (o Options) TLSConfig() (*tls.Config, error) {
 	if !o.TLS && o.TLSCA == "" && o.TLSCert == "" && o.TLSKey == "" {
 		return nil, nil
 	}
