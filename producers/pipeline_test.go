@@ -20,10 +20,10 @@ import (
 
 	"github.com/wmrl/wmrl/consumers/sandbox"
 	"github.com/wmrl/wmrl/consumers/worldmodel"
+	"github.com/wmrl/wmrl/internal/artifact"
 	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/producers"
-	"github.com/wmrl/wmrl/internal/artifact"
 	"github.com/wmrl/wmrl/topics"
 )
 
