@@ -21,7 +21,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,9 @@ def features(rollout_ids: Iterable[str]) -> np.ndarray:
     return np.asarray(rows, dtype=np.float64).reshape(-1, DIM)
 
 
-def pg_loss_numpy(theta: np.ndarray, x: np.ndarray, adv: np.ndarray, weight: np.ndarray, mask: np.ndarray) -> tuple[float, np.ndarray]:
+def pg_loss_numpy(
+    theta: np.ndarray, x: np.ndarray, adv: np.ndarray, weight: np.ndarray, mask: np.ndarray
+) -> tuple[float, np.ndarray]:
     """Weighted policy-gradient loss and its gradient for a logistic policy, log π = log σ(θ·x)."""
     m = mask.astype(np.float64)
     n = max(m.sum(), 1.0)

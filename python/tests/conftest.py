@@ -14,8 +14,9 @@ import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,15 @@ class FakeMessage:
         self, value: bytes, headers: list[tuple[str, bytes]], offset: int, partition: int = 0,
         topic: str = "wmrl.advantages.v1", key: bytes | None = None, error: Any = None,
     ) -> None:  # fmt: skip
-        self._v, self._h, self._o, self._p, self._t, self._k, self._e = value, headers, offset, partition, topic, key, error
+        self._v, self._h, self._o, self._p, self._t, self._k, self._e = (
+            value,
+            headers,
+            offset,
+            partition,
+            topic,
+            key,
+            error,
+        )
 
     def value(self) -> bytes:
         return self._v
@@ -114,7 +123,9 @@ class FakeProducer:
         self.fail_with: str | None = None
         self.buffer_errors = 0
 
-    def produce(self, topic: str, value: bytes, key: bytes, headers: list[tuple[str, bytes]], on_delivery: Callable[..., None]) -> None:
+    def produce(
+        self, topic: str, value: bytes, key: bytes, headers: list[tuple[str, bytes]], on_delivery: Callable[..., None]
+    ) -> None:
         if self.buffer_errors:
             self.buffer_errors -= 1
             raise BufferError("queue full")
@@ -161,8 +172,8 @@ def services_required() -> bool:
 
 
 HOW_TO_RUN = (
-    "run `make test`, or `deploy/local/services.sh up` and then "
-    "WMRL_TEST_KAFKA=127.0.0.1:9092 python -m pytest python/tests"
+    "run `make test`, or `deploy/local/services.sh up` and then WMRL_TEST_KAFKA=127.0.0.1:9092 "
+    "WMRL_TEST_REDIS=redis://127.0.0.1:6379/0 python -m pytest python/tests"
 )
 
 
@@ -182,12 +193,54 @@ def resolve_kafka(env: Mapping[str, str]) -> str:
     required = _truthy(env.get("CI")) or _truthy(env.get("WMRL_REQUIRE_SERVICES"))
     if not brokers:
         if required:
-            pytest.fail(f"WMRL_TEST_KAFKA is not set but services are required (CI=true or WMRL_REQUIRE_SERVICES=1): {HOW_TO_RUN}")
+            pytest.fail(
+                "WMRL_TEST_KAFKA is not set but services are required (CI=true or WMRL_REQUIRE_SERVICES=1): "
+                + HOW_TO_RUN
+            )
         pytest.skip(f"WMRL_TEST_KAFKA is not set; end-to-end test skipped ({HOW_TO_RUN})")
     err = _reachable(brokers)
     if err is not None:
         pytest.fail(f"Kafka at WMRL_TEST_KAFKA={brokers} is unreachable: {err} ({HOW_TO_RUN})")
     return brokers
+
+
+def resolve_redis(env: Mapping[str, str]) -> str:
+    """The Redis URL from WMRL_TEST_REDIS after a TCP check; skip or fail by the service policy."""
+    url = env.get("WMRL_TEST_REDIS", "").strip()
+    required = _truthy(env.get("CI")) or _truthy(env.get("WMRL_REQUIRE_SERVICES"))
+    if not url:
+        if required:
+            pytest.fail(
+                "WMRL_TEST_REDIS is not set but services are required (CI=true or WMRL_REQUIRE_SERVICES=1): "
+                + HOW_TO_RUN
+            )
+        pytest.skip(f"WMRL_TEST_REDIS is not set; end-to-end test skipped ({HOW_TO_RUN})")
+    hostport = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    if ":" not in hostport:
+        hostport += ":6379"
+    err = _reachable(hostport)
+    if err is not None:
+        pytest.fail(f"Redis at WMRL_TEST_REDIS={url} is unreachable: {err} ({HOW_TO_RUN})")
+    return url
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """URL of the real Redis the Go pipeline keeps its state in (see resolve_redis)."""
+    return resolve_redis(os.environ)
+
+
+@pytest.fixture(scope="session")
+def wmrl_cli(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wmrl CLI, built with `go build` from this tree."""
+    go = shutil.which("go")
+    if go is None:
+        if services_required():
+            pytest.fail("the end-to-end tests need the Go toolchain on PATH")
+        pytest.skip("go not on PATH; end-to-end test skipped")
+    exe = tmp_path_factory.mktemp("wmrl") / "wmrl"
+    subprocess.run([go, "build", "-o", str(exe), "./cmd/wmrl"], cwd=REPO, check=True, timeout=600)
+    return exe
 
 
 @pytest.fixture(scope="session")

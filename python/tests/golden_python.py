@@ -14,7 +14,7 @@ import argparse
 import hashlib
 import json
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 from wmrl_client import (
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "topics" / "testdata" / "golden" / "python"
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
-T1 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+T1 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 ARTIFACT = '{"model":"gbm","depth":6,"note":"größer → besser"}'
 
@@ -48,25 +48,43 @@ def valid_records() -> dict[str, tuple[str, object]]:
         "rollout.json": (
             c.SCHEMA_ROLLOUT,
             Rollout(
-                run_id="py-run_1", step=12, group_id="s12:g4", rollout_id="s12:g4-r7", stream="mle+ds@v2",
-                policy_version="ckpt 12 (β)", anchor=True, index=7,
+                run_id="py-run_1",
+                step=12,
+                group_id="s12:g4",
+                rollout_id="s12:g4-r7",
+                stream="mle+ds@v2",
+                policy_version="ckpt 12 (β)",
+                anchor=True,
+                index=7,
                 prompt='fit <x> & "y"\\z\ttab\nnl\x01ctl\x7fdel\b\f\u2028\u2029 emoji 🙂',
-                artifact=ARTIFACT, artifact_sha256=sha, artifact_size=len(ARTIFACT.encode()),
-                meta={"zeta": "last", "alpha": "multi\nline\tvalue", "ü-key": "ü"}, created_at=T0,
+                artifact=ARTIFACT,
+                artifact_sha256=sha,
+                artifact_size=len(ARTIFACT.encode()),
+                meta={"zeta": "last", "alpha": "multi\nline\tvalue", "ü-key": "ü"},
+                created_at=T0,
             ),
         ),
         "rollout_by_reference.json": (
             c.SCHEMA_ROLLOUT,
             Rollout(
-                run_id="py-run_1", step=0, group_id="g0", rollout_id="g0-r0", stream="mle",
-                artifact_uri="s3://bucket/runs/py-run_1/g0-r0.tar.zst?v=1%20a", artifact_sha256="0" * 64,
-                artifact_size=123456789, created_at=T1,
+                run_id="py-run_1",
+                step=0,
+                group_id="g0",
+                rollout_id="g0-r0",
+                stream="mle",
+                artifact_uri="s3://bucket/runs/py-run_1/g0-r0.tar.zst?v=1%20a",
+                artifact_sha256="0" * 64,
+                artifact_size=123456789,
+                created_at=T1,
             ),
         ),
         "step.json": (
             c.SCHEMA_STEP,
             StepManifest(
-                run_id="py-run_1", step=12, policy_version="ckpt-12", created_at=T0,
+                run_id="py-run_1",
+                step=12,
+                policy_version="ckpt-12",
+                created_at=T0,
                 groups=[
                     GroupManifest(group_id="s12:g4", stream="mle+ds@v2", size=8, anchor=True),
                     GroupManifest(group_id="s12:g5", stream="mle", size=1024, anchor=False),
@@ -76,33 +94,69 @@ def valid_records() -> dict[str, tuple[str, object]]:
         "predicted.json": (
             c.SCHEMA_PREDICTED,
             PredictedReward(
-                run_id="py-run_1", step=12, group_id="s12:g4", rollout_id="s12:g4-r7", stream="mle",
-                anchor=True, score=1e-7, status="ok", model="wm/proxy", attempts=3, latency_ms=1e21,
+                run_id="py-run_1",
+                step=12,
+                group_id="s12:g4",
+                rollout_id="s12:g4-r7",
+                stream="mle",
+                anchor=True,
+                score=1e-7,
+                status="ok",
+                model="wm/proxy",
+                attempts=3,
+                latency_ms=1e21,
                 created_at=T1,
             ),
         ),
         "predicted_failed.json": (
             c.SCHEMA_PREDICTED,
             PredictedReward(
-                run_id="py-run_1", step=12, group_id="s12:g4", rollout_id="s12:g4-r6", stream="mle",
-                status="timeout", reason="no reply in 30s\n(retried 3×)", latency_ms=30000.5, created_at=T1,
+                run_id="py-run_1",
+                step=12,
+                group_id="s12:g4",
+                rollout_id="s12:g4-r6",
+                stream="mle",
+                status="timeout",
+                reason="no reply in 30s\n(retried 3×)",
+                latency_ms=30000.5,
+                created_at=T1,
             ),
         ),
         "executed_imputed.json": (
             c.SCHEMA_EXECUTED,
             ExecutedReward(
-                run_id="py-run_1", step=12, group_id="s12:g4", rollout_id="s12:g4-r7", stream="mle",
-                score=0.0, imputed=True, status="timeout", reason="wall clock 600s exceeded", exit_code=-9,
-                duration_ms=600000.0, stderr_tail="Traceback …\n  killed\r\n", created_at=T1,
+                run_id="py-run_1",
+                step=12,
+                group_id="s12:g4",
+                rollout_id="s12:g4-r7",
+                stream="mle",
+                score=0.0,
+                imputed=True,
+                status="timeout",
+                reason="wall clock 600s exceeded",
+                exit_code=-9,
+                duration_ms=600000.0,
+                stderr_tail="Traceback …\n  killed\r\n",
+                created_at=T1,
             ),
         ),
         "calibration.json": (
             c.SCHEMA_CALIBRATION,
             CalibrationSnapshot(
-                run_id="py-run_1", stream="mle", step=12, fit_version=2**64 - 1, pairs=5000,
-                config_hash="cfg", digest="sha256:abc", state=bytes(range(256)),
-                break_x=[0.0, 0.05, 1 / 3, 1.0], break_y=[0.0, 0.0, 0.30000000000000004, 1.0],
-                anchor_weight=2.0, bias_before=-1.5e-7, bias_after=123456789012345680000.0, step_pairs=16,
+                run_id="py-run_1",
+                stream="mle",
+                step=12,
+                fit_version=2**64 - 1,
+                pairs=5000,
+                config_hash="cfg",
+                digest="sha256:abc",
+                state=bytes(range(256)),
+                break_x=[0.0, 0.05, 1 / 3, 1.0],
+                break_y=[0.0, 0.0, 0.30000000000000004, 1.0],
+                anchor_weight=2.0,
+                bias_before=-1.5e-7,
+                bias_after=123456789012345680000.0,
+                step_pairs=16,
                 created_at=T0,
             ),
         ),
@@ -121,23 +175,75 @@ def invalid_records() -> dict[str, tuple[str, bytes, str]]:
 
     return {
         "predicted_nan_literal.json": (c.SCHEMA_PREDICTED, rep(ok, '"score":1e-7', '"score":NaN'), "malformed-json"),
-        "predicted_score_overflow.json": (c.SCHEMA_PREDICTED, rep(ok, '"score":1e-7', '"score":1e400'), "invalid-field:score"),
-        "predicted_attempts_fraction.json": (c.SCHEMA_PREDICTED, rep(ok, '"attempts":3', '"attempts":3.0'), "invalid-field:attempts"),
-        "predicted_attempts_exponent.json": (c.SCHEMA_PREDICTED, rep(ok, '"attempts":3', '"attempts":3e0'), "invalid-field:attempts"),
-        "predicted_schema_number.json": (c.SCHEMA_PREDICTED, rep(ok, '"schema":"wmrl.reward.predicted.v1"', '"schema":1'), "unknown-schema"),
+        "predicted_score_overflow.json": (
+            c.SCHEMA_PREDICTED,
+            rep(ok, '"score":1e-7', '"score":1e400'),
+            "invalid-field:score",
+        ),
+        "predicted_attempts_fraction.json": (
+            c.SCHEMA_PREDICTED,
+            rep(ok, '"attempts":3', '"attempts":3.0'),
+            "invalid-field:attempts",
+        ),
+        "predicted_attempts_exponent.json": (
+            c.SCHEMA_PREDICTED,
+            rep(ok, '"attempts":3', '"attempts":3e0'),
+            "invalid-field:attempts",
+        ),
+        "predicted_schema_number.json": (
+            c.SCHEMA_PREDICTED,
+            rep(ok, '"schema":"wmrl.reward.predicted.v1"', '"schema":1'),
+            "unknown-schema",
+        ),
         "predicted_trailing_data.json": (c.SCHEMA_PREDICTED, (ok + " {}").encode(), "malformed-json"),
         "predicted_top_array.json": (c.SCHEMA_PREDICTED, f"[{ok}]".encode(), "malformed-json"),
-        "predicted_negative_latency.json": (c.SCHEMA_PREDICTED, rep(ok, '"latency_ms":1e+21', '"latency_ms":-1'), "invalid-field:latency_ms"),
-        "step_nested_unknown.json": (c.SCHEMA_STEP, rep(step, '"size":8,', '"size":8,"weight":2,'), "invalid-field:groups[0].weight"),
-        "step_nested_duplicate.json": (c.SCHEMA_STEP, rep(step, '"size":8,', '"size":8,"size":9,'), "invalid-field:groups[0].size"),
+        "predicted_negative_latency.json": (
+            c.SCHEMA_PREDICTED,
+            rep(ok, '"latency_ms":1e+21', '"latency_ms":-1'),
+            "invalid-field:latency_ms",
+        ),
+        "step_nested_unknown.json": (
+            c.SCHEMA_STEP,
+            rep(step, '"size":8,', '"size":8,"weight":2,'),
+            "invalid-field:groups[0].weight",
+        ),
+        "step_nested_duplicate.json": (
+            c.SCHEMA_STEP,
+            rep(step, '"size":8,', '"size":8,"size":9,'),
+            "invalid-field:groups[0].size",
+        ),
         "step_size_zero.json": (c.SCHEMA_STEP, rep(step, '"size":8,', '"size":0,'), "invalid-field:groups[0].size"),
-        "step_deep_nesting.json": (c.SCHEMA_STEP, rep(step, '"policy_version":"ckpt-12"', '"x":' + "[" * 20 + "]" * 20), "malformed-json"),
-        "step_bad_time.json": (c.SCHEMA_STEP, rep(step, '"created_at":"2026-03-01T12:00:00.123456+02:00"', '"created_at":"2026-03-01 12:00"'), "invalid-field:created_at"),
-        "rollout_meta_null_value.json": (c.SCHEMA_ROLLOUT, rep(roll, '"created_at"', '"meta":{"k":null},"created_at"'), "invalid-field:meta.k"),
-        "rollout_uri_without_scheme.json": (c.SCHEMA_ROLLOUT, rep(roll, '"s3://bucket', '"//bucket'), "invalid-field:artifact_uri"),
+        "step_deep_nesting.json": (
+            c.SCHEMA_STEP,
+            rep(step, '"policy_version":"ckpt-12"', '"x":' + "[" * 20 + "]" * 20),
+            "malformed-json",
+        ),
+        "step_bad_time.json": (
+            c.SCHEMA_STEP,
+            rep(step, '"created_at":"2026-03-01T12:00:00.123456+02:00"', '"created_at":"2026-03-01 12:00"'),
+            "invalid-field:created_at",
+        ),
+        "rollout_meta_null_value.json": (
+            c.SCHEMA_ROLLOUT,
+            rep(roll, '"created_at"', '"meta":{"k":null},"created_at"'),
+            "invalid-field:meta.k",
+        ),
+        "rollout_uri_without_scheme.json": (
+            c.SCHEMA_ROLLOUT,
+            rep(roll, '"s3://bucket', '"//bucket'),
+            "invalid-field:artifact_uri",
+        ),
         "rollout_step_negative.json": (c.SCHEMA_ROLLOUT, rep(roll, '"step":0', '"step":-1'), "invalid-field:step"),
-        "rollout_index_out_of_range.json": (c.SCHEMA_ROLLOUT, rep(roll, '"index":0', '"index":1024'), "invalid-field:index"),
-        "rollout_step_int64_overflow.json": (c.SCHEMA_ROLLOUT, rep(roll, '"step":0', '"step":9223372036854775808'), "invalid-field:step"),
+        "rollout_index_out_of_range.json": (
+            c.SCHEMA_ROLLOUT,
+            rep(roll, '"index":0', '"index":1024'),
+            "invalid-field:index",
+        ),
+        "rollout_step_int64_overflow.json": (
+            c.SCHEMA_ROLLOUT,
+            rep(roll, '"step":0', '"step":9223372036854775808'),
+            "invalid-field:step",
+        ),
         "rollout_bad_sha.json": (c.SCHEMA_ROLLOUT, rep(roll, '"0000', '"A000'), "invalid-field:artifact_sha256"),
     }
 
@@ -148,12 +254,23 @@ def advantage_rows() -> list[AdvantageRow]:
     for i in range(6):
         rows.append(
             AdvantageRow(
-                run_id="py-run_1", stream="mle" if i < 4 else "dsbench", step=12, group_id=f"g{i // 2}",
-                rollout_id=f"g{i // 2}-r{i % 2}", policy_version="ckpt-12 β",
+                run_id="py-run_1",
+                stream="mle" if i < 4 else "dsbench",
+                step=12,
+                group_id=f"g{i // 2}",
+                rollout_id=f"g{i // 2}-r{i % 2}",
+                policy_version="ckpt-12 β",
                 source="anchor" if i % 3 == 0 else "world_model",
-                predicted=i / 7, predicted_ok=True, calibrated=min(1.0, i / 6), executed=(i / 5 if i % 3 == 0 else 0.0),
-                executed_ok=i % 3 == 0, used=i / 10, advantage=(-1) ** i * (i + 0.5) * 1e-3, weight=1.0 + i / 4,
-                mask=True, calibration_version=2**63 + i,
+                predicted=i / 7,
+                predicted_ok=True,
+                calibrated=min(1.0, i / 6),
+                executed=(i / 5 if i % 3 == 0 else 0.0),
+                executed_ok=i % 3 == 0,
+                used=i / 10,
+                advantage=(-1) ** i * (i + 0.5) * 1e-3,
+                weight=1.0 + i / 4,
+                mask=True,
+                calibration_version=2**63 + i,
             )
         )
     rows.append(AdvantageRow(run_id="py-run_1", stream="mle", step=12, group_id="g9", rollout_id="g9-r0", mask=False))

@@ -94,7 +94,9 @@ def test_column_layout_checked() -> None:
     with pytest.raises(FieldError, match="must be nullable"):
         decode_advantages(stream_bytes(pa.Table.from_arrays(t.columns, schema=strict)))
     loose = pa.schema([pa.field(f.name, f.type) for f in ADVANTAGE_SCHEMA], metadata=md)
-    with_null = pa.Table.from_arrays(t.columns, schema=loose).set_column(1, loose.field(1), pa.array([None], pa.string()))
+    with_null = pa.Table.from_arrays(t.columns, schema=loose).set_column(
+        1, loose.field(1), pa.array([None], pa.string())
+    )
     with pytest.raises(FieldError, match="nulls in a non-nullable column") as ei:
         decode_advantages(stream_bytes(with_null))
     assert ei.value.field == "stream"

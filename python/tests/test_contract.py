@@ -9,19 +9,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import golden_python
 import pytest
 
-import golden_python
 from wmrl_client import (
     AdvantageRow,
+    WmrlError,
+    anchor,
     decode_advantages,
     decode_record,
     digest_rows,
     encode_record,
     reason,
-    WmrlError,
 )
-from wmrl_client import anchor
 from wmrl_client.records import advantage_row_from_json
 
 VALID = [
@@ -70,7 +70,10 @@ def test_digest_equals_go_digest_of_golden_rows(golden: Path) -> None:
     assert len(rows) == go["golden_advantages_rows"]
     assert digest_rows(rows) == go["golden_advantages"]
     assert digest_rows(decode_advantages((golden / "advantages.arrows").read_bytes())) == go["golden_advantages"]
-    assert digest_rows(decode_advantages((golden / "python" / "advantages.arrows").read_bytes())) == go["python_advantages"]
+    assert (
+        digest_rows(decode_advantages((golden / "python" / "advantages.arrows").read_bytes()))
+        == go["python_advantages"]
+    )
 
 
 def test_anchor_hash_matches_go(golden: Path) -> None:

@@ -1,23 +1,31 @@
-"""End to end against the real broker (WMRL_TEST_KAFKA): the Go side writes a run's advantages,
-Python reads exactly those rows; Python publishes rollouts, the strict Go decoders accept them.
+"""End to end against the real broker (WMRL_TEST_KAFKA) and Redis (WMRL_TEST_REDIS).
 
-The advantages are written by tests/gohelper with the topics builders (one transaction per step,
-chunked Arrow payloads, an aborted transaction holding a bogus copy of step 0, and another run's
-steps interleaved). The row count and digest Python computes must equal the digest Go computed
-over the committed rows; `wmrl correct` and `wmrl digest --topic` will take over these parts.
+* The whole Go pipeline (`wmrl demo --external`: generator, world model, sandbox, the correction
+  consumer `wmrl correct`'s stage, trainer) runs a short run on the real broker; Python reads the
+  wmrl arm's advantages, and the row count and digest must equal `wmrl digest --topic`.
+* tests/gohelper writes advantages with the topics builders in the shapes the pipeline does not
+  produce on demand (chunks forced by a small --chunk-bytes, an aborted transaction holding a
+  bogus copy of step 0, another run interleaved); Python must read exactly the committed rows,
+  compared with `wmrl digest --topic --run` and with the digest the helper computed.
+* Commit semantics against the broker, the GRPO example on the stream, and rollouts published from
+  Python checked by the strict Go decoders.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import io
+import re
+import subprocess
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
-
 from conftest import PY_ROOT
+
 from wmrl_client import (
     AdvantageStream,
     GroupManifest,
@@ -34,7 +42,9 @@ pytestmark = pytest.mark.e2e
 Helper = Callable[..., dict[str, Any]]
 
 
-def read_steps(kafka: str, prefix: str, run: str, group: str, want: int, ack: Callable[[Step], bool] = lambda s: True) -> list[Step]:
+def read_steps(
+    kafka: str, prefix: str, run: str, group: str, want: int, ack: Callable[[Step], bool] = lambda s: True
+) -> list[Step]:
     steps: list[Step] = []
     with AdvantageStream(kafka, run, group, topic_prefix=prefix, idle_timeout=30) as stream:
         for st in stream:
@@ -53,11 +63,85 @@ def produce(gohelper: Helper, kafka: str, prefix: str, run: str, steps: int, **f
     return gohelper(*args)
 
 
-def test_python_reads_exactly_the_rows_go_committed(kafka: str, gohelper: Helper, prefix: str) -> None:
+def wmrl_digest(wmrl_cli: Path, kafka: str, topic: str, run: str = "") -> tuple[str, int, int]:
+    """`wmrl digest --topic` → (digest, rows, steps)."""
+    args = [str(wmrl_cli), "--brokers", kafka, "digest", "--topic", topic, "--timeout", "60s"]
+    if run:
+        args += ["--run", run]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"digest ([0-9a-f]{64}) rows (\d+) steps (\d+)", p.stdout)
+    assert m, p.stdout
+    return m.group(1), int(m.group(2)), int(m.group(3))
+
+
+def topic_runs(kafka: str, topic: str) -> list[str]:
+    """The runs (wmrl-run headers) on a one-partition topic, read to its end without a group commit."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": kafka, "group.id": f"probe-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        runs: list[str] = []
+        while True:
+            m = c.poll(10)
+            assert m is not None, f"no end of {topic} within 10s"
+            if m.error():
+                break
+            run = dict(m.headers() or [])["wmrl-run"].decode()
+            if run not in runs:
+                runs.append(run)
+        return runs
+    finally:
+        c.close()
+
+
+def delete_prefix(kafka: str, prefix: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": kafka})
+    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix)]
+    for f in admin.delete_topics(names).values() if names else ():
+        f.result(30)
+
+
+def test_python_reads_what_the_go_pipeline_produced(kafka: str, redis_url: str, wmrl_cli: Path) -> None:
+    prefix = f"pytest-{uuid.uuid4().hex[:10]}."
+    try:
+        p = subprocess.run(
+            [str(wmrl_cli), "--brokers", kafka, "--redis", redis_url, "--topic-prefix", prefix, "demo", "--external",
+             "--steps", "4", "--groups", "4", "--group-size", "4", "--eval-problems", "1", "--out", ""],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert p.returncode == 0, p.stdout + p.stderr
+        from confluent_kafka.admin import AdminClient
+
+        topics = AdminClient({"bootstrap.servers": kafka}).list_topics(timeout=10).topics
+        (topic,) = [t for t in topics if t.startswith(prefix) and t.endswith(".wmrl.advantages.v1")]
+        go_digest, go_rows, go_steps = wmrl_digest(wmrl_cli, kafka, topic)
+        (run,) = topic_runs(kafka, topic)
+        with AdvantageStream(kafka, run, f"g-{uuid.uuid4().hex[:8]}", topic=topic, idle_timeout=30) as stream:
+            steps = []
+            for st in stream:
+                steps.append(st)
+                st.ack()
+                if len(steps) == go_steps:
+                    break
+        assert [s.step for s in steps] == sorted(s.step for s in steps)
+        digest, rows = digest_and_count(pa.concat_tables([s.table for s in steps]))
+        assert (digest, rows, len(steps)) == (go_digest, go_rows, go_steps)
+        assert rows == 4 * 4 * 4
+    finally:
+        delete_prefix(kafka, prefix)
+
+
+def test_python_reads_exactly_the_rows_go_committed(kafka: str, gohelper: Helper, prefix: str, wmrl_cli: Path) -> None:
     run = "e2e-run"
     go = produce(gohelper, kafka, prefix, run, 6, chunk_bytes=4096, other_run="e2e-other", partitions=3)
     assert go["chunks"] > go["steps"], "chunk-bytes should force several chunks per step"
     assert go["aborted_rows"] > 0 and go["other_run_rows"] > 0
+    assert wmrl_digest(wmrl_cli, kafka, f"{prefix}advantages.v1", run) == (go["digest"], go["rows"], go["steps"])
 
     steps = read_steps(kafka, prefix, run, f"g-{uuid.uuid4().hex[:8]}", go["steps"])
     assert [s.step for s in steps] == list(range(go["steps"]))
@@ -122,6 +206,19 @@ def test_rollouts_from_python_pass_the_go_decoders(kafka: str, gohelper: Helper,
     with RolloutProducer(kafka, topic_prefix=prefix) as producer:
         stats = producer.publish(generate())
     assert (stats.rollouts, stats.steps) == (96, 3)
-    res = gohelper("verify-rollouts", "--brokers", kafka, "--prefix", prefix, "--run", run, "--rollouts", "96", "--steps", "3", "--timeout", "60s")
+    res = gohelper(
+        "verify-rollouts",
+        "--brokers",
+        kafka,
+        "--prefix",
+        prefix,
+        "--run",
+        run,
+        "--rollouts",
+        "96",
+        "--steps",
+        "3",
+        "--timeout",
+        "60s",
+    )
     assert res == {"rollouts": 96, "steps": 3, "errors": []}
-

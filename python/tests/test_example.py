@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import PY_ROOT
+
 from wmrl_client import Step, decode_advantages
 
 spec = importlib.util.spec_from_file_location("grpo_loop", PY_ROOT / "examples" / "grpo_loop.py")

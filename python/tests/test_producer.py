@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
-
 from conftest import FakeProducer
+
 from wmrl_client import (
     DeliveryError,
     FieldError,
@@ -20,7 +21,7 @@ from wmrl_client import (
     is_anchor,
 )
 
-T = datetime(2026, 1, 2, tzinfo=timezone.utc)
+T = datetime(2026, 1, 2, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -42,7 +43,17 @@ def generate(run: str, step: int, groups: int = 2, size: int = 3) -> Iterator[Ro
         anchor = is_anchor(run, gid, 0.25)
         manifest.groups.append(GroupManifest(group_id=gid, stream="mle", size=size, anchor=anchor))
         for i in range(size):
-            yield Rollout(run_id=run, step=step, group_id=gid, rollout_id=f"{gid}-r{i}", stream="mle", index=i, anchor=anchor, artifact=f"a{i}", created_at=T)
+            yield Rollout(
+                run_id=run,
+                step=step,
+                group_id=gid,
+                rollout_id=f"{gid}-r{i}",
+                stream="mle",
+                index=i,
+                anchor=anchor,
+                artifact=f"a{i}",
+                created_at=T,
+            )
     yield manifest
 
 
@@ -126,11 +137,20 @@ def test_idempotence_cannot_be_switched_off(fake_producer: Callable[..., FakePro
         ),
         (
             {"sasl_mechanism": "plain", "sasl_user": "u", "sasl_password": "p"},
-            {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "p"},
+            {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": "u",
+                "sasl.password": "p",
+            },
         ),
         (
             {"sasl_mechanism": "SCRAM-SHA-256", "sasl_user": "u", "tls": True, "tls_skip_verify": True},
-            {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256", "enable.ssl.certificate.verification": False},
+            {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-256",
+                "enable.ssl.certificate.verification": False,
+            },
         ),
     ],
 )

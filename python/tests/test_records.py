@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -24,11 +24,20 @@ from wmrl_client import (
 )
 from wmrl_client._json import go_float, go_time, parse_time
 
-T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def rollout(**kw: object) -> Rollout:
-    base = Rollout(run_id="r1", step=0, group_id="g0", rollout_id="g0-r1", stream="mle", index=1, artifact="model=ridge", created_at=T)
+    base = Rollout(
+        run_id="r1",
+        step=0,
+        group_id="g0",
+        rollout_id="g0-r1",
+        stream="mle",
+        index=1,
+        artifact="model=ridge",
+        created_at=T,
+    )
     return replace(base, **kw)
 
 
@@ -64,8 +73,16 @@ def test_encode_matches_go_example() -> None:
         ({"artifact": "x" * (512 * 1024 + 1)}, "artifact", "send it by reference"),
         ({"artifact_uri": "s3://b/k", "artifact_sha256": "0" * 64}, "artifact_uri", "exclusive"),
         ({"artifact": "", "artifact_uri": "s3://b/k"}, "artifact_sha256", "required when artifact_uri is set"),
-        ({"artifact": "", "artifact_uri": "no-scheme", "artifact_sha256": "0" * 64}, "artifact_uri", "not an absolute URI"),
-        ({"artifact": "", "artifact_uri": "s3://b/%zz", "artifact_sha256": "0" * 64}, "artifact_uri", "not an absolute URI"),
+        (
+            {"artifact": "", "artifact_uri": "no-scheme", "artifact_sha256": "0" * 64},
+            "artifact_uri",
+            "not an absolute URI",
+        ),
+        (
+            {"artifact": "", "artifact_uri": "s3://b/%zz", "artifact_sha256": "0" * 64},
+            "artifact_uri",
+            "not an absolute URI",
+        ),
         ({"artifact_sha256": "A" * 64}, "artifact_sha256", "64 lowercase hex"),
         ({"artifact_sha256": "0" * 64}, "artifact_sha256", "does not match the inline artifact"),
         ({"artifact_size": 5}, "artifact_size", "inline artifact has 11 bytes"),
@@ -173,7 +190,17 @@ def test_executed_imputed_rules() -> None:
 
 
 def test_error_message_format_matches_go() -> None:
-    p = PredictedReward(run_id="r1", step=1, group_id="g3", rollout_id="g3-r2", stream="mle", policy_version="p1", score=1.5, status="ok", created_at=T)
+    p = PredictedReward(
+        run_id="r1",
+        step=1,
+        group_id="g3",
+        rollout_id="g3-r2",
+        stream="mle",
+        policy_version="p1",
+        score=1.5,
+        status="ok",
+        created_at=T,
+    )
     with pytest.raises(FieldError) as ei:
         p.validate()
     # Go: topics.ExampleDecodePredicted

@@ -5,8 +5,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-
-from conftest import resolve_kafka
+from conftest import resolve_kafka, resolve_redis
 
 
 def test_unset_skips_for_a_developer() -> None:
@@ -34,3 +33,15 @@ def test_reachable_returns_brokers() -> None:
         s.listen(1)
         addr = f"127.0.0.1:{s.getsockname()[1]}"
         assert resolve_kafka({"WMRL_TEST_KAFKA": addr}) == addr
+
+
+def test_redis_policy() -> None:
+    with pytest.raises(pytest.skip.Exception):
+        resolve_redis({})
+    with pytest.raises(pytest.fail.Exception, match="services are required"):
+        resolve_redis({"CI": "true"})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        url = f"redis://:pw@127.0.0.1:{s.getsockname()[1]}/0"
+        assert resolve_redis({"WMRL_TEST_REDIS": url}) == url

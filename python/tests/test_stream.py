@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
-
 from conftest import FakeConsumer, FakeMessage
 from test_arrow import row
+
 from wmrl_client import (
     AdvantageRow,
     AdvantageStream,
@@ -48,7 +49,9 @@ class Log:
         """A transaction marker takes an offset but is never delivered."""
         self.next[partition] = self.next.get(partition, 0) + 1
 
-    def step(self, run: str, step: int, rows: list[AdvantageRow], chunks: int = 2, partition: int = 0, **hdr: str) -> list[int]:
+    def step(
+        self, run: str, step: int, rows: list[AdvantageRow], chunks: int = 2, partition: int = 0, **hdr: str
+    ) -> list[int]:
         size = -(-len(rows) // chunks)
         parts = [rows[i * size : (i + 1) * size] for i in range(chunks)]
         offs = []
@@ -70,7 +73,16 @@ def open_stream(factory: Callable[..., FakeConsumer], log: Log, **kw: Any) -> tu
 
 
 def test_consumer_config_has_the_contract_settings(fake_consumer: Callable[..., FakeConsumer]) -> None:
-    s = AdvantageStream("a:1,b:2", "r1", "trainer", consumer_factory=fake_consumer, sasl_mechanism="scram-sha-512", sasl_user="u", sasl_password="p", tls=True)
+    s = AdvantageStream(
+        "a:1,b:2",
+        "r1",
+        "trainer",
+        consumer_factory=fake_consumer,
+        sasl_mechanism="scram-sha-512",
+        sasl_user="u",
+        sasl_password="p",
+        tls=True,
+    )
     conf = s.config
     assert conf["bootstrap.servers"] == "a:1,b:2"
     assert conf["enable.auto.commit"] is False
@@ -85,7 +97,9 @@ def test_consumer_config_has_the_contract_settings(fake_consumer: Callable[..., 
         AdvantageStream("a:1", "r/1", "g", consumer_factory=fake_consumer)
     with pytest.raises(ValueError, match="group_id"):
         AdvantageStream("a:1", "r1", "", consumer_factory=fake_consumer)
-    s2 = AdvantageStream(None, "r1", "g", kafka=KafkaOptions(brokers=["k:9"], topic_prefix="lab."), consumer_factory=fake_consumer)
+    s2 = AdvantageStream(
+        None, "r1", "g", kafka=KafkaOptions(brokers=["k:9"], topic_prefix="lab."), consumer_factory=fake_consumer
+    )
     assert s2.topic == "lab.advantages.v1" and s2.config["bootstrap.servers"] == "k:9"
 
 
@@ -106,7 +120,11 @@ def test_steps_reassembled_from_chunks_and_other_runs_skipped(fake_consumer: Cal
 def test_interleaved_steps_across_partitions(fake_consumer: Callable[..., FakeConsumer]) -> None:
     log = Log()
     a, b = step_rows("r1", 0), step_rows("r1", 1)
-    h = lambda st, i, n, k: record_headers("wmrl.advantages.v1", "r1", st) + [("wmrl-chunk", f"{i}/{n}".encode()), ("wmrl-rows", str(k).encode())]  # noqa: E731
+
+    def h(st: int, i: int, n: int, k: int) -> list[tuple[str, bytes]]:
+        hs = record_headers("wmrl.advantages.v1", "r1", st)
+        return hs + [("wmrl-chunk", f"{i}/{n}".encode()), ("wmrl-rows", str(k).encode())]
+
     log.add(encode_advantages(a[:4]), h(0, 0, 2, 4), partition=0)
     log.add(encode_advantages(b[:4]), h(1, 0, 2, 4), partition=1)
     log.add(encode_advantages(b[4:]), h(1, 1, 2, 4), partition=1)
@@ -162,7 +180,9 @@ def test_incomplete_step_holds_commit(fake_consumer: Callable[..., FakeConsumer]
     assert s.pending == {"incomplete": [0], "unacked": [1]}
     st.ack()
     assert consumer.committed_offsets() == {(TOPIC, 0): 0}  # offset 0 is still needed
-    consumer.queue = [FakeMessage(encode_advantages(rows[4:]), h[:4] + [("wmrl-chunk", b"1/2"), ("wmrl-rows", b"4")], 3, topic=TOPIC)]
+    consumer.queue = [
+        FakeMessage(encode_advantages(rows[4:]), h[:4] + [("wmrl-chunk", b"1/2"), ("wmrl-rows", b"4")], 3, topic=TOPIC)
+    ]
     (st0,) = list(s)
     assert st0.step == 0 and st0.rows() == rows
     st0.ack()
@@ -205,7 +225,9 @@ def test_duplicate_step_and_chunk_skipped(fake_consumer: Callable[..., FakeConsu
         (lambda h: h + [("content-type", b"application/json")], HeaderError, "content-type"),
     ],
 )
-def test_bad_records_raise(fake_consumer: Callable[..., FakeConsumer], mutate: Callable[[list[Any]], list[Any]], err: type, match: str) -> None:
+def test_bad_records_raise(
+    fake_consumer: Callable[..., FakeConsumer], mutate: Callable[[list[Any]], list[Any]], err: type, match: str
+) -> None:
     log = Log()
     log.step("r1", 0, step_rows("r1", 0, 4), chunks=1)
     log.msgs[0]._h = mutate(log.msgs[0]._h)
@@ -226,7 +248,10 @@ def test_arrow_schema_version_mismatch_is_clear(fake_consumer: Callable[..., Fak
     with ipc.new_stream(sink, t.schema) as w:
         w.write_table(t)
     log = Log()
-    log.add(sink.getvalue().to_pybytes(), record_headers("wmrl.advantages.v1", "r1", 0) + [("wmrl-chunk", b"0/1"), ("wmrl-rows", b"2")])
+    log.add(
+        sink.getvalue().to_pybytes(),
+        record_headers("wmrl.advantages.v1", "r1", 0) + [("wmrl-chunk", b"0/1"), ("wmrl-rows", b"2")],
+    )
     s, _ = open_stream(fake_consumer, log)
     with pytest.raises(SchemaVersionError, match="wmrl.advantages.v9") as ei:
         list(s)
@@ -257,7 +282,9 @@ def test_invalid_rows_across_chunks_raise(fake_consumer: Callable[..., FakeConsu
 def test_poison_record_is_never_committed_past(fake_consumer: Callable[..., FakeConsumer]) -> None:
     log = Log()
     log.step("r1", 0, step_rows("r1", 0, 4), chunks=1)  # 0
-    log.add(b"garbage", record_headers("wmrl.advantages.v1", "r1", 1) + [("wmrl-chunk", b"0/1"), ("wmrl-rows", b"1")])  # 2
+    log.add(
+        b"garbage", record_headers("wmrl.advantages.v1", "r1", 1) + [("wmrl-chunk", b"0/1"), ("wmrl-rows", b"1")]
+    )  # 2
     log.step("r1", 2, step_rows("r1", 2, 4), chunks=1)  # 3
     s, consumer = open_stream(fake_consumer, log)
     it = iter(s)
@@ -298,7 +325,9 @@ def test_revoke_drops_state_and_late_ack_commits_nothing(fake_consumer: Callable
     assert s.pending == {"incomplete": [], "unacked": []}
 
 
-def test_to_numpy_and_to_torch_without_torch(fake_consumer: Callable[..., FakeConsumer], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_to_numpy_and_to_torch_without_torch(
+    fake_consumer: Callable[..., FakeConsumer], monkeypatch: pytest.MonkeyPatch
+) -> None:
     rows = step_rows("r1", 0, 4)
     rows[1] = replace(rows[1], predicted_ok=False, predicted=0.0, source="world_model", mask=False, advantage=0.0)
     log = Log()
@@ -337,4 +366,3 @@ def test_parse_chunk() -> None:
     for bad in ("4/4", "01/2", "-1/2", "1/0", "x", "1/", "/1", " 1/2", "999999999999999999/1000000000000000000"):
         with pytest.raises(HeaderError):
             parse_chunk(bad)
-

@@ -14,10 +14,11 @@ import binascii
 import json
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from . import contract as c
 from .errors import MALFORMED, FieldError, MalformedError, SchemaVersionError, TooLargeError
@@ -60,7 +61,7 @@ class Field:
     name: str
     kind: str
     omitempty: bool = False
-    elem: "Spec | None" = None
+    elem: Spec | None = None
 
 
 @dataclass(frozen=True)
@@ -169,9 +170,7 @@ class _Scan:
         """Any object or array nested deeper than MAX_JSON_DEPTH makes the document malformed."""
         if isinstance(v, list):
             if depth > c.MAX_JSON_DEPTH:
-                raise MalformedError(
-                    "json", f"{self.kind} record: nesting deeper than {c.MAX_JSON_DEPTH} at {path}"
-                )
+                raise MalformedError("json", f"{self.kind} record: nesting deeper than {c.MAX_JSON_DEPTH} at {path}")
             items = [x for _, x in v] if isinstance(v, _Obj) else v
             for x in items:
                 self.depth(x, depth + 1, path)
@@ -203,9 +202,7 @@ class _Scan:
             for i, x in enumerate(v):
                 self.value(x, ek, f"{path}[{i}]", elem)
 
-    def obj(
-        self, pairs: _Obj, spec: Spec | None, path: str, top: bool, elem_kind: str | None = None
-    ) -> None:
+    def obj(self, pairs: _Obj, spec: Spec | None, path: str, top: bool, elem_kind: str | None = None) -> None:
         fields = spec.by_name() if spec is not None else None
         seen: set[str] = set()
         for key, v in pairs:
@@ -229,11 +226,9 @@ class _Scan:
             self.value(v, kind, kpath, sub)
 
 
-_RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})\Z"
-)
+_RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})\Z")
 
-ZERO_TIME = datetime(1, 1, 1, tzinfo=timezone.utc)
+ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
 
 
 def parse_time(s: str) -> datetime:
@@ -245,7 +240,7 @@ def parse_time(s: str) -> datetime:
     frac = (m.group(7) or "").ljust(6, "0")[:6]
     z = m.group(8)
     if z == "Z":
-        tz = timezone.utc
+        tz = UTC
     else:
         oh, om = int(z[1:3]), int(z[4:6])
         if oh > 23 or om > 59:
@@ -317,9 +312,7 @@ def _build(pairs: _Obj, spec: Spec, record: str) -> Any:
 def decode(b: bytes, spec: Spec, want_schema: str) -> Any:
     """Strictly decode one JSON record into spec's type (validation is left to the caller)."""
     if len(b) > c.MAX_RECORD_BYTES:
-        raise TooLargeError(
-            f"{spec.kind} record: {len(b)} bytes exceeds the {c.MAX_RECORD_BYTES} byte limit"
-        )
+        raise TooLargeError(f"{spec.kind} record: {len(b)} bytes exceeds the {c.MAX_RECORD_BYTES} byte limit")
     doc = _parse(b, spec.kind)
     if not isinstance(doc, _Obj):
         raise MalformedError("json", f"{spec.kind} record: want a JSON object, got {_describe(doc)}")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Union
 
 import pyarrow as pa
 
@@ -79,7 +80,7 @@ def digest_and_count(rows: Rows) -> tuple[str, int]:
     cols = _as_columns(rows)
     n = len(cols["run_id"])
     keys: Sequence[Any] = list(
-        zip(cols["run_id"], cols["step"], cols["stream"], cols["group_id"], cols["rollout_id"])
+        zip(cols["run_id"], cols["step"], cols["stream"], cols["group_id"], cols["rollout_id"], strict=True)
     )
     order = sorted(range(n), key=keys.__getitem__)
     h = hashlib.sha256()

@@ -7,8 +7,8 @@ reads the same ``WMRL_*`` variables, so one environment configures the Go stages
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from . import contract as c
 
@@ -46,7 +46,7 @@ class KafkaOptions:
     tls_skip_verify: bool = False
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> "KafkaOptions":
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> KafkaOptions:
         """Options from WMRL_BROKERS, WMRL_SASL_MECHANISM, ... (as the CLI reads them); overrides win."""
         e = os.environ if env is None else env
         o = cls()
@@ -61,10 +61,10 @@ class KafkaOptions:
             v = e.get("WMRL_" + name.upper())
             if v is not None:
                 setattr(o, name, _truthy(v))
-        for k, v in overrides.items():
+        for k, val in overrides.items():
             if not hasattr(o, k):
                 raise TypeError(f"unknown Kafka option {k!r}")
-            setattr(o, k, v)
+            setattr(o, k, val)
         return o
 
     def librdkafka(self) -> dict[str, object]:
@@ -79,9 +79,7 @@ class KafkaOptions:
         mech = self.sasl_mechanism.upper()
         if mech:
             if mech not in SASL_MECHANISMS:
-                raise ValueError(
-                    f"sasl_mechanism {self.sasl_mechanism!r}: want one of {', '.join(SASL_MECHANISMS)}"
-                )
+                raise ValueError(f"sasl_mechanism {self.sasl_mechanism!r}: want one of {', '.join(SASL_MECHANISMS)}")
             if not self.sasl_user:
                 raise ValueError(f"sasl_mechanism {mech} needs sasl_user")
             conf.update({"sasl.mechanism": mech, "sasl.username": self.sasl_user, "sasl.password": self.sasl_password})

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from . import contract as c
 from .errors import DeliveryError
@@ -88,7 +89,7 @@ class RolloutProducer:
         self._errors: list[tuple[str, str, str]] = []
         self._closed = False
 
-    def __enter__(self) -> "RolloutProducer":
+    def __enter__(self) -> RolloutProducer:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
@@ -115,7 +116,7 @@ class RolloutProducer:
             raise TypeError(f"RolloutProducer publishes Rollout and StepManifest, not {type(record).__name__}")
         value = encode_record(record)
         schema = c.SCHEMA_ROLLOUT if isinstance(record, Rollout) else c.SCHEMA_STEP
-        headers = record_headers(schema, record.run_id, record.step, stream)
+        headers: list[tuple[str, str | bytes | None]] = list(record_headers(schema, record.run_id, record.step, stream))
         while True:
             try:
                 self._producer.produce(

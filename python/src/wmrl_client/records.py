@@ -14,9 +14,10 @@ import math
 import numbers
 import re
 import unicodedata
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, TypeVar
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from . import _json as j
 from . import contract as c
@@ -24,7 +25,7 @@ from .errors import CONFLICT, INVALID, TOO_LARGE, UNKNOWN_SCHEMA, FieldError, Sc
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(kw_only=True)
@@ -405,7 +406,7 @@ def utf8_len(s: str) -> int:
 
 
 def check_id(s: str) -> str:
-    """"" when s is a valid id (1..128 bytes of A-Z a-z 0-9 . _ - : @ +), else the reason."""
+    """ "" when s is a valid id (1..128 bytes of A-Z a-z 0-9 . _ - : @ +), else the reason."""
     if s == "":
         return "required"
     if utf8_len(s) > c.MAX_ID_LEN:
@@ -414,10 +415,7 @@ def check_id(s: str) -> str:
         b = s.encode("utf-8", "surrogatepass")
         for i, ch in enumerate(b):
             if not (chr(ch).isascii() and _ID_RE.match(chr(ch))):
-                return (
-                    f"character {chr(ch)!r} at byte {i} not allowed in an id "
-                    "(allowed: A-Z a-z 0-9 . _ - : @ +)"
-                )
+                return f"character {chr(ch)!r} at byte {i} not allowed in an id (allowed: A-Z a-z 0-9 . _ - : @ +)"
     return ""
 
 
@@ -512,9 +510,7 @@ class _Checker:
         elif not ok and imputed and score is None:
             self.fail("score", None, "required when imputed is set")
         elif not ok and not imputed and score is not None:
-            self.fail(
-                "score", score, f"must be absent when status is {status} (set imputed to record a policy score)"
-            )
+            self.fail("score", score, f"must be absent when status is {status} (set imputed to record a policy score)")
         if score is not None:
             self.score("score", score)
         if not ok and reason == "":

@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -83,7 +84,7 @@ class Step:
 
     def __init__(
         self,
-        stream: "AdvantageStream | None",
+        stream: AdvantageStream | None,
         run_id: str,
         step: int,
         table: pa.Table,
@@ -100,10 +101,10 @@ class Step:
 
     @property
     def num_rows(self) -> int:
-        return self.table.num_rows
+        return int(self.table.num_rows)
 
     def __len__(self) -> int:
-        return self.table.num_rows
+        return int(self.table.num_rows)
 
     def __repr__(self) -> str:
         state = "acked" if self.acked else "unacked"
@@ -157,9 +158,9 @@ class Step:
         self,
         columns: Sequence[str] | None = None,
         *,
-        device: "str | torch.device | None" = None,
-        float_dtype: "torch.dtype | None" = None,
-    ) -> dict[str, "torch.Tensor"]:
+        device: str | torch.device | None = None,
+        float_dtype: torch.dtype | None = None,
+    ) -> dict[str, torch.Tensor]:
         """Numeric columns as torch tensors (needs torch; raises ImportError with a hint without it).
 
         float_dtype (e.g. torch.float32) converts the float64 columns; mask and *_ok stay bool,
@@ -305,11 +306,13 @@ class AdvantageStream:
 
             consumer_factory = Consumer
         self._consumer: confluent_kafka.Consumer = consumer_factory(conf)
-        self._consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self._consumer.subscribe(
+            [self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
 
     # ---- context manager and lifecycle
 
-    def __enter__(self) -> "AdvantageStream":
+    def __enter__(self) -> AdvantageStream:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -386,7 +389,9 @@ class AdvantageStream:
         if schema is None:
             raise HeaderError(f"{where}: no {c.HEADER_SCHEMA} header")
         if schema != c.SCHEMA_ADVANTAGES:
-            raise SchemaVersionError("advantages record", schema, c.SCHEMA_ADVANTAGES, f"header {c.HEADER_SCHEMA} of {where}")
+            raise SchemaVersionError(
+                "advantages record", schema, c.SCHEMA_ADVANTAGES, f"header {c.HEADER_SCHEMA} of {where}"
+            )
         run = h.get(c.HEADER_RUN)
         if run is None:
             raise HeaderError(f"{where}: no {c.HEADER_RUN} header")

@@ -3,8 +3,9 @@
 // consumer frames them (one transaction per step, chunked Arrow payloads, wmrl-* headers), plus an
 // aborted transaction and another run's steps that a correct reader must not return, and prints
 // the canonical digest of the committed rows. It also checks, with the strict Go decoders, what the
-// Python RolloutProducer wrote. It exists only until `wmrl correct` and `wmrl digest --topic` can
-// play these parts against a broker.
+// Python RolloutProducer wrote. The full pipeline (`wmrl demo --external`, read back with `wmrl
+// digest --topic`) is tested too; this helper adds the shapes the pipeline does not make on demand:
+// many chunks per step, an aborted transaction, interleaved runs, and a benchmark-sized run.
 //
 //	gohelper produce  --brokers B --prefix P --run R --steps N --groups G --group-size S
 //	gohelper verify-rollouts --brokers B --prefix P --run R --rollouts N --steps M
