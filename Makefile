@@ -13,7 +13,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 FUZZTIME ?= 10s
 
-.PHONY: all build test test-suites test-go services-up services-down services-status \
+.PHONY: all build test test-suites test-go test-python services-up services-down services-status \
 	lint fmt-check vet staticcheck compose-check fuzz-smoke clean
 
 all: build
@@ -41,11 +41,23 @@ test:
 # Every suite that runs against the live services, in order; -k above runs
 # all of them even when one fails. To add a suite, list its target here and
 # define it below (e.g. `test-python` for the trainer client in python/).
-test-suites: test-go
+test-suites: test-go test-python
 
 test-go:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+PY_VENV ?= $(CURDIR)/python/.venv
+
+# The trainer client in python/: a virtualenv with the package and its test extras, then pytest
+# against the live broker and Redis (WMRL_TEST_KAFKA etc. come from `test`). pytest's exit
+# status 5 (no test collected) counts as a failure.
+test-python:
+	@test -x $(PY_VENV)/bin/python || $(PYTHON) -m venv $(PY_VENV)
+	$(PY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check './python[test]'
+	@rc=0; cd python && $(PY_VENV)/bin/python -m pytest -p no:cacheprovider -ra tests || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "test-python: pytest collected no tests" >&2; rc=1; fi; exit $$rc
 
 services-up:
 	$(SERVICES) up
