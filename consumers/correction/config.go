@@ -78,6 +78,8 @@ type Config struct {
 	// OnCommit, when set, is called after every committed transaction with the steps it sealed
 	// (benchmarks and the demo use it to observe progress without a second consumer).
 	OnCommit func(sealed []SealedStep)
+	// OnRecords, when set, is called after every poll with the number of input records it returned.
+	OnRecords func(n int)
 }
 
 // SealedStep identifies one step a committed transaction sealed.

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -128,7 +129,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 		kgo.TransactionalID(c.cfg.TransactionalID),
 		kgo.TransactionTimeout(c.cfg.TxnTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RequireStableFetchOffsets(),
 		// Range assignment gives a member the same partition numbers of every input topic, which
 		// is what co-partitioning by run needs (the default cooperative-sticky balancer does not).
 		kgo.Balancers(kgo.RangeBalancer()),
@@ -199,16 +199,51 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		}
 		now := time.Now()
 		owned := c.owned()
+		var batch []*kgo.Record
 		fs.EachRecord(func(r *kgo.Record) {
 			if owned[r.Partition] {
-				c.eng.add(r, now)
+				batch = append(batch, r)
 			}
 		})
+		for _, d := range c.decodeAll(batch) {
+			c.eng.apply(d, now)
+		}
+		n := len(batch)
+		if c.cfg.OnRecords != nil && n > 0 {
+			c.cfg.OnRecords(n)
+		}
 		if err := c.commitReady(sess); err != nil {
 			return err
 		}
 		c.m.buffered.Set(float64(c.eng.bufferedSteps()))
 	}
+}
+
+// decodeAll decodes a poll's records on all cores (decoding is most of the consumer's CPU and
+// pure); they are applied to the engine afterwards in input order, so results do not change.
+func (c *Consumer) decodeAll(recs []*kgo.Record) []decoded {
+	out := make([]decoded, len(recs))
+	workers := min(runtime.GOMAXPROCS(0), len(recs)/64)
+	if workers < 2 {
+		for i, r := range recs {
+			out[i] = c.eng.decode(r)
+		}
+		return out
+	}
+	var wg sync.WaitGroup
+	per := (len(recs) + workers - 1) / workers
+	for lo := 0; lo < len(recs); lo += per {
+		hi := min(lo+per, len(recs))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				out[i] = c.eng.decode(recs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // commitReady seals complete steps and, if there is anything to write, runs one transaction.

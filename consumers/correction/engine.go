@@ -228,26 +228,34 @@ func (rb *runBuf) buf(step int64) *stepBuf {
 	return b
 }
 
-// add takes one input record. Bad records become pending dead letters; nothing here fails.
-func (e *engine) add(rec *kgo.Record, now time.Time) {
-	k, ok := e.kinds[rec.Topic]
-	if !ok {
-		e.m.records.WithLabelValues(rec.Topic, resultForeign).Inc()
-		return
+// decoded is one input record after decoding (pure, so records may be decoded in parallel).
+type decoded struct {
+	rec  *kgo.Record
+	kind kind
+	ok   bool // topic is an input topic
+	err  error
+	man  topics.StepManifest
+	run  string
+	step int64
+	gid  string
+	id   string
+	rw   *reward
+}
+
+func (e *engine) decode(rec *kgo.Record) decoded {
+	d := decoded{rec: rec}
+	d.kind, d.ok = e.kinds[rec.Topic]
+	if !d.ok {
+		return d
 	}
-	switch k {
+	switch d.kind {
 	case kindStep:
-		m, err := topics.DecodeStep(rec.Value)
-		if err != nil {
-			e.deadLetter(rec, k, err)
-			return
-		}
-		e.addManifest(rec, m, now)
+		d.man, d.err = topics.DecodeStep(rec.Value)
 	case kindPredicted:
 		p, err := topics.DecodePredicted(rec.Value)
 		if err != nil {
-			e.deadLetter(rec, k, err)
-			return
+			d.err = err
+			return d
 		}
 		rw := &reward{stream: p.Stream, status: p.Status, rec: rec}
 		if p.Score != nil {
@@ -255,12 +263,12 @@ func (e *engine) add(rec *kgo.Record, now time.Time) {
 		}
 		rw.ok = p.Status == topics.StatusOK && rw.hasRaw
 		rw.score = rw.raw
-		e.addReward(rec, k, p.RunID, p.Step, p.GroupID, p.RolloutID, rw, now)
+		d.run, d.step, d.gid, d.id, d.rw = p.RunID, p.Step, p.GroupID, p.RolloutID, rw
 	case kindExecuted:
 		x, err := topics.DecodeExecuted(rec.Value)
 		if err != nil {
-			e.deadLetter(rec, k, err)
-			return
+			d.err = err
+			return d
 		}
 		rw := &reward{stream: x.Stream, status: x.Status, imputed: x.Imputed, rec: rec}
 		if x.Score != nil {
@@ -269,7 +277,25 @@ func (e *engine) add(rec *kgo.Record, now time.Time) {
 		// OK iff a real score, or a policy score imputed for a failure (--on-timeout=zero).
 		rw.ok = rw.hasRaw && (x.Status == topics.StatusOK || x.Imputed)
 		rw.score = rw.raw
-		e.addReward(rec, k, x.RunID, x.Step, x.GroupID, x.RolloutID, rw, now)
+		d.run, d.step, d.gid, d.id, d.rw = x.RunID, x.Step, x.GroupID, x.RolloutID, rw
+	}
+	return d
+}
+
+// add takes one input record. Bad records become pending dead letters; nothing here fails.
+func (e *engine) add(rec *kgo.Record, now time.Time) { e.apply(e.decode(rec), now) }
+
+// apply folds a decoded record into the buffers; records must be applied in input order.
+func (e *engine) apply(d decoded, now time.Time) {
+	switch {
+	case !d.ok:
+		e.m.records.WithLabelValues(d.rec.Topic, resultForeign).Inc()
+	case d.err != nil:
+		e.deadLetter(d.rec, d.kind, d.err)
+	case d.kind == kindStep:
+		e.addManifest(d.rec, d.man, now)
+	default:
+		e.addReward(d.rec, d.kind, d.run, d.step, d.gid, d.id, d.rw, now)
 	}
 }
 

@@ -451,3 +451,7 @@ func counterValue(c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+type correctionConfig = correction.Config
+
+func defaultCorr() correction.Config { return correction.DefaultConfig() }

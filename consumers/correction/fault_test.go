@@ -326,7 +326,7 @@ func TestFaultRedisFlushAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	cc.MetricsAddr = freeAddr(t)
-	c = startChild(t, cc, "child-1.log")
+	startChild(t, cc, "child-1.log")
 	produced.Wait()
 	e.verify(t, 60*time.Second)
 	rebuilt := scrape(t, cc.MetricsAddr, `wmrl_correct_state_rebuilds_total{reason="missing"}`)

@@ -80,18 +80,32 @@ type tripHook struct{ m *metrics }
 
 func (h tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// The connection handshake go-redis runs on every new pooled connection (HELLO, CLIENT SETINFO)
+// also passes the hooks; it is per connection, not per step, so it is not counted.
+func handshake(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "client", "auth", "select":
+		return true
+	}
+	return false
+}
+
 func (h tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.m.redisTrips.Inc()
-		h.m.trips.Add(1)
+		if !handshake(cmd) {
+			h.m.redisTrips.Inc()
+			h.m.trips.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
 
 func (h tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.m.redisTrips.Inc()
-		h.m.trips.Add(1)
+		if len(cmds) > 0 && !handshake(cmds[0]) {
+			h.m.redisTrips.Inc()
+			h.m.trips.Add(1)
+		}
 		return next(ctx, cmds)
 	}
 }

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	correctionstage "github.com/wmrl/wmrl/consumers/correction"
+	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/topics"
+)
+
+func init() { benchCommands = append(benchCommands, newBenchCorrectionCmd) }
+
+func newBenchCorrectionCmd(a *app) *cobra.Command {
+	cfg := correctionstage.BenchConfig{
+		Workload: correctionstage.SynthConfig{Runs: 6, Steps: 40, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1},
+	}
+	var corrCfg func() (correction.Config, error)
+	var embedded bool
+	var target float64
+	cmd := &cobra.Command{
+		Use:   "correction",
+		Short: "Correction consumer vs a pass-through transactional consume→produce; Redis round trips; latency",
+		Long: `Writes a synthetic workload (manifests, predicted and executed rewards) to fresh topics, then in
+one run on the same broker measures records/s of (1) a pass-through transactional consume→produce
+of those records and (2) the correction consumer over the same records; Redis round trips per
+sealed step (counted with a go-redis hook, startup excluded); and the latency from a step's last
+reward to its advantages being visible to a read_committed consumer (p50/p99, one step at a time).
+Uses --brokers and --redis, or an in-process kfake + miniredis with --embedded. Exits 1 when the
+ratio is below --target. The topics are deleted afterwards.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cc, err := corrCfg()
+			if err != nil {
+				return err
+			}
+			cfg.Correction = cc
+			cfg.Logger = a.log.With("bench", "correction")
+			if embedded {
+				kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+				if err != nil {
+					return err
+				}
+				defer kc.Close()
+				mr, err := miniredis.Run()
+				if err != nil {
+					return err
+				}
+				defer mr.Close()
+				cfg.KafkaOpts = []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
+				rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+				defer rdb.Close()
+				cfg.Redis = rdb
+			} else {
+				if cfg.KafkaOpts, err = a.conn.KafkaOpts(); err != nil {
+					return err
+				}
+				rdb, err := a.redis()
+				if err != nil {
+					return err
+				}
+				defer rdb.Close()
+				cfg.Redis = rdb
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			rep, err := correctionstage.Benchmark(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(a.stdout, rep)
+			if rep.Ratio < target {
+				return &exitError{code: 1, err: fmt.Errorf("ratio %.3f below target %.2f", rep.Ratio, target)}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	corrCfg = correctionFlags(f)
+	f.IntVar(&cfg.Workload.Runs, "runs", cfg.Workload.Runs, "runs")
+	f.IntVar(&cfg.Workload.Steps, "steps", cfg.Workload.Steps, "steps per run")
+	f.IntVar(&cfg.Workload.Groups, "groups", cfg.Workload.Groups, "groups per step")
+	f.IntVar(&cfg.Workload.GroupSize, "group-size", cfg.Workload.GroupSize, "rollouts per group (G)")
+	f.IntVar(&cfg.Workload.AnchorEvery, "anchor-every", cfg.Workload.AnchorEvery, "every n-th group is an anchor group")
+	f.IntVar(&cfg.Workload.Streams, "streams", cfg.Workload.Streams, "streams per run")
+	f.Int32Var(&cfg.Partitions, "partitions", 3, "partitions of the benchmark topics")
+	f.IntVar(&cfg.LatencySteps, "latency-steps", 100, "steps timed one at a time in the latency phase")
+	f.IntVar(&cfg.ChunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload")
+	f.BoolVar(&embedded, "embedded", false, "use an in-process kfake broker and miniredis instead of --brokers/--redis")
+	f.BoolVar(&cfg.KeepTopics, "keep-topics", false, "do not delete the benchmark topics")
+	f.Float64Var(&target, "target", 0.8, "minimum ratio of correction to pass-through records/s")
+	return cmd
+}

@@ -1,0 +1,380 @@
+package correctionstage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/internal/topicadmin"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// BenchConfig configures Benchmark.
+type BenchConfig struct {
+	KafkaOpts []kgo.Opt
+	Redis     redis.UniversalClient
+	// Workload of the throughput phase.
+	Workload   SynthConfig
+	Partitions int32
+	// LatencySteps is the number of single steps timed in the latency phase.
+	LatencySteps int
+	Correction   correction.Config
+	ChunkBytes   int
+	Logger       *slog.Logger
+	// KeepTopics leaves the benchmark's topics in place.
+	KeepTopics bool
+	// FetchMaxPartitionBytes bounds one fetch per partition (both consumers), so that the backlog
+	// is consumed in many polls and transactions as in a streaming pipeline (default 64 KiB).
+	FetchMaxPartitionBytes int32
+}
+
+// BenchReport is the result of Benchmark.
+type BenchReport struct {
+	Records            int
+	PassThroughPerSec  float64
+	CorrectionPerSec   float64
+	Ratio              float64
+	SealedSteps        int
+	Transactions       int
+	RedisTrips         int64
+	TripsPerStep       float64
+	TripsPerTxn        float64
+	LatencyP50         time.Duration
+	LatencyP99         time.Duration
+	LatencySamples     int
+	PassThroughElapsed time.Duration
+	CorrectionElapsed  time.Duration
+}
+
+func (r BenchReport) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "records                      %d (steps, predicted, executed)\n", r.Records)
+	fmt.Fprintf(&b, "pass-through txn consume→produce  %10.0f records/s  (%v)\n", r.PassThroughPerSec, r.PassThroughElapsed.Round(time.Millisecond))
+	fmt.Fprintf(&b, "correction consumer               %10.0f records/s  (%v)\n", r.CorrectionPerSec, r.CorrectionElapsed.Round(time.Millisecond))
+	fmt.Fprintf(&b, "ratio correction / pass-through   %10.3f\n", r.Ratio)
+	fmt.Fprintf(&b, "sealed steps %d in %d transactions; Redis round trips %d: %.3f per sealed step, %.3f per transaction\n",
+		r.SealedSteps, r.Transactions, r.RedisTrips, r.TripsPerStep, r.TripsPerTxn)
+	fmt.Fprintf(&b, "latency last reward → advantages visible (read_committed), %d steps: p50 %v  p99 %v\n",
+		r.LatencySamples, r.LatencyP50.Round(time.Microsecond), r.LatencyP99.Round(time.Microsecond))
+	return b.String()
+}
+
+// Benchmark measures, on one broker in one run: records/s through the correction consumer versus a
+// pass-through transactional consume→produce of the same input records; Redis round trips per
+// sealed step; and the latency from a step's last reward to its advantages being visible to a
+// read_committed consumer. It creates (and deletes) its own topics under a fresh prefix.
+func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
+	var rep BenchReport
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 3
+	}
+	if cfg.Correction == (correction.Config{}) {
+		cfg.Correction = correction.DefaultConfig()
+	}
+	if cfg.FetchMaxPartitionBytes == 0 {
+		cfg.FetchMaxPartitionBytes = 64 << 10
+	}
+	consumeOpts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...), kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes))
+	prefix := fmt.Sprintf("wmrl-bench-%d.", time.Now().UnixNano())
+	names := topics.NewNames(prefix)
+	admCl, err := kgo.NewClient(cfg.KafkaOpts...)
+	if err != nil {
+		return rep, err
+	}
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl)
+	plan := topicadmin.DefaultPlan(names)
+	plan.Partitions = cfg.Partitions
+	plan.RetentionMS = 3600 * 1000
+	if _, err := topicadmin.Create(ctx, adm, plan); err != nil {
+		return rep, fmt.Errorf("bench topics: %w", err)
+	}
+	passTopic := prefix + "passthrough"
+	if _, err := adm.CreateTopic(ctx, cfg.Partitions, 1, nil, passTopic); err != nil {
+		return rep, fmt.Errorf("bench topics: %w", err)
+	}
+	if !cfg.KeepTopics {
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, _ = adm.DeleteTopics(dctx, append(names.All(), passTopic)...)
+		}()
+	}
+
+	steps, err := Synthesize(names, cfg.Workload)
+	if err != nil {
+		return rep, err
+	}
+	recs := flattenSteps(steps)
+	rep.Records = len(recs)
+	if err := produceCopies(ctx, cfg.KafkaOpts, recs); err != nil {
+		return rep, err
+	}
+	cfg.Logger.Info("bench: inputs written", "records", len(recs), "prefix", prefix)
+
+	// Phase 1: pass-through.
+	if rep.PassThroughElapsed, err = passThrough(ctx, consumeOpts, names, passTopic, prefix+"pass", len(recs)); err != nil {
+		return rep, fmt.Errorf("pass-through: %w", err)
+	}
+	rep.PassThroughPerSec = float64(len(recs)) / rep.PassThroughElapsed.Seconds()
+
+	// Phase 2: the correction consumer over the same records, then the latency phase.
+	var (
+		mu        sync.Mutex
+		first     time.Time
+		lastSeal  time.Time
+		sealed    int
+		txns      int
+		tripsBase int64
+		c         *Consumer
+		started   atomic.Bool
+	)
+	wantSteps := len(steps)
+	phaseDone := make(chan struct{})
+	var once sync.Once
+	ccfg := Config{
+		KafkaOpts: consumeOpts, Redis: cfg.Redis, Names: names, Group: prefix + "correct",
+		TransactionalID: prefix + "tx", Correction: cfg.Correction, ChunkBytes: cfg.ChunkBytes,
+		RedisPrefix: strings.TrimSuffix(prefix, "."), Logger: cfg.Logger, Registry: prometheus.NewRegistry(),
+		OnRecords: func(int) {
+			if started.CompareAndSwap(false, true) {
+				mu.Lock()
+				first = time.Now()
+				tripsBase = c.RedisRoundTrips()
+				mu.Unlock()
+			}
+		},
+		OnCommit: func(ss []SealedStep) {
+			mu.Lock()
+			defer mu.Unlock()
+			txns++
+			sealed += len(ss)
+			lastSeal = time.Now()
+			if sealed >= wantSteps {
+				once.Do(func() { close(phaseDone) })
+			}
+		},
+	}
+	lat := &latencyProbe{}
+	if c, err = NewConsumer(ccfg); err != nil {
+		return rep, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- c.Run(cctx) }()
+	select {
+	case <-phaseDone:
+	case err := <-runErr:
+		return rep, fmt.Errorf("correction consumer stopped: %w", err)
+	case <-ctx.Done():
+		return rep, ctx.Err()
+	}
+	mu.Lock()
+	rep.CorrectionElapsed = lastSeal.Sub(first)
+	rep.SealedSteps, rep.Transactions = sealed, txns
+	rep.RedisTrips = c.RedisRoundTrips() - tripsBase
+	mu.Unlock()
+	rep.CorrectionPerSec = float64(len(recs)) / rep.CorrectionElapsed.Seconds()
+	rep.Ratio = rep.CorrectionPerSec / rep.PassThroughPerSec
+	rep.TripsPerStep = float64(rep.RedisTrips) / float64(rep.SealedSteps)
+	rep.TripsPerTxn = float64(rep.RedisTrips) / float64(rep.Transactions)
+
+	if cfg.LatencySteps > 0 {
+		samples, err := lat.run(ctx, cfg, names)
+		if err != nil {
+			return rep, fmt.Errorf("latency phase: %w", err)
+		}
+		slices.Sort(samples)
+		rep.LatencySamples = len(samples)
+		if len(samples) > 0 {
+			rep.LatencyP50 = samples[len(samples)/2]
+			rep.LatencyP99 = samples[min(len(samples)-1, int(float64(len(samples))*0.99))]
+		}
+	}
+	cancel()
+	if err := <-runErr; err != nil && !errors.Is(err, context.Canceled) {
+		return rep, err
+	}
+	return rep, nil
+}
+
+func flattenSteps(steps []SynthStep) []*kgo.Record {
+	var out []*kgo.Record
+	for _, s := range steps {
+		out = append(out, s.Records()...)
+	}
+	return out
+}
+
+func produceCopies(ctx context.Context, opts []kgo.Opt, recs []*kgo.Record) error {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	cp := make([]*kgo.Record, len(recs))
+	for i, r := range recs {
+		cp[i] = &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := cl.ProduceSync(pctx, cp...).FirstErr(); err != nil {
+		return fmt.Errorf("produce inputs: %w", err)
+	}
+	return nil
+}
+
+// passThrough copies every input record to out in transactions (one per poll), committing input
+// offsets in the same transaction: the minimum any EOS consume→produce stage costs.
+func passThrough(ctx context.Context, opts []kgo.Opt, names topics.Names, out, id string, want int) (time.Duration, error) {
+	sess, err := kgo.NewGroupTransactSession(append(append([]kgo.Opt(nil), opts...),
+		kgo.ConsumerGroup(id), kgo.ConsumeTopics(names.Steps(), names.Predicted(), names.Executed()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.TransactionalID(id),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.Balancers(kgo.RangeBalancer()), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+	)...)
+	if err != nil {
+		return 0, err
+	}
+	defer sess.Close()
+	var first time.Time
+	n := 0
+	for n < want {
+		pctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		fs := sess.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		var batch []*kgo.Record
+		fs.EachRecord(func(r *kgo.Record) {
+			batch = append(batch, &kgo.Record{Topic: out, Partition: r.Partition, Key: r.Key, Value: r.Value, Headers: r.Headers})
+		})
+		if len(batch) == 0 {
+			continue
+		}
+		if first.IsZero() {
+			first = time.Now()
+		}
+		if err := sess.Begin(); err != nil {
+			return 0, err
+		}
+		var perr error
+		var pmu sync.Mutex
+		for _, r := range batch {
+			sess.Produce(ctx, r, func(_ *kgo.Record, err error) {
+				if err != nil {
+					pmu.Lock()
+					perr = err
+					pmu.Unlock()
+				}
+			})
+		}
+		committed, err := sess.End(ctx, kgo.TransactionEndTry(perr == nil))
+		if err != nil {
+			return 0, err
+		}
+		if committed {
+			n += len(batch)
+		}
+	}
+	return time.Since(first), nil
+}
+
+// latencyProbe times single steps: all of a step's records but its last reward are produced,
+// then the last reward; the clock runs from that produce's acknowledgement until every chunk of
+// the step is visible to a read_committed consumer of the advantages topic.
+type latencyProbe struct{}
+
+func (p *latencyProbe) run(ctx context.Context, cfg BenchConfig, names topics.Names) ([]time.Duration, error) {
+	wl := cfg.Workload
+	wl.Runs, wl.Steps, wl.RunPrefix = 1, cfg.LatencySteps, "latency"
+	steps, err := Synthesize(names, wl)
+	if err != nil {
+		return nil, err
+	}
+	reader, err := kgo.NewClient(append(append([]kgo.Opt(nil), cfg.KafkaOpts...),
+		kgo.ConsumeTopics(names.Advantages()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchMaxWait(50*time.Millisecond))...)
+	if err != nil {
+		return nil, err
+	}
+	defer reader.Close()
+	// Make sure the reader has its start offsets before the first step is produced.
+	for i := 0; i < 3; i++ {
+		pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		reader.PollFetches(pctx)
+		cancel()
+	}
+	producer, err := kgo.NewClient(append(append([]kgo.Opt(nil), cfg.KafkaOpts...), kgo.ProducerLinger(0))...)
+	if err != nil {
+		return nil, err
+	}
+	defer producer.Close()
+	seen := map[string]int{}
+	var out []time.Duration
+	for _, s := range steps {
+		recs := s.Records()
+		cp := make([]*kgo.Record, len(recs))
+		for i, r := range recs {
+			cp[i] = &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}
+		}
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := producer.ProduceSync(pctx, cp[:len(cp)-1]...).FirstErr(); err != nil {
+			cancel()
+			return nil, err
+		}
+		if err := producer.ProduceSync(pctx, cp[len(cp)-1]).FirstErr(); err != nil {
+			cancel()
+			return nil, err
+		}
+		cancel()
+		t0 := time.Now()
+		key := fmt.Sprintf("%s/%d", s.Run, s.Step)
+		deadline := time.Now().Add(30 * time.Second)
+		complete := false
+		for !complete {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("step %s not visible after 30s", key)
+			}
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			fs := reader.PollFetches(pctx)
+			cancel()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				run, _ := topics.HeaderValue(r.Headers, topics.HeaderRun)
+				step, _ := topics.HeaderValue(r.Headers, topics.HeaderStep)
+				ch, _ := topics.HeaderValue(r.Headers, topics.HeaderChunk)
+				_, n, err := topics.ParseChunk(ch)
+				if err != nil {
+					return
+				}
+				k := run + "/" + step
+				seen[k]++
+				if k == key && seen[k] == n {
+					complete = true
+				}
+			})
+		}
+		out = append(out, time.Since(t0))
+	}
+	return out, nil
+}
