@@ -269,24 +269,50 @@ func (a *Assembler) Incomplete() []error {
 	return errs
 }
 
-// DropPartition forgets everything read from a partition (it was revoked in a rebalance): runs
-// that had records there lose their open and waiting steps and their delivery history, so the
-// partition's next owner, or this consumer after a re-assignment, starts cleanly from the
-// committed offset.
+// DropPartition forgets what was read from a partition (it was revoked in a rebalance): chunks
+// read there are dropped and their holds released, so the partition's next owner, or this
+// consumer after a re-assignment, reads them again from the committed offset. Chunks and holds
+// on partitions still assigned are kept, so a run that spans partitions never has a record
+// there become committable without being delivered. A run left with no partition loses its
+// delivery history too and starts cleanly.
 func (a *Assembler) DropPartition(topic string, partition int32) {
 	tp := topicPartition{topic, partition}
 	for run, rs := range a.runs {
 		if _, ok := rs.parts[tp]; !ok {
 			continue
 		}
+		delete(rs.parts, tp)
 		for _, m := range []map[int64]*partial{rs.open, rs.ready} {
-			for _, p := range m {
-				a.offsets.Release(p.positions()...)
+			for s, p := range m {
+				if p.dropPartition(tp) == 0 {
+					delete(m, s)
+				}
 			}
 		}
-		delete(a.runs, run)
+		// A ready step that lost chunks is open again.
+		for s, p := range rs.ready {
+			if p.have < p.n {
+				delete(rs.ready, s)
+				rs.open[s] = p
+			}
+		}
+		if len(rs.parts) == 0 {
+			delete(a.runs, run)
+		}
 	}
 	a.offsets.Forget(topic, partition)
+}
+
+// dropPartition removes the chunks read from tp and returns how many chunks remain. Their holds
+// need no release: Offsets.Forget drops the partition's holds as a whole.
+func (p *partial) dropPartition(tp topicPartition) int {
+	for i, c := range p.chunks {
+		if c.ok && c.pos.Topic == tp.topic && c.pos.Partition == tp.partition {
+			p.chunks[i] = chunk{}
+			p.have--
+		}
+	}
+	return p.have
 }
 
 func (p *partial) first() Pos {

@@ -297,3 +297,50 @@ func mutate(t testing.TB, r *kgo.Record) *kgo.Record {
 func controlAttrs() kgo.RecordAttrs {
 	return kgo.NewRecordAttrs(kgo.RecordAttrsOpts{Transactional: true, Control: true})
 }
+
+// TestAssemblerDropPartitionKeepsOtherPartitions feeds a step whose chunks span two partitions,
+// drops one of them, and checks that the chunks on the partition still assigned stay held (not
+// committable) and that the step completes once the dropped chunk is read again.
+func TestAssemblerDropPartitionKeepsOtherPartitions(t *testing.T) {
+	s0 := chunkRecords(t, names, stepRows("r1", 0, 4, 8), smallChunk)
+	if len(s0) < 3 {
+		t.Fatalf("want at least 3 chunks, got %d", len(s0))
+	}
+	topic := names.Advantages()
+	a := NewAssembler(AssemblerConfig{})
+	// chunk 0 on partition 1, chunk 1 on partition 2; the rest is not read yet.
+	onP1 := placed(s0[:1], 1, 0)
+	onP2 := placed(s0[1:2], 2, 10)
+	for _, r := range append(onP1, onP2...) {
+		if s, e := a.Add(r); len(s) > 0 || len(e) > 0 {
+			t.Fatalf("partial step: steps %v, errors %v", s, e)
+		}
+	}
+	a.DropPartition(topic, 1)
+	if at := a.Offsets().Committable()[topic][2]; at != 10 {
+		t.Fatalf("partition 2 committable at %d after dropping partition 1, want 10: its chunk there was never delivered", at)
+	}
+	if inc := a.Incomplete(); len(inc) != 1 || !errors.Is(inc[0], ErrIncomplete) {
+		t.Fatalf("incomplete after drop = %v, want the step kept on partition 2", inc)
+	}
+	// Partition 1 is re-assigned and read again; the remaining chunks follow on partition 2.
+	var steps []*Step
+	for _, r := range append(placed(s0[:1], 1, 0), placed(s0[2:], 2, 11)...) {
+		s, e := a.Add(r)
+		if len(e) > 0 {
+			t.Fatal(e)
+		}
+		steps = append(steps, s...)
+	}
+	if len(steps) != 1 || !reflect.DeepEqual(steps[0].Rows, stepRows("r1", 0, 4, 8)) {
+		t.Fatalf("%d steps after re-reading the dropped chunk, want the whole step once", len(steps))
+	}
+	if got := a.Offsets().Committable()[topic][2]; got != 10 {
+		t.Fatalf("partition 2 committable at %d before release, want 10 (held)", got)
+	}
+	a.Offsets().MarkCommitted(map[string]map[int32]int64{topic: {2: 10}})
+	a.Release(steps[0])
+	if got := a.Offsets().Committable()[topic][2]; got != int64(11+len(s0)-2) {
+		t.Fatalf("partition 2 committable at %d after release, want %d", got, 11+len(s0)-2)
+	}
+}
