@@ -176,7 +176,21 @@ func DecodeAny(schema string, b []byte) (any, error) {
 	}
 }
 
-// decodeJSON decodes one JSON record strictly, in this order:
+// decodeJSON decodes one JSON record strictly with the rules of decodeJSONSlow. Valid records take
+// decodeFast, a single pass over the bytes that allocates only the decoded values; anything it
+// does not accept (every invalid record, and rare valid forms such as escaped keys) is decoded
+// again by decodeJSONSlow, so every error and every accepted value is the one the slow path gives.
+func decodeJSON(b []byte, kind, want string, v any) error {
+	if len(b) > MaxRecordBytes {
+		return fmt.Errorf("%s record: %d bytes exceeds the %d byte limit: %w", kind, len(b), MaxRecordBytes, ErrTooLarge)
+	}
+	if decodeFast(b, want, v) {
+		return nil
+	}
+	return decodeJSONSlow(b, kind, want, v)
+}
+
+// decodeJSONSlow decodes one JSON record strictly, in this order:
 //
 //  1. len(b) > MaxRecordBytes → ErrTooLarge, before any parsing;
 //  2. a token scan: exactly one JSON object, nesting ≤ maxJSONDepth, and the top-level `schema`
@@ -190,8 +204,8 @@ func DecodeAny(schema string, b []byte) (any, error) {
 //  4. encoding/json with DisallowUnknownFields does the actual decoding (its errors are mapped
 //     to *FieldError too, as a backstop).
 //
-// Validation is left to the caller.
-func decodeJSON(b []byte, kind, want string, v any) error {
+// Validation is left to the caller. v must point to a zero value.
+func decodeJSONSlow(b []byte, kind, want string, v any) error {
 	if len(b) > MaxRecordBytes {
 		return fmt.Errorf("%s record: %d bytes exceeds the %d byte limit: %w", kind, len(b), MaxRecordBytes, ErrTooLarge)
 	}
