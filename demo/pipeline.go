@@ -9,7 +9,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,9 +57,9 @@ type Config struct {
 	// kfake cluster. Redis is the external Redis; nil starts an embedded miniredis.
 	KafkaOpts []kgo.Opt
 	Redis     redis.UniversalClient
-	// TopicPrefix is the base prefix; arm a uses topics "<TopicPrefix><a>." and Redis keys under
-	// "<RedisPrefix>-<a>" so arms never share state. Against an external cluster, make it unique
-	// per demo (Run does not delete topics).
+	// TopicPrefix is the base prefix; arm a uses topics, consumer groups and transactional ids
+	// under "<TopicPrefix><a>." and Redis keys under "<RedisPrefix>-<a>" so arms never share
+	// state. Against an external cluster, make both unique per demo (Run deletes nothing).
 	TopicPrefix string
 	RedisPrefix string
 	Partitions  int32
@@ -103,6 +102,13 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 	if cfg.Arms == nil {
 		cfg.Arms = Arms(cfg.AnchorFraction)
+	}
+	seen := map[string]bool{}
+	for _, arm := range cfg.Arms {
+		if arm.Name == "" || seen[arm.Name] {
+			return nil, fmt.Errorf("%w: arm name %q empty or repeated (arms must not share topics)", ErrConfig, arm.Name)
+		}
+		seen[arm.Name] = true
 	}
 	if cfg.TopicPrefix == "" {
 		cfg.TopicPrefix = "wmrl.demo."
@@ -161,13 +167,12 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		rdb = c
 	}
 
-	t1 := time.Now()
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	// Every arm's topics exist before any arm starts: a creation failure then returns with
+	// nothing running, instead of leaving started arms behind the deferred shutdowns of the
+	// embedded cluster and Redis.
 	var (
-		mu      sync.Mutex
-		wg      sync.WaitGroup
-		results = make([]sim.Result, len(cfg.Arms))
+		mu   sync.Mutex
+		arms = make([]*armRun, len(cfg.Arms))
 	)
 	for i, arm := range cfg.Arms {
 		a := &armRun{cfg: cfg, arm: arm, eval: eval, kopts: kopts, rdb: rdb, log: cfg.Logger.With("arm", arm.Name),
@@ -182,10 +187,19 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		if err := a.createTopics(ctx); err != nil {
 			return nil, err
 		}
+		arms[i] = a
+	}
+
+	t1 := time.Now()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	results := make([]sim.Result, len(arms))
+	for i, a := range arms {
 		wg.Go(func() {
 			r, err := a.run(ctx)
 			if err != nil {
-				cancel(fmt.Errorf("arm %s: %w", arm.Name, err))
+				cancel(fmt.Errorf("arm %s: %w", a.arm.Name, err))
 				return
 			}
 			results[i] = r
@@ -271,21 +285,23 @@ func (a *armRun) createTopics(ctx context.Context) error {
 	return nil
 }
 
-// problem is the training problem of a group. Group ids are "<step>-<j>" (the demo sets them
-// so), and the problem of (seed, step, j) is the one sim trains on, which makes a demo arm
-// comparable to — and, up to wall time, identical with — the simulated arm.
+// problem is the training problem of a group. Group ids are the generator's defaults
+// (producers.GroupID, the demo sets them so), and the problem of (seed, step, j) is the one sim
+// trains on, which makes a demo arm comparable to — and, up to wall time, identical with — the
+// simulated arm.
 func (a *armRun) problem(step int64, groupID string) (*task.Problem, error) {
 	key := strconv.FormatInt(step, 10) + "/" + groupID
 	if p, ok := a.problems.Load(key); ok {
 		return p.(*task.Problem), nil
 	}
-	s, j, ok := strings.Cut(groupID, "-")
-	v, err1 := strconv.ParseInt(s, 10, 64)
-	jj, err2 := strconv.Atoi(j)
-	if !ok || err1 != nil || err2 != nil || v != step || jj < 0 || jj >= a.cfg.Sim.Groups {
-		return nil, fmt.Errorf("group %q of step %d is not a demo group id", groupID, step)
+	v, j, err := producers.ParseGroupID(groupID)
+	if err != nil {
+		return nil, fmt.Errorf("group of step %d: %w", step, err)
 	}
-	p := sim.TrainingProblem(a.cfg.Seed, int(step), jj)
+	if v != step || j >= a.cfg.Sim.Groups {
+		return nil, fmt.Errorf("group %q is not a demo group of step %d (%d groups)", groupID, step, a.cfg.Sim.Groups)
+	}
+	p := sim.TrainingProblem(a.cfg.Seed, int(step), j)
 	a.problems.Store(key, p)
 	return p, nil
 }
@@ -311,7 +327,7 @@ func (a *armRun) SampleStep(ctx context.Context, step int64) ([]producers.GroupS
 	var groups []producers.GroupSpec
 	var all []task.Solution
 	for j := range a.cfg.Sim.Groups {
-		gid := sim.GroupID(int(step), j)
+		gid := producers.GroupID(step, j)
 		p, err := a.problem(step, gid)
 		if err != nil {
 			return nil, err
@@ -322,7 +338,7 @@ func (a *armRun) SampleStep(ctx context.Context, step int64) ([]producers.GroupS
 		}
 		g := producers.GroupSpec{GroupID: gid, Prompt: p.String()}
 		for i, s := range sols {
-			g.Rollouts = append(g.Rollouts, producers.RolloutSpec{RolloutID: sim.RolloutID(gid, i), Artifact: s.Encode()})
+			g.Rollouts = append(g.Rollouts, producers.RolloutSpec{RolloutID: producers.RolloutID(gid, i), Artifact: s.Encode()})
 		}
 		groups = append(groups, g)
 		all = append(all, sols...)
@@ -368,7 +384,7 @@ func (a *armRun) execute(ctx context.Context, job sandbox.Job) (float64, error) 
 func (a *armRun) run(ctx context.Context) (sim.Result, error) {
 	run := sim.RunID(a.cfg.Seed)
 	a.pol = task.NewPolicy()
-	a.rng = rand.New(rand.NewPCG(uint64(a.cfg.Seed), 0x73696d2d73616d70)) // sim's sampler seed
+	a.rng = sim.NewSampler(a.cfg.Seed)
 	a.policyCond = sync.NewCond(&a.policyMu)
 	a.samples = map[int64][]task.Solution{}
 	wmCfg := a.cfg.Sim.WorldModel
@@ -379,7 +395,10 @@ func (a *armRun) run(ctx context.Context) (sim.Result, error) {
 	if err != nil {
 		return sim.Result{}, err
 	}
-	group := func(stage string) string { return "wmrl-demo-" + a.arm.Name + "-" + stage }
+	// Consumer groups and the transactional id live under the arm's topic prefix, so two demos
+	// on one cluster (distinct prefixes) never join each other's groups or fence each other's
+	// correction producer.
+	group := func(stage string) string { return a.names.Prefix + stage }
 	wmStage, err := worldmodel.NewStage(
 		stage.Config{Name: worldmodel.StageName, Group: group("worldmodel"), Names: a.names, KafkaOpts: a.kopts, Logger: a.log, CommitInterval: 200 * time.Millisecond},
 		worldmodel.HandlerConfig{Scorer: scorer, Names: a.names, Concurrency: a.cfg.WMConcurrency, Model: "builtin-task-proxy", Logger: a.log})
@@ -540,11 +559,11 @@ func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *corre
 // index maps a row back to its sample: group j of the step, rollout i of the group.
 func (a *armRun) index(groupID, rolloutID string, step int) (int, error) {
 	for j := range a.cfg.Sim.Groups {
-		if sim.GroupID(step, j) != groupID {
+		if producers.GroupID(int64(step), j) != groupID {
 			continue
 		}
 		for i := range a.cfg.Sim.GroupSize {
-			if sim.RolloutID(groupID, i) == rolloutID {
+			if producers.RolloutID(groupID, i) == rolloutID {
 				return j*a.cfg.Sim.GroupSize + i, nil
 			}
 		}

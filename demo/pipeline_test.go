@@ -2,14 +2,36 @@ package demo
 
 import (
 	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/wmrl/wmrl/producers"
 	"github.com/wmrl/wmrl/sim"
 )
 
+// testDeadline bounds a pipeline test. It is generous because CI runs `go test -race ./...` on
+// a loaded 2-core machine, where a pipeline run takes many times its idle wall time; a real hang
+// still fails, with the pipeline's own error.
+const testDeadline = 5 * time.Minute
+
+// testContext is cancelled after testDeadline, or a little before go test's -timeout, so that a
+// hang reports ErrStalled or a deadline instead of the test binary's panic dump.
+func testContext(t *testing.T) context.Context {
+	deadline := time.Now().Add(testDeadline)
+	if td, ok := t.Deadline(); ok && td.Add(-15*time.Second).Before(deadline) {
+		deadline = td.Add(-15 * time.Second)
+	}
+	ctx, cancel := context.WithDeadline(t.Context(), deadline)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func tinyConfig() Config {
-	c := Config{Sim: sim.DefaultConfig(), AnchorFraction: 0.5, Seed: 3, EvalProblems: 1, StallTimeout: time.Minute}
+	c := Config{Sim: sim.DefaultConfig(), AnchorFraction: 0.5, Seed: 3, EvalProblems: 1, StallTimeout: 2 * time.Minute}
 	c.Sim.Steps, c.Sim.Groups, c.Sim.GroupSize = 4, 3, 4
 	return c
 }
@@ -18,8 +40,7 @@ func tinyConfig() Config {
 // in-process loop exactly (scores, executions, calibration state digest), which shows that no
 // stage drops, duplicates, reorders or alters a record on the way.
 func TestEmbeddedPipelineMatchesSimulation(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := testContext(t)
 	cfg := tinyConfig()
 	steps := map[string]int{}
 	cfg.OnStep = func(arm string, rec sim.StepRecord) { steps[arm]++ }
@@ -64,4 +85,106 @@ func TestEmbeddedPipelineMatchesSimulation(t *testing.T) {
 		t.Fatal("no final line")
 	}
 	t.Log(out.FinalLine, "elapsed", out.Elapsed)
+}
+
+// liveArmGoroutines counts goroutines still inside an arm's pipeline.
+func liveArmGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "demo.(*armRun).run(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// A topic-creation failure of a later arm must return before any arm started: otherwise the
+// started arms would outlive Run and the embedded cluster and Redis it closes on return. Kafka
+// rejects topics differing only in '.' vs '_', so arm "x_y" fails after arms 0 and "x.y" created
+// theirs.
+func TestRunTopicFailureStartsNoArm(t *testing.T) {
+	ctx := testContext(t)
+	cfg := tinyConfig()
+	cfg.Arms = Arms(cfg.AnchorFraction)
+	cfg.Arms[1].Name, cfg.Arms[2].Name = "x.y", "x_y"
+	var steps atomic.Int64
+	cfg.OnStep = func(string, sim.StepRecord) { steps.Add(1) }
+	_, err := Run(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), "create topics for x_y") {
+		t.Fatalf("err %v, want the x_y arm's topic creation to fail", err)
+	}
+	if n := liveArmGoroutines(); n != 0 {
+		t.Errorf("%d arm goroutines still running after Run returned", n)
+	}
+	if n := steps.Load(); n != 0 {
+		t.Errorf("%d steps trained although Run failed before starting", n)
+	}
+}
+
+func TestRunRejectsBadArms(t *testing.T) {
+	arms := Arms(0.5)
+	for name, as := range map[string][]sim.Arm{
+		"repeated": {arms[0], arms[1], arms[0]},
+		"empty":    {arms[0], {Name: "", AnchorFraction: 0.5, Correction: arms[2].Correction}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := tinyConfig()
+			cfg.Arms = as
+			if _, err := Run(t.Context(), cfg); !errors.Is(err, ErrConfig) {
+				t.Fatalf("err %v, want ErrConfig", err)
+			}
+		})
+	}
+}
+
+// The demo recovers each group's problem from its id, so it must accept exactly the generator's
+// default ids of the step and nothing else.
+func TestProblemFromGroupID(t *testing.T) {
+	a := &armRun{cfg: tinyConfig()} // 3 groups per step
+	for _, tc := range []struct {
+		step int64
+		id   string
+		ok   bool
+	}{
+		{2, producers.GroupID(2, 0), true},
+		{2, producers.GroupID(2, 2), true},
+		{2, producers.GroupID(2, 3), false}, // beyond the step's groups
+		{2, producers.GroupID(1, 0), false}, // another step
+		{2, "02-1", false},
+		{2, "2-+1", false},
+		{2, "2-1-0", false},
+		{2, "prompt-7", false},
+	} {
+		p, err := a.problem(tc.step, tc.id)
+		if (err == nil) != tc.ok {
+			t.Errorf("problem(%d, %q): err %v, want ok=%v", tc.step, tc.id, err, tc.ok)
+			continue
+		}
+		if tc.ok {
+			_, j, _ := producers.ParseGroupID(tc.id)
+			if want := sim.TrainingProblem(a.cfg.Seed, int(tc.step), j); p.String() != want.String() {
+				t.Errorf("problem(%d, %q) is not sim's training problem", tc.step, tc.id)
+			}
+		}
+	}
+}
+
+// ParseGroupID inverts GroupID, and whatever it accepts GroupID rebuilds verbatim.
+func FuzzParseGroupID(f *testing.F) {
+	for _, s := range []string{"0-0", "12-3", "-1-2", "1--2", "01-1", "1-01", "+1-1", "9223372036854775807-1", "a-b", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		step, j, err := producers.ParseGroupID(id)
+		if err != nil {
+			if !errors.Is(err, producers.ErrGroupID) {
+				t.Fatalf("%q: error %v is not ErrGroupID", id, err)
+			}
+			return
+		}
+		if step < 0 || j < 0 || producers.GroupID(step, j) != id {
+			t.Fatalf("%q parsed to (%d, %d)", id, step, j)
+		}
+	})
 }

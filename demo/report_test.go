@@ -2,7 +2,6 @@ package demo
 
 import (
 	"bytes"
-	"context"
 	"flag"
 	"image/png"
 	"os"
@@ -16,7 +15,7 @@ import (
 var keepReport = flag.String("keep-report", "", "also write the test report into this directory")
 
 func TestWriteReport(t *testing.T) {
-	ctx := context.Background()
+	ctx := testContext(t)
 	eval, err := sim.Eval(ctx, 1, 2)
 	if err != nil {
 		t.Fatal(err)

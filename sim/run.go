@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/producers"
 	"github.com/wmrl/wmrl/task"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -112,11 +113,13 @@ const Stream = "main"
 // RunID is the run id of a seed; every arm of a seed shares it so they get the same anchor groups.
 func RunID(seed int64) string { return "sim-" + strconv.FormatInt(seed, 10) }
 
-// GroupID names group j of a step the way the generator does ("<step>-<j>").
-func GroupID(step, j int) string { return strconv.Itoa(step) + "-" + strconv.Itoa(j) }
+// samplerStream is the PCG stream of the policy sampler ("sim-samp"): fixed, so the seed alone
+// decides every sampled solution.
+const samplerStream = 0x73696d2d73616d70
 
-// RolloutID names rollout i of a group the way the generator does ("<group_id>-<i>").
-func RolloutID(groupID string, i int) string { return groupID + "-" + strconv.Itoa(i) }
+// NewSampler is the random source the policy samples from in a run of seed. The demo's
+// generator uses it too, which is what makes a pipeline arm draw exactly the simulated samples.
+func NewSampler(seed int64) *rand.Rand { return rand.New(rand.NewPCG(uint64(seed), samplerStream)) }
 
 // TrainingProblem is the fresh problem of (seed, step, group): a splitmix64 mix of the three,
 // kept non-negative so it can never coincide with a held-out problem (negative seeds); the kind
@@ -173,7 +176,7 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 	wmCfg.Seed = seed
 	wm := task.NewWorldModel(wmCfg)
 	pol := task.NewPolicy()
-	rng := rand.New(rand.NewPCG(uint64(seed), 0x73696d2d73616d70))
+	rng := NewSampler(seed)
 	state := corr.NewState(run, Stream)
 	res := Result{Arm: arm.Name, Seed: seed, InitialScore: pol.ExpectedScore(eval)}
 
@@ -197,7 +200,7 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 		weightInForce := state.AnchorWeight()
 		for j := range cfg.Groups {
 			p := TrainingProblem(seed, v, j)
-			gid := GroupID(v, j)
+			gid := producers.GroupID(int64(v), j)
 			group, err := pol.Sample(rng, cfg.GroupSize)
 			if err != nil {
 				return res, fmt.Errorf("sim: sample: %w", err)
@@ -208,7 +211,7 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 			}
 			train := p.Train()
 			for i, s := range group {
-				rid := RolloutID(gid, i)
+				rid := producers.RolloutID(gid, i)
 				index[rid] = j*cfg.GroupSize + i
 				samples[j*cfg.GroupSize+i] = s
 				t0 := time.Now()

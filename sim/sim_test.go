@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wmrl/wmrl/producers"
 	"github.com/wmrl/wmrl/task"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -60,7 +61,7 @@ func TestRunAccounting(t *testing.T) {
 			for v, s := range r.Steps {
 				anchors := 0
 				for j := range cfg.Groups {
-					if topics.IsAnchor(RunID(7), GroupID(v, j), arm.AnchorFraction) {
+					if topics.IsAnchor(RunID(7), producers.GroupID(int64(v), j), arm.AnchorFraction) {
 						anchors++
 					}
 				}
