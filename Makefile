@@ -46,6 +46,9 @@ test-suites: test-go test-python
 test-go:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+	@# ThreadSanitizer cannot run under RLIMIT_AS, so the sandbox's memory-limit cases and its
+	@# exact pool timing run once more without -race.
+	$(GO) test -count=1 -timeout 5m -run 'TestCommand|TestPool' ./consumers/sandbox
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 PY_VENV ?= $(CURDIR)/python/.venv

@@ -88,13 +88,16 @@ func checkText(s string, max int, multiline bool) string {
 
 // checker accumulates the first failure of a record's validation; the rules read as a list.
 type checker struct {
-	record string
-	err    *FieldError
+	// kind and kv name the record; the name is rendered only when a rule fails, so validating a
+	// good record allocates nothing for it.
+	kind string
+	kv   [4]string
+	err  *FieldError
 }
 
 func (c *checker) fail(field string, value any, cause error, format string, args ...any) {
 	if c.err == nil {
-		c.err = &FieldError{Record: c.record, Field: field, Value: value, Reason: fmt.Sprintf(format, args...), Err: cause}
+		c.err = &FieldError{Record: recordName(c.kind, c.kv[:]...), Field: field, Value: value, Reason: fmt.Sprintf(format, args...), Err: cause}
 	}
 }
 
@@ -189,7 +192,7 @@ func recordName(kind string, kv ...string) string {
 // Validate checks a rollout against the wire contract; the error is a *FieldError naming the
 // first bad field.
 func (r *Rollout) Validate() error {
-	c := checker{record: recordName("rollout", "run", r.RunID, "rollout", r.RolloutID)}
+	c := checker{kind: "rollout", kv: [4]string{"run", r.RunID, "rollout", r.RolloutID}}
 	c.schema(r.Schema, SchemaRollout)
 	c.id("run_id", r.RunID)
 	c.step(r.Step)
@@ -246,7 +249,7 @@ func (r *Rollout) Validate() error {
 // Validate checks a step manifest: at least one group, unique group ids, sizes in
 // [1,MaxGroupSize].
 func (m *StepManifest) Validate() error {
-	c := checker{record: recordName("step", "run", m.RunID, "step", strconv.FormatInt(m.Step, 10))}
+	c := checker{kind: "step", kv: [4]string{"run", m.RunID, "step", strconv.FormatInt(m.Step, 10)}}
 	c.schema(m.Schema, SchemaStep)
 	c.id("run_id", m.RunID)
 	c.step(m.Step)
@@ -299,7 +302,7 @@ func (c *checker) scoreStatus(score *float64, status Status, reason string, impu
 // Validate checks a world-model reward: score present iff status is ok, finite, in
 // [ScoreMin,ScoreMax]; failures carry a reason.
 func (p *PredictedReward) Validate() error {
-	c := checker{record: recordName("predicted", "run", p.RunID, "rollout", p.RolloutID)}
+	c := checker{kind: "predicted", kv: [4]string{"run", p.RunID, "rollout", p.RolloutID}}
 	c.schema(p.Schema, SchemaPredicted)
 	c.id("run_id", p.RunID)
 	c.step(p.Step)
@@ -319,7 +322,7 @@ func (p *PredictedReward) Validate() error {
 // Validate checks a sandbox reward: score present iff status is ok, or imputed with a failure
 // status (then score and reason are both required).
 func (e *ExecutedReward) Validate() error {
-	c := checker{record: recordName("executed", "run", e.RunID, "rollout", e.RolloutID)}
+	c := checker{kind: "executed", kv: [4]string{"run", e.RunID, "rollout", e.RolloutID}}
 	c.schema(e.Schema, SchemaExecuted)
 	c.id("run_id", e.RunID)
 	c.step(e.Step)
@@ -336,7 +339,7 @@ func (e *ExecutedReward) Validate() error {
 // Validate checks a calibration snapshot: ids, a content digest, finite numbers, and a monotone
 // fit (break_x and break_y of equal length, both non-decreasing, within [ScoreMin,ScoreMax]).
 func (s *CalibrationSnapshot) Validate() error {
-	c := checker{record: recordName("calibration", "run", s.RunID, "stream", s.Stream)}
+	c := checker{kind: "calibration", kv: [4]string{"run", s.RunID, "stream", s.Stream}}
 	c.schema(s.Schema, SchemaCalibration)
 	c.id("run_id", s.RunID)
 	c.id("stream", s.Stream)
@@ -381,7 +384,7 @@ func (c *checker) monotone(field string, xs []float64) {
 // unmasked row (Mask true) has a source whose reward is present; a masked row (Mask false) has
 // advantage 0, so a trainer that ignores the mask still adds nothing for it.
 func (a *AdvantageRow) Validate() error {
-	c := checker{record: recordName("advantage", "run", a.RunID, "rollout", a.RolloutID)}
+	c := checker{kind: "advantage", kv: [4]string{"run", a.RunID, "rollout", a.RolloutID}}
 	c.id("run_id", a.RunID)
 	c.id("stream", a.Stream)
 	c.step(a.Step)

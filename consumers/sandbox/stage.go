@@ -89,7 +89,8 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 		Artifact: data, ArtifactName: h.cfg.ArtifactName,
 	})
 	if err != nil {
-		return nil, ctx.Err()
+		// Submit fails only when ctx ends before a slot frees: the record is handed back.
+		return nil, err
 	}
 	if res.Canceled() {
 		// Shutdown interrupted the run; the record is handed back and executed again later.
@@ -145,8 +146,8 @@ func limitText(s string, max int) string {
 
 // NewStage builds the sandbox stage over the stage runtime: it consumes the rollouts topic
 // (sc.Topics defaults to it, sc.Name to StageName). The pool's slots bound executions; the
-// runtime runs 2×slots handlers by default so that a slot freed while its handler waits for the
-// produce acknowledgement is taken by the next anchor rollout at once.
+// runtime runs 2×slots handlers by default so that decoding a rollout and resolving its artifact
+// overlap with the executions, and a freed slot is taken by the next anchor rollout at once.
 func NewStage(sc stage.Config, hc HandlerConfig) (*stage.Stage, error) {
 	if sc.Names.Prefix == "" {
 		sc.Names = topics.NewNames("")

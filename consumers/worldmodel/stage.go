@@ -23,8 +23,8 @@ type HandlerConfig struct {
 	Scorer Scorer
 	Names  topics.Names
 	// Concurrency bounds the Score calls in flight (default 1). It is separate from the stage
-	// runtime's handler bound so that a handler waiting for its output's produce acknowledgement
-	// does not hold a scoring slot: NewStage runs 2×Concurrency handlers for that reason.
+	// runtime's handler bound so that decoding and artifact resolution do not hold a scoring
+	// slot: NewStage runs 2×Concurrency handlers for that reason.
 	Concurrency int
 	// Model labels the records' model field (e.g. the served model name).
 	Model string

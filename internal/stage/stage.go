@@ -64,7 +64,9 @@ type Stage struct {
 	metrics *metrics
 	healthy atomic.Bool
 	fatal   chan error
-	wg      sync.WaitGroup
+	// produceCtx bounds output produces; Run cancels it when the shutdown grace ends.
+	produceCtx context.Context
+	wg         sync.WaitGroup
 }
 
 // New connects the stage's client; Run starts consuming.
@@ -149,6 +151,12 @@ func (s *Stage) Run(ctx context.Context) error {
 	}
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
+	// Outputs are produced under their own context so shutdown does not abort a record half
+	// way; it is cancelled when the grace period ends, so an unreachable broker cannot hold
+	// shutdown for the whole record delivery timeout. Unacknowledged records are handed back.
+	pctx, cancelProduce := context.WithCancel(context.Background())
+	defer cancelProduce()
+	s.produceCtx = pctx
 	commitDone := make(chan struct{})
 	commitCtx, stopCommits := context.WithCancel(context.Background())
 	go func() {
@@ -202,13 +210,11 @@ poll:
 	}
 	s.healthy.Store(false)
 	s.log.Info("stopping: waiting for in-flight records", "inflight", len(sem), "grace", s.cfg.ShutdownGrace)
-	graceOver := atomic.Bool{}
 	timer := time.AfterFunc(s.cfg.ShutdownGrace, func() {
-		graceOver.Store(true)
 		cancelHandlers()
-		s.track.wake()
+		cancelProduce()
 	})
-	s.wg.Wait()
+	s.waitHandlers(s.cfg.ShutdownGrace + produceAckGrace)
 	timer.Stop()
 	stopCommits()
 	<-commitDone
@@ -228,6 +234,26 @@ poll:
 		}
 	}
 	return runErr
+}
+
+// produceAckGrace is how long shutdown still waits, after the grace period, for acknowledgements
+// of produce requests already on the wire; franz-go cannot cancel those.
+const produceAckGrace = 5 * time.Second
+
+// waitHandlers waits for every dispatched record to finish, at most d. Records still
+// unacknowledged then stay uncommitted (the commit point stays below them) and are redone by
+// the next owner; closing the client fails them.
+func (s *Stage) waitHandlers(d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		s.log.Warn("shutdown: giving up on unacknowledged outputs; their inputs stay uncommitted", "waited", d)
+	}
 }
 
 // handle runs the handler for one record and produces its outputs, or its dead letter. The
@@ -275,6 +301,10 @@ func (s *Stage) handle(ctx context.Context, r *kgo.Record, release func()) {
 		}
 		if firstErr != nil {
 			s.track.handBack(r.Topic, r.Partition, r.Offset)
+			if s.produceCtx.Err() != nil {
+				done("handed_back") // shutdown grace ended before the broker acknowledged
+				return
+			}
 			select {
 			case s.fatal <- fmt.Errorf("stage %s: produce outputs of %s/%d@%d: %w", s.cfg.Name, r.Topic, r.Partition, r.Offset, firstErr):
 			default:
@@ -288,7 +318,7 @@ func (s *Stage) handle(ctx context.Context, r *kgo.Record, release func()) {
 		done(result)
 	}
 	for _, o := range outs {
-		s.cl.Produce(context.WithoutCancel(ctx), o, acked)
+		s.cl.Produce(s.produceCtx, o, acked)
 	}
 }
 

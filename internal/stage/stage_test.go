@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/topics"
@@ -182,4 +183,62 @@ func TestStageHandsBackOnShutdown(t *testing.T) {
 func TestStageRealBroker(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	runEcho(t, brokers, testenv.Name(t)+".")
+}
+
+// TestStageShutdownWithUnacknowledgedProduce checks that a broker that never acknowledges the
+// outputs cannot hold shutdown beyond the grace period: the record is handed back, not
+// committed, and Run returns without error.
+func TestStageShutdownWithUnacknowledgedProduce(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopics(ctx, 1, 1, nil, "in", "out"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// From now on the broker swallows every produce request until the test ends.
+	release := make(chan struct{})
+	defer close(release)
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		c.SleepControl(func() { <-release })
+		return nil, errors.New("test: produce dropped"), true
+	})
+	handled := make(chan struct{}, 1)
+	h := func(context.Context, *kgo.Record) ([]*kgo.Record, error) {
+		handled <- struct{}{}
+		return []*kgo.Record{{Topic: "out", Value: []byte("y")}}, nil
+	}
+	st, err := New(Config{Name: "stuck", Topics: []string{"in"}, KafkaOpts: []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)},
+		ShutdownGrace: 200 * time.Millisecond, CommitInterval: time.Hour}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- st.Run(runCtx) }()
+	<-handled
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after a graceful stop: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("shutdown waited for a produce acknowledgement far beyond the grace period")
+	}
+	if o := st.track.committable(nil); len(o) != 0 {
+		t.Fatalf("an unacknowledged record became committable: %v", o)
+	}
 }

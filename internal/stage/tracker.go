@@ -152,7 +152,10 @@ func (t *tracker) committedAt(c map[string]map[int32]commitAt) {
 	defer t.mu.Unlock()
 	for topic, ps := range c {
 		for p, at := range ps {
-			t.committed[tp{topic, p}] = at.offset
+			// A partition revoked while its commit was in flight stays forgotten.
+			if _, owned := t.parts[tp{topic, p}]; owned {
+				t.committed[tp{topic, p}] = at.offset
+			}
 		}
 	}
 }
