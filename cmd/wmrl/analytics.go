@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
@@ -19,6 +20,7 @@ func init() { register(newAnalyticsCmd) }
 func newAnalyticsCmd(a *app) *cobra.Command {
 	var out, group, run string
 	var roll int
+	var groupWait time.Duration
 	cmd := &cobra.Command{
 		Use:   "analytics",
 		Short: "Tap advantages and calibration into Parquet files (kafka-go consumer, read_committed)",
@@ -27,7 +29,13 @@ segmentio/kafka-go and writes, per run, advantages-<run>-<first>-<last>.parquet 
 wire schema) and calibration-<run>-<first>-<last>.parquet (run, stream, step, fit_version, pairs,
 step_pairs, anchor_weight, bias_before, bias_after, breakpoints_x/_y, digest), rolled every
 --roll-steps steps. Offsets are committed only after a file is fsynced and renamed into place; on
-SIGINT/SIGTERM the partial files are flushed before exiting.`,
+SIGINT/SIGTERM the partial files are flushed before exiting.
+
+Run one analytics process per consumer group. kafka-go does not tell the tap which partitions a
+rebalance took away, so two taps sharing a group could move each other's offsets back. The tap
+therefore waits up to --group-wait for the group to be empty before joining (a crashed tap's
+membership expires after 30s) and fails otherwise; if the group rebalances later (another consumer
+joined or left) it exits with an error without committing, and is safe to restart.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
@@ -42,7 +50,7 @@ SIGINT/SIGTERM the partial files are flushed before exiting.`,
 				return err
 			}
 			tap, err := analytics.New(analytics.Config{Brokers: a.conn.Seeds(), TLS: tc, SASL: mech, Names: a.conn.Names(),
-				Group: group, Dir: out, RollSteps: roll, RunID: run, Logger: a.log})
+				Group: group, GroupWait: groupWait, Dir: out, RollSteps: roll, RunID: run, Logger: a.log})
 			if err != nil {
 				return err
 			}
@@ -53,7 +61,8 @@ SIGINT/SIGTERM the partial files are flushed before exiting.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&out, "out", "", "directory for the Parquet files (created if missing)")
-	f.StringVar(&group, "group", analytics.DefaultGroup, "consumer group of the tap")
+	f.StringVar(&group, "group", analytics.DefaultGroup, "consumer group of the tap (one tap per group)")
+	f.DurationVar(&groupWait, "group-wait", analytics.DefaultGroupWait, "how long to wait for the group to be empty before failing")
 	f.IntVar(&roll, "roll-steps", analytics.DefaultRollSteps, "close a run's files after this many steps")
 	f.StringVar(&run, "run", "", "only this run (empty: every run)")
 	return cmd

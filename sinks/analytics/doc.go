@@ -10,6 +10,12 @@
 // record-batch producer ids, control batches and the broker's aborted-transaction list, and drops
 // what a Java read_committed consumer would drop (see txnFilter).
 //
+// One tap per consumer group is supported. kafka-go's Reader has no revoke callback and does not
+// expose the assignment, so a tap sharing its group would keep holds for partitions it lost and
+// commit offsets another member now owns, possibly moving them back. Run therefore waits for the
+// group to be empty before joining (ErrGroupInUse after Config.GroupWait) and stops with
+// ErrRebalanced, committing nothing more, once the reader reports a second group generation.
+//
 // Files are at-least-once: after a crash between a rename and its commit, the records are
 // written again on restart, possibly into a file with a different step range. Readers dedupe by
 // (run, step, group, rollout) for advantages and (run, stream, step) for calibration.

@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -66,6 +68,7 @@ func TestTapWritesExactlyTheCommittedRecords(t *testing.T) {
 	defer cancel()
 	wantRows := map[string][]topics.AdvantageRow{}
 	wantCal := map[string][]CalibrationRow{}
+	visible := int64(0) // committed records produced: what the tap must consume before it stops
 	send := func(run string, step int64, commit bool) {
 		rows := advRows(run, step, !commit)
 		recs, err := names.AdvantageRecords(run, "", step, rows, 4096)
@@ -93,6 +96,7 @@ func TestTapWritesExactlyTheCommittedRecords(t *testing.T) {
 		if commit {
 			wantRows[run] = append(wantRows[run], rows...)
 			wantCal[run] = append(wantCal[run], CalibrationRowOf(snap))
+			visible += int64(len(recs) + 1)
 		}
 	}
 	for step := int64(0); step < 5; step++ {
@@ -115,7 +119,18 @@ func TestTapWritesExactlyTheCommittedRecords(t *testing.T) {
 	for _, f := range []string{"advantages-a-2-3.parquet", "advantages-b-0-1.parquet", "calibration-a-2-3.parquet", "calibration-b-0-1.parquet"} {
 		waitFile(t, ctx, filepath.Join(dir, f), done)
 	}
-	time.Sleep(time.Second) // let step 4 of run a reach the tap; it stays pending (RollSteps 2)
+	// A second tap on the same group must not join it (it would take partitions whose offsets
+	// the first tap commits).
+	second, err := New(Config{Brokers: seeds, AdvantagesTopic: advTopic, CalibrationTopic: calTopic, Group: tap.cfg.Group, Dir: t.TempDir(), GroupWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Run(ctx); !errors.Is(err, ErrGroupInUse) {
+		t.Fatalf("second tap on the group: Run = %v, want ErrGroupInUse", err)
+	}
+	// Step 4 of run a stays pending (RollSteps 2) until shutdown flushes it; stop only once the
+	// tap has consumed every committed record.
+	waitStats(t, ctx, tap, done, func(s Stats) bool { return s.Messages-s.Hidden >= visible })
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -176,6 +191,20 @@ func TestTapWritesExactlyTheCommittedRecords(t *testing.T) {
 	})
 }
 
+// waitStats polls tap.Stats until ok holds.
+func waitStats(t *testing.T, ctx context.Context, tap *Tap, done <-chan error, ok func(Stats) bool) {
+	t.Helper()
+	for !ok(tap.Stats()) {
+		select {
+		case err := <-done:
+			t.Fatalf("tap stopped early (stats %+v): %v", tap.Stats(), err)
+		case <-ctx.Done():
+			t.Fatalf("stats %+v never reached the expected state: %v", tap.Stats(), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func waitFile(t *testing.T, ctx context.Context, path string, done <-chan error) {
 	t.Helper()
 	for {
@@ -189,5 +218,77 @@ func waitFile(t *testing.T, ctx context.Context, path string, done <-chan error)
 			t.Fatalf("%s did not appear: %v", path, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// TestTapStopsOnRebalance lets another consumer join the tap's group while a segment is pending
+// and checks that the tap stops with ErrRebalanced without committing that segment's offsets.
+func TestTapStopsOnRebalance(t *testing.T) {
+	seeds := testenv.Kafka(t)
+	advTopic := testenv.Topic(t, seeds, 2)
+	calTopic := testenv.Topic(t, seeds, 2)
+	names := topics.NewNames("")
+	prod, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var produced int64
+	for step := int64(0); step < 3; step++ {
+		recs, err := names.AdvantageRecords("a", "", step, advRows("a", step, false), 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			r.Topic = advTopic
+		}
+		if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		produced += int64(len(recs))
+	}
+	dir := t.TempDir()
+	group := testenv.Name(t)
+	tap, err := New(Config{Brokers: seeds, AdvantagesTopic: advTopic, CalibrationTopic: calTopic, Group: group, Dir: dir, RollSteps: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- tap.Run(runCtx) }()
+	waitStats(t, ctx, tap, done, func(s Stats) bool { return s.Messages >= produced && s.Files >= 1 })
+
+	adm := kadm.NewClient(prod)
+	before, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := kafka.NewReader(kafka.ReaderConfig{Brokers: seeds, GroupID: group, GroupTopics: []string{advTopic, calTopic}})
+	defer other.Close()
+	for tap.generations() < 2 {
+		select {
+		case err := <-done:
+			t.Fatalf("tap stopped before the rebalance reached it: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("the tap never saw the second member join: %v", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	stop()
+	if err := <-done; !errors.Is(err, ErrRebalanced) {
+		t.Fatalf("Run after a rebalance = %v, want ErrRebalanced", err)
+	}
+	after, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(before.Offsets(), after.Offsets()) {
+		t.Errorf("offsets moved after the rebalance:\nbefore %v\n after %v", before.Offsets(), after.Offsets())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "advantages-a-0-1.parquet")); err != nil {
+		t.Errorf("file rolled before the rebalance: %v", err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -27,6 +29,25 @@ const (
 // shutdownTimeout bounds flushing partial files and the final commit on shutdown.
 const shutdownTimeout = 30 * time.Second
 
+// sessionTimeout is the reader's group session timeout: how long the broker keeps the membership
+// of a tap that died without leaving.
+const sessionTimeout = 30 * time.Second
+
+// DefaultGroupWait is how long Run waits for the group to have no members: a crashed
+// predecessor's membership expires after sessionTimeout.
+const DefaultGroupWait = sessionTimeout + 5*time.Second
+
+// One tap per consumer group is supported: kafka-go's Reader tells the application neither which
+// partitions it lost in a rebalance nor which it holds, so a tap sharing its group could commit
+// offsets of partitions now owned by another instance and move them backwards.
+var (
+	// ErrGroupInUse is returned by Run when the group still has members after Config.GroupWait.
+	ErrGroupInUse = errors.New("analytics: consumer group has other members (one tap per group is supported)")
+	// ErrRebalanced is returned by Run when the group rebalanced after the tap joined it (another
+	// consumer joined or left); the tap stops without committing, so nothing is lost.
+	ErrRebalanced = errors.New("analytics: consumer group rebalanced (one tap per group is supported)")
+)
+
 // Config configures a Tap.
 type Config struct {
 	// Brokers are the seed brokers; TLS and SASL are optional (kafka-go's types).
@@ -44,8 +65,11 @@ type Config struct {
 	// RollSteps closes a run's files once they hold this many steps (default DefaultRollSteps).
 	RollSteps int
 	// RunID keeps only this run; empty keeps all.
-	RunID  string
-	Logger *slog.Logger
+	RunID string
+	// GroupWait bounds how long Run waits for other members to leave Group before failing
+	// with ErrGroupInUse (default DefaultGroupWait).
+	GroupWait time.Duration
+	Logger    *slog.Logger
 }
 
 // Stats counts what the tap has done.
@@ -65,11 +89,17 @@ type Tap struct {
 	advTopic string
 	calTopic string
 	log      *slog.Logger
-	r        *kafka.Reader
+	rcfg     kafka.ReaderConfig
+	r        *kafka.Reader // created by Run: a kafka-go group reader joins its group at once
+	client   *kafka.Client
 	filter   *txnFilter
 	asm      *trainer.Assembler
 	runs     map[string]*segment
-	stats    Stats
+	mu       sync.Mutex // guards stats, joins and the r field, read by Stats while Run runs
+	// joins counts the reader's group generations (kafka-go's Rebalances); more than one means
+	// the group changed under the tap.
+	joins int64
+	stats Stats
 }
 
 // segment is what a run has buffered for its next pair of files.
@@ -85,7 +115,8 @@ type calEntry struct {
 	pos trainer.Pos
 }
 
-// New creates the output directory and the kafka-go reader; consumption starts in Run.
+// New creates the output directory and configures the kafka-go reader; Run creates it and
+// consumes.
 func New(cfg Config) (*Tap, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("analytics: no brokers")
@@ -101,6 +132,9 @@ func New(cfg Config) (*Tap, error) {
 	}
 	if cfg.RollSteps <= 0 {
 		cfg.RollSteps = DefaultRollSteps
+	}
+	if cfg.GroupWait <= 0 {
+		cfg.GroupWait = DefaultGroupWait
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("analytics: %w", err)
@@ -119,24 +153,41 @@ func New(cfg Config) (*Tap, error) {
 	}
 	t.log = t.log.With("component", "analytics", "group", cfg.Group)
 	dialer := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: cfg.TLS, SASLMechanism: cfg.SASL}
-	t.r = kafka.NewReader(kafka.ReaderConfig{
+	t.rcfg = kafka.ReaderConfig{
 		Brokers:        cfg.Brokers,
 		GroupID:        cfg.Group,
 		GroupTopics:    []string{t.advTopic, t.calTopic},
 		IsolationLevel: kafka.ReadCommitted,
 		StartOffset:    kafka.FirstOffset,
 		MaxWait:        500 * time.Millisecond,
+		SessionTimeout: sessionTimeout,
 		Dialer:         dialer,
 		// CommitInterval 0: CommitMessages commits synchronously, after the file is durable.
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) { t.log.Warn(fmt.Sprintf(msg, args...)) }),
-	})
-	t.filter = newTxnFilter(&kafka.Transport{TLS: cfg.TLS, SASL: cfg.SASL}, kafka.TCP(cfg.Brokers...))
+	}
+	transport := &kafka.Transport{TLS: cfg.TLS, SASL: cfg.SASL}
+	t.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: transport}
+	t.filter = newTxnFilter(transport, kafka.TCP(cfg.Brokers...))
 	return t, nil
 }
 
 // Run consumes until ctx ends, then flushes partial files, commits and closes the reader
-// (SIGTERM handling: cancel ctx). It returns nil after a clean shutdown.
+// (SIGTERM handling: cancel ctx). It returns nil after a clean shutdown. It first waits for the
+// group to be empty (ErrGroupInUse if it is not within Config.GroupWait), and stops with
+// ErrRebalanced, without committing, if the group rebalances later.
 func (t *Tap) Run(ctx context.Context) error {
+	if t.r != nil {
+		return errors.New("analytics: Run called twice")
+	}
+	if err := t.waitGroupEmpty(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	t.mu.Lock()
+	t.r = kafka.NewReader(t.rcfg)
+	t.mu.Unlock()
 	defer t.r.Close()
 	for {
 		m, err := t.r.FetchMessage(ctx)
@@ -147,10 +198,45 @@ func (t *Tap) Run(ctx context.Context) error {
 			return fmt.Errorf("analytics: fetch: %w", err)
 		}
 		if err := t.handle(ctx, m); err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil && !errors.Is(err, ErrRebalanced) {
 				return t.shutdown()
 			}
 			return err
+		}
+	}
+}
+
+// waitGroupEmpty returns once the group has no members: an earlier tap that crashed keeps its
+// membership until its session times out, and one that is alive must not share the group.
+func (t *Tap) waitGroupEmpty(ctx context.Context) error {
+	deadline := time.Now().Add(t.cfg.GroupWait)
+	for warned := false; ; warned = true {
+		resp, err := t.client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{t.cfg.Group}})
+		if err != nil {
+			return fmt.Errorf("analytics: describe group %s: %w", t.cfg.Group, err)
+		}
+		var members []string
+		for _, g := range resp.Groups {
+			if g.Error != nil {
+				return fmt.Errorf("analytics: describe group %s: %w", t.cfg.Group, g.Error)
+			}
+			for _, m := range g.Members {
+				members = append(members, m.ClientID+"@"+m.ClientHost)
+			}
+		}
+		if len(members) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: group %s has members %s after %s", ErrGroupInUse, t.cfg.Group, strings.Join(members, ", "), t.cfg.GroupWait)
+		}
+		if !warned {
+			t.log.Warn("group has members; waiting for them to leave or time out (one tap per group is supported)", "members", members, "wait", t.cfg.GroupWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
 		}
 	}
 }
@@ -164,19 +250,19 @@ func (t *Tap) shutdown() error {
 			errs = append(errs, err)
 		}
 	}
-	t.log.Info("analytics stopped", "stats", fmt.Sprintf("%+v", t.stats))
+	t.log.Info("analytics stopped", "stats", fmt.Sprintf("%+v", t.Stats()))
 	return errors.Join(errs...)
 }
 
 func (t *Tap) handle(ctx context.Context, m kafka.Message) error {
-	t.stats.Messages++
+	t.count(func(s *Stats) { s.Messages++ })
 	pos := trainer.Pos{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset}
 	ok, err := t.filter.visible(ctx, m.Topic, m.Partition, m.Offset)
 	if err != nil {
 		return fmt.Errorf("analytics: %w", err)
 	}
 	if !ok {
-		t.stats.Hidden++
+		t.count(func(s *Stats) { s.Hidden++ })
 		t.asm.Offsets().Consumed(pos)
 		return nil
 	}
@@ -188,7 +274,7 @@ func (t *Tap) handle(ctx context.Context, m kafka.Message) error {
 		}
 		steps, errs := t.asm.Add(rec)
 		for _, err := range errs {
-			t.stats.Skipped++
+			t.count(func(s *Stats) { s.Skipped++ })
 			t.log.Warn("skipped advantage record", "err", err)
 		}
 		for _, st := range steps {
@@ -203,7 +289,7 @@ func (t *Tap) handle(ctx context.Context, m kafka.Message) error {
 	case t.calTopic:
 		snap, err := topics.DecodeCalibration(m.Value)
 		if err != nil {
-			t.stats.Skipped++
+			t.count(func(s *Stats) { s.Skipped++ })
 			t.asm.Offsets().Consumed(pos)
 			t.log.Warn("skipped calibration record", "record", pos.String(), "err", err)
 			return nil
@@ -257,9 +343,7 @@ func (t *Tap) roll(ctx context.Context, run string) error {
 		if err := writeFileAtomic(t.cfg.Dir, name, data); err != nil {
 			return fmt.Errorf("analytics: %w", err)
 		}
-		t.stats.Files++
-		t.stats.Steps += int64(len(seg.steps))
-		t.stats.Rows += int64(n)
+		t.count(func(s *Stats) { s.Files++; s.Steps += int64(len(seg.steps)); s.Rows += int64(n) })
 		t.log.Info("wrote advantages", "file", name, "steps", len(seg.steps), "rows", n)
 	}
 	if len(seg.calib) > 0 {
@@ -282,8 +366,7 @@ func (t *Tap) roll(ctx context.Context, run string) error {
 		if err := writeFileAtomic(t.cfg.Dir, name, data); err != nil {
 			return fmt.Errorf("analytics: %w", err)
 		}
-		t.stats.Files++
-		t.stats.Calibration += int64(len(rows))
+		t.count(func(s *Stats) { s.Files++; s.Calibration += int64(len(rows)) })
 		t.log.Info("wrote calibration", "file", name, "snapshots", len(rows))
 	}
 	for _, st := range seg.steps {
@@ -308,6 +391,11 @@ func (t *Tap) commit(ctx context.Context) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	// kafka-go does not say which partitions a rebalance took away, so after a second
+	// generation these offsets may belong to another member: refuse to commit them.
+	if n := t.generations(); n > 1 {
+		return fmt.Errorf("%w: group %s, %d generations since the tap joined; restart it once it is alone in the group", ErrRebalanced, t.cfg.Group, n)
+	}
 	if err := t.r.CommitMessages(ctx, msgs...); err != nil {
 		return fmt.Errorf("analytics: commit: %w", err)
 	}
@@ -315,8 +403,28 @@ func (t *Tap) commit(ctx context.Context) error {
 	return nil
 }
 
-// Stats returns the counters; call it after Run returns or from the Run goroutine.
-func (t *Tap) Stats() Stats { return t.stats }
+// Stats returns the counters so far; it is safe to call while Run runs.
+func (t *Tap) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stats
+}
+
+// generations returns how many group generations the reader has joined so far.
+func (t *Tap) generations() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.r != nil {
+		t.joins += t.r.Stats().Rebalances
+	}
+	return t.joins
+}
+
+func (t *Tap) count(f func(*Stats)) {
+	t.mu.Lock()
+	f(&t.stats)
+	t.mu.Unlock()
+}
 
 func sortedRuns(m map[string]*segment) []string {
 	out := make([]string, 0, len(m))
