@@ -146,7 +146,10 @@ type Generator struct {
 	backend Backend
 	cl      *kgo.Client
 	log     *slog.Logger
-	seen    map[string]int64 // group id → step, to refuse reused ids
+	// seen maps backend-supplied group ids to their step, to refuse an id reused in a later step
+	// (its anchor choice would repeat every step). Generated ids embed the step, so they cannot
+	// repeat and are not remembered: memory grows only with explicitly named groups.
+	seen    map[string]int64
 	last    int64
 	started bool
 }
@@ -241,8 +244,10 @@ func (g *Generator) Publish(ctx context.Context, b StepBatch) (Stats, error) {
 	if err := g.cl.ProduceSync(ctx, mrec).FirstErr(); err != nil {
 		return st, fmt.Errorf("producers: step %d: produce manifest: %w", b.Step, err)
 	}
-	for _, gm := range manifest.Groups {
-		g.seen[gm.GroupID] = b.Step
+	for _, gs := range b.Groups {
+		if gs.GroupID != "" {
+			g.seen[gs.GroupID] = b.Step
+		}
 	}
 	g.last, g.started = b.Step, true
 	g.log.Info("step published", "step", b.Step, "groups", st.Groups, "rollouts", st.Rollouts, "anchor_groups", st.AnchorGroups, "by_reference", st.ByReference)
