@@ -18,7 +18,7 @@ func init() { benchCommands = append(benchCommands, newBenchCorrectionCmd) }
 
 func newBenchCorrectionCmd(a *app) *cobra.Command {
 	cfg := correctionstage.BenchConfig{
-		Workload: correctionstage.SynthConfig{Runs: 6, Steps: 40, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1},
+		Workload: correctionstage.SynthConfig{Runs: 6, Steps: 120, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1},
 	}
 	var corrCfg func() (correction.Config, error)
 	var embedded bool
