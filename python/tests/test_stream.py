@@ -23,7 +23,7 @@ from wmrl_client import (
     encode_advantages,
 )
 from wmrl_client.producer import record_headers
-from wmrl_client.stream import parse_chunk
+from wmrl_client.stream import DELIVERED_MEMORY, ChunkMismatchError, StaleStepError, parse_chunk
 
 TOPIC = "wmrl.advantages.v1"
 
@@ -131,8 +131,8 @@ def test_interleaved_steps_across_partitions(fake_consumer: Callable[..., FakeCo
     log.add(encode_advantages(a[4:]), h(0, 1, 2, 4), partition=0)
     s, _ = open_stream(fake_consumer, log)
     got = list(s)
-    assert [x.step for x in got] == [1, 0]
-    assert got[1].rows() == a and got[0].rows() == b
+    assert [x.step for x in got] == [0, 1]  # step order, though step 1 completed first
+    assert got[0].rows() == a and got[1].rows() == b
 
 
 def test_ack_commits_below_lowest_unacked(fake_consumer: Callable[..., FakeConsumer]) -> None:
@@ -155,7 +155,7 @@ def test_ack_commits_below_lowest_unacked(fake_consumer: Callable[..., FakeConsu
     steps[2].ack()
     assert consumer.committed_offsets() == {(TOPIC, 0): 9}
     assert all(x.acked for x in steps)
-    assert s.pending == {"incomplete": [], "unacked": []}
+    assert s.pending == {"incomplete": [], "waiting": [], "unacked": []}
 
 
 def test_async_commit(fake_consumer: Callable[..., FakeConsumer]) -> None:
@@ -168,25 +168,55 @@ def test_async_commit(fake_consumer: Callable[..., FakeConsumer]) -> None:
     assert callable(s.config["on_commit"])
 
 
-def test_incomplete_step_holds_commit(fake_consumer: Callable[..., FakeConsumer]) -> None:
+def test_incomplete_step_holds_commit_and_later_steps(fake_consumer: Callable[..., FakeConsumer]) -> None:
     log = Log()
     rows = step_rows("r1", 0)
     h = record_headers("wmrl.advantages.v1", "r1", 0) + [("wmrl-chunk", b"0/2"), ("wmrl-rows", b"4")]
     log.add(encode_advantages(rows[:4]), h)  # 0: chunk 0/2 of step 0, chunk 1 not yet written
     log.step("r1", 1, step_rows("r1", 1))  # 1, 2
     s, consumer = open_stream(fake_consumer, log)
-    (st,) = list(s)
-    assert st.step == 1
-    assert s.pending == {"incomplete": [0], "unacked": [1]}
-    st.ack()
-    assert consumer.committed_offsets() == {(TOPIC, 0): 0}  # offset 0 is still needed
+    assert list(s) == []  # step 1 is complete but waits for step 0, as Go's Assembler does
+    assert s.pending == {"incomplete": [0], "waiting": [1], "unacked": []}
     consumer.queue = [
-        FakeMessage(encode_advantages(rows[4:]), h[:4] + [("wmrl-chunk", b"1/2"), ("wmrl-rows", b"4")], 3, topic=TOPIC)
+        FakeMessage(encode_advantages(rows[4:]), h[:4] + [("wmrl-chunk", b"1/2"), ("wmrl-rows", b"4")], 4, topic=TOPIC)
     ]
-    (st0,) = list(s)
-    assert st0.step == 0 and st0.rows() == rows
+    st0, st1 = list(s)
+    assert (st0.step, st1.step) == (0, 1) and st0.rows() == rows
+    st1.ack()
+    assert consumer.committed_offsets() == {(TOPIC, 0): 0}  # offset 0 is still needed by step 0
     st0.ack()
-    assert consumer.committed_offsets() == {(TOPIC, 0): 4}
+    assert consumer.committed_offsets() == {(TOPIC, 0): 5}
+
+
+def test_max_buffered_steps_abandons_the_blocking_step(fake_consumer: Callable[..., FakeConsumer]) -> None:
+    log = Log()
+    h = record_headers("wmrl.advantages.v1", "r1", 0) + [("wmrl-chunk", b"0/2"), ("wmrl-rows", b"4")]
+    log.add(encode_advantages(step_rows("r1", 0)[:4]), h)  # step 0 never completes
+    for i in range(1, 4):
+        log.step("r1", i, step_rows("r1", i))
+    s, consumer = open_stream(fake_consumer, log, max_buffered_steps=2)
+    got = list(s)
+    assert [x.step for x in got] == [1, 2, 3]  # the third waiting step gives up on step 0
+    assert s.stats.abandoned_steps == 1 and s.pending["incomplete"] == []
+    for x in got:
+        x.ack()
+    assert consumer.committed_offsets() == {(TOPIC, 0): log.next[0] - 1}  # past the last record (not its marker)
+
+
+def test_done_steps_memory_is_bounded(fake_consumer: Callable[..., FakeConsumer]) -> None:
+    log = Log()
+    for i in range(DELIVERED_MEMORY + 3):
+        log.step("r1", i, step_rows("r1", i, 1), chunks=1)
+    log.step("r1", DELIVERED_MEMORY + 2, step_rows("r1", DELIVERED_MEMORY + 2, 1), chunks=1)  # recent: duplicate
+    log.step("r1", 0, step_rows("r1", 0, 1), chunks=1)  # forgotten: stale
+    s, _ = open_stream(fake_consumer, log)
+    it = iter(s)
+    got = [next(it).step for _ in range(DELIVERED_MEMORY + 3)]
+    assert got == list(range(DELIVERED_MEMORY + 3))
+    assert len(s._sums) == DELIVERED_MEMORY
+    with pytest.raises(StaleStepError, match="already delivered"):
+        next(it)
+    assert s.stats.duplicate_chunks == 1
 
 
 def test_break_keeps_unread_backlog(fake_consumer: Callable[..., FakeConsumer]) -> None:
@@ -208,6 +238,29 @@ def test_duplicate_step_and_chunk_skipped(fake_consumer: Callable[..., FakeConsu
     s, _ = open_stream(fake_consumer, log)
     assert [x.step for x in s] == [0]
     assert s.stats.duplicate_chunks == 2
+
+
+def _mutated(rows: list[AdvantageRow]) -> list[AdvantageRow]:
+    return [replace(rows[0], advantage=rows[0].advantage + 0.5), *rows[1:]]
+
+
+@pytest.mark.parametrize("delivered", [True, False])
+def test_differing_copy_of_a_chunk_is_a_mismatch(fake_consumer: Callable[..., FakeConsumer], delivered: bool) -> None:
+    """Go's ErrChunkMismatch: a copy is a duplicate only if its bytes are the same."""
+    rows = step_rows("r1", 0)
+    log = Log()
+    base = record_headers("wmrl.advantages.v1", "r1", 0)
+    log.add(encode_advantages(rows[:4]), base + [("wmrl-chunk", b"0/2"), ("wmrl-rows", b"4")])
+    if delivered:
+        log.add(encode_advantages(rows[4:]), base + [("wmrl-chunk", b"1/2"), ("wmrl-rows", b"4")])
+    log.add(encode_advantages(_mutated(rows[:4])), base + [("wmrl-chunk", b"0/2"), ("wmrl-rows", b"4")])
+    s, _ = open_stream(fake_consumer, log)
+    it = iter(s)
+    if delivered:
+        assert next(it).step == 0
+    with pytest.raises(ChunkMismatchError, match="differs from"):
+        next(it)
+    assert s.stats.duplicate_chunks == 0
 
 
 @pytest.mark.parametrize(
@@ -322,7 +375,7 @@ def test_revoke_drops_state_and_late_ack_commits_nothing(fake_consumer: Callable
     assert consumer.committed_offsets() == {(TOPIC, 0): 0}  # the unacked step held offset 0
     st.ack()
     assert len(consumer.commits) == 1
-    assert s.pending == {"incomplete": [], "unacked": []}
+    assert s.pending == {"incomplete": [], "waiting": [], "unacked": []}
 
 
 def test_to_numpy_and_to_torch_without_torch(

@@ -2,7 +2,12 @@
 
 The correction consumer writes each step's rows as n Arrow chunks in one Kafka transaction. The
 stream reads with ``isolation.level=read_committed`` (aborted chunks are never seen), reassembles
-chunks 0..n-1 of (run, step), validates them, and yields a ``Step``. Offsets are committed only
+chunks 0..n-1 of (run, step), validates them, and yields a ``Step``, in step order like Go's
+``trainer.Assembler``: a step that completes while a lower step still misses chunks waits for it
+(at most ``max_buffered_steps`` such steps wait; then the lower step is abandoned). A copy of a
+chunk is a duplicate only if its bytes hash the same (SHA-256) as the chunk already held or
+delivered; a different copy raises ``ChunkMismatchError``, and a chunk of an already delivered step
+that is no longer remembered raises ``StaleStepError``. Offsets are committed only
 by ``Step.ack()``, and never past a record that an unacknowledged or still incomplete step needs:
 per partition the commit is the lowest offset still held, so a trainer that crashes re-reads
 exactly the steps it had not acknowledged.
@@ -12,9 +17,10 @@ A consumer is not thread-safe: iterate and ack from one thread.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -41,6 +47,24 @@ NUMERIC_COLUMNS = (
     "step", "predicted", "predicted_ok", "calibrated", "executed", "executed_ok",
     "used", "advantage", "weight", "mask", "calibration_version",
 )  # fmt: skip
+
+DEFAULT_MAX_BUFFERED_STEPS = 16
+"""Go's trainer.DefaultMaxBufferedSteps: complete steps that may wait behind an incomplete one."""
+
+DELIVERED_MEMORY = 1024
+"""How many delivered steps keep their chunk hashes (Go's deliveredMemory), so a replayed copy of
+a recent step is recognized as a duplicate rather than reported as stale."""
+
+
+class ChunkMismatchError(ConflictError):
+    """A chunk contradicts the step's other copy: a different chunk count or different bytes
+    (Go's trainer.ErrChunkMismatch)."""
+
+
+class StaleStepError(ConflictError):
+    """A chunk of a step at or below the last delivered one whose chunks are no longer remembered
+    (Go's trainer.ErrStale)."""
+
 
 _TORCH_MISSING = (
     "Step.to_torch() needs PyTorch, which is not installed: pip install 'wmrl-client[torch]' "
@@ -194,11 +218,26 @@ class Step:
 class _Assembly:
     n: int
     chunks: dict[int, pa.Table] = field(default_factory=dict)
-    offsets: dict[TopicPartition, list[int]] = field(default_factory=dict)
+    sums: dict[int, bytes] = field(default_factory=dict)
+    pos: dict[int, tuple[TopicPartition, int]] = field(default_factory=dict)
+    table: pa.Table | None = None  # set once complete and validated
+
+    @property
+    def offsets(self) -> dict[TopicPartition, list[int]]:
+        out: dict[TopicPartition, list[int]] = {}
+        for tp, off in self.pos.values():
+            out.setdefault(tp, []).append(off)
+        return out
 
     def min_offset(self, tp: TopicPartition) -> int | None:
-        o = self.offsets.get(tp)
+        o = [off for p, off in self.pos.values() if p == tp]
         return min(o) if o else None
+
+    def drop(self, gone: set[TopicPartition]) -> None:
+        """Forget the chunks read from revoked partitions; their next owner reads them again."""
+        for i in [i for i, (tp, _) in self.pos.items() if tp in gone]:
+            del self.chunks[i], self.sums[i], self.pos[i]
+            self.table = None
 
 
 @dataclass
@@ -209,6 +248,7 @@ class StreamStats:
     skipped_other_runs: int = 0
     skipped_invalid: int = 0
     duplicate_chunks: int = 0
+    abandoned_steps: int = 0
     steps: int = 0
     rows: int = 0
     bytes: int = 0
@@ -231,8 +271,10 @@ class AdvantageStream:
     raising; a skipped record is committed past like a record of another run.
     ``async_commit=True`` makes ack() return without waiting for the broker (commits are
     cumulative, so a lost one is covered by the next; a crash may re-deliver the last few acked
-    steps). ``consumer_factory`` builds the consumer from the final librdkafka config (default:
-    confluent_kafka.Consumer); tests and instrumented wrappers pass their own.
+    steps). ``max_buffered_steps`` bounds the complete steps that wait behind an incomplete
+    lower step (Go's MaxBufferedSteps). ``consumer_factory`` builds the consumer from the final
+    librdkafka config (default: confluent_kafka.Consumer); tests and instrumented wrappers pass
+    their own.
     """
 
     def __init__(
@@ -250,6 +292,7 @@ class AdvantageStream:
         auto_offset_reset: Literal["earliest", "latest"] = "earliest",
         batch_size: int = 500,
         async_commit: bool = False,
+        max_buffered_steps: int = DEFAULT_MAX_BUFFERED_STEPS,
         consumer_config: Mapping[str, object] | None = None,
         consumer_factory: Callable[[dict[str, object]], Any] | None = None,
         **kafka_options: Any,
@@ -259,6 +302,8 @@ class AdvantageStream:
             raise ValueError(f"run_id {run_id!r}: {msg}")
         if not group_id:
             raise ValueError("group_id is required (offsets are committed for this consumer group)")
+        if max_buffered_steps < 1:
+            raise ValueError(f"max_buffered_steps {max_buffered_steps}: want at least 1")
         if on_invalid not in ("raise", "skip"):
             raise ValueError(f"on_invalid {on_invalid!r}: want 'raise' or 'skip'")
         opts = kafka if kafka is not None else KafkaOptions.from_env({}, **kafka_options)
@@ -292,9 +337,13 @@ class AdvantageStream:
         self._idle_timeout = idle_timeout
         self._batch_size = batch_size
         self._async_commit = async_commit
-        self._assembling: dict[int, _Assembly] = {}
+        self._max_buffered = max_buffered_steps
+        self._assembling: dict[int, _Assembly] = {}  # steps with chunks missing
+        self._ready: dict[int, _Assembly] = {}  # complete steps waiting behind a lower open step
         self._unacked: dict[int, Step] = {}
-        self._done_steps: set[int] = set()
+        self._delivered = -1  # highest step delivered
+        self._sums: OrderedDict[int, list[bytes]] = OrderedDict()  # chunk hashes of the last delivered steps
+        self._parts: set[TopicPartition] = set()  # partitions the run's records came from
         self._seen_end: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
         self._poisoned: dict[TopicPartition, int] = {}
@@ -326,8 +375,13 @@ class AdvantageStream:
 
     @property
     def pending(self) -> dict[str, list[int]]:
-        """Steps held back: 'incomplete' (chunks missing) and 'unacked' (yielded, not acknowledged)."""
-        return {"incomplete": sorted(self._assembling), "unacked": sorted(s.step for s in self._unacked.values())}
+        """Steps held back: 'incomplete' (chunks missing), 'waiting' (complete, behind an incomplete
+        lower step) and 'unacked' (yielded, not acknowledged)."""
+        return {
+            "incomplete": sorted(self._assembling),
+            "waiting": sorted(self._ready),
+            "unacked": sorted(s.step for s in self._unacked.values()),
+        }
 
     # ---- iteration
 
@@ -346,21 +400,19 @@ class AdvantageStream:
             last = time.monotonic()
             while self._backlog:
                 m = self._backlog.popleft()
-                step = self._handle(m)
-                if step is not None:
-                    yield step
+                yield from self._handle(m)
 
-    def _handle(self, m: Any) -> Step | None:
+    def _handle(self, m: Any) -> list[Step]:
         err = m.error()
         if err is not None:
             from confluent_kafka import KafkaError, KafkaException
 
             if err.code() == KafkaError._PARTITION_EOF:
-                return None
+                return []
             if err.fatal() or not err.retriable():
                 raise KafkaException(err)
             log.warning("wmrl_client: consumer error (retrying): %s", err)
-            return None
+            return []
         tp = (m.topic(), m.partition())
         off = m.offset()
         self.stats.records += 1
@@ -368,7 +420,7 @@ class AdvantageStream:
         self.stats.bytes += len(value)
         where = f"{tp[0]}[{tp[1]}]@{off}"
         try:
-            step = self._chunk(m, tp, off, value, where)
+            steps = self._chunk(m, tp, off, value, where)
         except WmrlError as e:
             if self._on_invalid == "skip":
                 self.stats.skipped_invalid += 1
@@ -378,12 +430,12 @@ class AdvantageStream:
                 self._poisoned[tp] = min(off, self._poisoned.get(tp, off))
                 e.add_note(f"record {where}")
                 raise
-            step = None
+            steps = []
         finally:
             self._seen_end[tp] = max(self._seen_end.get(tp, 0), off + 1)
-        return step
+        return steps
 
-    def _chunk(self, m: Any, tp: TopicPartition, off: int, value: bytes, where: str) -> Step | None:
+    def _chunk(self, m: Any, tp: TopicPartition, off: int, value: bytes, where: str) -> list[Step]:
         h = header_map(m.headers())
         schema = h.get(c.HEADER_SCHEMA)
         if schema is None:
@@ -397,7 +449,7 @@ class AdvantageStream:
             raise HeaderError(f"{where}: no {c.HEADER_RUN} header")
         if run != self.run_id:
             self.stats.skipped_other_runs += 1
-            return None
+            return []
         ct = h.get(c.HEADER_CONTENT_TYPE)
         if ct is not None and ct != c.CONTENT_TYPE_ARROW:
             raise HeaderError(f"{where}: {c.HEADER_CONTENT_TYPE} {ct!r}, want {c.CONTENT_TYPE_ARROW!r}")
@@ -407,17 +459,32 @@ class AdvantageStream:
         step = parse_canonical_int(h[c.HEADER_STEP], c.HEADER_STEP)
         i, n = parse_chunk(h[c.HEADER_CHUNK])
         nrows = parse_canonical_int(h[c.HEADER_ROWS], c.HEADER_ROWS)
-        if step in self._done_steps:
-            self.stats.duplicate_chunks += 1
-            log.warning("wmrl_client: %s: step %d of run %s was already delivered; skipping its copy", where, step, run)
-            return None
-        asm = self._assembling.get(step)
+        sum_ = hashlib.sha256(value).digest()
+        if step <= self._delivered:
+            sums = self._sums.get(step)
+            if sums is None:
+                raise StaleStepError(
+                    f"{where}: step {step} is at or below step {self._delivered}, already delivered for run {run}"
+                )
+            if len(sums) != n:
+                raise ChunkMismatchError(
+                    f"{where}: chunk {i}/{n}, but the delivered step {step} had {len(sums)} chunks"
+                )
+            if sums[i] != sum_:
+                raise ChunkMismatchError(
+                    f"{where}: chunk {i}/{n} differs from the chunk already delivered for step {step}"
+                )
+            return self._duplicate(where, i, n, step)
+        asm = self._assembling.get(step) or self._ready.get(step)
         if asm is not None and asm.n != n:
-            raise ConflictError(f"{where}: step {step} chunk {i}/{n}, but earlier chunks said {asm.n} chunks")
+            raise ChunkMismatchError(f"{where}: step {step} chunk {i}/{n}, but earlier chunks said {asm.n} chunks")
         if asm is not None and i in asm.chunks:
-            self.stats.duplicate_chunks += 1
-            log.warning("wmrl_client: %s: duplicate chunk %d/%d of step %d; keeping the first", where, i, n, step)
-            return None
+            if asm.sums[i] != sum_:
+                (ptp, poff) = asm.pos[i]
+                raise ChunkMismatchError(
+                    f"{where}: chunk {i}/{n} of step {step} differs from its copy at {ptp[0]}[{ptp[1]}]@{poff}"
+                )
+            return self._duplicate(where, i, n, step)
         table = decode_advantages(value, validate=False)
         if table.num_rows != nrows:
             raise ConflictError(f"{where}: {c.HEADER_ROWS} says {nrows} rows, the payload has {table.num_rows}")
@@ -429,19 +496,54 @@ class AdvantageStream:
         if asm is None:
             asm = self._assembling[step] = _Assembly(n)
         asm.chunks[i] = table
-        asm.offsets.setdefault(tp, []).append(off)
+        asm.sums[i] = sum_
+        asm.pos[i] = (tp, off)
+        self._parts.add(tp)
         if len(asm.chunks) < n:
-            return None
+            return []
         del self._assembling[step]
         full = pa.concat_tables([asm.chunks[k] for k in range(n)]) if n > 1 else asm.chunks[0]
         if self._validate:
             validate_table(full)
-        self._done_steps.add(step)
-        s = Step(self, run, step, full, n, asm.offsets)
-        self._unacked[id(s)] = s
-        self.stats.steps += 1
-        self.stats.rows += full.num_rows
-        return s
+        asm.table = full
+        self._ready[step] = asm
+        return self._deliver(run)
+
+    def _duplicate(self, where: str, i: int, n: int, step: int) -> list[Step]:
+        self.stats.duplicate_chunks += 1
+        log.warning("wmrl_client: %s: identical copy of chunk %d/%d of step %d; skipping it", where, i, n, step)
+        return []
+
+    def _deliver(self, run: str) -> list[Step]:
+        """Hand out ready steps in step order (Go's Assembler.deliver): a ready step waits while a
+        lower step is incomplete, unless more than max_buffered_steps wait; then the lower
+        incomplete steps are abandoned (their records are committed past, never delivered)."""
+        out: list[Step] = []
+        while self._ready:
+            nxt = min(self._ready)
+            lower = sorted(s for s in self._assembling if s < nxt)
+            if lower:
+                if len(self._ready) <= self._max_buffered:
+                    break
+                for s in lower:
+                    a = self._assembling.pop(s)
+                    self.stats.abandoned_steps += 1
+                    log.warning(
+                        "wmrl_client: abandoning step %d of run %s: %d of %d chunks after %d later steps completed",
+                        s, run, len(a.chunks), a.n, len(self._ready),
+                    )  # fmt: skip
+            asm = self._ready.pop(nxt)
+            assert asm.table is not None
+            self._delivered = nxt
+            self._sums[nxt] = [asm.sums[k] for k in range(asm.n)]
+            while len(self._sums) > DELIVERED_MEMORY:
+                self._sums.popitem(last=False)
+            st = Step(self, run, nxt, asm.table, asm.n, asm.offsets)
+            self._unacked[id(st)] = st
+            self.stats.steps += 1
+            self.stats.rows += asm.table.num_rows
+            out.append(st)
+        return out
 
     # ---- commits
 
@@ -449,7 +551,8 @@ class AdvantageStream:
         end = self._seen_end.get(tp)
         if end is None:
             return None
-        held = [o for o in (a.min_offset(tp) for a in self._assembling.values()) if o is not None]
+        waiting = [*self._assembling.values(), *self._ready.values()]
+        held = [o for o in (a.min_offset(tp) for a in waiting) if o is not None]
         held += [o for o in (s.min_offset(tp) for s in self._unacked.values()) if o is not None]
         if tp in self._poisoned:
             held.append(self._poisoned[tp])
@@ -490,13 +593,27 @@ class AdvantageStream:
 
     def _drop(self, partitions: list[Any]) -> None:
         gone = {(p.topic, p.partition) for p in partitions}
+        # Like Go's Assembler.DropPartition: only the chunks read from revoked partitions are
+        # forgotten; chunks on partitions still assigned stay held.
+        for step, asm in list(self._ready.items()):
+            asm.drop(gone)
+            if len(asm.chunks) < asm.n:
+                del self._ready[step]
+                if asm.chunks:
+                    self._assembling[step] = asm
         for step, asm in list(self._assembling.items()):
-            if gone & set(asm.offsets):
+            asm.drop(gone)
+            if not asm.chunks:
                 del self._assembling[step]
         for key, s in list(self._unacked.items()):
             if gone & set(s.offsets):
                 del self._unacked[key]
-                self._done_steps.discard(s.step)
+                self._sums.pop(s.step, None)
+        self._parts -= gone
+        if not self._parts:
+            # The run lives on no assigned partition: start cleanly from the committed offset.
+            self._delivered = -1
+            self._sums.clear()
         self._backlog = deque(m for m in self._backlog if (m.topic(), m.partition()) not in gone)
         for tp in gone:
             self._seen_end.pop(tp, None)
