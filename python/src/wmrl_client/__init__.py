@@ -48,11 +48,13 @@ from .records import (
     valid_id,
     validate_advantage_rows,
 )
-from .stream import AdvantageStream, Step, StreamStats
+from .stream import AdvantageStream, ChunkMismatchError, StaleStepError, Step, StreamStats
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ChunkMismatchError",
+    "StaleStepError",
     "ADVANTAGE_SCHEMA",
     "AdvantageRow",
     "AdvantageStream",
