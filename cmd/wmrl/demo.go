@@ -31,7 +31,8 @@ func newDemoCmd(a *app) *cobra.Command {
 		Short: "Run the whole pipeline in one process: real-GRPO vs pure world model vs WMRL",
 		Long: `demo runs every stage — generator, world model, sandbox, correction consumer, trainer sink —
 for three arms side by side, talking only through Kafka topics and Redis: an embedded Kafka (kfake)
-and Redis (miniredis) by default, or the cluster of the global --brokers/--redis with --external.
+and Redis (miniredis) by default, or a real cluster when --brokers/--redis is given (flag, env or
+config file) or --external asks for the defaults.
 Each arm has its own topics (<prefix>demo.<arm>.*) and Redis namespace. The policy loop closes
 through the topics: the generator samples step v+1 only after the trainer applied step v's
 advantages.
@@ -61,6 +62,10 @@ plots and CSVs. --quick is a shorter run (30 steps, 2 held-out problems).`,
 			}
 			cfg.TopicPrefix = a.conn.TopicPrefix + "demo."
 			where := "embedded Kafka (kfake) + Redis (miniredis)"
+			// Naming a cluster (flag, WMRL_* env or config file) means using it.
+			if cmd.Flags().Changed("brokers") || cmd.Flags().Changed("redis") {
+				external = true
+			}
 			if external {
 				kopts, err := a.conn.KafkaOpts()
 				if err != nil {
@@ -119,7 +124,7 @@ plots and CSVs. --quick is a shorter run (30 steps, 2 held-out problems).`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&quick, "quick", false, "short run: 30 steps, 2 held-out problems (explicit --steps/--eval-problems win)")
-	f.BoolVar(&external, "external", false, "use the global --brokers/--redis (and TLS/SASL options) instead of the embedded ones")
+	f.BoolVar(&external, "external", false, "use the global --brokers/--redis (and TLS/SASL options) instead of the embedded ones; implied when either is set")
 	f.StringVar(&out, "out", "wmrl-demo-report", "report folder (empty: no report)")
 	f.IntVar(&cfg.Sim.Steps, "steps", cfg.Sim.Steps, "training steps")
 	f.IntVar(&cfg.Sim.Groups, "groups", cfg.Sim.Groups, "groups per step")
