@@ -91,6 +91,8 @@ ratio is below --target. The topics are deleted afterwards.`,
 	f.Int32Var(&cfg.Partitions, "partitions", 3, "partitions of the benchmark topics")
 	f.IntVar(&cfg.LatencySteps, "latency-steps", 100, "steps timed one at a time in the latency phase")
 	f.IntVar(&cfg.ChunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload")
+	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correctionstage.DefaultMaxTxnSteps, "while a backlog waits, poll on until this many steps are buffered before one transaction (1: a transaction per poll)")
+	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correctionstage.DefaultMaxTxnLinger, "longest time a backlog's transaction is put off")
 	f.BoolVar(&embedded, "embedded", false, "use an in-process kfake broker and miniredis instead of --brokers/--redis")
 	f.BoolVar(&cfg.KeepTopics, "keep-topics", false, "do not delete the benchmark topics")
 	f.Float64Var(&target, "target", 0.8, "minimum ratio of correction to pass-through records/s")

@@ -38,6 +38,9 @@ type BenchConfig struct {
 	// FetchMaxPartitionBytes bounds one fetch per partition (both consumers), so that the backlog
 	// is consumed in many polls and transactions as in a streaming pipeline (default 64 KiB).
 	FetchMaxPartitionBytes int32
+	// MaxTxnSteps and MaxTxnLinger are passed to the correction consumer (Config).
+	MaxTxnSteps  int
+	MaxTxnLinger time.Duration
 }
 
 // BenchReport is the result of Benchmark.
@@ -150,6 +153,7 @@ func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 	ccfg := Config{
 		KafkaOpts: consumeOpts, Redis: cfg.Redis, Names: names, Group: prefix + "correct",
 		TransactionalID: prefix + "tx", Correction: cfg.Correction, ChunkBytes: cfg.ChunkBytes,
+		MaxTxnSteps: cfg.MaxTxnSteps, MaxTxnLinger: cfg.MaxTxnLinger,
 		RedisPrefix: strings.TrimSuffix(prefix, "."), Logger: cfg.Logger, Registry: prometheus.NewRegistry(),
 		OnRecords: func(int) {
 			if started.CompareAndSwap(false, true) {

@@ -22,6 +22,8 @@ const (
 	DefaultTxnTimeout       = 20 * time.Second
 	DefaultProgressInterval = 10 * time.Second
 	DefaultChangelogTimeout = 60 * time.Second
+	DefaultMaxTxnSteps      = 512
+	DefaultMaxTxnLinger     = 100 * time.Millisecond
 )
 
 // ErrConfig is wrapped by every Config validation failure.
@@ -66,6 +68,13 @@ type Config struct {
 	AllowConfigChange bool
 	// TxnTimeout is the broker-side transaction timeout (default 20s).
 	TxnTimeout time.Duration
+	// MaxTxnSteps and MaxTxnLinger bound how a backlog is batched: while fetched records are
+	// already waiting in the client, the consumer polls again before sealing, until this many
+	// steps are buffered or this long has passed since the first put-off (defaults 512 and
+	// 100ms). Fewer, larger transactions drain a backlog faster; live traffic is not delayed,
+	// since then nothing is waiting. MaxTxnSteps 1 turns batching off.
+	MaxTxnSteps  int
+	MaxTxnLinger time.Duration
 	// ChangelogTimeout bounds reading the calibration changelog on assignment (default 60s).
 	ChangelogTimeout time.Duration
 	// MetricsAddr serves /metrics and /healthz when non-empty.
@@ -75,8 +84,10 @@ type Config struct {
 	Logger   *slog.Logger
 	// ProgressInterval is the period of the info-level summary line (default 10s).
 	ProgressInterval time.Duration
-	// OnCommit, when set, is called after every committed transaction with the steps it sealed
-	// (benchmarks and the demo use it to observe progress without a second consumer).
+	// OnCommit, when set, is called after every committed transaction with the steps it sealed,
+	// once that transaction's Redis write has finished (benchmarks and the demo use it to observe
+	// progress without a second consumer). It runs on a goroutine of the consumer, never
+	// concurrently with itself, in commit order.
 	OnCommit func(sealed []SealedStep)
 	// OnRecords, when set, is called after every poll with the number of input records it returned.
 	OnRecords func(n int)
@@ -133,6 +144,18 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.TxnTimeout == 0 {
 		c.TxnTimeout = DefaultTxnTimeout
+	}
+	if c.MaxTxnSteps == 0 {
+		c.MaxTxnSteps = DefaultMaxTxnSteps
+	}
+	if c.MaxTxnSteps < 1 {
+		return c, fmt.Errorf("%w: MaxTxnSteps %d must be >= 1", ErrConfig, c.MaxTxnSteps)
+	}
+	if c.MaxTxnLinger == 0 {
+		c.MaxTxnLinger = DefaultMaxTxnLinger
+	}
+	if c.MaxTxnLinger < 0 {
+		return c, fmt.Errorf("%w: MaxTxnLinger %v must be >= 0", ErrConfig, c.MaxTxnLinger)
 	}
 	if c.ChangelogTimeout == 0 {
 		c.ChangelogTimeout = DefaultChangelogTimeout

@@ -44,6 +44,8 @@ type Consumer struct {
 
 	healthy atomic.Bool
 	stats   progress
+	// redisDone is closed when the Redis write in flight finishes (nil: none); loop only.
+	redisDone chan struct{}
 }
 
 type progress struct {
@@ -167,8 +169,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 const pollWait = 250 * time.Millisecond
 
 func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	defer c.waitRedis()
 	tick := time.NewTicker(c.cfg.ProgressInterval)
 	defer tick.Stop()
+	var lingerFrom time.Time // when the commit was first put off for a backlog (zero: not put off)
 	for {
 		select {
 		case <-tick.C:
@@ -212,11 +216,31 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		if c.cfg.OnRecords != nil && n > 0 {
 			c.cfg.OnRecords(n)
 		}
+		if c.batching(sess, &lingerFrom) {
+			continue
+		}
+		lingerFrom = time.Time{}
 		if err := c.commitReady(sess); err != nil {
 			return err
 		}
 		c.m.buffered.Set(float64(c.eng.bufferedSteps()))
 	}
+}
+
+// batching reports whether to put the transaction off and poll again first: only while the client
+// already holds fetched records (a backlog, so the next poll returns at once), fewer than
+// MaxTxnSteps steps are buffered and the first put-off was less than MaxTxnLinger ago. Live
+// traffic, which leaves nothing buffered, commits every poll; a backlog is drained in fewer,
+// larger transactions. Buffered steps simply stay unsealed meanwhile, so offsets stay held.
+func (c *Consumer) batching(sess *kgo.GroupTransactSession, from *time.Time) bool {
+	if sess.Client().BufferedFetchRecords() == 0 || c.eng.bufferedSteps() >= c.cfg.MaxTxnSteps {
+		return false
+	}
+	now := time.Now()
+	if from.IsZero() {
+		*from = now
+	}
+	return now.Sub(*from) < c.cfg.MaxTxnLinger
 }
 
 // decodeAll decodes a poll's records on all cores (decoding is most of the consumer's CPU and
@@ -247,6 +271,9 @@ func (c *Consumer) decodeAll(recs []*kgo.Record) []decoded {
 }
 
 // commitReady seals complete steps and, if there is anything to write, runs one transaction.
+// The transaction begins before the outputs are encoded, so that the broker already writes the
+// first steps' records while later ones are being encoded; Redis is written after the commit on
+// a goroutine of its own (see writeRedisAsync).
 func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 	done, err := c.eng.sealReady()
 	if err != nil {
@@ -257,11 +284,6 @@ func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 	if len(done) == 0 && len(dlq) == 0 {
 		return nil
 	}
-	recs, snaps, err := c.outputs(done)
-	if err != nil {
-		return err
-	}
-	recs = append(recs, dlq...)
 
 	// The transaction runs on its own context: a shutdown signal must not cut it in half.
 	tctx, cancel := context.WithTimeout(context.Background(), c.cfg.TxnTimeout+10*time.Second)
@@ -271,7 +293,7 @@ func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 	}
 	var perr error
 	var pmu sync.Mutex
-	for _, r := range recs {
+	produce := func(r *kgo.Record) {
 		sess.Produce(tctx, r, func(r *kgo.Record, err error) {
 			if err != nil {
 				pmu.Lock()
@@ -282,12 +304,26 @@ func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 			}
 		})
 	}
+	snaps, err := c.produceOutputs(done, produce)
+	if err != nil {
+		// Nothing of this transaction may become visible; the consumer stops with err.
+		if _, aerr := sess.End(tctx, kgo.TryAbort); aerr != nil {
+			c.log.Error("abort after an encoding failure failed", "err", aerr)
+		}
+		return err
+	}
+	for _, r := range dlq {
+		produce(r)
+	}
 	if err := sess.Client().Flush(tctx); err != nil {
 		return fmt.Errorf("correctionstage: flush: %w", err)
 	}
+	pmu.Lock()
+	ferr := perr
+	pmu.Unlock()
 	try := kgo.TryCommit
-	if perr != nil {
-		c.log.Error("produce failed, aborting transaction", "err", perr)
+	if ferr != nil {
+		c.log.Error("produce failed, aborting transaction", "err", ferr)
 		try = kgo.TryAbort
 	}
 	// Commit input offsets only up to the oldest record still buffered for an unsealed step:
@@ -303,7 +339,7 @@ func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 		if err != nil && isFatalTxnErr(err) {
 			return fmt.Errorf("correctionstage: transaction: %w", err)
 		}
-		c.log.Warn("transaction aborted; rebuilding state from the changelog", "err", err, "produce_err", perr)
+		c.log.Warn("transaction aborted; rebuilding state from the changelog", "err", err, "produce_err", ferr)
 		// The session rewound the consumer to the committed offsets; the sealed steps of this
 		// transaction are undone by reloading every owned partition's state.
 		c.markChanged()
@@ -323,11 +359,33 @@ func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 		infos = append(infos, SealedStep{Run: s.run, Step: s.step, Rows: len(s.rows), LastInput: s.lastInput})
 	}
 	// Redis only after the commit, so it is never ahead of committed output.
-	c.writeRedis(snaps, done)
-	if c.cfg.OnCommit != nil && len(infos) > 0 {
-		c.cfg.OnCommit(infos)
-	}
+	c.writeRedisAsync(snaps, done, infos)
 	return nil
+}
+
+// writeRedisAsync writes the committed snapshots on a goroutine, then calls OnCommit, so the
+// Redis round trip overlaps with polling and decoding the next records. At most one write is in
+// flight (a new one waits for the previous, which keeps the writes in commit order), and
+// waitRedis joins it before state is reloaded from Redis and before Run returns.
+func (c *Consumer) writeRedisAsync(snaps []*topics.CalibrationSnapshot, done []*sealed, infos []SealedStep) {
+	c.waitRedis()
+	ch := make(chan struct{})
+	c.redisDone = ch
+	go func() {
+		defer close(ch)
+		c.writeRedis(snaps, done)
+		if c.cfg.OnCommit != nil && len(infos) > 0 {
+			c.cfg.OnCommit(infos)
+		}
+	}()
+}
+
+// waitRedis blocks until the Redis write in flight (if any) has finished.
+func (c *Consumer) waitRedis() {
+	if c.redisDone != nil {
+		<-c.redisDone
+		c.redisDone = nil
+	}
 }
 
 // holdOffsets lowers each partition's offset in req to the holdback, never raising one.
@@ -349,34 +407,91 @@ func isFatalTxnErr(err error) bool {
 		errors.Is(err, kerr.InvalidTxnState) || errors.Is(err, kerr.UnknownTopicID)
 }
 
-// outputs builds the records of the sealed steps: per step its advantage chunks (key run_id,
-// chunk i/n headers) and one calibration snapshot per stream, all on the run's partition.
-func (c *Consumer) outputs(done []*sealed) ([]*kgo.Record, []*topics.CalibrationSnapshot, error) {
-	var recs []*kgo.Record
+// produceOutputs builds and produces, in step order, the records of the sealed steps: per step
+// its advantage chunks (key run_id, chunk i/n headers) and one calibration snapshot per stream,
+// all on the run's partition. Encoding is pure and most of a transaction's CPU, so with several
+// steps it runs on all cores while the records of earlier steps are already being produced.
+func (c *Consumer) produceOutputs(done []*sealed, produce func(*kgo.Record)) ([]*topics.CalibrationSnapshot, error) {
 	var snaps []*topics.CalibrationSnapshot
 	now := time.Now().UTC()
 	for _, s := range done {
-		adv, err := c.cfg.Names.AdvantageRecords(s.run, "", s.step, s.rows, c.cfg.ChunkBytes)
-		if err != nil {
-			return nil, nil, fmt.Errorf("correctionstage: advantages run %s step %d: %w", s.run, s.step, err)
-		}
-		for _, r := range adv {
-			r.Partition = s.part
-		}
-		recs = append(recs, adv...)
 		for i := range s.snaps {
-			sn := &s.snaps[i]
-			sn.CreatedAt = now
-			r, err := c.cfg.Names.CalibrationRecord(*sn)
-			if err != nil {
-				return nil, nil, fmt.Errorf("correctionstage: calibration run %s stream %s step %d: %w", s.run, sn.Stream, s.step, err)
-			}
-			r.Partition = s.part
-			recs = append(recs, r)
-			snaps = append(snaps, sn)
+			s.snaps[i].CreatedAt = now
+			snaps = append(snaps, &s.snaps[i])
 		}
 	}
-	return recs, snaps, nil
+	workers := min(runtime.GOMAXPROCS(0), len(done))
+	if workers < 2 {
+		for _, s := range done {
+			recs, err := c.stepRecords(s)
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range recs {
+				produce(r)
+			}
+		}
+		return snaps, nil
+	}
+	type encoded struct {
+		recs []*kgo.Record
+		err  error
+	}
+	out := make([]encoded, len(done))
+	ready := make([]chan struct{}, len(done))
+	for i := range ready {
+		ready[i] = make(chan struct{})
+	}
+	var next atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(done) || stop.Load() {
+					return
+				}
+				out[i].recs, out[i].err = c.stepRecords(done[i])
+				close(ready[i])
+			}
+		}()
+	}
+	defer wg.Wait()
+	for i := range done {
+		<-ready[i]
+		if out[i].err != nil {
+			stop.Store(true)
+			return nil, out[i].err
+		}
+		for _, r := range out[i].recs {
+			produce(r)
+		}
+	}
+	return snaps, nil
+}
+
+// stepRecords encodes one sealed step's records (advantage chunks, then the snapshots).
+func (c *Consumer) stepRecords(s *sealed) ([]*kgo.Record, error) {
+	recs, err := c.cfg.Names.AdvantageRecords(s.run, "", s.step, s.rows, c.cfg.ChunkBytes)
+	if err != nil {
+		return nil, fmt.Errorf("correctionstage: advantages run %s step %d: %w", s.run, s.step, err)
+	}
+	for _, r := range recs {
+		r.Partition = s.part
+	}
+	for i := range s.snaps {
+		sn := &s.snaps[i]
+		r, err := c.cfg.Names.CalibrationRecord(*sn)
+		if err != nil {
+			return nil, fmt.Errorf("correctionstage: calibration run %s stream %s step %d: %w", s.run, sn.Stream, s.step, err)
+		}
+		r.Partition = s.part
+		recs = append(recs, r)
+	}
+	return recs, nil
 }
 
 // writeRedis stores the committed snapshots (one round trip). Failures only cost a rebuild
@@ -417,6 +532,7 @@ func (c *Consumer) alarms(res []writeOutcome) {
 // says which step each (run, stream) sealed last and its digest; Redis supplies that exact state
 // when it matches, the snapshot's own bytes otherwise (and Redis is repaired).
 func (c *Consumer) reload(ctx context.Context) error {
+	c.waitRedis()
 	parts := slices.Sorted(maps.Keys(c.owned()))
 	c.eng.reset()
 	start := time.Now()

@@ -34,7 +34,11 @@
 // stream "": one chunk set for all streams, key run_id, headers wmrl-chunk i/n and wmrl-rows)
 // followed by one CalibrationSnapshot per (run, stream) (key run_id/stream), all produced to the
 // run's input partition number; then the dead letters. Several steps may share a transaction,
-// a step is never split.
+// a step is never split. While fetched records are already waiting in the client (a backlog) the
+// consumer polls again before sealing, up to Config.MaxTxnSteps buffered steps or
+// Config.MaxTxnLinger, so a backlog drains in few large transactions while live traffic commits
+// at every poll. A transaction begins before its outputs are encoded, so the broker writes the
+// first steps' records while later ones are encoded.
 //
 // GroupTransactSession.End commits the polled offsets; records buffered for unsealed steps must
 // not be committed, or a crash loses them. The consumer therefore rewrites the TxnOffsetCommit
@@ -59,8 +63,9 @@
 // Config.AllowConfigChange is set.
 //
 // Redis is written after the transaction commits, so it is never ahead of committed output,
-// in one round trip per transaction (a pipeline of one Lua script per (run, stream)). Writes are
-// idempotent; different content for an existing step is an alarm
+// in one round trip per transaction (a pipeline of one Lua script per (run, stream)). The write
+// runs on its own goroutine, overlapping the next poll; at most one is in flight, and it is
+// joined before state is loaded from Redis and before Run returns. Writes are idempotent; different content for an existing step is an alarm
 // (wmrl_correct_redis_digest_mismatch_total and an error log) and is not overwritten.
 //
 // # Redis key layout
