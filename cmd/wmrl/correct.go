@@ -116,6 +116,8 @@ leaves the group.`,
 	f.BoolVar(&cfg.AllowConfigChange, "allow-config-change", false, "continue when stored state was built with other correction settings (its calibration restarts)")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address (e.g. :9464)")
 	f.DurationVar(&cfg.TxnTimeout, "txn-timeout", correctionstage.DefaultTxnTimeout, "broker-side transaction timeout")
+	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correctionstage.DefaultMaxTxnSteps, "while a backlog is being read, seal at most this many steps per transaction (1: one poll per transaction)")
+	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correctionstage.DefaultMaxTxnLinger, "longest a backlog batch waits before its transaction commits (live traffic commits every poll)")
 	f.DurationVar(&cfg.ProgressInterval, "progress-interval", correctionstage.DefaultProgressInterval, "period of the info-level progress line")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cc, err := corrCfg()
