@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/wmrl/wmrl/internal/topicadmin"
 )
@@ -45,14 +46,7 @@ changelog is compacted (key run/stream) so state can always be rebuilt.`,
 	cmd.AddCommand(&cobra.Command{
 		Use:   "create",
 		Short: "Create missing topics (idempotent); existing topics are left unchanged",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
-			defer cancel()
-			adm, done, err := a.admin()
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: a.withAdmin(func(ctx context.Context, adm *kadm.Client) error {
 			res, err := topicadmin.Create(ctx, adm, plan())
 			for _, r := range res {
 				state := "exists"
@@ -62,19 +56,12 @@ changelog is compacted (key run/stream) so state can always be rebuilt.`,
 				fmt.Fprintf(a.stdout, "%-40s %s\n", r.Topic, state)
 			}
 			return err
-		},
+		}),
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "check",
 		Short: "Compare the cluster with the plan; exit 1 and list every mismatch",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
-			defer cancel()
-			adm, done, err := a.admin()
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: a.withAdmin(func(ctx context.Context, adm *kadm.Client) error {
 			mm, err := topicadmin.Check(ctx, adm, plan())
 			if err != nil {
 				return err
@@ -87,19 +74,12 @@ changelog is compacted (key run/stream) so state can always be rebuilt.`,
 			}
 			fmt.Fprintln(a.stdout, "topics ok")
 			return nil
-		},
+		}),
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "describe",
 		Short: "Show partitions, replication, cleanup policy, retention and record counts",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
-			defer cancel()
-			adm, done, err := a.admin()
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: a.withAdmin(func(ctx context.Context, adm *kadm.Client) error {
 			infos, err := topicadmin.Describe(ctx, adm, a.conn.Names())
 			if err != nil {
 				return err
@@ -123,7 +103,21 @@ changelog is compacted (key run/stream) so state can always be rebuilt.`,
 				return &exitError{code: 1, err: errors.New("some topics are missing (run `wmrl topics create`)")}
 			}
 			return nil
-		},
+		}),
 	})
 	return cmd
+}
+
+// withAdmin runs fn with an admin client and a one-minute deadline, closing the client after.
+func (a *app) withAdmin(fn func(context.Context, *kadm.Client) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+		defer cancel()
+		adm, done, err := a.admin()
+		if err != nil {
+			return err
+		}
+		defer done()
+		return fn(ctx, adm)
+	}
 }
