@@ -60,8 +60,8 @@ func TestCommandExecutorBehaviours(t *testing.T) {
 		{name: "grandchild outlives parent", artifact: "fork", want: StatusOK, score: 0.5, exit: 0, forks: true},
 		{name: "grandchild with timed-out parent", artifact: "fork-sleep", timeout: 300 * time.Millisecond, want: StatusTimeout, exit: -1, forks: true, maxWallMS: 3000},
 		// The Go runtime prints its fatal error before pages of stack, hence the big tail.
-		{name: "memory hog hits address-space limit", artifact: "alloc 2048", limits: Limits{AddressSpaceBytes: 1 << 30}, tailBytes: 64 << 10, want: StatusError, exit: 2, reason: "exit status 2", stderr: "out of memory"},
-		{name: "small allocation under same limit", artifact: "alloc 16", limits: Limits{AddressSpaceBytes: 1 << 30}, want: StatusOK, score: 0, exit: 0},
+		{name: "memory hog hits address-space limit", artifact: "alloc 4096", limits: Limits{AddressSpaceBytes: 2 << 30}, tailBytes: 64 << 10, want: StatusError, exit: 2, reason: "exit status 2", stderr: "out of memory"},
+		{name: "small allocation under same limit", artifact: "alloc 16", limits: Limits{AddressSpaceBytes: 2 << 30}, want: StatusOK, score: 0, exit: 0},
 		{name: "file size limit", artifact: "write 4", limits: Limits{FileSizeBytes: 1 << 20}, want: StatusError, exit: 4, stderr: "file too large"},
 		{name: "garbage output", artifact: "garbage", want: StatusInvalid, exit: 0, reason: "not a JSON object"},
 		{name: "score out of range", artifact: "range", want: StatusInvalid, exit: 0, reason: "1.5 outside [0, 1]"},
