@@ -13,10 +13,10 @@ type tp struct {
 
 // partState tracks the offsets of one partition that were dispatched but have not finished.
 type partState struct {
-	inflight map[int64]struct{}
+	inflight map[int64]int32 // offset → leader epoch of the record
 	// held are records handed back on shutdown: they never finish here, and they keep the commit
 	// point below them so the next owner processes them.
-	held map[int64]struct{}
+	held map[int64]int32
 	// next is one past the highest offset dispatched so far: the commit point once nothing
 	// below it is in flight.
 	next  int64
@@ -47,7 +47,7 @@ func (t *tracker) assign(assigned map[string][]int32) {
 		for _, p := range ps {
 			k := tp{topic, p}
 			if _, ok := t.parts[k]; !ok {
-				t.parts[k] = &partState{inflight: map[int64]struct{}{}, held: map[int64]struct{}{}, next: -1, epoch: -1}
+				t.parts[k] = &partState{inflight: map[int64]int32{}, held: map[int64]int32{}, next: -1, epoch: -1}
 			}
 		}
 	}
@@ -62,7 +62,7 @@ func (t *tracker) start(topic string, partition int32, offset int64, epoch int32
 	if !ok {
 		return false
 	}
-	ps.inflight[offset] = struct{}{}
+	ps.inflight[offset] = epoch
 	if offset+1 > ps.next {
 		ps.next = offset + 1
 		ps.epoch = epoch
@@ -87,8 +87,10 @@ func (t *tracker) handBack(topic string, partition int32, offset int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if ps, ok := t.parts[tp{topic, partition}]; ok {
-		delete(ps.inflight, offset)
-		ps.held[offset] = struct{}{}
+		if epoch, ok := ps.inflight[offset]; ok {
+			delete(ps.inflight, offset)
+			ps.held[offset] = epoch
+		}
 	}
 	t.cond.Broadcast()
 }
@@ -100,18 +102,19 @@ func (t *tracker) wake() {
 	t.mu.Unlock()
 }
 
-// commitPoint returns the offset to commit for one partition: the lowest unfinished offset, or
-// next when everything dispatched has finished; -1 when nothing was dispatched.
-func (ps *partState) commitPoint() int64 {
-	low := ps.next
-	for _, set := range []map[int64]struct{}{ps.inflight, ps.held} {
-		for o := range set {
+// commitPoint returns the offset to commit for one partition — the lowest unfinished offset, or
+// next when everything dispatched has finished; -1 when nothing was dispatched — with the leader
+// epoch of the record at that offset, so the broker can detect a truncated log.
+func (ps *partState) commitPoint() (int64, int32) {
+	low, epoch := ps.next, ps.epoch
+	for _, set := range []map[int64]int32{ps.inflight, ps.held} {
+		for o, e := range set {
 			if o < low {
-				low = o
+				low, epoch = o, e
 			}
 		}
 	}
-	return low
+	return low, epoch
 }
 
 // committable returns the commit points that moved since the last commit, in a stable order.
@@ -134,14 +137,14 @@ func (t *tracker) committable(only map[string][]int32) map[string]map[int32]comm
 			continue
 		}
 		ps := t.parts[k]
-		at := ps.commitPoint()
+		at, epoch := ps.commitPoint()
 		if at < 0 || at == t.committed[k] {
 			continue
 		}
 		if out[k.topic] == nil {
 			out[k.topic] = map[int32]commitAt{}
 		}
-		out[k.topic][k.partition] = commitAt{offset: at, epoch: ps.epoch}
+		out[k.topic][k.partition] = commitAt{offset: at, epoch: epoch}
 	}
 	return out
 }

@@ -67,3 +67,22 @@ func TestTrackerRevokedPartitionRefusesRecords(t *testing.T) {
 		t.Fatal("revoked partition still committable")
 	}
 }
+
+// TestTrackerCommitEpochIsTheCommitPointsRecord checks that the committed leader epoch belongs
+// to the record at the commit point, not to the newest dispatched record.
+func TestTrackerCommitEpochIsTheCommitPointsRecord(t *testing.T) {
+	tr := newTracker()
+	tr.assign(map[string][]int32{"in": {0}})
+	tr.start("in", 0, 5, 1)
+	tr.start("in", 0, 6, 2) // a leader change between the two records
+	at := tr.committable(nil)["in"][0]
+	if at.offset != 5 || at.epoch != 1 {
+		t.Fatalf("commit %+v, want offset 5 with the epoch of record 5 (1)", at)
+	}
+	tr.finish("in", 0, 5)
+	tr.finish("in", 0, 6)
+	at = tr.committable(nil)["in"][0]
+	if at.offset != 7 || at.epoch != 2 {
+		t.Fatalf("commit %+v, want offset 7 with the newest epoch (2)", at)
+	}
+}
