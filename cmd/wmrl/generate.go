@@ -47,7 +47,8 @@ Backends:
           OPENAI_API_KEY.
   jsonl   rollouts from --input FILE (or - for stdin), one JSON object per line (see docs/stages.md):
           {"step": 0, "group_id": "q1", "prompt": "...", "artifact": "..."} or a full rollout record.
-  builtin the demo's task policy; it runs inside 'wmrl demo', which wires it in.`,
+The built-in task's policy is not a backend here: it learns from the advantages, so only
+'wmrl demo', which closes that loop, runs it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signalContext()
 			defer cancel()
@@ -98,7 +99,7 @@ Backends:
 			case "builtin":
 				return errors.New("--backend builtin is the demo's task policy: run it with `wmrl demo`, which wires it into the generator")
 			default:
-				return fmt.Errorf("--backend %q: want openai, jsonl or builtin", backend)
+				return fmt.Errorf("--backend %q: want openai or jsonl", backend)
 			}
 			kopts, err := a.conn.KafkaOpts()
 			if err != nil {
@@ -119,7 +120,7 @@ Backends:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&backend, "backend", "openai", "rollout source: openai, jsonl or builtin")
+	f.StringVar(&backend, "backend", "openai", "rollout source: openai or jsonl")
 	f.StringVar(&runID, "run-id", "", "run id (required): the key of every record, and half of the anchor hash")
 	f.StringVar(&stream, "stream", "main", "default stream (task distribution) for groups that do not name one")
 	f.StringVar(&policyVersion, "policy-version", "", "policy_version label for steps whose backend does not set one")

@@ -41,13 +41,13 @@ its last non-empty line must be a JSON object {"score": <number in [0,1]>}.
 
 --on-timeout=missing (default) records status timeout without a score, so the rollout is excluded
 from its group; --on-timeout=zero reproduces the reference: status stays timeout, imputed: true,
-score 0. --backend builtin is the demo's task executor ('wmrl demo').`,
+score 0. The built-in task's executor runs in 'wmrl demo'.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if backend == "builtin" {
 				return errors.New("--backend builtin is the demo's task executor: run it with `wmrl demo`")
 			}
 			if backend != "command" {
-				return fmt.Errorf("--backend %q: want command or builtin", backend)
+				return fmt.Errorf("--backend %q: want command", backend)
 			}
 			var err error
 			if cfg.Argv, err = parseArgv(argv); err != nil {
@@ -101,7 +101,7 @@ score 0. --backend builtin is the demo's task executor ('wmrl demo').`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&backend, "backend", "command", "executor: command (an external program) or builtin (demo only)")
+	f.StringVar(&backend, "backend", "command", "executor: command (an external program)")
 	f.StringArrayVar(&argv, "argv", nil, `command to run: repeat per argument (--argv python3 --argv {artifact}) or one JSON array (--argv '["python3","{artifact}"]')`)
 	f.StringSliceVar(&cfg.EnvAllow, "env-allow", nil, "parent environment variables passed to the program (nothing else leaks)")
 	f.StringToStringVar(&env, "env", nil, "fixed environment variables KEY=VALUE (values may use {dir}, {artifact})")

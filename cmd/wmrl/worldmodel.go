@@ -30,13 +30,13 @@ or a failure (timeout, error, invalid) with its reason. Up to --concurrency requ
 each has --request-timeout and is retried with jittered backoff on 429, 5xx and timeouts, never on
 other 4xx. Offsets are committed only below the lowest unfinished rollout, so a crash redoes work
 but never skips it. Bad input records go to the dead-letter topic. The API key comes from
-WMRL_WM_API_KEY or OPENAI_API_KEY. --backend builtin is the demo's proxy model ('wmrl demo').`,
+WMRL_WM_API_KEY or OPENAI_API_KEY. The built-in task's proxy world model runs in 'wmrl demo'.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if backend == "builtin" {
 				return errors.New("--backend builtin is the demo's proxy world model: run it with `wmrl demo`")
 			}
 			if backend != "openai" {
-				return fmt.Errorf("--backend %q: want openai or builtin", backend)
+				return fmt.Errorf("--backend %q: want openai", backend)
 			}
 			if templateFile != "" {
 				b, err := os.ReadFile(templateFile)
@@ -74,7 +74,7 @@ WMRL_WM_API_KEY or OPENAI_API_KEY. --backend builtin is the demo's proxy model (
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&backend, "backend", "openai", "world model: openai (an OpenAI-compatible server) or builtin (demo only)")
+	f.StringVar(&backend, "backend", "openai", "world model: openai (an OpenAI-compatible server)")
 	f.StringVar(&cfg.BaseURL, "base-url", "http://127.0.0.1:8000/v1", "API root including /v1; requests go to <base-url>/chat/completions")
 	f.StringVar(&cfg.Model, "model", "", "served model name")
 	f.IntVar(&concurrency, "concurrency", 32, "scoring requests in flight")
