@@ -370,6 +370,22 @@ func (b *stepBuf) check(k kind, gid, id string, rw *reward, gr *groupRewards, bu
 	if buffered {
 		n = slices.Index(gr.order, id)
 	}
+	if k == kindExecuted {
+		// An executed reward belongs to a rollout the world model scored. Once the group's
+		// predicted rewards are all in, an id outside them is refused at once; before that,
+		// executed rewards wait (at most 2×Size of them) so that a bogus one can never push a
+		// genuine one out and stall the step.
+		if p := b.pred[gid]; p != nil && len(p.order) >= g.Size {
+			if _, known := p.byID[id]; !known {
+				return conflict("executed reward for rollout %s, which has no predicted reward in full group %s", id, gid)
+			}
+			return nil
+		}
+		if n >= 2*g.Size {
+			return conflict("group %s already buffers %d executed rewards for %d rollouts; rollout %s is one too many", gid, n, g.Size, id)
+		}
+		return nil
+	}
 	if n >= g.Size {
 		return conflict("group %s already has its %d rollouts; rollout %s is one too many", gid, g.Size, id)
 	}

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -455,3 +456,62 @@ func counterValue(c prometheus.Counter) float64 {
 type correctionConfig = correction.Config
 
 func defaultCorr() correction.Config { return correction.DefaultConfig() }
+
+// TestEngineBogusExecutedRewardCannotStallAStep feeds an executed reward for a rollout the
+// world model never scored, between the genuine ones, with the predicted rewards arriving before
+// or after the executed ones: the bogus one is dead-lettered and the step still seals with the
+// clean digest, whatever the order.
+func TestEngineBogusExecutedRewardCannotStallAStep(t *testing.T) {
+	steps := synth(t, SynthConfig{Runs: 1, Steps: 1, Groups: 1, GroupSize: 2, AnchorEvery: 1, Seed: 5})
+	want := topics.DigestRows(referenceRows(t, correction.DefaultConfig(), flatten(steps)))
+	var pred, exec []*kgo.Record
+	for _, r := range steps[0].Rewards {
+		if r.Topic == testNames.Executed() {
+			exec = append(exec, r)
+		} else {
+			pred = append(pred, r)
+		}
+	}
+	if len(pred) != 2 || len(exec) != 2 {
+		t.Fatalf("workload has %d predicted and %d executed rewards, want 2 and 2", len(pred), len(exec))
+	}
+	x, err := topics.DecodeExecuted(exec[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.RolloutID = "never-scored"
+	bogus, err := testNames.ExecutedRecord(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders := map[string][]*kgo.Record{
+		"predicted first": {steps[0].Manifest, pred[0], pred[1], exec[0], bogus, exec[1]},
+		"executed first":  {steps[0].Manifest, exec[0], bogus, exec[1], pred[0], pred[1]},
+		"interleaved":     {steps[0].Manifest, pred[0], exec[0], bogus, pred[1], exec[1]},
+	}
+	for name, order := range orders {
+		t.Run(name, func(t *testing.T) {
+			e := testEngine(t, correction.DefaultConfig())
+			f := newFeeder(e)
+			var sealedRows []topics.AdvantageRow
+			for _, r := range order {
+				f.add(r)
+				sealedRows = append(sealedRows, rowsOf(f.seal(t))...)
+			}
+			if d := topics.DigestRows(sealedRows); d != want {
+				t.Fatalf("digest %s over %d rows, want %s (the step did not seal cleanly)", d, len(sealedRows), want)
+			}
+			dl := e.takeDeadLetters(e.holdback())
+			if len(dl) != 1 {
+				t.Fatalf("%d dead letters, want 1 (the bogus executed reward)", len(dl))
+			}
+			d, err := topics.ParseDeadLetter(dl[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Reason != "conflict" || !strings.Contains(d.Error, "never-scored") {
+				t.Fatalf("dead letter %+v", d)
+			}
+		})
+	}
+}
