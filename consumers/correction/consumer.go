@@ -348,6 +348,11 @@ func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 	c.m.txns.WithLabelValues("committed").Inc()
 	c.stats.txns++
 	c.stats.dlq += int64(len(dlq))
+	for _, r := range dlq {
+		reason, _ := topics.HeaderValue(r.Headers, topics.HeaderDLQReason)
+		c.m.deadLetters.WithLabelValues(reason).Inc()
+	}
+	c.m.sealedSteps.Add(float64(len(done)))
 	var infos []SealedStep
 	now := time.Now()
 	for _, s := range done {

@@ -197,7 +197,6 @@ func (e *engine) deadLetter(rec *kgo.Record, k kind, err error) {
 	e.dlq[key] = append(e.dlq[key], deadLetter{off: rec.Offset, rec: e.dlqw.Record(rec, err)})
 	e.deadLettered++
 	e.m.record(k, resultDLQ)
-	e.m.deadLetters.WithLabelValues(topics.Reason(err)).Inc()
 }
 
 func conflict(format string, args ...any) error {
@@ -566,7 +565,6 @@ func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
 	rb.states = next
 	rb.sealed = v
 	delete(rb.steps, v)
-	e.m.sealedSteps.Inc()
 	return out, nil
 }
 

@@ -31,7 +31,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Input records by topic and result: buffered, duplicate (identical to a buffered one), sealed_duplicate (step already sealed), dead_letter.",
 		}, []string{"topic", "result"}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wmrl_correct_dead_letters_total", Help: "Input records judged bad, by DLQ reason (produced once their transaction commits).",
+			Name: "wmrl_correct_dead_letters_total", Help: "Dead letters in committed transactions, by DLQ reason.",
 		}, []string{"reason"}),
 		sealedSteps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wmrl_correct_steps_sealed_total", Help: "Steps sealed in committed transactions.",
