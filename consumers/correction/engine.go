@@ -278,6 +278,18 @@ func (e *engine) decode(rec *kgo.Record) decoded {
 		rw.score = rw.raw
 		d.run, d.step, d.gid, d.id, d.rw = x.RunID, x.Step, x.GroupID, x.RolloutID, rw
 	}
+	if d.err == nil {
+		run := d.run
+		if d.kind == kindStep {
+			run = d.man.RunID
+		}
+		// Records are partitioned by their key; one keyed otherwise may sit on a partition another
+		// instance owns, and a replay (which selects a run by key) would not see it.
+		if string(rec.Key) != run {
+			d.err = &topics.FieldError{Record: "record", Field: "key", Value: string(rec.Key),
+				Reason: fmt.Sprintf("must equal run_id %q: records are partitioned by run", run), Err: topics.ErrInvalid}
+		}
+	}
 	return d
 }
 

@@ -515,3 +515,26 @@ func TestEngineBogusExecutedRewardCannotStallAStep(t *testing.T) {
 		})
 	}
 }
+
+// TestEngineRejectsMiskeyedRecords checks that a reward keyed by something other than its run id
+// goes to the dead-letter topic: it may sit on another instance's partition, and a replay would
+// not select it.
+func TestEngineRejectsMiskeyedRecords(t *testing.T) {
+	steps := synth(t, SynthConfig{Runs: 1, Steps: 1, Groups: 1, GroupSize: 2, Seed: 7})
+	e := testEngine(t, correction.DefaultConfig())
+	f := newFeeder(e)
+	r := *steps[0].Rewards[0]
+	r.Key = []byte("someone-else")
+	f.add(steps[0].Manifest, &r)
+	dl := e.takeDeadLetters(e.holdback())
+	if len(dl) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dl))
+	}
+	d, err := topics.ParseDeadLetter(dl[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Reason != "invalid-field:key" {
+		t.Fatalf("reason %q, want invalid-field:key (%s)", d.Reason, d.Error)
+	}
+}
