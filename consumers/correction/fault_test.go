@@ -354,12 +354,32 @@ func TestFaultFencedInstance(t *testing.T) {
 	e := newFaultEnv(t, faultWorkload)
 	var produced sync.WaitGroup
 	produced.Add(1)
-	go func() { defer produced.Done(); e.producePaced(t, 300*time.Millisecond, nil) }()
+	// The second half of the run is produced only once the second instance is up, so the first
+	// still has work (and a transaction to attempt) after it has been fenced; otherwise it could
+	// seal the whole backlog in one transaction and never learn of the fence.
+	secondUp := make(chan struct{})
+	gate := func(step int64, _ *kgo.Client, _ []*kgo.Record) {
+		if step == int64(faultWorkload.Steps/2) {
+			<-secondUp
+		}
+	}
+	go func() { defer produced.Done(); e.producePaced(t, 300*time.Millisecond, gate) }()
 
 	first := startChild(t, e.child(e.redisURL, e.prefix+"tx", e.prefix+"a"), "first.log")
 	probe := newAdvantageReader(t, e.seeds, e.names.Advantages(), true)
 	probe.readUntil(t, e.total/4, 40*time.Second)
 	second := startChild(t, e.child(e.redisURL, e.prefix+"tx", e.prefix+"b"), "second.log")
+	// The second instance logs its start after bumping the producer epoch (fencePredecessor).
+	for deadline := time.Now().Add(40 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if b, _ := os.ReadFile(second.log); strings.Contains(string(b), "correction consumer started") {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(secondUp)
+			t.Fatal("the second instance did not start within 40s")
+		}
+	}
+	close(secondUp)
 	err, exited := first.wait(45 * time.Second)
 	if !exited {
 		t.Fatal("the fenced instance kept running")
