@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	correctionstage "github.com/wmrl/wmrl/consumers/correction"
+	"github.com/wmrl/wmrl/consumers/correct"
 	"github.com/wmrl/wmrl/consumers/sandbox"
 	"github.com/wmrl/wmrl/consumers/worldmodel"
 	"github.com/wmrl/wmrl/correction"
@@ -420,7 +420,7 @@ func (a *armRun) run(ctx context.Context) (sim.Result, error) {
 		return sim.Result{}, fmt.Errorf("sandbox stage: %w", err)
 	}
 	redisPrefix := a.cfg.RedisPrefix + "-" + a.arm.Name
-	corr, err := correctionstage.NewConsumer(correctionstage.Config{
+	corr, err := correct.NewConsumer(correct.Config{
 		KafkaOpts: a.kopts, Redis: a.rdb, Names: a.names, Group: group("correct"),
 		TransactionalID: group("correct") + "-0", Correction: a.arm.Correction, RedisPrefix: redisPrefix,
 		Logger: a.log, ProgressInterval: time.Hour,
@@ -474,7 +474,7 @@ func (a *armRun) run(ctx context.Context) (sim.Result, error) {
 // train is the trainer sink: it takes each step's fused advantages off the topic, applies the
 // policy-gradient update, reads the sealed calibration state back from Redis for the progress
 // display and lets the generator sample the next step.
-func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *correctionstage.Store, run string) (sim.Result, error) {
+func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *correct.Store, run string) (sim.Result, error) {
 	res := sim.Result{Arm: a.arm.Name, Seed: a.cfg.Seed, InitialScore: a.pol.ExpectedScore(a.eval)}
 	n := a.cfg.Sim.Groups * a.cfg.Sim.GroupSize
 	adv, wts, masked := make([]float64, n), make([]float64, n), make([]bool, n)
@@ -574,7 +574,7 @@ func (a *armRun) index(groupID, rolloutID string, step int) (int, error) {
 // sealedState reads the calibration state sealed after step v from Redis. The consumer writes
 // Redis right after its transaction commits, so the trainer may see the advantages a moment
 // before the state: poll briefly.
-func (a *armRun) sealedState(ctx context.Context, store *correctionstage.Store, run string, v int64) (*correction.State, error) {
+func (a *armRun) sealedState(ctx context.Context, store *correct.Store, run string, v int64) (*correction.State, error) {
 	deadline := time.Now().Add(a.cfg.StallTimeout)
 	for {
 		b, err := store.ReadState(ctx, run, sim.Stream, v)

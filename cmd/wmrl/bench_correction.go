@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	correctionstage "github.com/wmrl/wmrl/consumers/correction"
+	"github.com/wmrl/wmrl/consumers/correct"
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -17,8 +17,8 @@ import (
 func init() { benchCommands = append(benchCommands, newBenchCorrectionCmd) }
 
 func newBenchCorrectionCmd(a *app) *cobra.Command {
-	cfg := correctionstage.BenchConfig{
-		Workload: correctionstage.SynthConfig{Runs: 6, Steps: 120, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1},
+	cfg := correct.BenchConfig{
+		Workload: correct.SynthConfig{Runs: 6, Steps: 120, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1},
 	}
 	var corrCfg func() (correction.Config, error)
 	var embedded bool
@@ -69,7 +69,7 @@ ratio is below --target. The topics are deleted afterwards.`,
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
-			rep, err := correctionstage.Benchmark(ctx, cfg)
+			rep, err := correct.Benchmark(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -91,8 +91,8 @@ ratio is below --target. The topics are deleted afterwards.`,
 	f.Int32Var(&cfg.Partitions, "partitions", 3, "partitions of the benchmark topics")
 	f.IntVar(&cfg.LatencySteps, "latency-steps", 100, "steps timed one at a time in the latency phase")
 	f.IntVar(&cfg.ChunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload")
-	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correctionstage.DefaultMaxTxnSteps, "while a backlog waits, poll on until this many steps are buffered before one transaction (1: a transaction per poll)")
-	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correctionstage.DefaultMaxTxnLinger, "longest time a backlog's transaction is put off")
+	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correct.DefaultMaxTxnSteps, "while a backlog waits, poll on until this many steps are buffered before one transaction (1: a transaction per poll)")
+	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correct.DefaultMaxTxnLinger, "longest time a backlog's transaction is put off")
 	f.BoolVar(&embedded, "embedded", false, "use an in-process kfake broker and miniredis instead of --brokers/--redis")
 	f.BoolVar(&cfg.KeepTopics, "keep-topics", false, "do not delete the benchmark topics")
 	f.Float64Var(&target, "target", 0.8, "minimum ratio of correction to pass-through records/s")

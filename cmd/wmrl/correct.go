@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	correctionstage "github.com/wmrl/wmrl/consumers/correction"
+	"github.com/wmrl/wmrl/consumers/correct"
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -86,7 +86,7 @@ func defaultTransactionalID() string {
 }
 
 func newCorrectCmd(a *app) *cobra.Command {
-	var cfg correctionstage.Config
+	var cfg correct.Config
 	cmd := &cobra.Command{
 		Use:   "correct",
 		Short: "Run the stateful correction consumer (exactly-once, Kafka transactions)",
@@ -97,7 +97,7 @@ the same Kafka transaction as its input offsets. Read its outputs with read_comm
 
 State: the compacted calibration topic is the source of truth; Redis (--redis) caches versioned
 snapshots under <redis-prefix>:{run/stream}:… for fast loads and for other services (see
-'go doc github.com/wmrl/wmrl/consumers/correction' for the key layout).
+'go doc github.com/wmrl/wmrl/consumers/correct' for the key layout).
 
 Every instance needs its own --transactional-id, stable across its restarts: a restarted instance
 fences its predecessor's unfinished transaction. SIGTERM finishes the current transaction and
@@ -106,19 +106,19 @@ leaves the group.`,
 	}
 	corrCfg := correctionFlags(cmd.Flags())
 	f := cmd.Flags()
-	f.StringVar(&cfg.Group, "group", correctionstage.DefaultGroup, "consumer group")
+	f.StringVar(&cfg.Group, "group", correct.DefaultGroup, "consumer group")
 	f.StringVar(&cfg.TransactionalID, "transactional-id", defaultTransactionalID(), "transactional id (unique per instance, stable across restarts)")
 	f.StringVar(&cfg.InstanceID, "instance-id", "", "static group member id (stable per instance): a restart takes its partitions back at once")
 	f.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "group session timeout (default 45s)")
 	f.IntVar(&cfg.ChunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload on the advantages topic")
-	f.IntVar(&cfg.KeepStates, "keep-states", correctionstage.DefaultKeepStates, "versioned Redis snapshots kept per run/stream")
-	f.StringVar(&cfg.RedisPrefix, "redis-prefix", correctionstage.DefaultRedisPrefix, "Redis key namespace")
+	f.IntVar(&cfg.KeepStates, "keep-states", correct.DefaultKeepStates, "versioned Redis snapshots kept per run/stream")
+	f.StringVar(&cfg.RedisPrefix, "redis-prefix", correct.DefaultRedisPrefix, "Redis key namespace")
 	f.BoolVar(&cfg.AllowConfigChange, "allow-config-change", false, "continue when stored state was built with other correction settings (its calibration restarts)")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address (e.g. :9464)")
-	f.DurationVar(&cfg.TxnTimeout, "txn-timeout", correctionstage.DefaultTxnTimeout, "broker-side transaction timeout")
-	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correctionstage.DefaultMaxTxnSteps, "while a backlog is being read, seal at most this many steps per transaction (1: one poll per transaction)")
-	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correctionstage.DefaultMaxTxnLinger, "longest a backlog batch waits before its transaction commits (live traffic commits every poll)")
-	f.DurationVar(&cfg.ProgressInterval, "progress-interval", correctionstage.DefaultProgressInterval, "period of the info-level progress line")
+	f.DurationVar(&cfg.TxnTimeout, "txn-timeout", correct.DefaultTxnTimeout, "broker-side transaction timeout")
+	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correct.DefaultMaxTxnSteps, "while a backlog is being read, seal at most this many steps per transaction (1: one poll per transaction)")
+	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correct.DefaultMaxTxnLinger, "longest a backlog batch waits before its transaction commits (live traffic commits every poll)")
+	f.DurationVar(&cfg.ProgressInterval, "progress-interval", correct.DefaultProgressInterval, "period of the info-level progress line")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cc, err := corrCfg()
 		if err != nil {
@@ -136,7 +136,7 @@ leaves the group.`,
 		cfg.Redis = rdb
 		cfg.Names = a.conn.Names()
 		cfg.Logger = a.log
-		c, err := correctionstage.NewConsumer(cfg)
+		c, err := correct.NewConsumer(cfg)
 		if err != nil {
 			return err
 		}

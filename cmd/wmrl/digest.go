@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	correctionstage "github.com/wmrl/wmrl/consumers/correction"
+	"github.com/wmrl/wmrl/consumers/correct"
 	"github.com/wmrl/wmrl/sinks/trainer"
 )
 
@@ -42,7 +42,7 @@ incomplete step is an error rather than a digest that silently left rows out.`,
 				}
 				defer f.Close()
 				var payloads [][]byte
-				if err := correctionstage.ReadReplay(f, func(p []byte) error {
+				if err := correct.ReadReplay(f, func(p []byte) error {
 					payloads = append(payloads, p)
 					return nil
 				}); err != nil {

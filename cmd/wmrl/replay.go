@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	correctionstage "github.com/wmrl/wmrl/consumers/correction"
+	"github.com/wmrl/wmrl/consumers/correct"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -53,8 +53,8 @@ retention has trimmed); the state after step S-1 then comes from the live namesp
 	f.StringVar(&out, "out", "", "write the advantages to this replay file")
 	f.IntVar(&chunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload")
 	f.StringVar(&redisPrefix, "redis-prefix", "", "isolated Redis namespace for the replayed states (default wmrl-replay-<run>-<unix time>)")
-	f.StringVar(&statePrefix, "state-prefix", correctionstage.DefaultRedisPrefix, "the live consumer's Redis namespace (read for --from-offsets)")
-	f.IntVar(&keep, "keep-states", correctionstage.DefaultKeepStates, "snapshots kept per run/stream in the replay namespace")
+	f.StringVar(&statePrefix, "state-prefix", correct.DefaultRedisPrefix, "the live consumer's Redis namespace (read for --from-offsets)")
+	f.IntVar(&keep, "keep-states", correct.DefaultKeepStates, "snapshots kept per run/stream in the replay namespace")
 	f.BoolVar(&noRedis, "no-redis", false, "do not write replayed states to Redis")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if run == "" {
@@ -75,7 +75,7 @@ retention has trimmed); the state after step S-1 then comes from the live namesp
 		if err != nil {
 			return err
 		}
-		rc := correctionstage.ReplayConfig{
+		rc := correct.ReplayConfig{
 			KafkaOpts: opts, Names: names, Run: run, FromStep: fromStep, Correction: cc,
 			StatePrefix: statePrefix, KeepStates: keep, Logger: a.log,
 		}
@@ -111,7 +111,7 @@ retention has trimmed); the state after step S-1 then comes from the live namesp
 				return err
 			}
 			defer fh.Close()
-			w := correctionstage.NewReplayWriter(fh)
+			w := correct.NewReplayWriter(fh)
 			emit = func(_ int64, rows []topics.AdvantageRow) error { return w.WriteRows(rows, chunkBytes) }
 			finish = func() error {
 				if err := w.Flush(); err != nil {
@@ -139,7 +139,7 @@ retention has trimmed); the state after step S-1 then comes from the live namesp
 			}
 			finish = func() error { return nil }
 		}
-		res, err := correctionstage.Replay(ctx, rc, emit)
+		res, err := correct.Replay(ctx, rc, emit)
 		if err != nil {
 			return err
 		}

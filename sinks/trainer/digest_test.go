@@ -16,7 +16,7 @@ import (
 var update = flag.Bool("update", false, "rewrite golden files")
 
 // readFrames is the test's own reader of the frame format, so this package's tests do not depend
-// on the correction consumer; production code uses correctionstage.ReadReplay.
+// on the correction consumer; production code uses correct.ReadReplay.
 func readFrames(r io.Reader) ([][]byte, error) {
 	var out [][]byte
 	for {
@@ -46,7 +46,7 @@ func writePayloads(ps [][]byte) []byte {
 }
 
 // TestReplayFileGolden digests the payloads of a checked-in replay file (the format of
-// consumers/correction's ReplayWriter; `wmrl digest --file` reads it with ReadReplay, see
+// consumers/correct's ReplayWriter; `wmrl digest --file` reads it with ReadReplay, see
 // cmd/wmrl's test); the digest must equal DigestRows of the rows it was made from.
 func TestReplayFileGolden(t *testing.T) {
 	var rows []topics.AdvantageRow

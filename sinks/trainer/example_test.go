@@ -108,7 +108,7 @@ func ExampleWriteTable() {
 	// rows 3 masked 1 mean|adv| 1.000 anchor weight 2.00
 }
 
-// Digest headerless payloads, e.g. the frames of a replay file (consumers/correction ReadReplay).
+// Digest headerless payloads, e.g. the frames of a replay file (consumers/correct ReadReplay).
 func ExampleDigestPayloads() {
 	payloads, _ := topics.ChunkAdvantages(exampleRows("run-7", 4), topics.DefaultChunkBytes)
 	res, err := trainer.DigestPayloads(payloads, "run-7")

@@ -1,4 +1,4 @@
-package correctionstage
+package correct
 
 import (
 	"context"
@@ -55,7 +55,7 @@ type ReplayResult struct {
 }
 
 // ErrReplay marks a replay that cannot run as configured.
-var ErrReplay = errors.New("correctionstage: replay")
+var ErrReplay = errors.New("correct: replay")
 
 // Replay re-runs correction for one run from the retained input topics with fresh state (the
 // same engine as the live consumer, so the rows are bit-identical) and calls emit with every

@@ -1,7 +1,7 @@
-// Package correctionstage is wmrl's stateful correction consumer (DESIGN §3–§4): it joins step
+// Package correct is wmrl's stateful correction consumer (DESIGN §3–§4): it joins step
 // manifests, predicted and executed rewards of each run, seals steps strictly in order once
-// complete, runs the correction core (package correction — hence this package's name, so both
-// can be imported together) and produces the advantage rows and the calibration snapshots in the
+// complete, runs the correction core (package correction; this package is named for the stage and
+// its command, `wmrl correct`) and produces the advantage rows and the calibration snapshots in the
 // same Kafka transaction as the input offsets. Downstream reads with read_committed.
 //
 // # Inputs and completeness
@@ -90,4 +90,4 @@
 // without transactions, and emits every sealed step's rows; the digest of a replay equals the
 // digest of the live advantages of the run. Replay files (WriteReplayFile, ReadReplayFile) are
 // length-prefixed Arrow IPC payloads exactly as they appear as record values.
-package correctionstage
+package correct

@@ -1,4 +1,4 @@
-package correctionstage
+package correct
 
 import (
 	"context"
@@ -64,7 +64,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	}
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
-		return nil, fmt.Errorf("correctionstage: metrics: %w", err)
+		return nil, fmt.Errorf("correct: metrics: %w", err)
 	}
 	cfg.Redis.AddHook(tripHook{m})
 	c := &Consumer{
@@ -148,7 +148,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
-		return fmt.Errorf("correctionstage: kafka session: %w", err)
+		return fmt.Errorf("correct: kafka session: %w", err)
 	}
 	c.healthy.Store(true)
 	defer c.healthy.Store(false)
@@ -188,7 +188,7 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			return ctx.Err()
 		}
 		if fs.IsClientClosed() {
-			return errors.New("correctionstage: kafka client closed")
+			return errors.New("correct: kafka client closed")
 		}
 		for _, fe := range fs.Errors() {
 			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) {
@@ -277,7 +277,7 @@ func (c *Consumer) decodeAll(recs []*kgo.Record) []decoded {
 func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 	done, err := c.eng.sealReady()
 	if err != nil {
-		return fmt.Errorf("correctionstage: %w", err)
+		return fmt.Errorf("correct: %w", err)
 	}
 	hold := c.eng.holdback()
 	dlq := c.eng.takeDeadLetters(hold)
@@ -289,7 +289,7 @@ func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 	tctx, cancel := context.WithTimeout(context.Background(), c.cfg.TxnTimeout+10*time.Second)
 	defer cancel()
 	if err := sess.Begin(); err != nil {
-		return fmt.Errorf("correctionstage: begin transaction: %w", err)
+		return fmt.Errorf("correct: begin transaction: %w", err)
 	}
 	var perr error
 	var pmu sync.Mutex
@@ -316,7 +316,7 @@ func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 		produce(r)
 	}
 	if err := sess.Client().Flush(tctx); err != nil {
-		return fmt.Errorf("correctionstage: flush: %w", err)
+		return fmt.Errorf("correct: flush: %w", err)
 	}
 	pmu.Lock()
 	ferr := perr
@@ -337,7 +337,7 @@ func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 		c.m.txns.WithLabelValues("aborted").Inc()
 		c.stats.aborts++
 		if err != nil && isFatalTxnErr(err) {
-			return fmt.Errorf("correctionstage: transaction: %w", err)
+			return fmt.Errorf("correct: transaction: %w", err)
 		}
 		c.log.Warn("transaction aborted; rebuilding state from the changelog", "err", err, "produce_err", ferr)
 		// The session rewound the consumer to the committed offsets; the sealed steps of this
@@ -482,7 +482,7 @@ func (c *Consumer) produceOutputs(done []*sealed, produce func(*kgo.Record)) ([]
 func (c *Consumer) stepRecords(s *sealed) ([]*kgo.Record, error) {
 	recs, err := c.cfg.Names.AdvantageRecords(s.run, "", s.step, s.rows, c.cfg.ChunkBytes)
 	if err != nil {
-		return nil, fmt.Errorf("correctionstage: advantages run %s step %d: %w", s.run, s.step, err)
+		return nil, fmt.Errorf("correct: advantages run %s step %d: %w", s.run, s.step, err)
 	}
 	for _, r := range recs {
 		r.Partition = s.part
@@ -491,7 +491,7 @@ func (c *Consumer) stepRecords(s *sealed) ([]*kgo.Record, error) {
 		sn := &s.snaps[i]
 		r, err := c.cfg.Names.CalibrationRecord(*sn)
 		if err != nil {
-			return nil, fmt.Errorf("correctionstage: calibration run %s stream %s step %d: %w", s.run, sn.Stream, s.step, err)
+			return nil, fmt.Errorf("correct: calibration run %s stream %s step %d: %w", s.run, sn.Stream, s.step, err)
 		}
 		r.Partition = s.part
 		recs = append(recs, r)
@@ -596,7 +596,7 @@ func (c *Consumer) reload(ctx context.Context) error {
 			st = c.corr.NewState(sn.RunID, sn.Stream)
 			for v := int64(0); v <= sn.Step; v++ {
 				if _, err := c.corr.Advance(st, correction.Step{Run: sn.RunID, Stream: sn.Stream, Step: v}, nil); err != nil {
-					return fmt.Errorf("correctionstage: restart calibration of %s/%s: %w", sn.RunID, sn.Stream, err)
+					return fmt.Errorf("correct: restart calibration of %s/%s: %w", sn.RunID, sn.Stream, err)
 				}
 			}
 		}
@@ -695,7 +695,7 @@ func (c *Consumer) markChanged() {
 func (c *Consumer) checkTopics(ctx context.Context) error {
 	cl, err := kgo.NewClient(c.cfg.KafkaOpts...)
 	if err != nil {
-		return fmt.Errorf("correctionstage: kafka client: %w", err)
+		return fmt.Errorf("correct: kafka client: %w", err)
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -704,19 +704,19 @@ func (c *Consumer) checkTopics(ctx context.Context) error {
 	want := []string{n.Steps(), n.Predicted(), n.Executed(), n.Advantages(), n.Calibration()}
 	td, err := kadm.NewClient(cl).ListTopics(ctx, append(want, n.DLQ())...)
 	if err != nil {
-		return fmt.Errorf("correctionstage: list topics: %w", err)
+		return fmt.Errorf("correct: list topics: %w", err)
 	}
 	counts := map[string]int{}
 	for _, t := range append(want, n.DLQ()) {
 		d, ok := td[t]
 		if !ok || d.Err != nil {
-			return fmt.Errorf("correctionstage: topic %s is missing (run `wmrl topics create`)", t)
+			return fmt.Errorf("correct: topic %s is missing (run `wmrl topics create`)", t)
 		}
 		counts[t] = len(d.Partitions)
 	}
 	for _, t := range want[1:] {
 		if counts[t] != counts[want[0]] {
-			return fmt.Errorf("correctionstage: topic %s has %d partitions, %s has %d: co-partitioned topics need one partition count", t, counts[t], want[0], counts[want[0]])
+			return fmt.Errorf("correct: topic %s has %d partitions, %s has %d: co-partitioned topics need one partition count", t, counts[t], want[0], counts[want[0]])
 		}
 	}
 	return nil
@@ -728,7 +728,7 @@ func (c *Consumer) checkTopics(ctx context.Context) error {
 func (c *Consumer) fencePredecessor(ctx context.Context) error {
 	cl, err := kgo.NewClient(c.cfg.KafkaOpts...)
 	if err != nil {
-		return fmt.Errorf("correctionstage: kafka client: %w", err)
+		return fmt.Errorf("correct: kafka client: %w", err)
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -747,11 +747,11 @@ func (c *Consumer) fencePredecessor(ctx context.Context) error {
 			return nil
 		}
 		if !kerr.IsRetriable(err) && !errors.Is(err, kerr.ConcurrentTransactions) {
-			return fmt.Errorf("correctionstage: init producer id for %s: %w", id, err)
+			return fmt.Errorf("correct: init producer id for %s: %w", id, err)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("correctionstage: init producer id for %s: %w", id, errors.Join(ctx.Err(), err))
+			return fmt.Errorf("correct: init producer id for %s: %w", id, errors.Join(ctx.Err(), err))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -779,7 +779,7 @@ func (c *Consumer) serveHTTP() (func(), error) {
 	})
 	ln, err := net.Listen("tcp", c.cfg.MetricsAddr)
 	if err != nil {
-		return nil, fmt.Errorf("correctionstage: metrics listener %s: %w", c.cfg.MetricsAddr, err)
+		return nil, fmt.Errorf("correct: metrics listener %s: %w", c.cfg.MetricsAddr, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()

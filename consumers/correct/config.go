@@ -1,4 +1,4 @@
-package correctionstage
+package correct
 
 import (
 	"errors"
@@ -27,14 +27,14 @@ const (
 )
 
 // ErrConfig is wrapped by every Config validation failure.
-var ErrConfig = errors.New("correctionstage: invalid config")
+var ErrConfig = errors.New("correct: invalid config")
 
 // ErrConfigChanged stops the consumer when the calibration changelog holds state built with a
 // different correction config than the running one (Config.AllowConfigChange overrides it).
-var ErrConfigChanged = errors.New("correctionstage: correction config differs from the one the stored state was built with")
+var ErrConfigChanged = errors.New("correct: correction config differs from the one the stored state was built with")
 
 // ErrChangelog marks a calibration changelog the consumer cannot rebuild state from.
-var ErrChangelog = errors.New("correctionstage: calibration changelog")
+var ErrChangelog = errors.New("correct: calibration changelog")
 
 // Config configures a Consumer. KafkaOpts, Redis and TransactionalID are required; zero values
 // elsewhere take the defaults above.

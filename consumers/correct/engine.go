@@ -1,4 +1,4 @@
-package correctionstage
+package correct
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,4 @@
-package correctionstage
+package correct
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 // file holds no rows. There is no header, so `cat a b > c` concatenates replays.
 
 // ErrReplayFile marks a malformed replay file.
-var ErrReplayFile = errors.New("correctionstage: malformed replay file")
+var ErrReplayFile = errors.New("correct: malformed replay file")
 
 // ReplayWriter appends frames to a replay file.
 type ReplayWriter struct {
