@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -269,4 +270,63 @@ func boolArg(b bool) string {
 		return "1"
 	}
 	return "0"
+}
+
+// writeRedisAsync writes the committed snapshots on a goroutine, then calls OnCommit, so the
+// Redis round trip overlaps with polling and decoding the next records. At most one write is in
+// flight (a new one waits for the previous, which keeps the writes in commit order), and
+// waitRedis joins it before state is reloaded from Redis and before Run returns.
+func (c *Consumer) writeRedisAsync(snaps []*topics.CalibrationSnapshot, done []*sealed, infos []SealedStep) {
+	c.waitRedis()
+	ch := make(chan struct{})
+	c.redisDone = ch
+	go func() {
+		defer close(ch)
+		c.writeRedis(snaps, done)
+		if c.cfg.OnCommit != nil && len(infos) > 0 {
+			c.cfg.OnCommit(infos)
+		}
+	}()
+}
+
+// waitRedis blocks until the Redis write in flight (if any) has finished.
+func (c *Consumer) waitRedis() {
+	if c.redisDone != nil {
+		<-c.redisDone
+		c.redisDone = nil
+	}
+}
+
+// writeRedis stores the committed snapshots (one round trip). Failures only cost a rebuild
+// from the changelog later; a differing digest for a stored step is an alarm.
+func (c *Consumer) writeRedis(snaps []*topics.CalibrationSnapshot, done []*sealed) {
+	if len(snaps) == 0 {
+		return
+	}
+	newStreams := map[string][]string{}
+	for _, s := range done {
+		if len(s.newStream) > 0 {
+			newStreams[s.run] = append(newStreams[s.run], s.newStream...)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := c.store.write(ctx, snaps, newStreams)
+	if err != nil {
+		c.m.redisErrors.Inc()
+		c.log.Warn("redis snapshot write failed (state stays recoverable from the changelog)", "err", err)
+		return
+	}
+	c.alarms(res)
+}
+
+func (c *Consumer) alarms(res []writeOutcome) {
+	for _, o := range res {
+		if o.status == 2 {
+			c.m.digestAlarms.Inc()
+			c.log.Error("ALARM: Redis holds a different state for an already sealed step",
+				"run", o.snap.RunID, "stream", o.snap.Stream, "step", o.snap.Step,
+				"digest", o.snap.Digest, "redis_digest", o.existing, "key", c.store.StateKey(o.snap.RunID, o.snap.Stream, o.snap.Step))
+		}
+	}
 }

@@ -9,19 +9,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/plugin/kprom"
 
+	"github.com/wmrl/wmrl/internal/health"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -143,11 +141,11 @@ func (s *Stage) Client() *kgo.Client { return s.cl }
 func (s *Stage) Run(ctx context.Context) error {
 	defer s.cl.Close()
 	if s.cfg.MetricsAddr != "" {
-		stop, err := s.serveHTTP()
+		srv, err := health.Serve(s.cfg.MetricsAddr, s.cfg.Registry, s.live, nil, s.log)
 		if err != nil {
 			return err
 		}
-		defer stop()
+		defer srv.Stop()
 	}
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
@@ -386,26 +384,10 @@ func (s *Stage) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string
 	s.track.revoke(revoked)
 }
 
-func (s *Stage) serveHTTP() (func(), error) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.healthy.Load() {
-			http.Error(w, "not running", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	ln, err := net.Listen("tcp", s.cfg.MetricsAddr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics listener %s: %w", s.cfg.MetricsAddr, err)
+// live is the /healthz check: the consume loop is running.
+func (s *Stage) live() error {
+	if !s.healthy.Load() {
+		return errors.New("not running")
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	s.log.Info("serving metrics", "addr", ln.Addr().String())
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}, nil
+	return nil
 }

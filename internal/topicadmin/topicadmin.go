@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -322,4 +323,29 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// CheckLayout is what a stage checks at start-up: that each of the topics it needs exists and
+// that the co-partitioned topics present share one partition count. Unlike Check it expects no
+// particular count or config, since a stage does not know the plan its operator chose.
+func CheckLayout(ctx context.Context, adm *kadm.Client, n topics.Names, need []string) ([]Mismatch, error) {
+	names := append(slices.Clone(need), n.CoPartitioned()...)
+	slices.Sort(names)
+	names = slices.Compact(names)
+	details, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		return nil, fmt.Errorf("list topics: %w", err)
+	}
+	var out []Mismatch
+	for _, t := range need {
+		d, ok := details[t]
+		if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+			out = append(out, Mismatch{Topic: t, Field: "existence", Want: "exists", Got: "missing"})
+			continue
+		}
+		if d.Err != nil {
+			return nil, fmt.Errorf("describe topic %s: %w", t, d.Err)
+		}
+	}
+	return append(out, coPartitioning(n, details)...), nil
 }

@@ -1,0 +1,76 @@
+package correct
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/wmrl/wmrl/internal/topicadmin"
+)
+
+// checkTopics verifies that the topics the consumer reads and writes exist and that the
+// co-partitioned ones share one partition count (records of a run must meet on one partition).
+func (c *Consumer) checkTopics(ctx context.Context) error {
+	cl, err := kgo.NewClient(c.cfg.KafkaOpts...)
+	if err != nil {
+		return fmt.Errorf("correct: kafka client: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	n := c.cfg.Names
+	need := []string{n.Steps(), n.Predicted(), n.Executed(), n.Advantages(), n.Calibration(), n.DLQ()}
+	ms, err := topicadmin.CheckLayout(ctx, kadm.NewClient(cl), n, need)
+	if err != nil {
+		return fmt.Errorf("correct: %w", err)
+	}
+	for _, m := range ms {
+		if m.Field == "existence" {
+			return fmt.Errorf("correct: topic %s is missing (run `wmrl topics create`)", m.Topic)
+		}
+	}
+	if len(ms) > 0 {
+		return fmt.Errorf("correct: %s (run `wmrl topics check`)", ms[0])
+	}
+	return nil
+}
+
+// fencePredecessor bumps the producer epoch of the transactional id before joining the group.
+// The broker then aborts a crashed predecessor's open transaction at once; without it the
+// group's stable offset fetch would wait for that transaction to time out.
+func (c *Consumer) fencePredecessor(ctx context.Context) error {
+	cl, err := kgo.NewClient(c.cfg.KafkaOpts...)
+	if err != nil {
+		return fmt.Errorf("correct: kafka client: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrInitProducerIDRequest()
+	id := c.cfg.TransactionalID
+	req.TransactionalID = &id
+	req.TransactionTimeoutMillis = int32(c.cfg.TxnTimeout.Milliseconds())
+	req.ProducerID, req.ProducerEpoch = -1, -1
+	for {
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+		if err == nil {
+			return nil
+		}
+		if !kerr.IsRetriable(err) && !errors.Is(err, kerr.ConcurrentTransactions) {
+			return fmt.Errorf("correct: init producer id for %s: %w", id, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("correct: init producer id for %s: %w", id, errors.Join(ctx.Err(), err))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,225 @@
+package correct
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// outputPartitioner sends advantages and calibration snapshots to the partition number of the
+// run's inputs (Record.Partition, set by the consumer) so the calibration partition read on
+// assignment holds exactly the runs of that input partition; dead letters hash by key.
+type outputPartitioner struct{ dlq string }
+
+// commitReady seals complete steps and, if there is anything to write, runs one transaction.
+// The transaction begins before the outputs are encoded, so that the broker already writes the
+// first steps' records while later ones are being encoded; Redis is written after the commit on
+// a goroutine of its own (see writeRedisAsync).
+func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
+	done, err := c.eng.sealReady()
+	if err != nil {
+		return fmt.Errorf("correct: %w", err)
+	}
+	hold := c.eng.holdback()
+	dlq := c.eng.takeDeadLetters(hold)
+	if len(done) == 0 && len(dlq) == 0 {
+		return nil
+	}
+
+	// The transaction runs on its own context: a shutdown signal must not cut it in half.
+	tctx, cancel := context.WithTimeout(context.Background(), c.cfg.TxnTimeout+10*time.Second)
+	defer cancel()
+	if err := sess.Begin(); err != nil {
+		return fmt.Errorf("correct: begin transaction: %w", err)
+	}
+	var perr error
+	var pmu sync.Mutex
+	produce := func(r *kgo.Record) {
+		sess.Produce(tctx, r, func(r *kgo.Record, err error) {
+			if err != nil {
+				pmu.Lock()
+				if perr == nil {
+					perr = fmt.Errorf("produce to %s/%d: %w", r.Topic, r.Partition, err)
+				}
+				pmu.Unlock()
+			}
+		})
+	}
+	snaps, err := c.produceOutputs(done, produce)
+	if err != nil {
+		// Nothing of this transaction may become visible; the consumer stops with err.
+		if _, aerr := sess.End(tctx, kgo.TryAbort); aerr != nil {
+			c.log.Error("abort after an encoding failure failed", "err", aerr)
+		}
+		return err
+	}
+	for _, r := range dlq {
+		produce(r)
+	}
+	if err := sess.Client().Flush(tctx); err != nil {
+		return fmt.Errorf("correct: flush: %w", err)
+	}
+	pmu.Lock()
+	ferr := perr
+	pmu.Unlock()
+	try := kgo.TryCommit
+	if ferr != nil {
+		c.log.Error("produce failed, aborting transaction", "err", ferr)
+		try = kgo.TryAbort
+	}
+	// Commit input offsets only up to the oldest record still buffered for an unsealed step:
+	// End would otherwise commit everything polled, and a crash would lose those inputs.
+	ectx := kgo.PreTxnCommitFnContext(tctx, func(req *kmsg.TxnOffsetCommitRequest) error {
+		holdOffsets(req, hold)
+		return nil
+	})
+	committed, err := sess.End(ectx, try)
+	if err != nil || !committed {
+		c.m.txns.WithLabelValues("aborted").Inc()
+		c.stats.aborts++
+		if err != nil && isFatalTxnErr(err) {
+			return fmt.Errorf("correct: transaction: %w", err)
+		}
+		c.log.Warn("transaction aborted; rebuilding state from the changelog", "err", err, "produce_err", ferr)
+		// The session rewound the consumer to the committed offsets; the sealed steps of this
+		// transaction are undone by reloading every owned partition's state.
+		c.markChanged()
+		return nil
+	}
+	c.m.txns.WithLabelValues("committed").Inc()
+	c.stats.txns++
+	c.stats.dlq += int64(len(dlq))
+	for _, r := range dlq {
+		reason, _ := topics.HeaderValue(r.Headers, topics.HeaderDLQReason)
+		c.m.deadLetters.WithLabelValues(reason).Inc()
+	}
+	c.m.sealedSteps.Add(float64(len(done)))
+	var infos []SealedStep
+	now := time.Now()
+	for _, s := range done {
+		c.m.rows.Add(float64(len(s.rows)))
+		c.m.sealLatency.Observe(now.Sub(s.lastInput).Seconds())
+		c.stats.steps++
+		c.stats.rows += int64(len(s.rows))
+		c.log.Debug("step sealed", "run", s.run, "step", s.step, "rows", len(s.rows), "streams", len(s.snaps))
+		infos = append(infos, SealedStep{Run: s.run, Step: s.step, Rows: len(s.rows), LastInput: s.lastInput})
+	}
+	// Redis only after the commit, so it is never ahead of committed output.
+	c.writeRedisAsync(snaps, done, infos)
+	return nil
+}
+
+// holdOffsets lowers each partition's offset in req to the holdback, never raising one.
+func holdOffsets(req *kmsg.TxnOffsetCommitRequest, hold map[tp]offEpoch) {
+	for i := range req.Topics {
+		t := &req.Topics[i]
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			if h, ok := hold[tp{t.Topic, p.Partition}]; ok && h.off < p.Offset {
+				p.Offset, p.LeaderEpoch = h.off, h.epoch
+			}
+		}
+	}
+}
+
+func isFatalTxnErr(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) || errors.Is(err, kerr.InvalidProducerIDMapping) ||
+		errors.Is(err, kerr.InvalidTxnState) || errors.Is(err, kerr.UnknownTopicID)
+}
+
+// produceOutputs builds and produces, in step order, the records of the sealed steps: per step
+// its advantage chunks (key run_id, chunk i/n headers) and one calibration snapshot per stream,
+// all on the run's partition. Encoding is pure and most of a transaction's CPU, so with several
+// steps it runs on all cores while the records of earlier steps are already being produced.
+func (c *Consumer) produceOutputs(done []*sealed, produce func(*kgo.Record)) ([]*topics.CalibrationSnapshot, error) {
+	var snaps []*topics.CalibrationSnapshot
+	now := time.Now().UTC()
+	for _, s := range done {
+		for i := range s.snaps {
+			s.snaps[i].CreatedAt = now
+			snaps = append(snaps, &s.snaps[i])
+		}
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(done))
+	if workers < 2 {
+		for _, s := range done {
+			recs, err := c.stepRecords(s)
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range recs {
+				produce(r)
+			}
+		}
+		return snaps, nil
+	}
+	type encoded struct {
+		recs []*kgo.Record
+		err  error
+	}
+	out := make([]encoded, len(done))
+	ready := make([]chan struct{}, len(done))
+	for i := range ready {
+		ready[i] = make(chan struct{})
+	}
+	var next atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(done) || stop.Load() {
+					return
+				}
+				out[i].recs, out[i].err = c.stepRecords(done[i])
+				close(ready[i])
+			}
+		}()
+	}
+	defer wg.Wait()
+	for i := range done {
+		<-ready[i]
+		if out[i].err != nil {
+			stop.Store(true)
+			return nil, out[i].err
+		}
+		for _, r := range out[i].recs {
+			produce(r)
+		}
+	}
+	return snaps, nil
+}
+
+// stepRecords encodes one sealed step's records (advantage chunks, then the snapshots).
+func (c *Consumer) stepRecords(s *sealed) ([]*kgo.Record, error) {
+	recs, err := c.cfg.Names.AdvantageRecords(s.run, "", s.step, s.rows, c.cfg.ChunkBytes)
+	if err != nil {
+		return nil, fmt.Errorf("correct: advantages run %s step %d: %w", s.run, s.step, err)
+	}
+	for _, r := range recs {
+		r.Partition = s.part
+	}
+	for i := range s.snaps {
+		sn := &s.snaps[i]
+		r, err := c.cfg.Names.CalibrationRecord(*sn)
+		if err != nil {
+			return nil, fmt.Errorf("correct: calibration run %s stream %s step %d: %w", s.run, sn.Stream, s.step, err)
+		}
+		r.Partition = s.part
+		recs = append(recs, r)
+	}
+	return recs, nil
+}
