@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/bench"
 	"github.com/wmrl/wmrl/consumers/correct"
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/topics"
@@ -17,7 +18,7 @@ import (
 func init() { benchCommands = append(benchCommands, newBenchCorrectionCmd) }
 
 func newBenchCorrectionCmd(a *app) *cobra.Command {
-	cfg := correct.BenchConfig{
+	cfg := bench.CorrectionConfig{
 		Workload: correct.SynthConfig{Runs: 6, Steps: 120, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1},
 	}
 	var corrCfg func() (correction.Config, error)
@@ -69,7 +70,7 @@ ratio is below --target. The topics are deleted afterwards.`,
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
-			rep, err := correct.Benchmark(ctx, cfg)
+			rep, err := bench.Correction(ctx, cfg)
 			if err != nil {
 				return err
 			}

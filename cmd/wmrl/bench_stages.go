@@ -5,15 +5,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/wmrl/wmrl/consumers/sandbox"
-	"github.com/wmrl/wmrl/consumers/worldmodel"
+	"github.com/wmrl/wmrl/bench"
 )
 
 func init() { benchCommands = append(benchCommands, newBenchWorldModelCmd, newBenchSandboxCmd) }
 
 func newBenchWorldModelCmd(a *app) *cobra.Command {
-	var cfg worldmodel.BenchConfig
+	var cfg bench.WorldModelConfig
 	var target float64
 	cmd := &cobra.Command{
 		Use:   "worldmodel",
@@ -26,7 +24,7 @@ fraction is below --target.`,
 			ctx, cancel := signalContext()
 			defer cancel()
 			cfg.Logger = a.log.With("bench", "worldmodel")
-			rep, err := worldmodel.Benchmark(ctx, cfg)
+			rep, err := bench.WorldModel(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -47,7 +45,7 @@ fraction is below --target.`,
 }
 
 func newBenchSandboxCmd(a *app) *cobra.Command {
-	var cfg sandbox.BenchConfig
+	var cfg bench.SandboxConfig
 	var target float64
 	cmd := &cobra.Command{
 		Use:   "sandbox",
@@ -59,7 +57,7 @@ ideal slots/job-time. Exits 1 when utilization is below --target.`,
 			ctx, cancel := signalContext()
 			defer cancel()
 			cfg.Logger = a.log.With("bench", "sandbox")
-			rep, err := sandbox.Benchmark(ctx, cfg)
+			rep, err := bench.Sandbox(ctx, cfg)
 			if err != nil {
 				return err
 			}

@@ -1,4 +1,4 @@
-package worldmodel
+package bench
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wmrl/wmrl/consumers/worldmodel"
+
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -19,15 +21,15 @@ import (
 	"github.com/wmrl/wmrl/topics"
 )
 
-// BenchConfig configures Benchmark.
-type BenchConfig struct {
+// WorldModelConfig configures Benchmark.
+type WorldModelConfig struct {
 	// Concurrency is C, the scoring calls in flight (default 32).
 	Concurrency int
 	// Latency is the mock server's fixed reply latency (default 20 ms).
 	Latency time.Duration
 	// Records is the number of rollouts scored (default 50·C).
 	Records int
-	// StageConcurrency overrides the runtime's handler count (0 = NewStage's 2·C). Setting it to
+	// StageConcurrency overrides the runtime's handler count (0 = worldmodel.NewStage's 2·C). Setting it to
 	// C shows what holding a scoring slot through the produce acknowledgement costs.
 	StageConcurrency int
 	// Partitions of the in-process topics (default 3).
@@ -35,10 +37,10 @@ type BenchConfig struct {
 	Logger     *slog.Logger
 }
 
-// BenchReport is what Benchmark measured. The window runs from the first request reaching the
+// WorldModelReport is what Benchmark measured. The window runs from the first request reaching the
 // mock server to the last predicted record read back from the output topic, so it includes the
 // runtime's polling, produce and commit work but not the consumer group join.
-type BenchReport struct {
+type WorldModelReport struct {
 	Concurrency      int
 	StageConcurrency int
 	Records          int
@@ -46,7 +48,7 @@ type BenchReport struct {
 	Wall             time.Duration
 	// BusyFraction is the server-observed in-flight time over C × Wall (1 = never idle).
 	BusyFraction float64
-	// SlotFraction is the time spent inside Scorer.Score calls over C × Wall: how full the
+	// SlotFraction is the time spent inside worldmodel.Scorer.Score calls over C × Wall: how full the
 	// runtime and Handler keep the C scoring slots. BusyFraction is lower by the client's own
 	// per-request work (prompt rendering, HTTP round trip, reply parsing).
 	SlotFraction float64
@@ -57,7 +59,7 @@ type BenchReport struct {
 	ServerLatency time.Duration
 }
 
-func (r BenchReport) String() string {
+func (r WorldModelReport) String() string {
 	return fmt.Sprintf("worldmodel C=%d handlers=%d latency=%v records=%d: busy=%.3f of C (slots %.3f), %.0f rec/s vs ideal %.0f (eff %.3f), server mean %.2fms, wall %v",
 		r.Concurrency, r.StageConcurrency, r.Latency, r.Records, r.BusyFraction, r.SlotFraction, r.RecordsPerSec, r.IdealPerSec, r.Efficiency,
 		float64(r.ServerLatency.Microseconds())/1000, r.Wall.Round(time.Millisecond))
@@ -66,7 +68,7 @@ func (r BenchReport) String() string {
 // Benchmark runs the world-model stage — the real consumer path: stage runtime, Handler,
 // OpenAIScorer — on an in-process Kafka (kfake) against a fixed-latency OpenAI-compatible mock,
 // and reports how close it keeps C requests in flight.
-func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
+func WorldModel(ctx context.Context, cfg WorldModelConfig) (WorldModelReport, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 32
 	}
@@ -88,7 +90,7 @@ func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 	names := topics.NewNames("bench.")
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(cfg.Partitions), names.Rollouts(), names.Predicted(), names.DLQ()))
 	if err != nil {
-		return BenchReport{}, fmt.Errorf("kfake: %w", err)
+		return WorldModelReport{}, fmt.Errorf("kfake: %w", err)
 	}
 	defer cluster.Close()
 	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
@@ -109,17 +111,17 @@ func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 	defer srv.Close()
 
 	if err := produceRollouts(ctx, seeds, names, cfg.Records, cfg.Partitions); err != nil {
-		return BenchReport{}, err
+		return WorldModelReport{}, err
 	}
-	scorer, err := NewOpenAIScorer(OpenAIConfig{BaseURL: srv.URL + "/v1", Model: "bench", MaxIdleConnsPerHost: cfg.Concurrency, Logger: cfg.Logger})
+	scorer, err := worldmodel.NewOpenAIScorer(worldmodel.OpenAIConfig{BaseURL: srv.URL + "/v1", Model: "bench", MaxIdleConnsPerHost: cfg.Concurrency, Logger: cfg.Logger})
 	if err != nil {
-		return BenchReport{}, err
+		return WorldModelReport{}, err
 	}
 	timed := &timedScorer{inner: scorer}
-	st, err := NewStage(stage.Config{Names: names, Group: "bench-worldmodel", KafkaOpts: seeds, Concurrency: cfg.StageConcurrency, Logger: cfg.Logger},
-		HandlerConfig{Scorer: timed, Concurrency: cfg.Concurrency, Model: "bench"})
+	st, err := worldmodel.NewStage(stage.Config{Names: names, Group: "bench-worldmodel", KafkaOpts: seeds, Concurrency: cfg.StageConcurrency, Logger: cfg.Logger},
+		worldmodel.HandlerConfig{Scorer: timed, Concurrency: cfg.Concurrency, Model: "bench"})
 	if err != nil {
-		return BenchReport{}, err
+		return WorldModelReport{}, err
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -132,10 +134,10 @@ func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 		err = rerr
 	}
 	if err != nil {
-		return BenchReport{}, err
+		return WorldModelReport{}, err
 	}
 	wall := end.Sub(firstAt)
-	rep := BenchReport{
+	rep := WorldModelReport{
 		Concurrency: cfg.Concurrency, StageConcurrency: cfg.StageConcurrency, Records: cfg.Records, Latency: cfg.Latency, Wall: wall,
 		BusyFraction:  float64(busy.Load()) / (float64(cfg.Concurrency) * float64(wall)),
 		SlotFraction:  float64(timed.busy.Load()) / (float64(cfg.Concurrency) * float64(wall)),
@@ -173,33 +175,13 @@ func produceRollouts(ctx context.Context, seeds []kgo.Opt, names topics.Names, n
 	return nil
 }
 
-// awaitRecords reads topic until n records arrived and returns when the last one did.
-func awaitRecords(ctx context.Context, seeds []kgo.Opt, topic string, n int) (time.Time, error) {
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, seeds...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
-	if err != nil {
-		return time.Time{}, err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	got := 0
-	for got < n {
-		f := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return time.Time{}, fmt.Errorf("%d of %d records on %s: %w", got, n, topic, ctx.Err())
-		}
-		got += f.NumRecords()
-	}
-	return time.Now(), nil
-}
-
 // timedScorer sums the time spent inside Score.
 type timedScorer struct {
-	inner Scorer
+	inner worldmodel.Scorer
 	busy  atomic.Int64
 }
 
-func (t *timedScorer) Score(ctx context.Context, in Input) (Result, error) {
+func (t *timedScorer) Score(ctx context.Context, in worldmodel.Input) (worldmodel.Result, error) {
 	start := time.Now()
 	defer func() { t.busy.Add(int64(time.Since(start))) }()
 	return t.inner.Score(ctx, in)

@@ -1,4 +1,4 @@
-package sandbox
+package bench
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wmrl/wmrl/consumers/sandbox"
+
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -17,24 +19,24 @@ import (
 	"github.com/wmrl/wmrl/topics"
 )
 
-// BenchConfig configures Benchmark.
-type BenchConfig struct {
+// SandboxConfig configures Benchmark.
+type SandboxConfig struct {
 	// Slots is the pool size S (default 8).
 	Slots int
 	// JobTime is the fixed duration of every execution (default 20 ms).
 	JobTime time.Duration
 	// Records is the number of anchor rollouts executed (default 50·S).
 	Records int
-	// StageConcurrency overrides the runtime's handler count (0 = NewStage's 2·S). S shows what
+	// StageConcurrency overrides the runtime's handler count (0 = sandbox.NewStage's 2·S). S shows what
 	// holding a slot's handler through the produce acknowledgement costs.
 	StageConcurrency int
 	Partitions       int // default 3
 	Logger           *slog.Logger
 }
 
-// BenchReport is what Benchmark measured, from the first job starting to the last executed
+// SandboxReport is what Benchmark measured, from the first job starting to the last executed
 // record read back from the output topic.
-type BenchReport struct {
+type SandboxReport struct {
 	Slots, StageConcurrency, Records int
 	JobTime, Wall                    time.Duration
 	// Utilization is the summed job time over S × Wall (target ≥ 0.95).
@@ -45,7 +47,7 @@ type BenchReport struct {
 	MeanJob time.Duration
 }
 
-func (r BenchReport) String() string {
+func (r SandboxReport) String() string {
 	return fmt.Sprintf("sandbox S=%d handlers=%d job=%v records=%d: utilization=%.3f, %.0f jobs/s vs ideal %.0f, mean job %.2fms, wall %v",
 		r.Slots, r.StageConcurrency, r.JobTime, r.Records, r.Utilization, r.JobsPerSec, r.IdealPerSec,
 		float64(r.MeanJob.Microseconds())/1000, r.Wall.Round(time.Millisecond))
@@ -53,7 +55,7 @@ func (r BenchReport) String() string {
 
 // Benchmark runs the sandbox stage — stage runtime, Handler, Pool — on an in-process Kafka
 // (kfake) with fixed-duration builtin jobs and reports slot utilization.
-func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
+func Sandbox(ctx context.Context, cfg SandboxConfig) (SandboxReport, error) {
 	if cfg.Slots <= 0 {
 		cfg.Slots = 8
 	}
@@ -75,7 +77,7 @@ func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 	names := topics.NewNames("bench.")
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(cfg.Partitions), names.Rollouts(), names.Executed(), names.DLQ()))
 	if err != nil {
-		return BenchReport{}, fmt.Errorf("kfake: %w", err)
+		return SandboxReport{}, fmt.Errorf("kfake: %w", err)
 	}
 	defer cluster.Close()
 	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
@@ -83,27 +85,27 @@ func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 	var busy atomic.Int64
 	var first sync.Once
 	var firstAt time.Time
-	exec, err := NewBuiltinExecutor(func(ctx context.Context, _ Job) (float64, error) {
+	exec, err := sandbox.NewBuiltinExecutor(func(ctx context.Context, _ sandbox.Job) (float64, error) {
 		start := time.Now()
 		first.Do(func() { firstAt = start })
 		time.Sleep(cfg.JobTime)
 		busy.Add(int64(time.Since(start)))
 		return 1, nil
-	}, BuiltinConfig{Timeout: time.Minute})
+	}, sandbox.BuiltinConfig{Timeout: time.Minute})
 	if err != nil {
-		return BenchReport{}, err
+		return SandboxReport{}, err
 	}
-	pool, err := NewPool(exec, cfg.Slots, WithLogger(cfg.Logger))
+	pool, err := sandbox.NewPool(exec, cfg.Slots, sandbox.WithLogger(cfg.Logger))
 	if err != nil {
-		return BenchReport{}, err
+		return SandboxReport{}, err
 	}
 	if err := produceAnchors(ctx, seeds, names, cfg.Records, cfg.Partitions); err != nil {
-		return BenchReport{}, err
+		return SandboxReport{}, err
 	}
-	st, err := NewStage(stage.Config{Names: names, Group: "bench-sandbox", KafkaOpts: seeds, Concurrency: cfg.StageConcurrency, Logger: cfg.Logger},
-		HandlerConfig{Pool: pool})
+	st, err := sandbox.NewStage(stage.Config{Names: names, Group: "bench-sandbox", KafkaOpts: seeds, Concurrency: cfg.StageConcurrency, Logger: cfg.Logger},
+		sandbox.HandlerConfig{Pool: pool})
 	if err != nil {
-		return BenchReport{}, err
+		return SandboxReport{}, err
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -115,10 +117,10 @@ func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 		err = rerr
 	}
 	if err != nil {
-		return BenchReport{}, err
+		return SandboxReport{}, err
 	}
 	wall := end.Sub(firstAt)
-	return BenchReport{
+	return SandboxReport{
 		Slots: cfg.Slots, StageConcurrency: cfg.StageConcurrency, Records: cfg.Records, JobTime: cfg.JobTime, Wall: wall,
 		Utilization: float64(busy.Load()) / (float64(cfg.Slots) * float64(wall)),
 		JobsPerSec:  float64(cfg.Records) / wall.Seconds(),
@@ -149,23 +151,4 @@ func produceAnchors(ctx context.Context, seeds []kgo.Opt, names topics.Names, n,
 		return fmt.Errorf("produce rollouts: %w", err)
 	}
 	return nil
-}
-
-func awaitRecords(ctx context.Context, seeds []kgo.Opt, topic string, n int) (time.Time, error) {
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, seeds...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
-	if err != nil {
-		return time.Time{}, err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	got := 0
-	for got < n {
-		f := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return time.Time{}, fmt.Errorf("%d of %d records on %s: %w", got, n, topic, ctx.Err())
-		}
-		got += f.NumRecords()
-	}
-	return time.Now(), nil
 }

@@ -1,4 +1,4 @@
-package correct
+package bench
 
 import (
 	"context"
@@ -16,17 +16,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/consumers/correct"
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/topicadmin"
 	"github.com/wmrl/wmrl/topics"
 )
 
-// BenchConfig configures Benchmark.
-type BenchConfig struct {
+// CorrectionConfig configures Benchmark.
+type CorrectionConfig struct {
 	KafkaOpts []kgo.Opt
 	Redis     redis.UniversalClient
 	// Workload of the throughput phase.
-	Workload   SynthConfig
+	Workload   correct.SynthConfig
 	Partitions int32
 	// LatencySteps is the number of single steps timed in the latency phase.
 	LatencySteps int
@@ -38,13 +39,13 @@ type BenchConfig struct {
 	// FetchMaxPartitionBytes bounds one fetch per partition (both consumers), so that the backlog
 	// is consumed in many polls and transactions as in a streaming pipeline (default 64 KiB).
 	FetchMaxPartitionBytes int32
-	// MaxTxnSteps and MaxTxnLinger are passed to the correction consumer (Config).
+	// MaxTxnSteps and MaxTxnLinger are passed to the correction consumer (correct.Config).
 	MaxTxnSteps  int
 	MaxTxnLinger time.Duration
 }
 
-// BenchReport is the result of Benchmark.
-type BenchReport struct {
+// CorrectionReport is the result of Benchmark.
+type CorrectionReport struct {
 	Records            int
 	PassThroughPerSec  float64
 	CorrectionPerSec   float64
@@ -61,7 +62,7 @@ type BenchReport struct {
 	CorrectionElapsed  time.Duration
 }
 
-func (r BenchReport) String() string {
+func (r CorrectionReport) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "records                      %d (steps, predicted, executed)\n", r.Records)
 	fmt.Fprintf(&b, "pass-through txn consume→produce  %10.0f records/s  (%v)\n", r.PassThroughPerSec, r.PassThroughElapsed.Round(time.Millisecond))
@@ -78,8 +79,8 @@ func (r BenchReport) String() string {
 // pass-through transactional consume→produce of the same input records; Redis round trips per
 // sealed step; and the latency from a step's last reward to its advantages being visible to a
 // read_committed consumer. It creates (and deletes) its own topics under a fresh prefix.
-func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
-	var rep BenchReport
+func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, error) {
+	var rep CorrectionReport
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -119,7 +120,7 @@ func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 		}()
 	}
 
-	steps, err := Synthesize(names, cfg.Workload)
+	steps, err := correct.Synthesize(names, cfg.Workload)
 	if err != nil {
 		return rep, err
 	}
@@ -144,13 +145,13 @@ func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 		sealed    int
 		txns      int
 		tripsBase int64
-		c         *Consumer
+		c         *correct.Consumer
 		started   atomic.Bool
 	)
 	wantSteps := len(steps)
 	phaseDone := make(chan struct{})
 	var once sync.Once
-	ccfg := Config{
+	ccfg := correct.Config{
 		KafkaOpts: consumeOpts, Redis: cfg.Redis, Names: names, Group: prefix + "correct",
 		TransactionalID: prefix + "tx", Correction: cfg.Correction, ChunkBytes: cfg.ChunkBytes,
 		MaxTxnSteps: cfg.MaxTxnSteps, MaxTxnLinger: cfg.MaxTxnLinger,
@@ -163,7 +164,7 @@ func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 				mu.Unlock()
 			}
 		},
-		OnCommit: func(ss []SealedStep) {
+		OnCommit: func(ss []correct.SealedStep) {
 			mu.Lock()
 			defer mu.Unlock()
 			txns++
@@ -175,7 +176,7 @@ func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 		},
 	}
 	lat := &latencyProbe{}
-	if c, err = NewConsumer(ccfg); err != nil {
+	if c, err = correct.NewConsumer(ccfg); err != nil {
 		return rep, err
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -218,7 +219,7 @@ func Benchmark(ctx context.Context, cfg BenchConfig) (BenchReport, error) {
 	return rep, nil
 }
 
-func flattenSteps(steps []SynthStep) []*kgo.Record {
+func flattenSteps(steps []correct.SynthStep) []*kgo.Record {
 	var out []*kgo.Record
 	for _, s := range steps {
 		out = append(out, s.Records()...)
@@ -306,10 +307,10 @@ func passThrough(ctx context.Context, opts []kgo.Opt, names topics.Names, out, i
 // the step is visible to a read_committed consumer of the advantages topic.
 type latencyProbe struct{}
 
-func (p *latencyProbe) run(ctx context.Context, cfg BenchConfig, names topics.Names) ([]time.Duration, error) {
+func (p *latencyProbe) run(ctx context.Context, cfg CorrectionConfig, names topics.Names) ([]time.Duration, error) {
 	wl := cfg.Workload
 	wl.Runs, wl.Steps, wl.RunPrefix = 1, cfg.LatencySteps, "latency"
-	steps, err := Synthesize(names, wl)
+	steps, err := correct.Synthesize(names, wl)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package worldmodel
+package bench
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 // flight (target ≥ 0.95), eff is records/s over the ideal C/latency. handlers=C holds a scoring
 // slot through the produce acknowledgement, handlers=2C (NewStage's default) does not.
 // b.N scales the records scored per run (b.N × 4C).
-func BenchmarkStage(b *testing.B) {
+func BenchmarkWorldModelStage(b *testing.B) {
 	for _, conc := range []int{8, 32} {
 		for _, handlers := range []int{conc, 2 * conc} {
 			b.Run(fmt.Sprintf("C=%d/handlers=%d", conc, handlers), func(b *testing.B) {
-				rep, err := Benchmark(context.Background(), BenchConfig{
+				rep, err := WorldModel(context.Background(), WorldModelConfig{
 					Concurrency: conc, StageConcurrency: handlers, Latency: 20 * time.Millisecond, Records: b.N * 4 * conc,
 				})
 				if err != nil {
@@ -35,8 +35,8 @@ func BenchmarkStage(b *testing.B) {
 
 // TestBenchmarkSmoke keeps Benchmark working without timing anything: every record must come
 // back and the busy fraction must be a fraction.
-func TestBenchmarkSmoke(t *testing.T) {
-	rep, err := Benchmark(context.Background(), BenchConfig{Concurrency: 4, Latency: time.Millisecond, Records: 40})
+func TestWorldModelSmoke(t *testing.T) {
+	rep, err := WorldModel(context.Background(), WorldModelConfig{Concurrency: 4, Latency: time.Millisecond, Records: 40})
 	if err != nil {
 		t.Fatal(err)
 	}

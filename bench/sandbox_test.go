@@ -1,4 +1,4 @@
-package sandbox
+package bench
 
 import (
 	"context"
@@ -11,11 +11,11 @@ import (
 // runtime, Handler, Pool) with fixed 20 ms jobs (target ≥ 0.95). handlers=S holds a slot's
 // handler through the produce acknowledgement; handlers=2S is NewStage's default.
 // b.N scales the jobs per run (b.N × 4S).
-func BenchmarkStage(b *testing.B) {
+func BenchmarkSandboxStage(b *testing.B) {
 	for _, slots := range []int{4, 16} {
 		for _, handlers := range []int{slots, 2 * slots} {
 			b.Run(fmt.Sprintf("S=%d/handlers=%d", slots, handlers), func(b *testing.B) {
-				rep, err := Benchmark(context.Background(), BenchConfig{Slots: slots, StageConcurrency: handlers, JobTime: 20 * time.Millisecond, Records: b.N * 4 * slots})
+				rep, err := Sandbox(context.Background(), SandboxConfig{Slots: slots, StageConcurrency: handlers, JobTime: 20 * time.Millisecond, Records: b.N * 4 * slots})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -28,8 +28,8 @@ func BenchmarkStage(b *testing.B) {
 	}
 }
 
-func TestBenchmarkSmoke(t *testing.T) {
-	rep, err := Benchmark(context.Background(), BenchConfig{Slots: 2, JobTime: time.Millisecond, Records: 20})
+func TestSandboxSmoke(t *testing.T) {
+	rep, err := Sandbox(context.Background(), SandboxConfig{Slots: 2, JobTime: time.Millisecond, Records: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
