@@ -286,7 +286,7 @@ func (a *armRun) createTopics(ctx context.Context) error {
 }
 
 // problem is the training problem of a group. Group ids are the generator's defaults
-// (producers.GroupID, the demo sets them so), and the problem of (seed, step, j) is the one sim
+// (topics.GroupID, the demo sets them so), and the problem of (seed, step, j) is the one sim
 // trains on, which makes a demo arm comparable to — and, up to wall time, identical with — the
 // simulated arm.
 func (a *armRun) problem(step int64, groupID string) (*task.Problem, error) {
@@ -294,7 +294,7 @@ func (a *armRun) problem(step int64, groupID string) (*task.Problem, error) {
 	if p, ok := a.problems.Load(key); ok {
 		return p.(*task.Problem), nil
 	}
-	v, j, err := producers.ParseGroupID(groupID)
+	v, j, err := topics.ParseGroupID(groupID)
 	if err != nil {
 		return nil, fmt.Errorf("group of step %d: %w", step, err)
 	}
@@ -327,7 +327,7 @@ func (a *armRun) SampleStep(ctx context.Context, step int64) ([]producers.GroupS
 	var groups []producers.GroupSpec
 	var all []task.Solution
 	for j := range a.cfg.Sim.Groups {
-		gid := producers.GroupID(step, j)
+		gid := topics.GroupID(step, j)
 		p, err := a.problem(step, gid)
 		if err != nil {
 			return nil, err
@@ -338,7 +338,7 @@ func (a *armRun) SampleStep(ctx context.Context, step int64) ([]producers.GroupS
 		}
 		g := producers.GroupSpec{GroupID: gid, Prompt: p.String()}
 		for i, s := range sols {
-			g.Rollouts = append(g.Rollouts, producers.RolloutSpec{RolloutID: producers.RolloutID(gid, i), Artifact: s.Encode()})
+			g.Rollouts = append(g.Rollouts, producers.RolloutSpec{RolloutID: topics.RolloutID(gid, i), Artifact: s.Encode()})
 		}
 		groups = append(groups, g)
 		all = append(all, sols...)
@@ -559,11 +559,11 @@ func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *corre
 // index maps a row back to its sample: group j of the step, rollout i of the group.
 func (a *armRun) index(groupID, rolloutID string, step int) (int, error) {
 	for j := range a.cfg.Sim.Groups {
-		if producers.GroupID(int64(step), j) != groupID {
+		if topics.GroupID(int64(step), j) != groupID {
 			continue
 		}
 		for i := range a.cfg.Sim.GroupSize {
-			if producers.RolloutID(groupID, i) == rolloutID {
+			if topics.RolloutID(groupID, i) == rolloutID {
 				return j*a.cfg.Sim.GroupSize + i, nil
 			}
 		}

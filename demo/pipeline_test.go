@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wmrl/wmrl/producers"
 	"github.com/wmrl/wmrl/sim"
+	"github.com/wmrl/wmrl/topics"
 )
 
 // testDeadline bounds a pipeline test. It is generous because CI runs `go test -race ./...` on
@@ -147,10 +147,10 @@ func TestProblemFromGroupID(t *testing.T) {
 		id   string
 		ok   bool
 	}{
-		{2, producers.GroupID(2, 0), true},
-		{2, producers.GroupID(2, 2), true},
-		{2, producers.GroupID(2, 3), false}, // beyond the step's groups
-		{2, producers.GroupID(1, 0), false}, // another step
+		{2, topics.GroupID(2, 0), true},
+		{2, topics.GroupID(2, 2), true},
+		{2, topics.GroupID(2, 3), false}, // beyond the step's groups
+		{2, topics.GroupID(1, 0), false}, // another step
 		{2, "02-1", false},
 		{2, "2-+1", false},
 		{2, "2-1-0", false},
@@ -162,29 +162,10 @@ func TestProblemFromGroupID(t *testing.T) {
 			continue
 		}
 		if tc.ok {
-			_, j, _ := producers.ParseGroupID(tc.id)
+			_, j, _ := topics.ParseGroupID(tc.id)
 			if want := sim.TrainingProblem(a.cfg.Seed, int(tc.step), j); p.String() != want.String() {
 				t.Errorf("problem(%d, %q) is not sim's training problem", tc.step, tc.id)
 			}
 		}
 	}
-}
-
-// ParseGroupID inverts GroupID, and whatever it accepts GroupID rebuilds verbatim.
-func FuzzParseGroupID(f *testing.F) {
-	for _, s := range []string{"0-0", "12-3", "-1-2", "1--2", "01-1", "1-01", "+1-1", "9223372036854775807-1", "a-b", ""} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, id string) {
-		step, j, err := producers.ParseGroupID(id)
-		if err != nil {
-			if !errors.Is(err, producers.ErrGroupID) {
-				t.Fatalf("%q: error %v is not ErrGroupID", id, err)
-			}
-			return
-		}
-		if step < 0 || j < 0 || producers.GroupID(step, j) != id {
-			t.Fatalf("%q parsed to (%d, %d)", id, step, j)
-		}
-	})
 }

@@ -3,6 +3,7 @@ package producers
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/wmrl/wmrl/consumers/worldmodel"
+	"github.com/wmrl/wmrl/internal/httpretry"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -116,8 +117,8 @@ type OpenAIConfig struct {
 	BaseBackoff, MaxBackoff time.Duration
 	HTTPClient              *http.Client
 	Logger                  *slog.Logger
-	// Sleep waits between attempts (default worldmodel.Sleep); tests inject a recorder.
-	Sleep worldmodel.SleepFunc
+	// Sleep waits between attempts (default httpretry.Sleep); tests inject a recorder.
+	Sleep httpretry.SleepFunc
 }
 
 // OpenAI is the Backend over an OpenAI-compatible policy server: each step sends GroupsPerStep
@@ -126,7 +127,7 @@ type OpenAI struct {
 	cfg      OpenAIConfig
 	endpoint string
 	client   *http.Client
-	backoff  worldmodel.Backoff
+	retry    httpretry.Policy
 	next     int64
 }
 
@@ -149,8 +150,8 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: api %q: want %s or %s", ErrConfig, cfg.API, APIChat, APICompletions)
 	}
-	cfg.GroupSize = cmpOr(cfg.GroupSize, 8)
-	cfg.GroupsPerStep = cmpOr(cfg.GroupsPerStep, 8)
+	cfg.GroupSize = cmp.Or(cfg.GroupSize, 8)
+	cfg.GroupsPerStep = cmp.Or(cfg.GroupsPerStep, 8)
 	if cfg.GroupSize < 1 || cfg.GroupSize > topics.MaxGroupSize || cfg.GroupsPerStep < 1 || cfg.GroupsPerStep > topics.MaxGroupsPerStep {
 		return nil, fmt.Errorf("%w: group size %d / groups per step %d out of range", ErrConfig, cfg.GroupSize, cfg.GroupsPerStep)
 	}
@@ -160,15 +161,12 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	if cfg.Timeout < 0 || cfg.MaxAttempts < 0 || cfg.MaxTokens < 0 {
 		return nil, fmt.Errorf("%w: negative timeout, attempts or max tokens", ErrConfig)
 	}
-	cfg.Timeout = cmpOr(cfg.Timeout, 10*time.Minute)
-	cfg.MaxAttempts = cmpOr(cfg.MaxAttempts, 4)
-	cfg.BaseBackoff = cmpOr(cfg.BaseBackoff, time.Second)
-	cfg.MaxBackoff = cmpOr(cfg.MaxBackoff, time.Minute)
+	cfg.Timeout = cmp.Or(cfg.Timeout, 10*time.Minute)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 4)
+	cfg.BaseBackoff = cmp.Or(cfg.BaseBackoff, time.Second)
+	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, time.Minute)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
-	}
-	if cfg.Sleep == nil {
-		cfg.Sleep = worldmodel.Sleep
 	}
 	client := cfg.HTTPClient
 	if client == nil {
@@ -180,17 +178,13 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 		cfg:      cfg,
 		endpoint: strings.TrimRight(cfg.BaseURL, "/") + path,
 		client:   client,
-		backoff:  worldmodel.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff, Rand: rand.Float64},
-		next:     cfg.FirstStep,
+		retry: httpretry.Policy{
+			MaxAttempts: cfg.MaxAttempts,
+			Backoff:     httpretry.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff, Rand: rand.Float64},
+			Sleep:       cfg.Sleep,
+		},
+		next: cfg.FirstStep,
 	}, nil
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Next implements Backend: all groups of the step are requested concurrently, and the step
@@ -274,25 +268,23 @@ func (o *OpenAI) sample(ctx context.Context, prompt string) ([]string, []string,
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode request: %w", err)
 	}
-	for n := 1; ; n++ {
-		texts, finish, retry, wait, err := o.attempt(ctx, body)
-		if err == nil {
-			return texts, finish, nil
-		}
-		if ctx.Err() != nil {
-			return nil, nil, context.Cause(ctx)
-		}
-		if !retry || n >= o.cfg.MaxAttempts {
-			return nil, nil, fmt.Errorf("%w after %d attempt(s): %w", ErrPolicyServer, n, err)
-		}
-		if wait <= 0 {
-			wait = o.backoff.Delay(n)
-		}
-		o.cfg.Logger.Warn("policy server request failed; retrying", "attempt", n, "delay", wait, "err", err)
-		if err := o.cfg.Sleep(ctx, min(wait, o.cfg.MaxBackoff)); err != nil {
-			return nil, nil, err
-		}
+	var texts, finish []string
+	var lastErr error
+	n, err := o.retry.Do(ctx, func(int) httpretry.Attempt {
+		var retry bool
+		var wait time.Duration
+		texts, finish, retry, wait, lastErr = o.attempt(ctx, body)
+		return httpretry.Attempt{Retry: lastErr != nil && retry, RetryAfter: wait, HasRetryAfter: wait > 0}
+	}, func(n int, delay time.Duration) {
+		o.cfg.Logger.Warn("policy server request failed; retrying", "attempt", n, "delay", delay, "err", lastErr)
+	})
+	if err != nil {
+		return nil, nil, err
 	}
+	if lastErr != nil {
+		return nil, nil, fmt.Errorf("%w after %d attempt(s): %w", ErrPolicyServer, n, lastErr)
+	}
+	return texts, finish, nil
 }
 
 // attempt makes one request; retry says whether the failure is transient and wait is a server's
@@ -324,7 +316,7 @@ func (o *OpenAI) attempt(ctx context.Context, body []byte) (texts, finish []stri
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		transient := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
 		if transient {
-			wait, _ = worldmodel.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+			wait, _ = httpretry.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 		}
 		head := string(data)
 		if len(head) > 300 {

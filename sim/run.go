@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/wmrl/wmrl/correction"
-	"github.com/wmrl/wmrl/producers"
 	"github.com/wmrl/wmrl/task"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -200,7 +199,7 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 		weightInForce := state.AnchorWeight()
 		for j := range cfg.Groups {
 			p := TrainingProblem(seed, v, j)
-			gid := producers.GroupID(int64(v), j)
+			gid := topics.GroupID(int64(v), j)
 			group, err := pol.Sample(rng, cfg.GroupSize)
 			if err != nil {
 				return res, fmt.Errorf("sim: sample: %w", err)
@@ -211,7 +210,7 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 			}
 			train := p.Train()
 			for i, s := range group {
-				rid := producers.RolloutID(gid, i)
+				rid := topics.RolloutID(gid, i)
 				index[rid] = j*cfg.GroupSize + i
 				samples[j*cfg.GroupSize+i] = s
 				t0 := time.Now()

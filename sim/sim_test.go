@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wmrl/wmrl/producers"
 	"github.com/wmrl/wmrl/task"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -61,7 +60,7 @@ func TestRunAccounting(t *testing.T) {
 			for v, s := range r.Steps {
 				anchors := 0
 				for j := range cfg.Groups {
-					if topics.IsAnchor(RunID(7), producers.GroupID(int64(v), j), arm.AnchorFraction) {
+					if topics.IsAnchor(RunID(7), topics.GroupID(int64(v), j), arm.AnchorFraction) {
 						anchors++
 					}
 				}

@@ -2,6 +2,7 @@ package worldmodel
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/wmrl/wmrl/internal/httpretry"
 )
 
 // DefaultPromptTemplate asks for a JSON score in the configured range. It is a text/template
@@ -65,7 +68,7 @@ type OpenAIConfig struct {
 	Timeout time.Duration
 	// MaxAttempts is the total number of requests per input, first try included.
 	MaxAttempts int
-	// BaseBackoff and MaxBackoff shape the jittered exponential backoff (see Backoff). MaxBackoff
+	// BaseBackoff and MaxBackoff shape the jittered exponential backoff (see httpretry.Backoff). MaxBackoff
 	// also caps a server's Retry-After.
 	BaseBackoff time.Duration
 	MaxBackoff  time.Duration
@@ -81,8 +84,8 @@ type OpenAIConfig struct {
 	// Rand returns uniform values in [0, 1) for backoff jitter; it must be safe for concurrent
 	// use. Default: math/rand/v2.Float64.
 	Rand func() float64
-	// Sleep waits between attempts. Default: Sleep.
-	Sleep SleepFunc
+	// Sleep waits between attempts. Default: httpretry.Sleep.
+	Sleep httpretry.SleepFunc
 	// Now is the clock used to interpret Retry-After dates. Default: time.Now.
 	Now func() time.Time
 	// Logger receives a debug line per retry. Default: slog.Default().
@@ -96,7 +99,7 @@ type OpenAIScorer struct {
 	endpoint string
 	tmpl     *template.Template
 	client   *http.Client
-	backoff  Backoff
+	retry    httpretry.Policy
 }
 
 // NewOpenAIScorer validates cfg, applies defaults and parses the prompt template.
@@ -118,21 +121,18 @@ func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
 		cfg.MaxTokens < 0 || cfg.MaxIdleConnsPerHost < 0 || cfg.MaxResponseBytes < 0 {
 		return nil, fmt.Errorf("%w: negative timeout, attempts, backoff, tokens or limits", ErrInvalidConfig)
 	}
-	cfg.Timeout = orDefault(cfg.Timeout, DefaultTimeout)
-	cfg.MaxAttempts = orDefault(cfg.MaxAttempts, DefaultMaxAttempts)
-	cfg.BaseBackoff = orDefault(cfg.BaseBackoff, DefaultBaseBackoff)
-	cfg.MaxBackoff = orDefault(cfg.MaxBackoff, DefaultMaxBackoff)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
+	cfg.BaseBackoff = cmp.Or(cfg.BaseBackoff, DefaultBaseBackoff)
+	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, DefaultMaxBackoff)
 	if cfg.BaseBackoff > cfg.MaxBackoff {
 		return nil, fmt.Errorf("%w: base backoff %v exceeds max backoff %v", ErrInvalidConfig, cfg.BaseBackoff, cfg.MaxBackoff)
 	}
-	cfg.MaxIdleConnsPerHost = orDefault(cfg.MaxIdleConnsPerHost, DefaultMaxIdleConnsPerHost)
-	cfg.MaxResponseBytes = orDefault(cfg.MaxResponseBytes, DefaultMaxResponseBytes)
-	cfg.PromptTemplate = orDefault(cfg.PromptTemplate, DefaultPromptTemplate)
+	cfg.MaxIdleConnsPerHost = cmp.Or(cfg.MaxIdleConnsPerHost, DefaultMaxIdleConnsPerHost)
+	cfg.MaxResponseBytes = cmp.Or(cfg.MaxResponseBytes, DefaultMaxResponseBytes)
+	cfg.PromptTemplate = cmp.Or(cfg.PromptTemplate, DefaultPromptTemplate)
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
-	}
-	if cfg.Sleep == nil {
-		cfg.Sleep = Sleep
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -170,7 +170,11 @@ func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
 		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions",
 		tmpl:     tmpl,
 		client:   client,
-		backoff:  Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff, Rand: cfg.Rand},
+		retry: httpretry.Policy{
+			MaxAttempts: cfg.MaxAttempts,
+			Backoff:     httpretry.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff, Rand: cfg.Rand},
+			Sleep:       cfg.Sleep,
+		},
 	}, nil
 }
 
@@ -197,14 +201,6 @@ func APIKeyFromEnv(getenv func(string) string) string {
 	return getenv(EnvOpenAIAPIKey)
 }
 
-func orDefault[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
-}
-
 // Score implements Scorer: render the prompt, POST it, parse and validate the reply, retrying
 // transient failures (429, 5xx, per-request timeouts, connection errors). When attempts run out
 // the status follows the last failure: StatusTimeout if it timed out, else StatusError.
@@ -217,28 +213,24 @@ func (s *OpenAIScorer) Score(ctx context.Context, in Input) (Result, error) {
 	if err != nil {
 		return Result{Status: StatusError, Reason: limitReason(err.Error()), Latency: time.Since(start)}, nil
 	}
-	for n := 1; ; n++ {
-		o := s.attempt(ctx, body)
-		if ctx.Err() != nil {
-			return Result{Attempts: n, Latency: time.Since(start)},
-				fmt.Errorf("worldmodel: score rollout %q: %w", in.RolloutID, context.Cause(ctx))
-		}
-		if !o.retryable || n >= s.cfg.MaxAttempts {
-			res := Result{Score: o.score, Status: o.status, Reason: o.reason, Attempts: n, Latency: time.Since(start)}
-			if o.retryable {
-				res.Reason = fmt.Sprintf("gave up after %d attempts: %s", n, o.reason)
-			}
-			res.Reason = limitReason(res.Reason)
-			return res, nil
-		}
-		delay := s.backoff.retryDelay(n, o)
+	var o outcome
+	n, err := s.retry.Do(ctx, func(int) httpretry.Attempt {
+		o = s.attempt(ctx, body)
+		return httpretry.Attempt{Retry: o.retryable, RetryAfter: o.retryAfter, HasRetryAfter: o.hasRetryAfter}
+	}, func(n int, delay time.Duration) {
 		s.cfg.Logger.DebugContext(ctx, "worldmodel: retrying", "rollout", in.RolloutID,
 			"attempt", n, "delay", delay, "reason", o.reason)
-		if err := s.cfg.Sleep(ctx, delay); err != nil || ctx.Err() != nil {
-			return Result{Attempts: n, Latency: time.Since(start)},
-				fmt.Errorf("worldmodel: score rollout %q: %w", in.RolloutID, context.Cause(ctx))
-		}
+	})
+	if err != nil {
+		return Result{Attempts: n, Latency: time.Since(start)},
+			fmt.Errorf("worldmodel: score rollout %q: %w", in.RolloutID, err)
 	}
+	res := Result{Score: o.score, Status: o.status, Reason: o.reason, Attempts: n, Latency: time.Since(start)}
+	if o.retryable {
+		res.Reason = fmt.Sprintf("gave up after %d attempts: %s", n, o.reason)
+	}
+	res.Reason = limitReason(res.Reason)
+	return res, nil
 }
 
 // chatRequest is the subset of the chat-completions request that every compatible server takes.
@@ -323,10 +315,10 @@ func (s *OpenAIScorer) attempt(ctx context.Context, body []byte) outcome {
 		o := outcome{
 			status:    StatusError,
 			reason:    fmt.Sprintf("http %d: %s", resp.StatusCode, excerpt(string(head), 300)),
-			retryable: retryableStatus(resp.StatusCode),
+			retryable: httpretry.RetryableStatus(resp.StatusCode),
 		}
 		if o.retryable {
-			o.retryAfter, o.hasRetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now())
+			o.retryAfter, o.hasRetryAfter = httpretry.ParseRetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now())
 		}
 		return o
 	}

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/wmrl/wmrl/internal/httpretry"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -490,7 +492,7 @@ func TestOpenAIScorerShutdown(t *testing.T) {
 		defer srv.Close()
 		ctx, cancel := context.WithCancel(context.Background())
 		cfg := testConfig(srv.URL, nil)
-		cfg.Sleep = func(ctx context.Context, d time.Duration) error { cancel(); return Sleep(ctx, d) }
+		cfg.Sleep = func(ctx context.Context, d time.Duration) error { cancel(); return httpretry.Sleep(ctx, d) }
 		s, err := NewOpenAIScorer(cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -1,10 +1,11 @@
-package worldmodel
+package httpretry
 
 import (
 	"context"
 	"errors"
 	"math"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 )
@@ -36,22 +37,53 @@ func TestBackoffDelay(t *testing.T) {
 	}
 }
 
-func TestBackoffRetryDelayHonoursRetryAfter(t *testing.T) {
+func TestPolicyDo(t *testing.T) {
 	b := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second, Rand: func() float64 { return 0 }}
 	tests := []struct {
-		name string
-		o    outcome
-		want time.Duration
+		name      string
+		attempts  []Attempt // what each try reports; the last one repeats
+		max       int
+		wantTries int
+		wantWaits []time.Duration
 	}{
-		{"no header uses backoff", outcome{}, 50 * time.Millisecond},
-		{"header wins over backoff", outcome{hasRetryAfter: true, retryAfter: 3 * time.Second}, 3 * time.Second},
-		{"header zero retries at once", outcome{hasRetryAfter: true}, 0},
-		{"header capped by max", outcome{hasRetryAfter: true, retryAfter: time.Hour}, 10 * time.Second},
+		{"success first try", []Attempt{{}}, 5, 1, nil},
+		{"no header uses backoff", []Attempt{{Retry: true}, {Retry: true}, {}}, 5, 3, []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}},
+		{"header wins over backoff", []Attempt{{Retry: true, HasRetryAfter: true, RetryAfter: 3 * time.Second}, {}}, 5, 2, []time.Duration{3 * time.Second}},
+		{"header zero retries at once", []Attempt{{Retry: true, HasRetryAfter: true}, {}}, 5, 2, []time.Duration{0}},
+		{"header capped by max", []Attempt{{Retry: true, HasRetryAfter: true, RetryAfter: time.Hour}, {}}, 5, 2, []time.Duration{10 * time.Second}},
+		{"gives up at max attempts", []Attempt{{Retry: true}}, 3, 3, []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}},
+		{"zero max still tries once", []Attempt{{Retry: true}}, 0, 1, nil},
 	}
 	for _, tt := range tests {
-		if got := b.retryDelay(1, tt.o); got != tt.want {
-			t.Errorf("%s: retryDelay = %v, want %v", tt.name, got, tt.want)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			var slept, heard []time.Duration
+			p := Policy{MaxAttempts: tt.max, Backoff: b, Sleep: func(_ context.Context, d time.Duration) error {
+				slept = append(slept, d)
+				return nil
+			}}
+			n, err := p.Do(context.Background(), func(n int) Attempt {
+				return tt.attempts[min(n, len(tt.attempts))-1]
+			}, func(_ int, d time.Duration) { heard = append(heard, d) })
+			if err != nil || n != tt.wantTries {
+				t.Fatalf("Do = %d, %v; want %d tries", n, err, tt.wantTries)
+			}
+			if !slices.Equal(slept, tt.wantWaits) || !slices.Equal(heard, tt.wantWaits) {
+				t.Fatalf("slept %v, onRetry heard %v, want %v", slept, heard, tt.wantWaits)
+			}
+		})
+	}
+}
+
+func TestPolicyDoStopsWhenContextEnds(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stop := errors.New("shutting down")
+	p := Policy{MaxAttempts: 100, Backoff: Backoff{Base: time.Hour, Max: time.Hour, Rand: func() float64 { return 0 }}}
+	n, err := p.Do(ctx, func(int) Attempt {
+		cancel(stop)
+		return Attempt{Retry: true}
+	}, nil)
+	if n != 1 || !errors.Is(err, stop) {
+		t.Fatalf("Do = %d, %v; want 1 try and the context's cause", n, err)
 	}
 }
 
@@ -106,8 +138,8 @@ func TestRetryableStatus(t *testing.T) {
 		{http.StatusMovedPermanently, false},
 	}
 	for _, tt := range tests {
-		if got := retryableStatus(tt.code); got != tt.want {
-			t.Errorf("retryableStatus(%d) = %v, want %v", tt.code, got, tt.want)
+		if got := RetryableStatus(tt.code); got != tt.want {
+			t.Errorf("RetryableStatus(%d) = %v, want %v", tt.code, got, tt.want)
 		}
 	}
 }

@@ -1,4 +1,7 @@
-package worldmodel
+// Package httpretry is the one retry loop of wmrl's HTTP clients (the world-model scorer and the
+// policy-server generator): jittered exponential backoff, a server's Retry-After honoured but
+// capped, transient statuses retried and every other failure returned at once.
+package httpretry
 
 import (
 	"context"
@@ -84,18 +87,56 @@ func ParseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 	return 0, true
 }
 
-// retryableStatus says whether an HTTP status is worth retrying: rate limiting and server-side
+// RetryableStatus says whether an HTTP status is worth retrying: rate limiting and server-side
 // failures are transient, while every other 4xx means the request itself is wrong and would fail
 // again identically.
-func retryableStatus(code int) bool {
+func RetryableStatus(code int) bool {
 	return code == http.StatusTooManyRequests || code >= 500
 }
 
-// retryDelay picks the wait before retry n after outcome o: the server's Retry-After when it sent
-// one, else the jittered backoff, never more than Max.
-func (b Backoff) retryDelay(n int, o outcome) time.Duration {
-	if o.hasRetryAfter {
-		return min(o.retryAfter, b.Max)
+// Attempt is what one try reports to the loop.
+type Attempt struct {
+	// Retry says the failure is transient; false ends the loop (success or a permanent failure).
+	Retry bool
+	// RetryAfter is the server's requested wait, when HasRetryAfter.
+	RetryAfter    time.Duration
+	HasRetryAfter bool
+}
+
+// Policy bounds the loop: at most MaxAttempts tries (at least one), waits from Backoff, slept
+// with Sleep (default: the package's Sleep).
+type Policy struct {
+	MaxAttempts int
+	Backoff     Backoff
+	Sleep       SleepFunc
+}
+
+// Do calls try (with the attempt number, from 1) until it reports no retry or MaxAttempts tries
+// were made, and returns the number of tries. onRetry, when not nil, hears each wait before it is
+// slept. err is non-nil only when ctx ended, and is then ctx's cause: the caller's last try result
+// says how the loop ended otherwise.
+func (p Policy) Do(ctx context.Context, try func(n int) Attempt, onRetry func(n int, delay time.Duration)) (int, error) {
+	sleep := p.Sleep
+	if sleep == nil {
+		sleep = Sleep
 	}
-	return b.Delay(n)
+	for n := 1; ; n++ {
+		a := try(n)
+		if ctx.Err() != nil {
+			return n, context.Cause(ctx)
+		}
+		if !a.Retry || n >= p.MaxAttempts {
+			return n, nil
+		}
+		delay := p.Backoff.Delay(n)
+		if a.HasRetryAfter {
+			delay = min(a.RetryAfter, p.Backoff.Max)
+		}
+		if onRetry != nil {
+			onRetry(n, delay)
+		}
+		if err := sleep(ctx, delay); err != nil || ctx.Err() != nil {
+			return n, context.Cause(ctx)
+		}
+	}
 }
