@@ -146,9 +146,6 @@ func New(b Backend, cfg Config) (*Generator, error) {
 	if cfg.InlineLimit < 0 || cfg.InlineLimit > topics.MaxInlineArtifact {
 		return nil, fmt.Errorf("%w: inline limit %d outside [0,%d]", ErrConfig, cfg.InlineLimit, topics.MaxInlineArtifact)
 	}
-	if cfg.Names.Prefix == "" {
-		cfg.Names = topics.NewNames("")
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/wmrl/wmrl/topics/internal/arrowguard"
 )
 
 // ArrowSchemaKey is the Arrow schema-metadata key that carries the schema id (SchemaAdvantages),
@@ -169,9 +170,9 @@ func DecodeAdvantages(b []byte) (rows []AdvantageRow, err error) {
 			rows, err = nil, malformed("arrow", fmt.Errorf("advantages: reader panic: %v", p))
 		}
 	}()
-	end, err := checkArrowStream(b)
+	end, err := arrowguard.Check(b)
 	if err != nil {
-		return nil, err
+		return nil, malformed("arrow", err)
 	}
 	if end < len(b) {
 		return nil, malformed("arrow", fmt.Errorf("advantages: %d bytes after the end of the stream", len(b)-end))

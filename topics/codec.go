@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/wmrl/wmrl/topics/internal/jsonscan"
 )
 
 // MaxRecordBytes bounds an encoded JSON record. It sits at Kafka's default message limit, so a
@@ -19,7 +21,7 @@ import (
 const MaxRecordBytes = 1 << 20
 
 // maxJSONDepth bounds JSON nesting; no record nests deeper than 3, so anything deep is hostile.
-const maxJSONDepth = 16
+const maxJSONDepth = jsonscan.MaxDepth
 
 // validator is implemented by every record type.
 type validator interface{ Validate() error }
@@ -184,7 +186,7 @@ func decodeJSON(b []byte, kind, want string, v any) error {
 	if len(b) > MaxRecordBytes {
 		return fmt.Errorf("%s record: %d bytes exceeds the %d byte limit: %w", kind, len(b), MaxRecordBytes, ErrTooLarge)
 	}
-	if decodeFast(b, want, v) {
+	if jsonscan.Decode(b, want, v) {
 		return nil
 	}
 	return decodeJSONSlow(b, kind, want, v)

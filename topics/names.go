@@ -1,5 +1,7 @@
 package topics
 
+import "cmp"
+
 // DefaultPrefix is prepended to every topic name so several deployments can share one cluster.
 const DefaultPrefix = "wmrl."
 
@@ -28,13 +30,16 @@ func NewNames(prefix string) Names {
 	return Names{Prefix: prefix}
 }
 
-func (n Names) Rollouts() string    { return n.Prefix + SuffixRollouts }
-func (n Names) Steps() string       { return n.Prefix + SuffixSteps }
-func (n Names) Predicted() string   { return n.Prefix + SuffixPredicted }
-func (n Names) Executed() string    { return n.Prefix + SuffixExecuted }
-func (n Names) Advantages() string  { return n.Prefix + SuffixAdvantages }
-func (n Names) Calibration() string { return n.Prefix + SuffixCalibration }
-func (n Names) DLQ() string         { return n.Prefix + SuffixDLQ }
+// prefix is the prefix in use: a zero Names means the default topics.
+func (n Names) prefix() string { return cmp.Or(n.Prefix, DefaultPrefix) }
+
+func (n Names) Rollouts() string    { return n.prefix() + SuffixRollouts }
+func (n Names) Steps() string       { return n.prefix() + SuffixSteps }
+func (n Names) Predicted() string   { return n.prefix() + SuffixPredicted }
+func (n Names) Executed() string    { return n.prefix() + SuffixExecuted }
+func (n Names) Advantages() string  { return n.prefix() + SuffixAdvantages }
+func (n Names) Calibration() string { return n.prefix() + SuffixCalibration }
+func (n Names) DLQ() string         { return n.prefix() + SuffixDLQ }
 
 // All lists every topic in a stable order.
 func (n Names) All() []string {

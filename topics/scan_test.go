@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/wmrl/wmrl/topics/internal/jsonscan"
 )
 
 // diffDecode decodes b as T with decodeJSON (fast path, slow fallback) and with the oracle
@@ -35,7 +37,7 @@ func diffDecode[T any](t *testing.T, b []byte, kind, want string) bool {
 			t.Fatalf("%s %q: errors.Is(%v) differs from the oracle's %v", kind, b, s, oerr)
 		}
 	}
-	if len(b) > MaxRecordBytes || !decodeFast(b, want, &fast) {
+	if len(b) > MaxRecordBytes || !jsonscan.Decode(b, want, &fast) {
 		if !reflect.DeepEqual(fast, *new(T)) {
 			t.Fatalf("%s %q: rejected by the fast path but not reset: %#v", kind, b, fast)
 		}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/wmrl/wmrl/consumers/correct"
 	"github.com/wmrl/wmrl/sinks/trainer"
+	"github.com/wmrl/wmrl/topics"
 )
 
 func init() { register(newDigestCmd) }
@@ -42,7 +42,7 @@ incomplete step is an error rather than a digest that silently left rows out.`,
 				}
 				defer f.Close()
 				var payloads [][]byte
-				if err := correct.ReadReplay(f, func(p []byte) error {
+				if err := topics.ReadReplay(f, func(p []byte) error {
 					payloads = append(payloads, p)
 					return nil
 				}); err != nil {

@@ -111,7 +111,7 @@ retention has trimmed); the state after step S-1 then comes from the live namesp
 				return err
 			}
 			defer fh.Close()
-			w := correct.NewReplayWriter(fh)
+			w := topics.NewReplayWriter(fh)
 			emit = func(_ int64, rows []topics.AdvantageRow) error { return w.WriteRows(rows, chunkBytes) }
 			finish = func() error {
 				if err := w.Flush(); err != nil {

@@ -112,9 +112,6 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TransactionalID == "" {
 		return c, fmt.Errorf("%w: TransactionalID required", ErrConfig)
 	}
-	if c.Names.Prefix == "" {
-		c.Names = topics.NewNames("")
-	}
 	if c.Group == "" {
 		c.Group = DefaultGroup
 	}

@@ -279,7 +279,7 @@ func TestConsumerEndToEndWithReplay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := NewReplayWriter(f)
+		w := topics.NewReplayWriter(f)
 		res, err := Replay(ctx, ReplayConfig{
 			KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Names: names, Run: run, Correction: cc,
 			Redis: rdb, RedisPrefix: "replay-" + run, StatePrefix: DefaultRedisPrefix, Logger: quietLogger(),
@@ -294,7 +294,7 @@ func TestConsumerEndToEndWithReplay(t *testing.T) {
 		if res.Steps != wl.Steps || res.Incomplete != 0 {
 			t.Fatalf("replay %s: %+v", run, res)
 		}
-		rows, err := ReadReplayFile(path)
+		rows, err := topics.ReadReplayFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}

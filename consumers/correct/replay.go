@@ -65,9 +65,6 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	if len(cfg.KafkaOpts) == 0 || !topics.ValidID(cfg.Run) {
 		return res, fmt.Errorf("%w: KafkaOpts and a valid run id are required", ErrReplay)
 	}
-	if cfg.Names.Prefix == "" {
-		cfg.Names = topics.NewNames("")
-	}
 	if cfg.Correction == (correction.Config{}) {
 		cfg.Correction = correction.DefaultConfig()
 	}
@@ -228,11 +225,5 @@ func runPartition(ctx context.Context, opts []kgo.Opt, topic, run string) (int32
 	if !ok || d.Err != nil || len(d.Partitions) == 0 {
 		return 0, fmt.Errorf("%w: topic %s not found", ErrReplay, topic)
 	}
-	return PartitionFor(run, len(d.Partitions)), nil
-}
-
-// PartitionFor is the partition of key run among n partitions under franz-go's default
-// partitioner, which hashes keys like Java's (murmur2).
-func PartitionFor(run string, n int) int32 {
-	return int32(kgo.StickyKeyPartitioner(nil).ForTopic("").Partition(&kgo.Record{Key: []byte(run)}, n))
+	return topics.PartitionFor(run, len(d.Partitions)), nil
 }

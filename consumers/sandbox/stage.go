@@ -52,9 +52,6 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 			return nil, err
 		}
 	}
-	if cfg.Names.Prefix == "" {
-		cfg.Names = topics.NewNames("")
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -149,9 +146,6 @@ func limitText(s string, max int) string {
 // runtime runs 2×slots handlers by default so that decoding a rollout and resolving its artifact
 // overlap with the executions, and a freed slot is taken by the next anchor rollout at once.
 func NewStage(sc stage.Config, hc HandlerConfig) (*stage.Stage, error) {
-	if sc.Names.Prefix == "" {
-		sc.Names = topics.NewNames("")
-	}
 	hc.Names = sc.Names
 	if sc.Name == "" {
 		sc.Name = StageName

@@ -54,9 +54,6 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if cfg.Concurrency < 1 {
 		cfg.Concurrency = 1
 	}
-	if cfg.Names.Prefix == "" {
-		cfg.Names = topics.NewNames("")
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -150,9 +147,6 @@ func limitText(s string) string {
 // (sc.Topics defaults to it, sc.Name to StageName) with 2×hc.Concurrency handlers, hc.Concurrency
 // of which score at a time (see HandlerConfig.Concurrency).
 func NewStage(sc stage.Config, hc HandlerConfig) (*stage.Stage, error) {
-	if sc.Names.Prefix == "" {
-		sc.Names = topics.NewNames("")
-	}
 	hc.Names = sc.Names
 	if sc.Name == "" {
 		sc.Name = StageName

@@ -90,9 +90,6 @@ func New(cfg Config, h Handler) (*Stage, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	if cfg.Names.Prefix == "" {
-		cfg.Names = topics.NewNames("")
-	}
 	s := &Stage{
 		cfg:     cfg,
 		handler: h,

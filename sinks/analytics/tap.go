@@ -124,9 +124,6 @@ func New(cfg Config) (*Tap, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("analytics: no output directory")
 	}
-	if cfg.Names.Prefix == "" {
-		cfg.Names = topics.NewNames("")
-	}
 	if cfg.Group == "" {
 		cfg.Group = DefaultGroup
 	}

@@ -16,7 +16,7 @@ import (
 var update = flag.Bool("update", false, "rewrite golden files")
 
 // readFrames is the test's own reader of the frame format, so this package's tests do not depend
-// on the correction consumer; production code uses correct.ReadReplay.
+// on the correction consumer; production code uses topics.ReadReplay.
 func readFrames(r io.Reader) ([][]byte, error) {
 	var out [][]byte
 	for {

@@ -64,9 +64,6 @@ type Stream struct {
 func New(cfg Config) (*Stream, error) {
 	topic := cfg.Topic
 	if topic == "" {
-		if cfg.Names.Prefix == "" {
-			cfg.Names = topics.NewNames("")
-		}
 		topic = cfg.Names.Advantages()
 	}
 	if cfg.Group == "" {

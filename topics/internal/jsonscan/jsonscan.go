@@ -1,4 +1,7 @@
-package topics
+// Package jsonscan is the wire decoder's fast path for the JSON records of package topics: one
+// pass over the bytes that fills a struct (described by its json tags) or declines, so that the
+// slow, precise encoding/json path runs only for the records that need an error message.
+package jsonscan
 
 import (
 	"encoding"
@@ -12,14 +15,17 @@ import (
 	"unicode/utf8"
 )
 
-// decodeFast is decodeJSON's fast path: one pass over b that checks syntax, exact and unique
+// MaxDepth bounds JSON nesting; no record nests deeper than 3, so anything deep is hostile.
+const MaxDepth = 16
+
+// Decode is topics' decodeJSON fast path: one pass over b that checks syntax, exact and unique
 // keys, value types, nesting and the top-level schema (which must equal want) while it fills v,
 // a pointer to a zero struct. It reports false, with v reset to zero, for anything it does not
-// accept; decodeJSONSlow then decides and builds the precise error. It therefore never accepts
+// accept; topics' decodeJSONSlow then decides and builds the precise error. It therefore never accepts
 // what decodeJSONSlow rejects, and it decodes every value the way encoding/json does: scalars it
 // parses with the same strconv and base64 calls, and escaped strings, created_at and
 // any string with invalid UTF-8 it hands to encoding/json (or time.Time.UnmarshalJSON) itself.
-func decodeFast(b []byte, want string, v any) bool {
+func Decode(b []byte, want string, v any) bool {
 	rv := reflect.ValueOf(v).Elem()
 	p := planFor(rv.Type())
 	if p.kind != fkStruct || p.schemaField < 0 {
@@ -97,7 +103,7 @@ func planFor(t reflect.Type) *fastPlan {
 // slow path.
 func buildPlan(t reflect.Type, depth int) *fastPlan {
 	p := &fastPlan{typ: t, schemaField: -1}
-	if depth > maxJSONDepth {
+	if depth > MaxDepth {
 		return p
 	}
 	if t == timeType {
@@ -277,7 +283,7 @@ func (d *fastDec) literal(word string) bool {
 
 // object decodes an object at d.i into rv, a struct or map value described by p.
 func (d *fastDec) object(p *fastPlan, rv reflect.Value, depth int, top bool) bool {
-	if depth > maxJSONDepth || d.i >= len(d.b) || d.b[d.i] != '{' {
+	if depth > MaxDepth || d.i >= len(d.b) || d.b[d.i] != '{' {
 		return false
 	}
 	d.i++
@@ -468,7 +474,7 @@ func (d *fastDec) value(p *fastPlan, rv reflect.Value, depth int) bool {
 		rv.Set(reflect.MakeMap(p.typ))
 		return d.object(p, rv, depth, false)
 	case fkSlice:
-		if c != '[' || depth > maxJSONDepth {
+		if c != '[' || depth > MaxDepth {
 			return false
 		}
 		d.i++

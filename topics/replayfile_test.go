@@ -1,4 +1,4 @@
-package correct
+package topics
 
 import (
 	"bytes"
@@ -8,42 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/wmrl/wmrl/topics"
 )
 
-func TestReplayFileRoundTrip(t *testing.T) {
-	f := newFeeder(testEngine(t, smallCorr()))
-	f.add(flatten(synth(t, smallWorkload))...)
-	sealed := f.seal(t)
-	path := filepath.Join(t.TempDir(), "replay.arrows")
-	var payloads [][]byte
-	for _, s := range sealed {
-		cs, err := topics.ChunkAdvantages(s.rows, 4096)
-		if err != nil {
-			t.Fatal(err)
-		}
-		payloads = append(payloads, cs...)
-	}
-	if err := WriteReplayFile(path, payloads); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := ReadReplayFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if topics.DigestRows(rows) != topics.DigestRows(rowsOf(sealed)) || len(rows) != len(rowsOf(sealed)) {
-		t.Fatal("rows changed through the replay file")
-	}
-	// The frames are exactly the payloads: length prefix, then the bytes.
-	b, _ := os.ReadFile(path)
-	if n := binary.BigEndian.Uint32(b); int(n) != len(payloads[0]) || !bytes.Equal(b[4:4+n], payloads[0]) {
-		t.Fatal("first frame is not the first payload")
-	}
-}
-
 func TestReadReplayRejectsMalformed(t *testing.T) {
-	good, err := topics.EncodeAdvantages(nil)
+	good, err := EncodeAdvantages(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +40,7 @@ func TestReadReplayRejectsMalformed(t *testing.T) {
 }
 
 func FuzzReadReplay(f *testing.F) {
-	good, _ := topics.EncodeAdvantages(nil)
+	good, _ := EncodeAdvantages(nil)
 	f.Add(append(binary.BigEndian.AppendUint32(nil, uint32(len(good))), good...))
 	f.Add([]byte{0, 0, 0, 1, 0})
 	f.Add([]byte{})
@@ -84,33 +52,27 @@ func FuzzReadReplay(f *testing.F) {
 		// Whatever decodes re-encodes to a valid file of the same rows.
 		var buf bytes.Buffer
 		w := NewReplayWriter(&buf)
-		if err := w.WriteRows(rows, topics.MaxAdvantageBytes); err != nil {
+		if err := w.WriteRows(rows, MaxAdvantageBytes); err != nil {
 			t.Fatalf("rows that decoded do not re-encode: %v", err)
 		}
 		_ = w.Flush()
 		back, err := ReadReplayRows(&buf)
-		if err != nil || topics.DigestRows(back) != topics.DigestRows(rows) {
+		if err != nil || DigestRows(back) != DigestRows(rows) {
 			t.Fatalf("round trip: %v", err)
 		}
 	})
-}
-
-func smallCorr() correctionConfig {
-	c := defaultCorr()
-	c.MinPairs = 4
-	return c
 }
 
 func ExampleWriteReplayFile() {
 	dir, _ := os.MkdirTemp("", "replay")
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "run.arrows")
-	rows := []topics.AdvantageRow{{RunID: "r", Stream: "s", Step: 0, GroupID: "g", RolloutID: "a",
-		Source: topics.SourceWorldModel, Predicted: 0.5, PredictedOK: true, Calibrated: 0.5, Used: 0.5, Weight: 1}}
-	payload, _ := topics.EncodeAdvantages(rows)
+	rows := []AdvantageRow{{RunID: "r", Stream: "s", Step: 0, GroupID: "g", RolloutID: "a",
+		Source: SourceWorldModel, Predicted: 0.5, PredictedOK: true, Calibrated: 0.5, Used: 0.5, Weight: 1}}
+	payload, _ := EncodeAdvantages(rows)
 	_ = WriteReplayFile(path, [][]byte{payload})
 	back, _ := ReadReplayFile(path)
-	fmt.Println(len(back), back[0].RolloutID, topics.DigestRows(back) == topics.DigestRows(rows))
+	fmt.Println(len(back), back[0].RolloutID, DigestRows(back) == DigestRows(rows))
 	// Output: 1 a true
 }
 

@@ -1,4 +1,4 @@
-package correct
+package topics
 
 import (
 	"bufio"
@@ -7,17 +7,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-
-	"github.com/wmrl/wmrl/topics"
 )
 
 // Replay file format (agreed with `wmrl digest --file`): a sequence of frames, each a uint32
 // big-endian length followed by that many bytes of one Arrow IPC stream exactly as it would be
-// the value of an advantages record (topics.ChunkAdvantages payloads, in step order). An empty
+// the value of an advantages record (ChunkAdvantages payloads, in step order). An empty
 // file holds no rows. There is no header, so `cat a b > c` concatenates replays.
 
 // ErrReplayFile marks a malformed replay file.
-var ErrReplayFile = errors.New("correct: malformed replay file")
+var ErrReplayFile = errors.New("topics: malformed replay file")
 
 // ReplayWriter appends frames to a replay file.
 type ReplayWriter struct {
@@ -30,8 +28,8 @@ func NewReplayWriter(w io.Writer) *ReplayWriter { return &ReplayWriter{w: bufio.
 
 // WritePayload appends one Arrow IPC payload.
 func (rw *ReplayWriter) WritePayload(p []byte) error {
-	if len(p) == 0 || len(p) > topics.MaxAdvantageBytes {
-		return fmt.Errorf("replay file: payload of %d bytes not in [1,%d]", len(p), topics.MaxAdvantageBytes)
+	if len(p) == 0 || len(p) > MaxAdvantageBytes {
+		return fmt.Errorf("replay file: payload of %d bytes not in [1,%d]", len(p), MaxAdvantageBytes)
 	}
 	binary.BigEndian.PutUint32(rw.hdr[:], uint32(len(p)))
 	if _, err := rw.w.Write(rw.hdr[:]); err != nil {
@@ -43,9 +41,9 @@ func (rw *ReplayWriter) WritePayload(p []byte) error {
 	return nil
 }
 
-// WriteRows chunks one step's rows as the consumer does (topics.ChunkAdvantages) and appends them.
-func (rw *ReplayWriter) WriteRows(rows []topics.AdvantageRow, chunkBytes int) error {
-	chunks, err := topics.ChunkAdvantages(rows, chunkBytes)
+// WriteRows chunks one step's rows as the consumer does (ChunkAdvantages) and appends them.
+func (rw *ReplayWriter) WriteRows(rows []AdvantageRow, chunkBytes int) error {
+	chunks, err := ChunkAdvantages(rows, chunkBytes)
 	if err != nil {
 		return fmt.Errorf("replay file: %w", err)
 	}
@@ -77,8 +75,8 @@ func ReadReplay(r io.Reader, fn func(payload []byte) error) error {
 			return fmt.Errorf("%w: frame %d: truncated length: %w", ErrReplayFile, frame, err)
 		}
 		n := binary.BigEndian.Uint32(hdr[:])
-		if n == 0 || n > topics.MaxAdvantageBytes {
-			return fmt.Errorf("%w: frame %d: length %d not in [1,%d]", ErrReplayFile, frame, n, topics.MaxAdvantageBytes)
+		if n == 0 || n > MaxAdvantageBytes {
+			return fmt.Errorf("%w: frame %d: length %d not in [1,%d]", ErrReplayFile, frame, n, MaxAdvantageBytes)
 		}
 		p := make([]byte, n)
 		if _, err := io.ReadFull(br, p); err != nil {
@@ -90,12 +88,12 @@ func ReadReplay(r io.Reader, fn func(payload []byte) error) error {
 	}
 }
 
-// ReadReplayRows decodes every row of a replay stream (topics.DecodeAdvantages per frame).
-func ReadReplayRows(r io.Reader) ([]topics.AdvantageRow, error) {
-	var rows []topics.AdvantageRow
+// ReadReplayRows decodes every row of a replay stream (DecodeAdvantages per frame).
+func ReadReplayRows(r io.Reader) ([]AdvantageRow, error) {
+	var rows []AdvantageRow
 	frame := 0
 	err := ReadReplay(r, func(p []byte) error {
-		rs, err := topics.DecodeAdvantages(p)
+		rs, err := DecodeAdvantages(p)
 		if err != nil {
 			return fmt.Errorf("%w: frame %d: %w", ErrReplayFile, frame, err)
 		}
@@ -129,8 +127,8 @@ func WriteReplayFile(path string, payloads [][]byte) error {
 	return nil
 }
 
-// ReadReplayFile reads every row of the replay file at path; feed them to topics.DigestRows.
-func ReadReplayFile(path string) ([]topics.AdvantageRow, error) {
+// ReadReplayFile reads every row of the replay file at path; feed them to DigestRows.
+func ReadReplayFile(path string) ([]AdvantageRow, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("replay file: %w", err)

@@ -1,14 +1,15 @@
-package topics
+// Package arrowguard checks an Arrow IPC stream's framing and flatbuffers before arrow-go reads
+// it, so that hostile bytes cannot make the reader allocate without bound.
+package arrowguard
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 )
 
 // arrow-go's IPC reader sizes slices from counts in the message flatbuffers (fields, children,
 // metadata entries) before checking them against the input, so a few hostile bytes can request
-// hundreds of gigabytes and kill the process, which recover cannot catch. checkArrowStream walks
+// hundreds of gigabytes and kill the process, which recover cannot catch. Check walks
 // the stream's framing and flatbuffers first, with bounds checks, and accepts only what an
 // advantage batch can contain: one schema message of flat columns, then uncompressed record
 // batches, then the end marker. It mirrors arrow-go's framing (continuation token, legacy
@@ -25,15 +26,13 @@ const (
 	guardMaxBuffers  = 3 * guardMaxFields
 )
 
-var errGuard = errors.New("advantages")
-
 func guardErr(format string, args ...any) error {
-	return malformed("arrow", fmt.Errorf("%w: %s", errGuard, fmt.Sprintf(format, args...)))
+	return fmt.Errorf("advantages: %s", fmt.Sprintf(format, args...))
 }
 
-// checkArrowStream returns the stream's length in bytes, up to and including its end marker (or
+// Check returns the stream's length in bytes, up to and including its end marker (or
 // the end of b when the marker is missing, which arrow-go accepts too).
-func checkArrowStream(b []byte) (int, error) {
+func Check(b []byte) (int, error) {
 	pos, msgs := 0, 0
 	for {
 		if pos == len(b) {
