@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/internal/topicread"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -155,7 +156,9 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	}
 	now := time.Now()
 	n := 0
-	err = readToEnd(ctx, cfg.KafkaOpts, start, cfg.Timeout, cfg.Logger, func(r *kgo.Record) error {
+	rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	err = topicread.ToEnd(rctx, cfg.KafkaOpts, start, cfg.Timeout/2, cfg.Logger, func(r *kgo.Record) error {
 		if string(r.Key) != cfg.Run {
 			return nil
 		}

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/internal/topicread"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -49,56 +49,22 @@ func DigestTopicResult(ctx context.Context, kafkaOpts []kgo.Opt, topic, run stri
 // ReadTopicSteps reads every complete step of the topic as DigestTopic does, sorted by run and
 // step; it is the bounded, group-less counterpart of Stream.
 func ReadTopicSteps(ctx context.Context, kafkaOpts []kgo.Opt, topic, run string) ([]*Step, Stats, error) {
-	ends, err := stableEnds(ctx, kafkaOpts, topic)
+	start, err := topicread.Partitions(ctx, kafkaOpts, topic)
 	if err != nil {
-		return nil, Stats{}, err
+		return nil, Stats{}, fmt.Errorf("digest: %w", err)
 	}
 	asm := NewAssembler(AssemblerConfig{Run: run, MaxBufferedSteps: 1 << 30})
-	start := make(map[int32]kgo.Offset)
-	for p, end := range ends {
-		if end.end > end.start {
-			start[p] = kgo.NewOffset().AtStart()
-		}
-	}
 	var steps []*Step
 	var errs []error
-	if len(start) > 0 {
-		cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), kafkaOpts...),
-			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
-			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-			// Commit and abort markers advance the position too; without them a partition whose
-			// last entry is a marker would never be seen to reach its end.
-			kgo.KeepControlRecords(),
-		)...)
-		if err != nil {
-			return nil, Stats{}, fmt.Errorf("digest: kafka client: %w", err)
-		}
-		defer cl.Close()
-		for len(start) > 0 {
-			fs := cl.PollFetches(ctx)
-			if err := ctx.Err(); err != nil {
-				return nil, Stats{}, fmt.Errorf("digest %s: %d partitions not read to the end: %w", topic, len(start), err)
-			}
-			var ferr error
-			fs.EachError(func(t string, p int32, err error) {
-				ferr = errors.Join(ferr, fmt.Errorf("fetch %s/%d: %w", t, p, err))
-			})
-			if ferr != nil {
-				return nil, Stats{}, fmt.Errorf("digest: %w", ferr)
-			}
-			fs.EachRecord(func(r *kgo.Record) {
-				end := ends[r.Partition].end
-				if _, open := start[r.Partition]; !open || r.Offset >= end {
-					return
-				}
-				s, e := asm.Add(r)
-				steps = append(steps, s...)
-				errs = append(errs, e...)
-				if r.Offset+1 >= end {
-					delete(start, r.Partition)
-				}
-			})
-		}
+	// No settling: a digest of a live run reads what is committed now.
+	err = topicread.ToEnd(ctx, kafkaOpts, start, 0, nil, func(r *kgo.Record) error {
+		s, e := asm.Add(r)
+		steps = append(steps, s...)
+		errs = append(errs, e...)
+		return nil
+	})
+	if err != nil {
+		return nil, Stats{}, fmt.Errorf("digest %s: %w", topic, err)
 	}
 	errs = append(errs, asm.Incomplete()...)
 	if len(errs) > 0 {
@@ -115,48 +81,6 @@ func ReadTopicSteps(ctx context.Context, kafkaOpts []kgo.Opt, topic, run string)
 		return steps[i].Step < steps[j].Step
 	})
 	return steps, asm.Stats(), nil
-}
-
-type offsetRange struct{ start, end int64 }
-
-// stableEnds lists each partition's log start and last stable offset (the read_committed end).
-func stableEnds(ctx context.Context, kafkaOpts []kgo.Opt, topic string) (map[int32]offsetRange, error) {
-	cl, err := kgo.NewClient(kafkaOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("digest: kafka client: %w", err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	ends, err := adm.ListCommittedOffsets(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("digest: list end offsets of %s: %w", topic, err)
-	}
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("digest: list start offsets of %s: %w", topic, err)
-	}
-	if err := ends.Error(); err != nil {
-		return nil, fmt.Errorf("digest: end offsets of %s: %w", topic, err)
-	}
-	if err := starts.Error(); err != nil {
-		return nil, fmt.Errorf("digest: start offsets of %s: %w", topic, err)
-	}
-	out := make(map[int32]offsetRange)
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Topic == topic {
-			out[o.Partition] = offsetRange{end: o.Offset}
-		}
-	})
-	if len(out) == 0 {
-		return nil, fmt.Errorf("digest: topic %s has no partitions (does it exist?)", topic)
-	}
-	starts.Each(func(o kadm.ListedOffset) {
-		if r, ok := out[o.Partition]; ok && o.Topic == topic {
-			r.start = o.Offset
-			out[o.Partition] = r
-		}
-	})
-	return out, nil
 }
 
 func digestSteps(steps []*Step) DigestResult {

@@ -1,0 +1,175 @@
+// Package topicread reads Kafka partitions read_committed from given offsets to their committed
+// end and stops there: the bounded read behind state rebuilds, replays and digests, as opposed
+// to a consumer group that follows a topic for ever.
+package topicread
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// Partitions returns every partition of topic, each starting at the log start: the start map a
+// whole-topic read passes to ToEnd.
+func Partitions(ctx context.Context, opts []kgo.Opt, topic string) (map[string]map[int32]kgo.Offset, error) {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	td, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("list topic %s: %w", topic, err)
+	}
+	d, ok := td[topic]
+	if !ok || d.Err != nil || len(d.Partitions) == 0 {
+		return nil, fmt.Errorf("topic %s not found (does it exist?): %w", topic, errors.Join(d.Err))
+	}
+	start := map[string]map[int32]kgo.Offset{topic: {}}
+	for p := range d.Partitions {
+		start[topic][p] = kgo.NewOffset().AtStart()
+	}
+	return start, nil
+}
+
+// ToEnd reads the given partitions (read_committed) from their start offsets to the end and
+// hands every data record to fn, in offset order per partition.
+//
+// "The end" is the last stable offset once it has caught up with the high watermark: right after
+// a fenced or crashed predecessor, its transaction markers may still be in flight, and a record
+// read before its marker would be missed. If the two do not meet within settle (a foreign open
+// transaction; 0 does not wait), the read stops at the last stable offset and says so. Control
+// records are kept (and skipped here) so that the last offset before the end is always seen.
+func ToEnd(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.Offset, settle time.Duration, log *slog.Logger, fn func(*kgo.Record) error) error {
+	if len(start) == 0 {
+		return nil
+	}
+	admCl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	adm := kadm.NewClient(admCl)
+	defer admCl.Close()
+	var names []string
+	for t := range start {
+		names = append(names, t)
+	}
+	settleBy := time.Now().Add(settle)
+	ends := map[tp]int64{}
+	for {
+		hwm, err := adm.ListEndOffsets(ctx, names...)
+		if err != nil {
+			return fmt.Errorf("list end offsets: %w", err)
+		}
+		lso, err := adm.ListCommittedOffsets(ctx, names...)
+		if err != nil {
+			return fmt.Errorf("list stable offsets: %w", err)
+		}
+		logStart, err := adm.ListStartOffsets(ctx, names...)
+		if err != nil {
+			return fmt.Errorf("list start offsets: %w", err)
+		}
+		settled := true
+		for t, parts := range start {
+			for p := range parts {
+				h, ok1 := hwm.Lookup(t, p)
+				l, ok2 := lso.Lookup(t, p)
+				if !ok1 || !ok2 || h.Err != nil || l.Err != nil {
+					return fmt.Errorf("%s partition %d has no offsets (does the topic exist with enough partitions?): %w",
+						t, p, errors.Join(h.Err, l.Err))
+				}
+				ends[tp{t, p}] = l.Offset
+				if s, ok := logStart.Lookup(t, p); ok && s.Err == nil && s.Offset >= l.Offset {
+					ends[tp{t, p}] = 0 // retention removed everything below the end: nothing to read
+				}
+				if l.Offset != h.Offset {
+					settled = false
+				}
+			}
+		}
+		if settled {
+			break
+		}
+		if !time.Now().Before(settleBy) {
+			if log != nil {
+				log.Warn("open transaction on a partition; reading to its last stable offset", "topics", names)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for stable offsets: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+
+	assign := map[string]map[int32]kgo.Offset{}
+	remaining := 0
+	done := map[tp]bool{}
+	for t, parts := range start {
+		for p, o := range parts {
+			end := ends[tp{t, p}]
+			if so := o.EpochOffset().Offset; end == 0 || (so >= 0 && so >= end) {
+				continue
+			}
+			if assign[t] == nil {
+				assign[t] = map[int32]kgo.Offset{}
+			}
+			assign[t][p] = o
+			remaining++
+		}
+	}
+	if remaining == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...),
+		kgo.ConsumePartitions(assign),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	)...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	for remaining > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("reading to offsets %v: %w", ends, err)
+		}
+		for _, fe := range fs.Errors() {
+			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) {
+				continue
+			}
+			return fmt.Errorf("fetch %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
+		}
+		var ferr error
+		fs.EachRecord(func(r *kgo.Record) {
+			key := tp{r.Topic, r.Partition}
+			if ferr != nil || done[key] || r.Offset >= ends[key] {
+				return
+			}
+			if r.Offset >= ends[key]-1 {
+				done[key] = true
+				remaining--
+			}
+			if r.Attrs.IsControl() {
+				return
+			}
+			ferr = fn(r)
+		})
+		if ferr != nil {
+			return ferr
+		}
+	}
+	return nil
+}
