@@ -16,7 +16,7 @@ import (
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/wmrl/wmrl/sinks/trainer"
+	"github.com/wmrl/wmrl/sinks/steps"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -93,7 +93,7 @@ type Tap struct {
 	r        *kafka.Reader // created by Run: a kafka-go group reader joins its group at once
 	client   *kafka.Client
 	filter   *txnFilter
-	asm      *trainer.Assembler
+	asm      *steps.Assembler
 	runs     map[string]*segment
 	mu       sync.Mutex // guards stats, joins and the r field, read by Stats while Run runs
 	// joins counts the reader's group generations (kafka-go's Rebalances); more than one means
@@ -104,7 +104,7 @@ type Tap struct {
 
 // segment is what a run has buffered for its next pair of files.
 type segment struct {
-	steps []*trainer.Step
+	steps []*steps.Step
 	calib []calEntry
 	// calSteps counts distinct calibration steps.
 	calSteps map[int64]struct{}
@@ -112,7 +112,7 @@ type segment struct {
 
 type calEntry struct {
 	row CalibrationRow
-	pos trainer.Pos
+	pos steps.Pos
 }
 
 // New creates the output directory and configures the kafka-go reader; Run creates it and
@@ -137,7 +137,7 @@ func New(cfg Config) (*Tap, error) {
 		return nil, fmt.Errorf("analytics: %w", err)
 	}
 	t := &Tap{cfg: cfg, advTopic: cfg.AdvantagesTopic, calTopic: cfg.CalibrationTopic, runs: make(map[string]*segment),
-		asm: trainer.NewAssembler(trainer.AssemblerConfig{Run: cfg.RunID})}
+		asm: steps.NewAssembler(steps.AssemblerConfig{Run: cfg.RunID})}
 	if t.advTopic == "" {
 		t.advTopic = cfg.Names.Advantages()
 	}
@@ -253,7 +253,7 @@ func (t *Tap) shutdown() error {
 
 func (t *Tap) handle(ctx context.Context, m kafka.Message) error {
 	t.count(func(s *Stats) { s.Messages++ })
-	pos := trainer.Pos{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset}
+	pos := steps.Pos{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset}
 	ok, err := t.filter.visible(ctx, m.Topic, m.Partition, m.Offset)
 	if err != nil {
 		return fmt.Errorf("analytics: %w", err)
@@ -269,12 +269,12 @@ func (t *Tap) handle(ctx context.Context, m kafka.Message) error {
 		for _, h := range m.Headers {
 			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 		}
-		steps, errs := t.asm.Add(rec)
+		ready, errs := t.asm.Add(rec)
 		for _, err := range errs {
 			t.count(func(s *Stats) { s.Skipped++ })
 			t.log.Warn("skipped advantage record", "err", err)
 		}
-		for _, st := range steps {
+		for _, st := range ready {
 			seg := t.segment(st.Run)
 			seg.steps = append(seg.steps, st)
 			if len(seg.steps) >= t.cfg.RollSteps {

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/topicread"
+	"github.com/wmrl/wmrl/sinks/steps"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -37,34 +38,34 @@ func DigestTopic(ctx context.Context, kafkaOpts []kgo.Opt, topic, run string) (h
 
 // DigestTopicResult is DigestTopic with step and duplicate counts.
 func DigestTopicResult(ctx context.Context, kafkaOpts []kgo.Opt, topic, run string) (DigestResult, error) {
-	steps, stats, err := ReadTopicSteps(ctx, kafkaOpts, topic, run)
+	all, stats, err := ReadTopicSteps(ctx, kafkaOpts, topic, run)
 	if err != nil {
 		return DigestResult{}, err
 	}
-	res := digestSteps(steps)
+	res := digestSteps(all)
 	res.Duplicates = stats.Duplicates
 	return res, nil
 }
 
 // ReadTopicSteps reads every complete step of the topic as DigestTopic does, sorted by run and
 // step; it is the bounded, group-less counterpart of Stream.
-func ReadTopicSteps(ctx context.Context, kafkaOpts []kgo.Opt, topic, run string) ([]*Step, Stats, error) {
+func ReadTopicSteps(ctx context.Context, kafkaOpts []kgo.Opt, topic, run string) ([]*steps.Step, steps.Stats, error) {
 	start, err := topicread.Partitions(ctx, kafkaOpts, topic)
 	if err != nil {
-		return nil, Stats{}, fmt.Errorf("digest: %w", err)
+		return nil, steps.Stats{}, fmt.Errorf("digest: %w", err)
 	}
-	asm := NewAssembler(AssemblerConfig{Run: run, MaxBufferedSteps: 1 << 30})
-	var steps []*Step
+	asm := steps.NewAssembler(steps.AssemblerConfig{Run: run, MaxBufferedSteps: 1 << 30})
+	var done []*steps.Step
 	var errs []error
 	// No settling: a digest of a live run reads what is committed now.
 	err = topicread.ToEnd(ctx, kafkaOpts, start, 0, nil, func(r *kgo.Record) error {
 		s, e := asm.Add(r)
-		steps = append(steps, s...)
+		done = append(done, s...)
 		errs = append(errs, e...)
 		return nil
 	})
 	if err != nil {
-		return nil, Stats{}, fmt.Errorf("digest %s: %w", topic, err)
+		return nil, steps.Stats{}, fmt.Errorf("digest %s: %w", topic, err)
 	}
 	errs = append(errs, asm.Incomplete()...)
 	if len(errs) > 0 {
@@ -74,23 +75,23 @@ func ReadTopicSteps(ctx context.Context, kafkaOpts []kgo.Opt, topic, run string)
 		}
 		return nil, asm.Stats(), fmt.Errorf("digest %s: %d bad records or incomplete steps: %w", topic, n, errors.Join(errs...))
 	}
-	sort.Slice(steps, func(i, j int) bool {
-		if steps[i].Run != steps[j].Run {
-			return steps[i].Run < steps[j].Run
+	sort.Slice(done, func(i, j int) bool {
+		if done[i].Run != done[j].Run {
+			return done[i].Run < done[j].Run
 		}
-		return steps[i].Step < steps[j].Step
+		return done[i].Step < done[j].Step
 	})
-	return steps, asm.Stats(), nil
+	return done, asm.Stats(), nil
 }
 
-func digestSteps(steps []*Step) DigestResult {
+func digestSteps(all []*steps.Step) DigestResult {
 	d := topics.NewDigest()
-	for _, st := range steps {
+	for _, st := range all {
 		rows := append([]topics.AdvantageRow(nil), st.Rows...)
 		topics.SortRows(rows)
 		d.Add(rows...)
 	}
-	return DigestResult{Digest: d.Hex(), Rows: d.Rows(), Steps: len(steps)}
+	return DigestResult{Digest: d.Hex(), Rows: d.Rows(), Steps: len(all)}
 }
 
 // DigestPayloads digests Arrow IPC payloads without headers (the frames of a replay file),
@@ -104,7 +105,7 @@ func DigestPayloads(payloads [][]byte, run string) (DigestResult, error) {
 	}
 	seen := make(map[key]int)
 	var rows []topics.AdvantageRow
-	steps := make(map[struct {
+	stepSet := make(map[struct {
 		run  string
 		step int64
 	}]struct{})
@@ -128,7 +129,7 @@ func DigestPayloads(payloads [][]byte, run string) (DigestResult, error) {
 			}
 			seen[k] = len(rows)
 			rows = append(rows, r)
-			steps[struct {
+			stepSet[struct {
 				run  string
 				step int64
 			}{r.RunID, r.Step}] = struct{}{}
@@ -137,5 +138,5 @@ func DigestPayloads(payloads [][]byte, run string) (DigestResult, error) {
 	topics.SortRows(rows)
 	d := topics.NewDigest()
 	d.Add(rows...)
-	return DigestResult{Digest: d.Hex(), Rows: d.Rows(), Steps: len(steps), Duplicates: dups}, nil
+	return DigestResult{Digest: d.Hex(), Rows: d.Rows(), Steps: len(stepSet), Duplicates: dups}, nil
 }

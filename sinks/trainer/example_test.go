@@ -66,35 +66,6 @@ func ExampleStream_Next() {
 	}
 }
 
-// The Assembler is the client-independent core: feed records in any order, get complete steps.
-func ExampleAssembler() {
-	names := topics.NewNames("")
-	recs, _ := names.AdvantageRecords("run-7", "", 4, exampleRows("run-7", 4), topics.DefaultChunkBytes)
-	a := trainer.NewAssembler(trainer.AssemblerConfig{Run: "run-7"})
-	for i, r := range recs {
-		r.Partition, r.Offset = 0, int64(10+i)
-		steps, errs := a.Add(r)
-		for _, st := range steps {
-			fmt.Printf("run %s step %d: %d rows from %v\n", st.Run, st.Step, len(st.Rows), st.Records)
-			a.Release(st) // the step is done (a Stream does this in Ack)
-		}
-		for _, err := range errs {
-			fmt.Println("skipped:", err)
-		}
-	}
-	fmt.Println("commit:", a.Offsets().Committable())
-
-	// A record without a chunk header is reported by position and skipped.
-	bad := *recs[0]
-	bad.Offset, bad.Headers = 11, bad.Headers[:4]
-	_, errs := a.Add(&bad)
-	fmt.Println(errs[0])
-	// Output:
-	// run run-7 step 4: 3 rows from [wmrl.advantages.v1/0@10]
-	// commit: map[wmrl.advantages.v1:map[0:11]]
-	// advantages record wmrl.advantages.v1/0@11 (run run-7 step 4): header wmrl-chunk missing: bad header
-}
-
 func ExampleWriteTable() {
 	st := &trainer.Step{Run: "run-7", Step: 4, Rows: exampleRows("run-7", 4)}
 	_ = trainer.WriteTable(os.Stdout, st)

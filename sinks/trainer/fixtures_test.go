@@ -71,3 +71,40 @@ func withoutHeader(r *kgo.Record, key string) *kgo.Record {
 	}
 	return &c
 }
+
+var names = topics.NewNames("t.")
+
+const smallChunk = 4096
+
+// mutate re-encodes a chunk with one advantage changed, keeping its headers.
+func mutate(t testing.TB, r *kgo.Record) *kgo.Record {
+	t.Helper()
+	rows, err := topics.DecodeAdvantages(r.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows[0].Calibrated == 0.25 {
+		rows[0].Calibrated = 0.75
+	} else {
+		rows[0].Calibrated = 0.25
+	}
+	b, err := topics.EncodeAdvantages(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return revalue(r, b)
+}
+
+func reverse(rs []*kgo.Record) []*kgo.Record {
+	out := make([]*kgo.Record, len(rs))
+	for i, r := range rs {
+		out[len(rs)-1-i] = r
+	}
+	return out
+}
+
+func revalue(r *kgo.Record, v []byte) *kgo.Record {
+	c := *r
+	c.Value = v
+	return &c
+}

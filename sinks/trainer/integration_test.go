@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/testenv"
+	"github.com/wmrl/wmrl/sinks/steps"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -170,8 +171,8 @@ func TestDigestTopicRefusesIncompleteStep(t *testing.T) {
 	recs := chunkRecords(t, names, stepRows("a", 0, 4, 8), smallChunk)
 	p.send(topic, true, recs[1:]...)
 	_, _, err := DigestTopic(context.Background(), []kgo.Opt{kgo.SeedBrokers(seeds...)}, topic, "a")
-	var re *RecordError
-	if !errors.Is(err, ErrIncomplete) || !errors.As(err, &re) || re.Pos.Topic != topic {
-		t.Fatalf("err = %v, want ErrIncomplete naming a record of %s", err, topic)
+	var re *steps.RecordError
+	if !errors.Is(err, steps.ErrIncomplete) || !errors.As(err, &re) || re.Pos.Topic != topic {
+		t.Fatalf("err = %v, want steps.ErrIncomplete naming a record of %s", err, topic)
 	}
 }

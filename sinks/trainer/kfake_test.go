@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/sinks/steps"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -65,12 +66,12 @@ func TestStreamEdgeCasesKfake(t *testing.T) {
 	if len(skipped) != 2 {
 		t.Fatalf("skipped %v, want the bad header and the mismatched chunk", skipped)
 	}
-	var re *RecordError
-	if !errors.As(skipped[0], &re) || !errors.Is(skipped[0], topics.ErrBadHeader) || re.Pos != (Pos{topic, 0, int64(len(s0)) + 1 + 2}) {
+	var re *steps.RecordError
+	if !errors.As(skipped[0], &re) || !errors.Is(skipped[0], topics.ErrBadHeader) || re.Pos != (steps.Pos{Topic: topic, Partition: 0, Offset: int64(len(s0)) + 1 + 2}) {
 		t.Errorf("first skip %v, want ErrBadHeader at %s/0@%d", skipped[0], topic, len(s0)+3)
 	}
-	if !errors.Is(skipped[1], ErrChunkMismatch) {
-		t.Errorf("second skip %v, want ErrChunkMismatch", skipped[1])
+	if !errors.Is(skipped[1], steps.ErrChunkMismatch) {
+		t.Errorf("second skip %v, want steps.ErrChunkMismatch", skipped[1])
 	}
 	if st := s.Stats(); st.Duplicates != 1 || st.Skipped != 2 || st.Steps != 3 {
 		t.Errorf("stats %+v", st)

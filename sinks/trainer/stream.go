@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/wmrl/wmrl/sinks/steps"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -39,7 +40,7 @@ type Config struct {
 	// Logger receives progress and problems (default slog.Default()).
 	Logger *slog.Logger
 	// OnSkip is called, outside the stream's locks, with each *RecordError (a record that was
-	// skipped, or a step abandoned). The default logs it at warn level. Stats counts them too.
+	// skipped, or a step abandoned). The default logs it at warn level. steps.Stats counts them too.
 	OnSkip func(error)
 }
 
@@ -53,7 +54,7 @@ type Stream struct {
 
 	commitMu sync.Mutex // serializes commits so a smaller offset never overtakes a larger one
 	mu       sync.Mutex // guards everything below
-	asm      *Assembler
+	asm      *steps.Assembler
 	ready    []*Step
 	unacked  map[*Step]struct{}
 	closed   bool
@@ -74,7 +75,7 @@ func New(cfg Config) (*Stream, error) {
 	}
 	s := &Stream{
 		cfg: cfg, topic: topic, log: cfg.Logger,
-		asm:     NewAssembler(AssemblerConfig{Run: cfg.RunID, MaxBufferedSteps: cfg.MaxBufferedSteps}),
+		asm:     steps.NewAssembler(steps.AssemblerConfig{Run: cfg.RunID, MaxBufferedSteps: cfg.MaxBufferedSteps}),
 		unacked: make(map[*Step]struct{}),
 	}
 	if s.log == nil {
@@ -144,10 +145,9 @@ func (s *Stream) poll(ctx context.Context) error {
 	var skipped []error
 	s.mu.Lock()
 	fs.EachRecord(func(r *kgo.Record) {
-		steps, errs := s.asm.Add(r)
-		for _, st := range steps {
-			st.stream = s
-			s.ready = append(s.ready, st)
+		ready, errs := s.asm.Add(r)
+		for _, st := range ready {
+			s.ready = append(s.ready, newStep(st, s))
 		}
 		skipped = append(skipped, errs...)
 	})
@@ -182,7 +182,7 @@ func (st *Step) Ack(ctx context.Context) error {
 	}
 	st.acked = true
 	delete(s.unacked, st)
-	s.asm.Release(st)
+	s.asm.Release(st.asm)
 	s.mu.Unlock()
 	if err := s.commit(ctx, nil); err != nil {
 		return fmt.Errorf("ack run %s step %d: %w", st.Run, st.Step, err)
@@ -260,21 +260,27 @@ func (s *Stream) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int3
 	s.drop(lost)
 }
 
+// partKey names one partition of one topic.
+type partKey struct {
+	topic     string
+	partition int32
+}
+
 // drop forgets revoked partitions: steps not yet handed out are discarded, handed-out steps
 // can no longer be acknowledged (ErrRevoked).
 func (s *Stream) drop(parts map[string][]int32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	gone := make(map[topicPartition]bool)
+	gone := make(map[partKey]bool)
 	for t, ps := range parts {
 		for _, p := range ps {
-			gone[topicPartition{t, p}] = true
+			gone[partKey{t, p}] = true
 			s.asm.DropPartition(t, p)
 		}
 	}
 	touches := func(st *Step) bool {
 		for _, r := range st.Records {
-			if gone[topicPartition{r.Topic, r.Partition}] {
+			if gone[partKey{r.Topic, r.Partition}] {
 				return true
 			}
 		}
@@ -319,7 +325,7 @@ func (s *Stream) Run(ctx context.Context, fn func(context.Context, *Step) error)
 }
 
 // Stats returns the stream's counters.
-func (s *Stream) Stats() Stats {
+func (s *Stream) Stats() steps.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.asm.Stats()

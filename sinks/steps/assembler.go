@@ -1,4 +1,4 @@
-package trainer
+package steps
 
 import (
 	"crypto/sha256"
@@ -29,10 +29,6 @@ type Step struct {
 	Rows []topics.AdvantageRow
 	// Records names the records the step arrived in, in chunk order (len = chunk count).
 	Records []Pos
-
-	stream  *Stream
-	acked   bool // guarded by stream.mu
-	revoked bool // guarded by stream.mu
 }
 
 // Stats counts what an Assembler (or a Stream) has seen.
@@ -61,7 +57,7 @@ type AssemblerConfig struct {
 }
 
 // Assembler turns advantage records into complete steps. It is the client-independent core of
-// Stream, DigestTopic and the analytics tap: feed it records in partition order with Add, hand
+// the trainer sink's Stream, its DigestTopic and the analytics tap: feed it records in partition order with Add, hand
 // each delivered step back with Release once it is durable, and commit Offsets().Committable().
 // It is not safe for concurrent use.
 type Assembler struct {

@@ -1,4 +1,4 @@
-package trainer
+package steps
 
 // Offsets tracks, per partition, how far a consumer has read and which records are still held by
 // unfinished work (incomplete steps, steps not yet acknowledged, rows not yet in a closed file).
