@@ -1,0 +1,173 @@
+package correct
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+
+	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// complete reports whether every rollout of every group has its rewards. Executed rewards whose
+// rollout id is not among a full group's predicted ids are dead-lettered here (the world model
+// scores every rollout, so its ids are authoritative).
+func (e *engine) complete(b *stepBuf) bool {
+	if b.manifest == nil {
+		return false
+	}
+	ok := true
+	for _, g := range b.manifest.Groups {
+		p := b.pred[g.GroupID]
+		if p == nil || len(p.order) < g.Size {
+			ok = false
+			continue
+		}
+		if !g.Anchor {
+			continue
+		}
+		x := b.exec[g.GroupID]
+		if x == nil {
+			ok = false
+			continue
+		}
+		for _, id := range slices.Clone(x.order) {
+			if _, known := p.byID[id]; !known {
+				rw := x.byID[id]
+				x.remove(id)
+				e.deadLetter(rw.rec, kindExecuted, conflict("executed reward for rollout %s, which has no predicted reward in full group %s", id, g.GroupID))
+			}
+		}
+		if len(x.order) < g.Size {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// sealReady seals, per run in run-id order, every step that is next in line and complete.
+func (e *engine) sealReady() ([]*sealed, error) {
+	var out []*sealed
+	for _, id := range slices.Sorted(maps.Keys(e.runs)) {
+		rb := e.runs[id]
+		for {
+			b := rb.steps[rb.sealed+1]
+			if b == nil || !e.complete(b) {
+				break
+			}
+			s, err := e.seal(rb, b)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// seal runs the correction core for every stream of the run at step b.step and advances the run.
+// Streams without groups in this step advance with an empty step; a stream first seen now is
+// fast-forwarded from an empty state through empty steps 0..step−1, which is deterministic.
+func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
+	v := b.step
+	byStream := map[string][]correction.Group{}
+	for _, g := range b.manifest.Groups {
+		p := b.pred[g.GroupID]
+		grp := correction.Group{ID: g.GroupID, Anchor: g.Anchor, Rollouts: make([]correction.Rollout, 0, len(p.order))}
+		for _, rid := range p.order {
+			pr := p.byID[rid]
+			r := correction.Rollout{ID: rid, Predicted: correction.Reward{Score: pr.score, OK: pr.ok}}
+			if g.Anchor {
+				x := b.exec[g.GroupID].byID[rid]
+				r.Executed = correction.Reward{Score: x.score, OK: x.ok}
+			}
+			grp.Rollouts = append(grp.Rollouts, r)
+		}
+		byStream[g.Stream] = append(byStream[g.Stream], grp)
+	}
+	streams := slices.Collect(maps.Keys(rb.states))
+	var fresh []string
+	for s := range byStream {
+		if _, ok := rb.states[s]; !ok {
+			streams = append(streams, s)
+			fresh = append(fresh, s)
+		}
+	}
+	sort.Strings(streams)
+	sort.Strings(fresh)
+
+	out := &sealed{run: rb.id, part: rb.part, step: v, newStream: fresh, lastInput: b.lastInput}
+	next := make(map[string]*correction.State, len(streams))
+	for _, s := range streams {
+		prev := rb.states[s]
+		if prev == nil {
+			prev = e.corr.NewState(rb.id, s)
+			for i := int64(0); i < v; i++ {
+				if _, err := e.corr.Advance(prev, correction.Step{Run: rb.id, Stream: s, Step: i}, nil); err != nil {
+					return nil, fmt.Errorf("fast-forward run %s stream %s to step %d: %w", rb.id, s, v-1, err)
+				}
+			}
+		}
+		rows, st, err := e.corr.Correct(prev, correction.Step{Run: rb.id, Stream: s, Step: v, Groups: byStream[s]})
+		if err != nil {
+			return nil, fmt.Errorf("correct run %s stream %s step %d: %w", rb.id, s, v, err)
+		}
+		var pairs int
+		var biasRaw, biasCal float64
+		for i := range rows {
+			r := &rows[i]
+			out.rows = append(out.rows, toAdvantageRow(r, b.manifest.PolicyVersion))
+			if r.Source == correction.SourceAnchor && r.PredictedOK && r.ExecutedOK {
+				pairs++
+				biasRaw += r.Predicted - r.Executed
+				biasCal += r.Calibrated - r.Executed
+			}
+		}
+		if pairs > 0 {
+			biasRaw /= float64(pairs)
+			biasCal /= float64(pairs)
+		}
+		enc := st.Encode()
+		sum := sha256.Sum256(enc)
+		bx, by := st.Breakpoints()
+		out.snaps = append(out.snaps, topics.CalibrationSnapshot{
+			RunID: rb.id, Stream: s, Step: v,
+			FitVersion: st.FitVersion(), Pairs: st.Pairs(), ConfigHash: e.hash,
+			Digest: hex.EncodeToString(sum[:]), State: enc,
+			BreakX: bx, BreakY: by, AnchorWeight: st.AnchorWeight(),
+			BiasBefore: biasRaw, BiasAfter: biasCal, StepPairs: pairs,
+		})
+		next[s] = st
+	}
+	topics.SortRows(out.rows)
+	rb.states = next
+	rb.sealed = v
+	delete(rb.steps, v)
+	return out, nil
+}
+
+func toAdvantageRow(r *correction.Row, policy string) topics.AdvantageRow {
+	a := topics.AdvantageRow{
+		RunID: r.Run, Stream: r.Stream, Step: r.Step, GroupID: r.GroupID, RolloutID: r.RolloutID,
+		PolicyVersion: policy,
+		PredictedOK:   r.PredictedOK, Calibrated: r.Calibrated, ExecutedOK: r.ExecutedOK,
+		Used: r.Used, Advantage: r.Advantage, Weight: r.Weight, Mask: r.Mask,
+		CalibrationVersion: r.CalibrationVersion,
+	}
+	if r.PredictedOK {
+		a.Predicted = r.Predicted
+	}
+	if r.ExecutedOK {
+		a.Executed = r.Executed
+	}
+	switch r.Source {
+	case correction.SourceAnchor:
+		a.Source = topics.SourceAnchor
+	case correction.SourceWorldModel:
+		a.Source = topics.SourceWorldModel
+	}
+	return a
+}
