@@ -30,16 +30,16 @@ func NewNames(prefix string) Names {
 	return Names{Prefix: prefix}
 }
 
-// prefix is the prefix in use: a zero Names means the default topics.
-func (n Names) prefix() string { return cmp.Or(n.Prefix, DefaultPrefix) }
+// EffectivePrefix is the prefix in use: a zero Names means the default topics.
+func (n Names) EffectivePrefix() string { return cmp.Or(n.Prefix, DefaultPrefix) }
 
-func (n Names) Rollouts() string    { return n.prefix() + SuffixRollouts }
-func (n Names) Steps() string       { return n.prefix() + SuffixSteps }
-func (n Names) Predicted() string   { return n.prefix() + SuffixPredicted }
-func (n Names) Executed() string    { return n.prefix() + SuffixExecuted }
-func (n Names) Advantages() string  { return n.prefix() + SuffixAdvantages }
-func (n Names) Calibration() string { return n.prefix() + SuffixCalibration }
-func (n Names) DLQ() string         { return n.prefix() + SuffixDLQ }
+func (n Names) Rollouts() string    { return n.EffectivePrefix() + SuffixRollouts }
+func (n Names) Steps() string       { return n.EffectivePrefix() + SuffixSteps }
+func (n Names) Predicted() string   { return n.EffectivePrefix() + SuffixPredicted }
+func (n Names) Executed() string    { return n.EffectivePrefix() + SuffixExecuted }
+func (n Names) Advantages() string  { return n.EffectivePrefix() + SuffixAdvantages }
+func (n Names) Calibration() string { return n.EffectivePrefix() + SuffixCalibration }
+func (n Names) DLQ() string         { return n.EffectivePrefix() + SuffixDLQ }
 
 // All lists every topic in a stable order.
 func (n Names) All() []string {
