@@ -49,6 +49,14 @@ type Config struct {
 	Logger         *slog.Logger
 	CommitInterval time.Duration // default 1s
 	ShutdownGrace  time.Duration // how long in-flight handlers may finish on shutdown, default 30s
+	// InstanceID makes the member static (KIP-345): a restarted instance with the same id gets
+	// its partitions back at once, without a rebalance. Two live instances with one id fence
+	// each other; the fenced one exits.
+	InstanceID string
+	// SessionTimeout is how long the group waits for a silent member before reassigning its
+	// partitions (0: franz-go's default, 45s). With InstanceID it bounds the pause after a crash
+	// whose instance does not come back.
+	SessionTimeout time.Duration
 }
 
 // Stage runs one Handler over a consumer group.
@@ -61,6 +69,7 @@ type Stage struct {
 	dlq     *topics.DeadLetterWriter
 	metrics *metrics
 	healthy atomic.Bool
+	ready   readiness
 	fatal   chan error
 	// produceCtx bounds output produces; Run cancels it when the shutdown grace ends.
 	produceCtx context.Context
@@ -115,14 +124,22 @@ func New(cfg Config, h Handler) (*Stage, error) {
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) {
 			s.log.Info("partitions assigned", "partitions", a)
 			s.track.assign(a)
+			s.ready.assigned(a)
 		}),
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 			s.log.Warn("partitions lost; their uncommitted work will be redone by the new owner", "partitions", lost)
 			s.track.revoke(lost)
+			s.ready.revoked(lost)
 		}),
 		kgo.WithHooks(kp),
 	)
+	if cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+	}
+	if cfg.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout))
+	}
 	if s.cl, err = kgo.NewClient(opts...); err != nil {
 		return nil, fmt.Errorf("stage %s: kafka client: %w", cfg.Name, err)
 	}
@@ -138,7 +155,7 @@ func (s *Stage) Client() *kgo.Client { return s.cl }
 func (s *Stage) Run(ctx context.Context) error {
 	defer s.cl.Close()
 	if s.cfg.MetricsAddr != "" {
-		srv, err := health.Serve(s.cfg.MetricsAddr, s.cfg.Registry, s.live, nil, s.log)
+		srv, err := health.Serve(s.cfg.MetricsAddr, s.cfg.Registry, s.live, s.Ready, s.log)
 		if err != nil {
 			return err
 		}
@@ -160,6 +177,16 @@ func (s *Stage) Run(ctx context.Context) error {
 	}()
 	sem := make(chan struct{}, s.cfg.Concurrency)
 	s.healthy.Store(true)
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		s.watch(watchCtx)
+	}()
+	defer func() {
+		stopWatch()
+		<-watchDone
+	}()
 	s.log.Info("stage running", "group", s.cfg.Group, "topics", s.cfg.Topics, "concurrency", s.cfg.Concurrency)
 
 	var runErr error
@@ -174,9 +201,19 @@ poll:
 			break poll
 		default:
 		}
+		var fenced error
 		fetches.EachError(func(t string, p int32, err error) {
+			if errors.Is(err, kerr.FencedInstanceID) {
+				fenced = err
+				return
+			}
 			s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 		})
+		if fenced != nil {
+			runErr = fmt.Errorf("stage %s: fenced: another instance runs with --instance-id %q (give every instance its own id): %w",
+				s.cfg.Name, s.cfg.InstanceID, fenced)
+			break
+		}
 		var stop bool
 		fetches.EachRecord(func(r *kgo.Record) {
 			if stop {
@@ -220,6 +257,9 @@ poll:
 	}
 	if err := s.cl.LeaveGroupContext(cctx); err != nil {
 		s.log.Warn("leave group", "err", err)
+	}
+	if s.cfg.InstanceID != "" && !errors.Is(runErr, kerr.FencedInstanceID) {
+		s.leaveStatic(cctx)
 	}
 	s.log.Info("stopped")
 	if runErr == nil {
@@ -379,6 +419,7 @@ func (s *Stage) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string
 		s.log.Warn("commit on revoke failed", "err", err)
 	}
 	s.track.revoke(revoked)
+	s.ready.revoked(revoked)
 }
 
 // live is the /healthz check: the consume loop is running.

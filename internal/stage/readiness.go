@@ -1,0 +1,146 @@
+package stage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+// readiness is what /readyz reports: the stage runs, its cluster answered recently and it holds
+// partitions. Assignment comes from the group callbacks, the cluster from watch's pings.
+type readiness struct {
+	mu        sync.Mutex
+	parts     map[string]map[int32]bool
+	clusterOK bool
+	lastErr   error
+}
+
+func (r *readiness) assigned(a map[string][]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.parts == nil {
+		r.parts = map[string]map[int32]bool{}
+	}
+	for t, ps := range a {
+		if r.parts[t] == nil {
+			r.parts[t] = map[int32]bool{}
+		}
+		for _, p := range ps {
+			r.parts[t][p] = true
+		}
+	}
+}
+
+func (r *readiness) revoked(a map[string][]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t, ps := range a {
+		for _, p := range ps {
+			delete(r.parts[t], p)
+		}
+	}
+}
+
+func (r *readiness) cluster(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.clusterOK, r.lastErr = err == nil, err
+}
+
+func (r *readiness) check() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.clusterOK {
+		if r.lastErr != nil {
+			return fmt.Errorf("kafka unreachable: %w", r.lastErr)
+		}
+		return errors.New("kafka not reached yet")
+	}
+	for _, ps := range r.parts {
+		if len(ps) > 0 {
+			return nil
+		}
+	}
+	return errors.New("no partitions assigned")
+}
+
+// Ready is the /readyz check: nil while the stage runs, reached its cluster within the last
+// ping interval and holds at least one partition. An idle member of an over-provisioned group
+// is therefore not ready, which is what a load balancer or a rollout should see.
+func (s *Stage) Ready() error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	return s.ready.check()
+}
+
+// pingInterval is how often watch pings the cluster and refreshes the lag gauge.
+const pingInterval = 2 * time.Second
+
+// watch pings the cluster and refreshes the consumer-lag gauge until ctx ends.
+func (s *Stage) watch(ctx context.Context) {
+	adm := kadm.NewClient(s.cl)
+	t := time.NewTicker(pingInterval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, pingInterval)
+		err := s.cl.Ping(pctx) // ApiVersions on a live connection: metadata could come from cache
+		if ctx.Err() != nil {
+			cancel()
+			return
+		}
+		s.ready.cluster(err)
+		if err == nil {
+			s.refreshLag(pctx, adm)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// refreshLag sets wmrl_stage_consumer_lag_records per input topic from the group's committed
+// offsets and the partitions' ends.
+func (s *Stage) refreshLag(ctx context.Context, adm *kadm.Client) {
+	lags, err := adm.Lag(ctx, s.cfg.Group)
+	if err != nil {
+		return
+	}
+	l, ok := lags[s.cfg.Group]
+	if !ok || l.Error() != nil {
+		return
+	}
+	for _, topic := range s.cfg.Topics {
+		var sum int64
+		for _, pl := range l.Lag[topic] {
+			if pl.Lag > 0 {
+				sum += pl.Lag
+			}
+		}
+		s.metrics.lag.WithLabelValues(topic).Set(float64(sum))
+	}
+}
+
+// leaveStatic removes a static member from its group on a graceful stop. A static member's
+// LeaveGroup is a no-op in franz-go (so that a restart keeps its partitions), which would leave
+// its partitions idle for the session timeout when the instance is scaled in; on a deliberate
+// stop an explicit leave by instance id hands them over at once. A crash (SIGKILL) skips this,
+// and the restarted instance takes its partitions back without a rebalance.
+func (s *Stage) leaveStatic(ctx context.Context) {
+	resp, err := kadm.NewClient(s.cl).LeaveGroup(ctx, kadm.LeaveGroup(s.cfg.Group).InstanceIDs(s.cfg.InstanceID))
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		s.log.Warn("leave group as static member", "instance_id", s.cfg.InstanceID, "err", err)
+		return
+	}
+	s.log.Info("left group as static member", "instance_id", s.cfg.InstanceID)
+}
