@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# kafka.sh {fetch|start|stop|status}: one real Apache Kafka broker (KRaft,
+# kafka.sh {fetch|start|stop|status|reset}: one real Apache Kafka broker (KRaft,
 # combined broker+controller) run with `java` from the Maven Central jars, for
 # local development and CI. See deploy/local/README.md for what was verified.
+# start keeps the data dir of an earlier run (after a crash too) and formats
+# only an empty one; reset stops the broker and deletes its data.
 #
 # Environment (all optional):
 #   WMRL_KAFKA_VERSION          Kafka release (default 4.4.0)
@@ -162,16 +164,20 @@ start() {
 	fetch
 	command -v go >/dev/null || die "go not found: needed to build the readiness check"
 
-	rm -rf "$RUN"
 	mkdir -p "$RUN/data" "$RUN/logs"
 	write_config "$RUN/data"
 	local cp="$LIB/*" id t0 pid
 	t0=$(now)
-	id=$(java -cp "$cp" -Dlog4j2.configurationFile="$RUN/tools-log4j2.properties" kafka.tools.StorageTool random-uuid)
-	java -cp "$cp" -Dlog4j2.configurationFile="$RUN/tools-log4j2.properties" \
-		kafka.tools.StorageTool format -t "$id" -c "$RUN/server.properties" >"$RUN/logs/format.log" 2>&1 ||
-		{ cat "$RUN/logs/format.log" >&2; die "kafka-storage format failed"; }
-	log "formatted $RUN/data (cluster $id) in $(since "$t0")s"
+	if [[ -f $RUN/data/meta.properties ]]; then
+		# A restart (after a stop or a crash) keeps every topic: the log recovers on start.
+		log "reusing $RUN/data ($(grep -m1 '^cluster.id=' "$RUN/data/meta.properties" || echo 'cluster id unknown')); kafka.sh reset for a clean slate"
+	else
+		id=$(java -cp "$cp" -Dlog4j2.configurationFile="$RUN/tools-log4j2.properties" kafka.tools.StorageTool random-uuid)
+		java -cp "$cp" -Dlog4j2.configurationFile="$RUN/tools-log4j2.properties" \
+			kafka.tools.StorageTool format -t "$id" -c "$RUN/server.properties" >"$RUN/logs/format.log" 2>&1 ||
+			{ cat "$RUN/logs/format.log" >&2; die "kafka-storage format failed"; }
+		log "formatted $RUN/data (cluster $id) in $(since "$t0")s"
+	fi
 
 	t0=$(now)
 	# setsid: the broker outlives the shell (and make) that started it.
@@ -254,13 +260,20 @@ status() {
 	return 3
 }
 
+reset() {
+	stop
+	rm -rf "$RUN"
+	log "deleted $RUN (data and logs); the next start formats a new cluster"
+}
+
 case ${1:-} in
 fetch) fetch ;;
 start) start ;;
 stop) stop ;;
 status) status ;;
+reset) reset ;;
 *)
-	echo "usage: $0 {fetch|start|stop|status}" >&2
+	echo "usage: $0 {fetch|start|stop|status|reset}" >&2
 	exit 2
 	;;
 esac
