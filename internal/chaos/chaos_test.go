@@ -1,0 +1,586 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/topics"
+)
+
+const runID = "chaos-run"
+
+// size is the workload of one scenario.
+type size struct {
+	steps, groups, rollouts int
+	outage                  time.Duration // how long the broker stays down
+}
+
+func workload() (string, size) {
+	if os.Getenv("WMRL_CHAOS") == "full" {
+		// ≥ 100k rollouts per scenario.
+		return "full", size{steps: 1600, groups: 8, rollouts: 8, outage: 60 * time.Second}
+	}
+	return "short", size{steps: 48, groups: 8, rollouts: 8, outage: 15 * time.Second}
+}
+
+// scenario is one fault pattern, applied while the stages work through the backlog.
+type scenario struct {
+	name  string
+	fault func(h *harness, r *runCtx)
+	// outage is excluded from the stall measurement (the broker or Redis is down on purpose).
+	outage bool
+}
+
+var scenarios = []scenario{
+	{name: "kill-worldmodel", fault: func(h *harness, r *runCtx) { r.killRestart("worldmodel", 2) }},
+	{name: "kill-sandbox", fault: func(h *harness, r *runCtx) { r.killRestart("sandbox", 2) }},
+	{name: "kill-correct", fault: func(h *harness, r *runCtx) { r.killRestart("correct", 2) }},
+	{name: "broker-kill-in-txn", outage: true, fault: func(h *harness, r *runCtx) {
+		h.killBroker()
+		time.Sleep(h.size.outage)
+		h.startBroker()
+	}},
+	{name: "redis-flushall", fault: func(h *harness, r *runCtx) {
+		if err := h.redis.FlushAll(context.Background()).Err(); err != nil {
+			h.t.Errorf("FLUSHALL: %v", err)
+		}
+	}},
+	{name: "redis-kill", outage: true, fault: func(h *harness, r *runCtx) {
+		h.killRedis()
+		time.Sleep(5 * time.Second)
+		h.startRedis()
+	}},
+	{name: "zombie", fault: func(h *harness, r *runCtx) {
+		// The paused instance is replaced by one with the same transactional id; resumed, the
+		// zombie must be fenced and write nothing.
+		z := r.procs["correct"]
+		_ = z.cmd.Process.Signal(syscall.SIGSTOP)
+		r.start("correct-2", r.correctArgs("a")...)
+		r.waitRows(r.rowsNow()+64, 2*time.Minute)
+		_ = z.cmd.Process.Signal(syscall.SIGCONT)
+		select {
+		case <-z.done:
+		case <-time.After(90 * time.Second):
+			h.t.Errorf("zombie correct still running 90s after SIGCONT")
+		}
+	}},
+	{name: "scale-correct", fault: func(h *harness, r *runCtx) {
+		r.start("correct-b", r.correctArgs("b")...)
+		r.waitRows(r.rowsNow()+64, 2*time.Minute)
+		r.start("correct-c", r.correctArgs("c")...)
+		r.waitRows(r.rowsNow()+64, 2*time.Minute)
+		r.procs["correct-b"].terminate(h.t, 60*time.Second)
+	}},
+}
+
+func TestChaos(t *testing.T) {
+	mode, sz := workload()
+	h := newHarness(t, sz)
+	only := map[string]bool{}
+	for _, s := range strings.Split(os.Getenv("WMRL_CHAOS_ONLY"), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			only[s] = true
+		}
+	}
+	base := h.run(t, scenario{name: "baseline"})
+	t.Logf("chaos %s: %d rollouts per scenario, baseline digest %s", mode, h.expected(), base.digest)
+	type row struct {
+		name        string
+		lost, dup   int
+		digestEqual bool
+		stall       time.Duration
+	}
+	results := []row{{"baseline", base.lost, base.dup, true, base.stall}}
+	for _, sc := range scenarios {
+		if len(only) > 0 && !only[sc.name] {
+			continue
+		}
+		res := h.run(t, sc)
+		results = append(results, row{sc.name, res.lost, res.dup, res.digest == base.digest, res.stall})
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%-20s %6s %6s %-8s %s\n", "scenario", "lost", "dup", "digest", "longest stall")
+	for _, r := range results {
+		d := "equal"
+		if !r.digestEqual {
+			d = "DIFFERS"
+		}
+		fmt.Fprintf(&b, "%-20s %6d %6d %-8s %v\n", r.name, r.lost, r.dup, d, r.stall.Round(100*time.Millisecond))
+		if r.lost != 0 || r.dup != 0 || !r.digestEqual {
+			t.Errorf("%s: lost=%d dup=%d digest=%s", r.name, r.lost, r.dup, d)
+		}
+	}
+	t.Log(b.String())
+}
+
+// harness owns the broker, Redis, the world-model server and the wmrl binary.
+type harness struct {
+	t                           *testing.T
+	size                        size
+	dir, repo, bin, local       string
+	kafkaPort, ctrlPort, rdPort int
+	brokers, redisURL           string
+	redis                       *redis.Client
+	wm                          *httptest.Server
+	argv                        string
+	input                       string
+}
+
+func newHarness(t *testing.T, sz size) *harness {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	h := &harness{t: t, size: sz, dir: dir, repo: repo, local: filepath.Join(dir, "local"),
+		kafkaPort: freePort(t), ctrlPort: freePort(t), rdPort: freePort(t)}
+	h.brokers = fmt.Sprintf("127.0.0.1:%d", h.kafkaPort)
+	h.redisURL = fmt.Sprintf("redis://127.0.0.1:%d/0", h.rdPort)
+	h.bin = filepath.Join(dir, "wmrl")
+	if out, err := exec.Command("go", "build", "-o", h.bin, filepath.Join(repo, "cmd", "wmrl")).CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	h.startBroker()
+	t.Cleanup(func() { h.script("kafka.sh", "stop") })
+	h.startRedis()
+	t.Cleanup(func() { h.script("redis.sh", "stop") })
+	h.redis = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", h.rdPort)})
+	t.Cleanup(func() { h.redis.Close() })
+	h.wm = httptest.NewServer(worldModel())
+	t.Cleanup(h.wm.Close)
+	script := filepath.Join(dir, "score.sh")
+	if err := os.WriteFile(script, []byte(scoreScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	argv, _ := json.Marshal([]string{"/bin/sh", script, "{artifact}"})
+	h.argv = string(argv)
+	h.input = filepath.Join(dir, "rollouts.jsonl")
+	h.writeInput()
+	return h
+}
+
+func (h *harness) expected() int { return h.size.steps * h.size.groups * h.size.rollouts }
+
+func (h *harness) script(name string, args ...string) {
+	cmd := exec.Command(filepath.Join(h.repo, "deploy", "local", name), args...)
+	cmd.Env = append(os.Environ(), "WMRL_LOCAL_DIR="+h.local,
+		"WMRL_KAFKA_PORT="+strconv.Itoa(h.kafkaPort), "WMRL_KAFKA_CONTROLLER_PORT="+strconv.Itoa(h.ctrlPort),
+		"WMRL_REDIS_PORT="+strconv.Itoa(h.rdPort))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		h.t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+}
+
+func (h *harness) startBroker() { h.script("kafka.sh", "start") }
+func (h *harness) startRedis()  { h.script("redis.sh", "start") }
+
+func (h *harness) killPidfile(path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		h.t.Fatalf("pid file: %v", err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	for syscall.Kill(pid, 0) == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (h *harness) killBroker() { h.killPidfile(filepath.Join(h.local, "kafka", "kafka.pid")) }
+
+func (h *harness) killRedis() {
+	matches, _ := filepath.Glob(filepath.Join(h.local, "redis*", "*.pid"))
+	if len(matches) == 0 {
+		matches, _ = filepath.Glob(filepath.Join(h.local, "*redis*.pid"))
+	}
+	if len(matches) == 0 {
+		h.t.Fatalf("no redis pid file under %s", h.local)
+	}
+	h.killPidfile(matches[0])
+}
+
+// writeInput writes the JSONL workload: scores are functions of the rollout's index, so every
+// scenario sees the same rewards and the digest can be compared.
+func (h *harness) writeInput() {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	k := 0
+	for s := 0; s < h.size.steps; s++ {
+		for j := 0; j < h.size.groups; j++ {
+			for i := 0; i < h.size.rollouts; i++ {
+				art := fmt.Sprintf(`{"k":%d,"wm":%.2f,"exec":%.2f}`, k, float64((k*7)%19)/20, float64((k*11+3)%17)/20)
+				_ = enc.Encode(map[string]any{"step": s, "group_id": "g" + strconv.Itoa(j), "prompt": "task", "artifact": art})
+				k++
+			}
+		}
+	}
+	if err := os.WriteFile(h.input, buf.Bytes(), 0o600); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// result is what the checker found for one scenario.
+type result struct {
+	lost, dup int
+	digest    string
+	stall     time.Duration
+}
+
+// runCtx is one scenario's pipeline: its topic prefix, groups and processes.
+type runCtx struct {
+	h      *harness
+	name   string
+	prefix string
+	procs  map[string]*proc
+	mu     sync.Mutex
+	rows   atomic.Int64
+	// arrivals are the times rows arrived, for the stall measurement.
+	arrivals []time.Time
+}
+
+func (h *harness) run(t *testing.T, sc scenario) result {
+	start := time.Now()
+	r := &runCtx{h: h, name: sc.name, prefix: "chaos." + sc.name + ".", procs: map[string]*proc{}}
+	r.wmrl(2*time.Minute, "topics", "create", "--partitions", "3")
+	r.wmrl(5*time.Minute, "generate", "--backend", "jsonl", "--input", h.input, "--run-id", runID, "--anchor-fraction", "0.25")
+	r.start("worldmodel", r.worldmodelArgs()...)
+	r.start("sandbox", r.sandboxArgs()...)
+	r.start("correct", r.correctArgs("a")...)
+	stopFollow := r.follow()
+	want := h.expected()
+	var faultStart, faultEnd time.Time
+	if sc.fault != nil {
+		r.waitRows(want/4, 5*time.Minute)
+		faultStart = time.Now()
+		sc.fault(h, r)
+		faultEnd = time.Now()
+	}
+	r.waitRows(want, 15*time.Minute)
+	// A little longer, so a late duplicate would be seen.
+	time.Sleep(2 * time.Second)
+	stopFollow()
+	counts := r.count()
+	res := result{}
+	for k := 0; k < want; k++ {
+		switch c := counts[k]; {
+		case c == 0:
+			res.lost++
+		case c > 1:
+			res.dup += c - 1
+		}
+	}
+	res.digest = strings.TrimSpace(r.wmrl(2*time.Minute, "digest", "--run", runID))
+	res.stall = r.longestStall(faultStart, faultEnd, sc.outage)
+	for _, p := range r.procs {
+		p.terminate(t, 60*time.Second)
+	}
+	t.Logf("%s: %d rows checked in %v, lost=%d dup=%d, stall %v", sc.name, want, time.Since(start).Round(time.Second), res.lost, res.dup, res.stall.Round(100*time.Millisecond))
+	return res
+}
+
+func (r *runCtx) global() []string {
+	return []string{"--brokers", r.h.brokers, "--redis", r.h.redisURL, "--topic-prefix", r.prefix, "--log-format", "json"}
+}
+
+func (r *runCtx) worldmodelArgs() []string {
+	return []string{"worldmodel", "--backend", "openai", "--base-url", r.h.wm.URL + "/v1", "--model", "m",
+		"--concurrency", "16", "--metrics-addr", "", "--group", r.prefix + "worldmodel",
+		"--instance-id", r.prefix + "worldmodel", "--session-timeout", "10s"}
+}
+
+func (r *runCtx) sandboxArgs() []string {
+	return []string{"sandbox", "--argv", r.h.argv, "--slots", "4", "--timeout", "30s", "--metrics-addr", "",
+		"--group", r.prefix + "sandbox", "--instance-id", r.prefix + "sandbox", "--session-timeout", "10s"}
+}
+
+// correctArgs are one correct instance's flags; instances with the same id share a
+// transactional id (a replacement), different ids are separate members.
+func (r *runCtx) correctArgs(id string) []string {
+	return []string{"correct", "--metrics-addr", "", "--group", r.prefix + "correct",
+		"--transactional-id", r.prefix + "correct-" + id, "--instance-id", r.prefix + "correct-" + id,
+		"--session-timeout", "10s", "--redis-prefix", strings.TrimSuffix(r.prefix, "."), "--min-pairs", "32", "--window", "256"}
+}
+
+func (r *runCtx) wmrl(timeout time.Duration, args ...string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, r.h.bin, append(r.global(), args...)...)
+	cmd.Env = cleanEnv()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		r.h.t.Fatalf("%s: wmrl %v: %v\n%s", r.name, args, err, stderr.String())
+	}
+	return string(out)
+}
+
+// killRestart SIGKILLs a stage n times, each time once more rows arrived, and restarts it at once
+// (as a supervisor would), with the same instance id.
+func (r *runCtx) killRestart(name string, n int) {
+	for i := 0; i < n; i++ {
+		p := r.procs[name]
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		r.start(name, p.args...)
+		r.waitRows(min(r.rowsNow()+r.h.expected()/8, r.h.expected()), 5*time.Minute)
+	}
+}
+
+func (r *runCtx) rowsNow() int { return int(r.rows.Load()) }
+
+func (r *runCtx) waitRows(n int, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for r.rowsNow() < n {
+		if time.Now().After(deadline) {
+			var logs strings.Builder
+			for name, p := range r.procs {
+				fmt.Fprintf(&logs, "--- %s (last lines)\n%s\n", name, p.tail(15))
+			}
+			r.h.t.Fatalf("%s: %d of %d rows after %v\n%s", r.name, r.rowsNow(), n, limit, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// follow reads the advantages topic read_committed in the background, counting rows and noting
+// when they arrive.
+func (r *runCtx) follow() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(r.h.brokers), kgo.ConsumeTopics(topics.NewNames(r.prefix).Advantages()),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			return
+		}
+		defer cl.Close()
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			fs.EachRecord(func(rec *kgo.Record) {
+				rows, err := topics.DecodeAdvantages(rec.Value)
+				if err != nil {
+					return
+				}
+				r.rows.Add(int64(len(rows)))
+				r.mu.Lock()
+				r.arrivals = append(r.arrivals, time.Now())
+				r.mu.Unlock()
+			})
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// count reads the whole advantages topic once more and counts every row by rollout index,
+// without de-duplicating.
+func (r *runCtx) count() map[int]int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	topic := topics.NewNames(r.prefix).Advantages()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.h.brokers), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		r.h.t.Fatal(err)
+	}
+	defer cl.Close()
+	counts := map[int]int{}
+	total := 0
+	idle := time.Now()
+	for time.Since(idle) < 5*time.Second && ctx.Err() == nil {
+		pctx, pc := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		pc()
+		fs.EachRecord(func(rec *kgo.Record) {
+			idle = time.Now()
+			rows, err := topics.DecodeAdvantages(rec.Value)
+			if err != nil {
+				r.h.t.Errorf("%s: undecodable advantages record %d: %v", r.name, rec.Offset, err)
+				return
+			}
+			for _, row := range rows {
+				k, ok := r.index(row)
+				if !ok {
+					r.h.t.Errorf("%s: unexpected row %s/%d/%s", r.name, row.RunID, row.Step, row.RolloutID)
+					continue
+				}
+				counts[k]++
+				total++
+			}
+		})
+	}
+	if total < r.h.expected() {
+		r.h.t.Logf("%s: counted %d rows of %d", r.name, total, r.h.expected())
+	}
+	return counts
+}
+
+// index maps a row to its rollout index k (the generator names rollouts "<step>-g<j>-<i>").
+func (r *runCtx) index(row topics.AdvantageRow) (int, bool) {
+	parts := strings.Split(row.RolloutID, "-")
+	if row.RunID != runID || len(parts) < 3 {
+		return 0, false
+	}
+	j, err1 := strconv.Atoi(strings.TrimPrefix(parts[len(parts)-2], "g"))
+	i, err2 := strconv.Atoi(parts[len(parts)-1])
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return (int(row.Step)*r.h.size.groups+j)*r.h.size.rollouts + i, true
+}
+
+// longestStall is the longest gap between row arrivals from the fault's start to the end of the
+// run; a deliberate outage's own duration is not counted.
+func (r *runCtx) longestStall(from, to time.Time, outage bool) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var longest time.Duration
+	for i := 1; i < len(r.arrivals); i++ {
+		a, b := r.arrivals[i-1], r.arrivals[i]
+		if !from.IsZero() && b.Before(from) {
+			continue
+		}
+		gap := b.Sub(a)
+		if outage && a.Before(to) {
+			gap = b.Sub(maxTime(a, to)) // the gap after the service is back
+		}
+		longest = max(longest, gap)
+	}
+	return longest
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// proc is one stage process.
+type proc struct {
+	name string
+	args []string
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan struct{}
+}
+
+func (r *runCtx) start(name string, args ...string) {
+	cmd := exec.Command(r.h.bin, append(r.global(), args...)...)
+	cmd.Env = cleanEnv()
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		r.h.t.Fatalf("start %s: %v", name, err)
+	}
+	p := &proc{name: name, args: args, cmd: cmd, out: out, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	r.procs[name] = p
+}
+
+func (p *proc) terminate(t *testing.T, limit time.Duration) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(limit):
+		t.Errorf("%s did not stop %v after SIGTERM", p.name, limit)
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *proc) tail(n int) string {
+	lines := strings.Split(strings.TrimSpace(p.out.String()), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// cleanEnv drops WMRL_* variables so only the harness's flags configure the stages.
+func cleanEnv() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "WMRL_") || strings.HasPrefix(kv, "OPENAI_")
+	})
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// worldModel is an OpenAI-compatible endpoint scoring a rollout with its artifact's "wm" value.
+func worldModel() http.Handler {
+	wmRE := regexp.MustCompile(`"wm":\s*([0-9][0-9.]*)`)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Messages []struct {
+				Content string `json:"content"`
+			} `json:"messages"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		reply := "no score"
+		if m := wmRE.FindStringSubmatch(req.Messages[len(req.Messages)-1].Content); m != nil {
+			reply = fmt.Sprintf(`{"score": %s}`, m[1])
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{
+			"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": reply}}}})
+	})
+}
+
+// scoreScript is the sandbox program: the artifact's "exec" value is the score.
+const scoreScript = `#!/bin/sh
+set -eu
+score=$(sed -n 's/.*"exec": *\([0-9][0-9.]*\).*/\1/p' "$1")
+printf '{"score": %s}\n' "$score"
+`

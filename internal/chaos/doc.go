@@ -1,0 +1,13 @@
+// Package chaos is wmrl's fault harness (`make chaos`, `make chaos-short`): it runs the real
+// stages as processes against a broker and a Redis server of its own, injects the faults an
+// operator meets (SIGKILLed stages, a broker killed inside a transaction, Redis flushed or
+// killed, a paused zombie, correct scaled out and in) and checks the advantages topic row by
+// row: every rollout exactly once, and the run's digest equal to a fault-free baseline.
+//
+// The harness is a test behind the build tag chaos, so `go test ./...` does not run it:
+//
+//	go test -tags chaos -run TestChaos -v -timeout 60m ./internal/chaos   # full (WMRL_CHAOS=full)
+//	WMRL_CHAOS=short go test -tags chaos -run TestChaos -v ./internal/chaos
+//
+// WMRL_CHAOS_ONLY=a,b runs only the named scenarios (plus the baseline).
+package chaos
