@@ -238,7 +238,9 @@ func (b *Broker) AddUser(t testing.TB, user, password string) {
 		User: user, Mechanism: kadm.ScramSha512, Iterations: 4096, Password: password,
 	}})
 	if err == nil {
-		res.EachError(func(r kadm.AlteredUserSCRAM) { err = errors.Join(err, fmt.Errorf("%s: %w %s", r.User, r.Err, r.ErrMessage)) })
+		res.EachError(func(r kadm.AlteredUserSCRAM) {
+			err = errors.Join(err, fmt.Errorf("%s: %w %s", r.User, r.Err, r.ErrMessage))
+		})
 	}
 	if err != nil {
 		t.Fatalf("securekafka: add SCRAM user %s: %v", user, err)
