@@ -104,7 +104,10 @@ keys are the option names (brokers: [..], redis: redis://..). Precedence: flag, 
 	f.StringVar(&a.conn.TLSKey, "tls-key", "", "PEM client key for mutual TLS")
 	f.StringVar(&a.conn.TLSServerName, "tls-server-name", "", "server name to verify instead of the broker host")
 	f.BoolVar(&a.conn.TLSSkipVerify, "tls-skip-verify", false, "do not verify broker certificates (lab clusters only)")
-	f.StringVar(&a.conn.RedisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL: redis:// or rediss:// (TLS), optional user:password@ and /db")
+	f.StringVar(&a.conn.RedisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL: redis:// or rediss:// (TLS), optional user:password@ and /db (prefer WMRL_REDIS when it holds a password)")
+	f.StringVar(&a.conn.RedisTLSCA, "redis-tls-ca", "", "PEM file with the CA certificates that sign the rediss:// server's certificate (default: system roots)")
+	f.StringVar(&a.conn.RedisTLSCert, "redis-tls-cert", "", "PEM client certificate for a rediss:// server that requires one")
+	f.StringVar(&a.conn.RedisTLSKey, "redis-tls-key", "", "PEM client key for --redis-tls-cert")
 	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
 	for _, fn := range commandFuncs {

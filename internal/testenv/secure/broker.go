@@ -1,4 +1,4 @@
-// Package securekafka starts throwaway Apache Kafka brokers and redis-servers that demand
+// Package secure starts throwaway Apache Kafka brokers and redis-servers that demand
 // authentication and encryption, for the integration tests of ACLs, SASL_SSL and mutual TLS.
 // Everything is real: the broker is Kafka from the Maven Central jars deploy/local/kafka.sh
 // fetches (run with java), the Redis is Debian's redis-server, and the certificates are made
@@ -16,7 +16,7 @@
 //
 // allow.everyone.if.no.acl.found is false, so a principal without an ACL can do nothing;
 // the admin user (and the controller listener's ANONYMOUS) are super users.
-package securekafka
+package secure
 
 import (
 	"context"
@@ -56,10 +56,10 @@ type Broker struct {
 	cmd *exec.Cmd
 }
 
-// Start launches a broker in a temporary directory and waits until it commits a transaction;
+// StartBroker launches a broker in a temporary directory and waits until it commits a transaction;
 // it is stopped when the test ends. mtlsCN is the CN of the client certificate made for the
 // mTLS listener (and so that client's principal, User:<mtlsCN>).
-func Start(t testing.TB, mtlsCN string) *Broker {
+func StartBroker(t testing.TB, mtlsCN string) *Broker {
 	t.Helper()
 	lib := jars(t)
 	dir := t.TempDir()
@@ -145,7 +145,7 @@ rootLogger.appenderRef.file.ref = FILE
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
 	if err := b.cmd.Start(); err != nil {
-		t.Fatalf("securekafka: start java: %v", err)
+		t.Fatalf("secure: start java: %v", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = b.cmd.Wait(); _ = stdout.Close(); close(exited) }()
@@ -154,9 +154,9 @@ rootLogger.appenderRef.file.ref = FILE
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := b.waitReady(ctx, exited); err != nil {
-		t.Fatalf("securekafka: broker not ready after %v: %v\n%s", time.Since(start).Round(time.Millisecond), err, b.LogTail(40))
+		t.Fatalf("secure: broker not ready after %v: %v\n%s", time.Since(start).Round(time.Millisecond), err, b.LogTail(40))
 	}
-	t.Logf("securekafka: broker ready in %v (SASL_SSL %s, mTLS %s)", time.Since(start).Round(time.Millisecond), b.SASLSSL, b.MTLS)
+	t.Logf("secure: broker ready in %v (SASL_SSL %s, mTLS %s)", time.Since(start).Round(time.Millisecond), b.SASLSSL, b.MTLS)
 	return b
 }
 
@@ -182,7 +182,7 @@ func (b *Broker) waitReady(ctx context.Context, exited <-chan struct{}) error {
 
 func (b *Broker) stop(t testing.TB, exited <-chan struct{}) {
 	if t.Failed() {
-		t.Logf("securekafka: broker log tail:\n%s", b.LogTail(60))
+		t.Logf("secure: broker log tail:\n%s", b.LogTail(60))
 	}
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -223,7 +223,7 @@ func (b *Broker) Admin(t testing.TB) *kadm.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(b.AdminOpts()...)
 	if err != nil {
-		t.Fatalf("securekafka: admin client: %v", err)
+		t.Fatalf("secure: admin client: %v", err)
 	}
 	t.Cleanup(cl.Close)
 	return kadm.NewClient(cl)
@@ -243,7 +243,7 @@ func (b *Broker) AddUser(t testing.TB, user, password string) {
 		})
 	}
 	if err != nil {
-		t.Fatalf("securekafka: add SCRAM user %s: %v", user, err)
+		t.Fatalf("secure: add SCRAM user %s: %v", user, err)
 	}
 }
 
@@ -261,7 +261,7 @@ func (b *Broker) Grant(t testing.TB, acls *kadm.ACLBuilder) {
 		}
 	}
 	if err != nil {
-		t.Fatalf("securekafka: create ACLs: %v", err)
+		t.Fatalf("secure: create ACLs: %v", err)
 	}
 }
 
@@ -280,7 +280,7 @@ func RandomSecret(t testing.TB) string {
 func jars(t testing.TB) string {
 	t.Helper()
 	if _, err := exec.LookPath("java"); err != nil {
-		t.Fatalf("securekafka: java not found; Kafka 4.x needs Java 17+ (Debian: apt-get install -y openjdk-17-jre-headless)")
+		t.Fatalf("secure: java not found; Kafka 4.x needs Java 17+ (Debian: apt-get install -y openjdk-17-jre-headless)")
 	}
 	cache := os.Getenv("WMRL_CACHE")
 	if cache == "" {
@@ -300,7 +300,7 @@ func jars(t testing.TB) string {
 	}
 	cmd := exec.Command("bash", filepath.Join(repoRoot(t), "deploy", "local", "kafka.sh"), "fetch")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("securekafka: kafka.sh fetch: %v\n%s", err, out)
+		t.Fatalf("secure: kafka.sh fetch: %v\n%s", err, out)
 	}
 	return lib
 }
@@ -309,7 +309,7 @@ func repoRoot(t testing.TB) string {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
-		t.Fatal("securekafka: cannot locate the repository")
+		t.Fatal("secure: cannot locate the repository")
 	}
 	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
@@ -319,7 +319,7 @@ func java(t testing.TB, args ...string) string {
 	full := append([]string{"-cp"}, args...)
 	out, err := exec.Command("java", full...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("securekafka: java %s: %v\n%s", strings.Join(args[1:], " "), err, out)
+		t.Fatalf("secure: java %s: %v\n%s", strings.Join(args[1:], " "), err, out)
 	}
 	return string(out)
 }

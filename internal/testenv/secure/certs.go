@@ -1,4 +1,4 @@
-package securekafka
+package secure
 
 import (
 	"crypto/tls"
@@ -37,7 +37,7 @@ var ServerNames = []string{"localhost", "127.0.0.1"}
 func NewCerts(t testing.TB, dir, clientCN string) *Certs {
 	t.Helper()
 	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Fatalf("securekafka: openssl not found (Debian: apt-get install -y openssl): %v", err)
+		t.Fatalf("secure: openssl not found (Debian: apt-get install -y openssl): %v", err)
 	}
 	c := &Certs{
 		Dir: dir, ClientCN: clientCN,
@@ -52,7 +52,7 @@ func NewCerts(t testing.TB, dir, clientCN string) *Certs {
 		cmd := exec.Command("openssl", args...)
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("securekafka: openssl %s: %v\n%s", strings.Join(args, " "), err, out)
+			t.Fatalf("secure: openssl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
 	newCA := func(cert, key, cn string) {
@@ -98,7 +98,7 @@ func NewCerts(t testing.TB, dir, clientCN string) *Certs {
 	}
 	for _, f := range []string{c.CAKey, c.ServerKey, c.ClientKey} {
 		if err := os.Chmod(f, 0o600); err != nil {
-			t.Fatal(fmt.Errorf("securekafka: %w", err))
+			t.Fatal(fmt.Errorf("secure: %w", err))
 		}
 	}
 	return c
