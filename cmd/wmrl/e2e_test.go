@@ -302,7 +302,9 @@ type e2eHarness struct {
 	t      *testing.T
 	bin    string
 	global []string
-	procs  []*e2eProc
+	// env is added to every command's environment (secrets the test passes as WMRL_* variables).
+	env   []string
+	procs []*e2eProc
 }
 
 type e2eProc struct {
@@ -330,7 +332,7 @@ func e2eEnv() []string {
 func (h *e2eHarness) command(ctx context.Context, args ...string) *exec.Cmd {
 	// Global flags are persistent: cobra takes them after the (sub)command's name.
 	cmd := exec.CommandContext(ctx, h.bin, append(append([]string(nil), args...), h.global...)...)
-	cmd.Env = e2eEnv()
+	cmd.Env = append(e2eEnv(), h.env...)
 	return cmd
 }
 
