@@ -70,6 +70,10 @@ func (g stageGrant) builders(principal string) []*kadm.ACLBuilder {
 	return bs
 }
 
+// mtlsUser is the CN of the client certificate the secure broker's PKI issues, and so the
+// principal (User:wmrl-train) of whoever connects with it to the mTLS listener.
+const mtlsUser = "wmrl-train"
+
 // secureEnv is a secure broker and Redis with one SCRAM user per stage holding only its grant.
 type secureEnv struct {
 	t         *testing.T
@@ -94,7 +98,7 @@ func newSecureEnv(t *testing.T) *secureEnv {
 	// The binary builds while the broker starts.
 	built := make(chan string, 1)
 	go func() { built <- buildWMRLQuiet(dir) }()
-	b := secure.StartBroker(t, "wmrl-mtls")
+	b := secure.StartBroker(t, mtlsUser)
 	s := &secureEnv{
 		t: t, broker: b, redis: secure.StartRedis(t, b.Certs), dir: dir,
 		prefix: "wmrl.acl.", passwords: map[string]string{b.AdminUser: b.AdminPassword},
@@ -148,6 +152,18 @@ func (s *secureEnv) as(user string) *e2eHarness {
 	return h
 }
 
+// asMTLS returns a harness whose commands connect to the mTLS listener with the client
+// certificate (principal User:<mtlsUser>), without SASL.
+func (s *secureEnv) asMTLS() *e2eHarness {
+	c := s.broker.Certs
+	h := &e2eHarness{t: s.t, bin: s.bin,
+		global: []string{"--brokers", s.broker.MTLS, "--topic-prefix", s.prefix,
+			"--tls-ca", c.CA, "--tls-cert", c.Client, "--tls-key", c.ClientKey},
+	}
+	s.harnesses = append(s.harnesses, h)
+	return h
+}
+
 // clientAs returns a franz-go client for user on the SASL_SSL listener.
 func (s *secureEnv) clientAs(user string, extra ...kgo.Opt) *kgo.Client {
 	s.t.Helper()
@@ -183,8 +199,8 @@ func (s *secureEnv) checkNoSecrets(what, text string) {
 }
 
 // TestSecureStagesLeastPrivilege runs the whole pipeline — every stage a process with its own
-// SCRAM-SHA-512 user over SASL_SSL, holding only the ACLs of stageGrants, Redis over rediss://
-// with a password — against a broker with StandardAuthorizer and no allow-everyone fallback,
+// SCRAM-SHA-512 user over SASL_SSL (the trainer with a client certificate over mutual TLS),
+// holding only the ACLs of stageGrants, Redis over rediss:// with a password — against a broker with StandardAuthorizer and no allow-everyone fallback,
 // then checks that the ACLs are what stops a principal from forging another run's executed
 // rewards, reading what it was not granted, or taking over the correction's group and
 // transactional id.
@@ -204,6 +220,8 @@ func TestSecureStagesLeastPrivilege(t *testing.T) {
 		}
 		h[st] = s.as(u)
 	}
+	// The trainer proves mutual TLS: its principal comes from its certificate, not SASL.
+	h["train"] = s.asMTLS()
 	tenant := s.user("tenant") // authenticated, but granted nothing
 	admin := s.as(s.broker.AdminUser)
 
