@@ -68,7 +68,7 @@ plots and CSVs. --quick is a shorter run (30 steps, 2 held-out problems).`,
 				external = true
 			}
 			if external {
-				kopts, err := a.conn.KafkaOpts()
+				kopts, err := a.kafkaOpts()
 				if err != nil {
 					return err
 				}

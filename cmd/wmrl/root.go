@@ -142,7 +142,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 
 // kafka builds a client from the global options plus stage-specific ones.
 func (a *app) kafka(extra ...kgo.Opt) (*kgo.Client, error) {
-	opts, err := a.conn.KafkaOpts()
+	opts, err := a.kafkaOpts()
 	if err != nil {
 		return nil, err
 	}
@@ -162,10 +162,30 @@ func (a *app) admin() (*kadm.Client, func(), error) {
 	return kadm.NewClient(cl), cl.Close, nil
 }
 
+// redis returns a client after one PING, so a wrong password, CA or scheme fails the command at
+// once with the cause (conn.CheckRedis).
 func (a *app) redis() (*redis.Client, error) {
 	ro, err := a.conn.RedisOptions()
 	if err != nil {
 		return nil, err
 	}
-	return redis.NewClient(ro), nil
+	rdb := redis.NewClient(ro)
+	if err := conn.CheckRedis(context.Background(), rdb); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("%s: %w", conn.RedactURL(a.conn.RedisURL), err)
+	}
+	return rdb, nil
+}
+
+// kafkaOpts returns the connection options after one metadata round trip (conn.Check): a stage
+// would otherwise retry a wrong password or certificate forever without saying why.
+func (a *app) kafkaOpts() ([]kgo.Opt, error) {
+	opts, err := a.conn.KafkaOpts()
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.Check(context.Background(), opts); err != nil {
+		return nil, err
+	}
+	return opts, nil
 }
