@@ -103,3 +103,39 @@ func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
 }
+
+// TestSecureDemoExternal runs `wmrl demo --external` against the SASL_SSL broker (as the admin,
+// since the demo creates its topics) with Redis over a password-protected plain port, and checks
+// that neither its output nor --help shows a password given by flag or environment.
+func TestSecureDemoExternal(t *testing.T) {
+	s := newSecureEnv(t)
+	b := s.broker
+	h := &e2eHarness{t: t, bin: s.bin,
+		global: []string{"--brokers", b.SASLSSL, "--tls-ca", b.Certs.CA, "--sasl-mechanism", "SCRAM-SHA-512", "--sasl-user", b.AdminUser},
+		env:    []string{"WMRL_SASL_PASSWORD=" + b.AdminPassword, "WMRL_REDIS=" + s.redis.URL()},
+	}
+	start := time.Now()
+	out, errOut, code := h.try(4*time.Minute, "demo", "--external", "--quick", "--steps", "4", "--groups", "4",
+		"--eval-problems", "1", "--out", "")
+	if code != 0 {
+		t.Fatalf("demo --external: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	t.Logf("demo --external took %v; last line: %s", time.Since(start).Round(time.Millisecond), lastLine(out))
+	if !strings.Contains(out, "wmrl demo: Kafka "+b.SASLSSL) || !strings.Contains(out, "Redis redis://***@") {
+		t.Errorf("demo does not report the external cluster with a redacted Redis URL:\n%s", out)
+	}
+	if !strings.Contains(out, "speedup-to-target") && !strings.Contains(out, "final score") {
+		t.Errorf("demo printed no result:\n%s", out)
+	}
+	s.checkNoSecrets("demo output", out+errOut)
+
+	// --help with the secrets set every way a user can set them.
+	for _, args := range [][]string{{"topics", "check", "--help"}, {"correct", "--help"}, {"demo", "--help"},
+		{"correct", "--help", "--sasl-password", b.AdminPassword, "--redis", s.redis.URL()}} {
+		out, errOut, _ := h.try(30*time.Second, args...)
+		if !strings.Contains(out+errOut, "--sasl-password") {
+			t.Errorf("wmrl %s printed no flag list:\n%s", strings.Join(args, " "), out+errOut)
+		}
+		s.checkNoSecrets("wmrl "+strings.Join(args, " "), out+errOut)
+	}
+}
