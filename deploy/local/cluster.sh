@@ -193,9 +193,26 @@ signal_node() {
 }
 
 stop() {
-	local i
-	# Brokers first, in reverse, so the last voters keep a quorum for the controlled shutdowns.
-	for ((i = NODES; i >= 1; i--)); do signal_node "$i" TERM; done
+	# All at once: a node shutting down alone after the others would wait for a quorum that is gone.
+	local i pid pids=() deadline=$((SECONDS + STOP_TIMEOUT))
+	for ((i = 1; i <= NODES; i++)); do
+		if pid=$(node_pid "$i"); then
+			kill -TERM "$pid"
+			pids+=("$i:$pid")
+		fi
+	done
+	for entry in "${pids[@]}"; do
+		i=${entry%%:*} pid=${entry#*:}
+		while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+		if kill -0 "$pid" 2>/dev/null; then
+			log "node $i: pid $pid alive ${STOP_TIMEOUT}s after SIGTERM; SIGKILL"
+			kill -KILL "$pid" 2>/dev/null || true
+			while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+		fi
+		rm -f "$(dir "$i")/kafka.pid"
+		log "node $i: pid $pid stopped"
+	done
+	((${#pids[@]} > 0)) || log "not running"
 }
 
 status() {
