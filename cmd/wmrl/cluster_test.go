@@ -395,7 +395,6 @@ func clusterWorkload(t *testing.T) []e2eRollout {
 	return out
 }
 
-
 // redelivered returns values with records of an already seen rollout removed, after checking
 // that each repeats the first record's verdict; it logs how many there were.
 func redelivered(t *testing.T, what string, values [][]byte, key func([]byte) (id, verdict string, err error)) [][]byte {
