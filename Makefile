@@ -14,7 +14,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 FUZZTIME ?= 10s
 
 .PHONY: all build test test-suites test-go test-python services-up services-down services-status \
-	lint fmt-check vet staticcheck compose-check fuzz-smoke clean
+	lint fmt-check vet staticcheck compose-check fuzz-smoke clean test-cluster
 
 all: build
 
@@ -61,6 +61,12 @@ test-python:
 	$(PY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check './python[test]'
 	@rc=0; cd python && $(PY_VENV)/bin/python -m pytest -p no:cacheprovider -ra tests || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "test-python: pytest collected no tests" >&2; rc=1; fi; exit $$rc
+
+# The 3-broker failover test (deploy/local/cluster.sh): a leader and the active controller are
+# killed mid-run. About 2 minutes; needs java, the broker jars and redis-server, not the shared
+# services.
+test-cluster:
+	WMRL_TEST_CLUSTER=1 $(GO) test -count=1 -timeout 10m -run TestClusterFailover -v ./cmd/wmrl
 
 services-up:
 	$(SERVICES) up

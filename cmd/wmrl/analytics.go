@@ -45,6 +45,10 @@ joined or left) it exits with an error without committing, and is safe to restar
 			if err != nil {
 				return err
 			}
+			// The tap is kafka-go; the check with franz-go uses the same brokers and credentials.
+			if _, err := a.kafkaOpts(); err != nil {
+				return err
+			}
 			tc, err := a.conn.TLSConfig()
 			if err != nil {
 				return err

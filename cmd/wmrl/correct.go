@@ -125,7 +125,7 @@ leaves the group.`,
 			return err
 		}
 		cfg.Correction = cc
-		if cfg.KafkaOpts, err = a.conn.KafkaOpts(); err != nil {
+		if cfg.KafkaOpts, err = a.kafkaOpts(); err != nil {
 			return err
 		}
 		rdb, err := a.redis()

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wmrl/wmrl/demo"
+	"github.com/wmrl/wmrl/internal/conn"
 	"github.com/wmrl/wmrl/sim"
 	"github.com/wmrl/wmrl/task"
 )
@@ -67,7 +68,7 @@ plots and CSVs. --quick is a shorter run (30 steps, 2 held-out problems).`,
 				external = true
 			}
 			if external {
-				kopts, err := a.conn.KafkaOpts()
+				kopts, err := a.kafkaOpts()
 				if err != nil {
 					return err
 				}
@@ -82,7 +83,7 @@ plots and CSVs. --quick is a shorter run (30 steps, 2 held-out problems).`,
 				id := strconv.FormatInt(time.Now().Unix(), 10)
 				cfg.TopicPrefix += id + "."
 				cfg.RedisPrefix = "wmrl-demo-" + id
-				where = fmt.Sprintf("Kafka %s, Redis %s (topics %s<arm>.*)", strings.Join(a.conn.Brokers, ","), redactURL(a.conn.RedisURL), cfg.TopicPrefix)
+				where = fmt.Sprintf("Kafka %s, Redis %s (topics %s<arm>.*)", strings.Join(a.conn.Brokers, ","), conn.RedactURL(a.conn.RedisURL), cfg.TopicPrefix)
 			}
 			cfg.Arms = demo.Arms(cfg.AnchorFraction)
 			fmt.Fprintf(a.stdout, "wmrl demo: %s\n", where)
@@ -140,16 +141,6 @@ plots and CSVs. --quick is a shorter run (30 steps, 2 held-out problems).`,
 	f.DurationVar(&cfg.StallTimeout, "stall-timeout", 2*time.Minute, "fail when an arm seals no step for this long")
 	wmFlags(f, &cfg.Sim.WorldModel)
 	return cmd
-}
-
-// redactURL drops a password from a Redis URL before it is printed.
-func redactURL(u string) string {
-	at := strings.LastIndex(u, "@")
-	scheme := strings.Index(u, "://")
-	if at < 0 || scheme < 0 || at < scheme {
-		return u
-	}
-	return u[:scheme+3] + "***" + u[at:]
 }
 
 // progress prints one line per arm and step, or, on a terminal, a table refreshed in place.

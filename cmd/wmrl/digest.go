@@ -55,7 +55,7 @@ incomplete step is an error rather than a digest that silently left rows out.`,
 				if topic == "" {
 					topic = a.conn.Names().Advantages()
 				}
-				opts, err := a.conn.KafkaOpts()
+				opts, err := a.kafkaOpts()
 				if err != nil {
 					return err
 				}

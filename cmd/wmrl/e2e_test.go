@@ -204,24 +204,30 @@ func e2eWorkload(t *testing.T) []e2eRollout {
 func writeE2EInput(t *testing.T, path string, rollouts []e2eRollout) {
 	t.Helper()
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
 	for _, r := range rollouts {
-		art := fmt.Sprintf(`{"rollout":%q,"wm":%s,"exec":%s}`, r.id, r.wm, r.exec)
-		if r.sandboxTTL {
-			art = fmt.Sprintf(`{"rollout":%q,"wm":%s,"exec":%s,"sleep":60}`, r.id, r.wm, r.exec)
-		}
-		_, g, _ := strings.Cut(r.group, "-")
-		line := map[string]any{
-			"step": r.step, "group_id": g, "prompt": "task " + r.group, "artifact": art,
-			"policy_version": fmt.Sprintf("ckpt-%d", r.step),
-		}
-		if err := enc.Encode(line); err != nil {
-			t.Fatal(err)
-		}
+		buf.Write(e2eLine(t, r))
 	}
 	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// e2eLine is the `generate --backend jsonl` input line of one rollout.
+func e2eLine(t *testing.T, r e2eRollout) []byte {
+	t.Helper()
+	art := fmt.Sprintf(`{"rollout":%q,"wm":%s,"exec":%s}`, r.id, r.wm, r.exec)
+	if r.sandboxTTL {
+		art = fmt.Sprintf(`{"rollout":%q,"wm":%s,"exec":%s,"sleep":60}`, r.id, r.wm, r.exec)
+	}
+	_, g, _ := strings.Cut(r.group, "-")
+	line, err := json.Marshal(map[string]any{
+		"step": r.step, "group_id": g, "prompt": "task " + r.group, "artifact": art,
+		"policy_version": fmt.Sprintf("ckpt-%d", r.step),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(line, '\n')
 }
 
 // e2eWorldModel is an OpenAI-compatible chat endpoint whose score is the artifact's "wm" value,
@@ -302,7 +308,9 @@ type e2eHarness struct {
 	t      *testing.T
 	bin    string
 	global []string
-	procs  []*e2eProc
+	// env is added to every command's environment (secrets the test passes as WMRL_* variables).
+	env   []string
+	procs []*e2eProc
 }
 
 type e2eProc struct {
@@ -330,7 +338,7 @@ func e2eEnv() []string {
 func (h *e2eHarness) command(ctx context.Context, args ...string) *exec.Cmd {
 	// Global flags are persistent: cobra takes them after the (sub)command's name.
 	cmd := exec.CommandContext(ctx, h.bin, append(append([]string(nil), args...), h.global...)...)
-	cmd.Env = e2eEnv()
+	cmd.Env = append(e2eEnv(), h.env...)
 	return cmd
 }
 
@@ -467,17 +475,23 @@ var digestLineRE = regexp.MustCompile(`^digest [0-9a-f]{64} rows (\d+) steps (\d
 // pollDigest runs `wmrl digest` until it reports every step, and returns its line.
 func (h *e2eHarness) pollDigest(limit time.Duration) string {
 	h.t.Helper()
+	return h.pollDigestRun(e2eRun, e2eSteps, limit)
+}
+
+// pollDigestRun runs `wmrl digest` for run until it reports steps steps.
+func (h *e2eHarness) pollDigestRun(run string, steps int, limit time.Duration) string {
+	h.t.Helper()
 	deadline := time.Now().Add(limit)
 	var last string
 	for {
-		out, errOut, code := h.try(time.Minute, "digest", "--run", e2eRun, "--timeout", "30s")
+		out, errOut, code := h.try(time.Minute, "digest", "--run", run, "--timeout", "30s")
 		line := strings.TrimSpace(out)
-		if m := digestLineRE.FindStringSubmatch(line); code == 0 && m != nil && m[2] == strconv.Itoa(e2eSteps) {
+		if m := digestLineRE.FindStringSubmatch(line); code == 0 && m != nil && m[2] == strconv.Itoa(steps) {
 			return line
 		}
 		last = fmt.Sprintf("exit %d stdout %q stderr %q", code, out, errOut)
 		if time.Now().After(deadline) {
-			h.t.Fatalf("wmrl digest did not report %d steps within %v; last: %s", e2eSteps, limit, last)
+			h.t.Fatalf("wmrl digest did not report %d steps within %v; last: %s", steps, limit, last)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

@@ -101,7 +101,7 @@ The built-in task's policy is not a backend here: it learns from the advantages,
 			default:
 				return fmt.Errorf("--backend %q: want openai or jsonl", backend)
 			}
-			kopts, err := a.conn.KafkaOpts()
+			kopts, err := a.kafkaOpts()
 			if err != nil {
 				return err
 			}

@@ -71,7 +71,7 @@ retention has trimmed); the state after step S-1 then comes from the live namesp
 		if err != nil {
 			return err
 		}
-		opts, err := a.conn.KafkaOpts()
+		opts, err := a.kafkaOpts()
 		if err != nil {
 			return err
 		}

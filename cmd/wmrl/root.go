@@ -104,7 +104,10 @@ keys are the option names (brokers: [..], redis: redis://..). Precedence: flag, 
 	f.StringVar(&a.conn.TLSKey, "tls-key", "", "PEM client key for mutual TLS")
 	f.StringVar(&a.conn.TLSServerName, "tls-server-name", "", "server name to verify instead of the broker host")
 	f.BoolVar(&a.conn.TLSSkipVerify, "tls-skip-verify", false, "do not verify broker certificates (lab clusters only)")
-	f.StringVar(&a.conn.RedisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL: redis:// or rediss:// (TLS), optional user:password@ and /db")
+	f.StringVar(&a.conn.RedisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL: redis:// or rediss:// (TLS), optional user:password@ and /db (prefer WMRL_REDIS when it holds a password)")
+	f.StringVar(&a.conn.RedisTLSCA, "redis-tls-ca", "", "PEM file with the CA certificates that sign the rediss:// server's certificate (default: system roots)")
+	f.StringVar(&a.conn.RedisTLSCert, "redis-tls-cert", "", "PEM client certificate for a rediss:// server that requires one")
+	f.StringVar(&a.conn.RedisTLSKey, "redis-tls-key", "", "PEM client key for --redis-tls-cert")
 	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
 	for _, fn := range commandFuncs {
@@ -139,7 +142,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 
 // kafka builds a client from the global options plus stage-specific ones.
 func (a *app) kafka(extra ...kgo.Opt) (*kgo.Client, error) {
-	opts, err := a.conn.KafkaOpts()
+	opts, err := a.kafkaOpts()
 	if err != nil {
 		return nil, err
 	}
@@ -159,10 +162,30 @@ func (a *app) admin() (*kadm.Client, func(), error) {
 	return kadm.NewClient(cl), cl.Close, nil
 }
 
+// redis returns a client after one PING, so a wrong password, CA or scheme fails the command at
+// once with the cause (conn.CheckRedis).
 func (a *app) redis() (*redis.Client, error) {
 	ro, err := a.conn.RedisOptions()
 	if err != nil {
 		return nil, err
 	}
-	return redis.NewClient(ro), nil
+	rdb := redis.NewClient(ro)
+	if err := conn.CheckRedis(context.Background(), rdb); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("%s: %w", conn.RedactURL(a.conn.RedisURL), err)
+	}
+	return rdb, nil
+}
+
+// kafkaOpts returns the connection options after one metadata round trip (conn.Check): a stage
+// would otherwise retry a wrong password or certificate forever without saying why.
+func (a *app) kafkaOpts() ([]kgo.Opt, error) {
+	opts, err := a.conn.KafkaOpts()
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.Check(context.Background(), opts); err != nil {
+		return nil, err
+	}
+	return opts, nil
 }

@@ -84,7 +84,7 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 					return err
 				}
 			}
-			kopts, err := a.conn.KafkaOpts()
+			kopts, err := a.kafkaOpts()
 			if err != nil {
 				return err
 			}

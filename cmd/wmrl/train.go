@@ -30,7 +30,7 @@ A real trainer uses the same code through the sinks/trainer package (Stream.Next
 			if maxSteps < 0 {
 				return fmt.Errorf("--max-steps %d must be >= 0", maxSteps)
 			}
-			opts, err := a.conn.KafkaOpts()
+			opts, err := a.kafkaOpts()
 			if err != nil {
 				return err
 			}

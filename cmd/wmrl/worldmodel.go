@@ -58,7 +58,7 @@ WMRL_WM_API_KEY or OPENAI_API_KEY. The built-in task's proxy world model runs in
 					return err
 				}
 			}
-			kopts, err := a.conn.KafkaOpts()
+			kopts, err := a.kafkaOpts()
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
@@ -49,6 +50,11 @@ type Options struct {
 	TLSSkipVerify bool `yaml:"tls-skip-verify"`
 
 	RedisURL string `yaml:"redis"`
+	// RedisTLSCA, RedisTLSCert and RedisTLSKey configure a rediss:// connection: the CA that
+	// signs the server's certificate (default: the system roots) and a client certificate.
+	RedisTLSCA   string `yaml:"redis-tls-ca"`
+	RedisTLSCert string `yaml:"redis-tls-cert"`
+	RedisTLSKey  string `yaml:"redis-tls-key"`
 }
 
 // Names returns the topic names under the configured prefix.
@@ -121,39 +127,73 @@ func (o Options) TLSConfig() (*tls.Config, error) {
 		return nil, nil
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.TLSServerName, InsecureSkipVerify: o.TLSSkipVerify} //nolint:gosec // opt-in
-	if o.TLSCA != "" {
-		pem, err := os.ReadFile(o.TLSCA)
-		if err != nil {
-			return nil, fmt.Errorf("tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls-ca %s: no PEM certificates found", o.TLSCA)
-		}
-		tc.RootCAs = pool
-	}
-	if (o.TLSCert == "") != (o.TLSKey == "") {
-		return nil, errors.New("tls-cert and tls-key must be given together")
-	}
-	if o.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("tls-cert/tls-key: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
+	if err := loadTLSFiles(tc, "tls", o.TLSCA, o.TLSCert, o.TLSKey); err != nil {
+		return nil, err
 	}
 	return tc, nil
 }
 
+// loadTLSFiles sets the root CAs and the client certificate of tc from PEM files; flag is the
+// option prefix named in errors ("tls" for --tls-ca, "redis-tls" for --redis-tls-ca).
+func loadTLSFiles(tc *tls.Config, flag, ca, cert, key string) error {
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return fmt.Errorf("%s-ca: %w", flag, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("%s-ca %s: no PEM certificates found", flag, ca)
+		}
+		tc.RootCAs = pool
+	}
+	if (cert == "") != (key == "") {
+		return fmt.Errorf("%s-cert and %s-key must be given together", flag, flag)
+	}
+	if cert != "" {
+		c, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return fmt.Errorf("%s-cert/%s-key: %w", flag, flag, err)
+		}
+		tc.Certificates = []tls.Certificate{c}
+	}
+	return nil
+}
+
 // RedisOptions parses the Redis URL (redis:// or rediss:// for TLS, with optional user:password
-// and /db), as go-redis does.
+// and /db), as go-redis does, and applies the --redis-tls-* files to a rediss:// connection.
+// Errors never repeat the URL, which may hold a password.
 func (o Options) RedisOptions() (*redis.Options, error) {
 	if o.RedisURL == "" {
 		return nil, errors.New("no Redis configured (set --redis or WMRL_REDIS)")
 	}
 	ro, err := redis.ParseURL(o.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("redis url: %w", err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("redis url (%s): %w", RedactURL(o.RedisURL), err)
+	}
+	if o.RedisTLSCA == "" && o.RedisTLSCert == "" && o.RedisTLSKey == "" {
+		return ro, nil
+	}
+	if ro.TLSConfig == nil {
+		return nil, fmt.Errorf("redis-tls-ca/-cert/-key given, but the redis url (%s) is not rediss:// (TLS)", RedactURL(o.RedisURL))
+	}
+	if err := loadTLSFiles(ro.TLSConfig, "redis-tls", o.RedisTLSCA, o.RedisTLSCert, o.RedisTLSKey); err != nil {
+		return nil, err
 	}
 	return ro, nil
+}
+
+// RedactURL replaces the user information of a URL (redis://user:password@host) with "***", for
+// logs and errors. A string without "scheme://...@" is returned as is.
+func RedactURL(u string) string {
+	at := strings.LastIndex(u, "@")
+	scheme := strings.Index(u, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return u
+	}
+	return u[:scheme+3] + "***" + u[at:]
 }

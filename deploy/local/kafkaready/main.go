@@ -27,20 +27,21 @@ func main() {
 	brokers := flag.String("brokers", "127.0.0.1:"+port, "comma-separated seed brokers")
 	timeout := flag.Duration("timeout", 60*time.Second, "give up after this long")
 	topic := flag.String("topic", "wmrl.__ready", "topic that receives the transactional probe record")
+	minBrokers := flag.Int("min-brokers", 1, "wait until the metadata lists at least this many brokers (a cluster's nodes register one by one)")
 	flag.Parse()
 
-	if err := run(strings.Split(*brokers, ","), *topic, *timeout); err != nil {
+	if err := run(strings.Split(*brokers, ","), *topic, *timeout, *minBrokers); err != nil {
 		fmt.Fprintf(os.Stderr, "kafkaready: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(seeds []string, topic string, timeout time.Duration) error {
+func run(seeds []string, topic string, timeout time.Duration, minBrokers int) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 
-	info, err := waitMetadata(ctx, seeds)
+	info, err := waitMetadata(ctx, seeds, minBrokers)
 	if err != nil {
 		return fmt.Errorf("no metadata from %s within %s: %w", strings.Join(seeds, ","), timeout, err)
 	}
@@ -58,12 +59,15 @@ func run(seeds []string, topic string, timeout time.Duration) error {
 
 // waitMetadata retries because the broker refuses connections until its
 // listeners are up, and a fresh client has no backoff we can shorten.
-func waitMetadata(ctx context.Context, seeds []string) (kafkaprobe.Info, error) {
+func waitMetadata(ctx context.Context, seeds []string, minBrokers int) (kafkaprobe.Info, error) {
 	var last error
 	for {
 		info, err := describeOnce(ctx, seeds)
-		if err == nil {
+		if err == nil && len(info.Brokers) >= minBrokers {
 			return info, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("metadata lists %d brokers, want %d", len(info.Brokers), minBrokers)
 		}
 		last = err
 		select {
