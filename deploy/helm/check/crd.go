@@ -35,9 +35,9 @@ type crdFile struct {
 			Kind string `json:"kind"`
 		} `json:"names"`
 		Versions []struct {
-			Name    string `json:"name"`
-			Served  bool   `json:"served"`
-			Schema  struct {
+			Name   string `json:"name"`
+			Served bool   `json:"served"`
+			Schema struct {
 				OpenAPIV3Schema map[string]any `json:"openAPIV3Schema"`
 			} `json:"schema"`
 		} `json:"versions"`
@@ -72,7 +72,7 @@ func loadCRDs(dir string) (*crdSchemas, error) {
 				continue
 			}
 			gvk := schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: crd.Spec.Names.Kind}
-			s, err := compileStructural(v.Schema.OpenAPIV3Schema, filepath.Base(f) + "/" + v.Name)
+			s, err := compileStructural(v.Schema.OpenAPIV3Schema, filepath.Base(f)+"/"+v.Name)
 			if err != nil {
 				return nil, fmt.Errorf("%s version %s: %w", f, v.Name, err)
 			}

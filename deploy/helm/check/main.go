@@ -31,6 +31,7 @@ func main() {
 	crds := flag.String("crds", "testdata/crds", "directory of vendored CustomResourceDefinition files")
 	release := flag.String("release", "wmrl", "release name")
 	namespace := flag.String("namespace", "wmrl", "release namespace")
+	show := flag.Bool("print", false, "also print the rendered manifests (like helm template)")
 	flag.Var(&values, "f", "values file (repeatable; later files win)")
 	flag.Parse()
 
@@ -43,6 +44,11 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "k8s-check:", err)
 		os.Exit(1)
+	}
+	if *show {
+		for _, m := range ms {
+			fmt.Printf("---\n# %s\n%s\n", m.Source, m.JSON)
+		}
 	}
 	r := v.Validate(ms)
 	label := "default values"

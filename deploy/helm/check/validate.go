@@ -1,8 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -45,6 +45,12 @@ func (v *Validator) Validate(ms []Manifest) Report {
 	r := Report{Kinds: map[string]int{}}
 	set := &objects{}
 	for _, m := range ms {
+		// The rules read the same bytes the decoders and schemas validate.
+		m.Obj = nil
+		if err := json.Unmarshal(m.JSON, &m.Obj); err != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", m.Source, err))
+			continue
+		}
 		apiVersion, _ := m.Obj["apiVersion"].(string)
 		kind, _ := m.Obj["kind"].(string)
 		if apiVersion == "" || kind == "" {
