@@ -13,6 +13,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -33,7 +34,24 @@ func main() {
 	namespace := flag.String("namespace", "wmrl", "release namespace")
 	show := flag.Bool("print", false, "also print the rendered manifests (like helm template)")
 	flag.Var(&values, "f", "values file (repeatable; later files win)")
+	compose := flag.String("compose", "", "instead: check this Compose file with every profile (like docker compose config)")
 	flag.Parse()
+
+	if *compose != "" {
+		profiles, problems, err := CheckCompose(context.Background(), *compose)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "compose-check:", err)
+			os.Exit(1)
+		}
+		for _, p := range problems {
+			fmt.Fprintln(os.Stderr, "compose-check:", p)
+		}
+		if len(problems) > 0 {
+			os.Exit(1)
+		}
+		fmt.Printf("compose-check: %s is valid with profiles %s (compose-go)\n", *compose, strings.Join(profiles, ", "))
+		return
+	}
 
 	v, err := NewValidator(*crds)
 	if err != nil {
