@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
@@ -172,4 +173,29 @@ func container(o map[string]any) map[string]any {
 
 func acl(o map[string]any, i int) map[string]any {
 	return spec(o)["authorization"].(map[string]any)["acls"].([]any)[i].(map[string]any)
+}
+
+// TestValuesSchema expects Helm to refuse value files with a misspelt key or an impossible
+// value (the chart's values.schema.json), instead of rendering the chart without them.
+func TestValuesSchema(t *testing.T) {
+	cases := []struct{ name, values, want string }{
+		{"misspelt stage", "stages:\n  worldmodle:\n    replicas: 2\n", "worldmodle"},
+		{"misspelt option", "kafka:\n  bootstrapServer: [a:9092]\n", "bootstrapServer"},
+		{"unknown authentication", "kafka:\n  authentication: scram\n", "authentication"},
+		{"no partitions", "strimzi:\n  topics:\n    partitions: 0\n", "partitions"},
+		{"flag with dashes", "stages:\n  sandbox:\n    args:\n      --slots: 2\n", "--slots"},
+		{"broker without port", "kafka:\n  bootstrapServers: [kafka]\n", "bootstrapServers"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := t.TempDir() + "/values.yaml"
+			if err := os.WriteFile(f, []byte(c.values), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Render(chartDir, []string{f}, Release{Name: "wmrl", Namespace: "wmrl"})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("render error %v, want one naming %q", err, c.want)
+			}
+		})
+	}
 }
