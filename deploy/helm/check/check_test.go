@@ -199,3 +199,26 @@ func TestValuesSchema(t *testing.T) {
 		})
 	}
 }
+
+// TestChartRefuses expects the chart itself to refuse combinations the stages or KEDA cannot run
+// with, naming the value to change.
+func TestChartRefuses(t *testing.T) {
+	cases := []struct{ name, values, want string }{
+		{"mutual TLS without TLS", "kafka:\n  authentication: tls\n", "needs kafka.tls.enabled"},
+		{"TLS without a CA", "kafka:\n  tls:\n    enabled: true\n", "kafka.tls.caSecret.name"},
+		{"more KEDA replicas than partitions", "stages:\n  sandbox:\n    autoscaling:\n      enabled: true\n      minReplicas: 4\n", "minReplicas 4 is above"},
+		{"generator without prompts", "stages:\n  generate:\n    enabled: true\n", "stages.generate.prompts"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := t.TempDir() + "/values.yaml"
+			if err := os.WriteFile(f, []byte(c.values), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Render(chartDir, []string{f}, Release{Name: "wmrl", Namespace: "wmrl"})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("render error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}
