@@ -14,7 +14,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 FUZZTIME ?= 10s
 
 .PHONY: all build test test-suites test-go test-python services-up services-down services-status \
-	lint fmt-check vet staticcheck compose-check fuzz-smoke clean test-cluster
+	lint fmt-check vet staticcheck compose-check k8s-check fuzz-smoke clean test-cluster
 
 all: build
 
@@ -90,18 +90,29 @@ staticcheck:
 	@test -x $(STATICCHECK) || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(STATICCHECK) ./...
 
-# Validates docker-compose.yml with whichever Compose is installed: the
-# docker CLI plugin, or Debian's standalone docker-compose (apt-get install
-# docker-compose). Neither is needed to build or test wmrl, so without
-# one this only says so.
+# Validates docker-compose.yml with no profile, each profile and all of them: with compose-go
+# (the loader `docker compose config` uses: Compose schema, interpolation, merge keys) plus the
+# rules a Linux engine needs (deploy/helm/check/compose.go), and also with `docker compose
+# config` when the docker CLI has the Compose plugin.
 compose-check:
+	cd deploy/helm/check && $(GO) run . -compose ../../../docker-compose.yml
 	@if docker compose version >/dev/null 2>&1; then \
-		docker compose -f docker-compose.yml config -q && echo "compose-check: docker-compose.yml is valid (docker compose)"; \
-	elif command -v docker-compose >/dev/null 2>&1; then \
-		docker-compose -f docker-compose.yml config -q && echo "compose-check: docker-compose.yml is valid ($$(docker-compose version --short))"; \
-	else \
-		echo "compose-check: skipped, no Compose installed (docker compose plugin or Debian's docker-compose: apt-get install -y docker-compose)"; \
+		for p in "" policy task world-model '*'; do \
+			docker compose -f docker-compose.yml $${p:+--profile "$$p"} config -q || exit 1; \
+		done; echo "compose-check: docker compose config ok for every profile"; \
 	fi
+
+# Renders deploy/helm/wmrl with Helm's engine (Go SDK, helm.sh/helm/v4) for the default and the
+# production-like values and validates every manifest offline: Kubernetes API types, the
+# vendored Strimzi/KEDA/prometheus-operator CRD schemas, cross-object rules. The checker is its
+# own Go module (deploy/helm/check), so the main module has no Helm or Kubernetes dependency.
+K8S_CHECK := cd deploy/helm/check && $(GO)
+k8s-check:
+	$(K8S_CHECK) vet ./...
+	$(K8S_CHECK) test -count=1 ./...
+	$(K8S_CHECK) run . -chart ../wmrl
+	$(K8S_CHECK) run . -chart ../wmrl -f ../wmrl/ci/production-values.yaml
+	$(K8S_CHECK) run . -compose ../../../docker-compose.yml
 
 # Runs every Go fuzz target briefly (FUZZTIME each), to catch decoders that
 # panic on the first odd input; real fuzzing runs longer by hand.
