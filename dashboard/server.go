@@ -2,10 +2,13 @@ package dashboard
 
 import (
 	"bytes"
+	"context"
 	"embed"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
 	"time"
 )
@@ -110,4 +113,56 @@ func events(w http.ResponseWriter, r *http.Request, m *Model) {
 			}
 		}
 	}
+}
+
+// Server is a follower and its page on one listener.
+type Server struct {
+	ln     net.Listener
+	srv    *http.Server
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// Start listens on addr (host:port; port 0 picks one), follows cfg's topics and serves the page
+// until Close or ctx ends.
+func Start(ctx context.Context, addr string, cfg Config) (*Server, error) {
+	f, err := NewFollower(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: listen: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Server{ln: ln, cancel: cancel, done: make(chan error, 2),
+		srv: &http.Server{Handler: Handler(f.Model()), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}}
+	go func() { s.done <- f.Run(ctx) }()
+	go func() {
+		err := s.srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.done <- err
+	}()
+	return s, nil
+}
+
+// URL is the page's address; a wildcard listen address is shown as 127.0.0.1.
+func (s *Server) URL() string {
+	host, port, err := net.SplitHostPort(s.ln.Addr().String())
+	if err != nil {
+		return "http://" + s.ln.Addr().String() + "/"
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/"
+}
+
+// Close stops serving and following. Open event streams end with it.
+func (s *Server) Close() error {
+	s.cancel()
+	err := s.srv.Close()
+	return errors.Join(err, <-s.done, <-s.done)
 }

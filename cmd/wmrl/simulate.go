@@ -90,7 +90,7 @@ the policy's exact expected true score on held-out problems. The target of a see
 			}
 			sums := sim.Summarize(results, targetFraction)
 			fmt.Fprintf(a.stdout, "\ntarget per seed: %.0f%% of real-GRPO's final score; CIs are 95%% (t, n = seeds reaching the target)\n", 100*targetFraction)
-			if err := sim.WriteTable(a.stdout, sums); err != nil {
+			if err := sim.WriteTable(a.stdout, sums, targetFraction); err != nil {
 				return err
 			}
 			if out != "" {

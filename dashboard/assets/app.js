@@ -66,7 +66,8 @@
     const raw = stepSeries(run, s => s.raw_mae), cal = stepSeries(run, s => s.calibrated_mae);
     chartBox(charts, "calibration-error", run, svgChart({
       title: "Calibration error per step", xLabel: "step", yLabel: "mean |score − executed|", xInteger: true, yMin: 0,
-      series: [{ name: "raw world model", color: "#e6550d", dots: true, points: raw }, { name: "debiased (map in force)", color: "#3182bd", dots: true, points: cal }],
+      empty: "no anchor rollouts yet",
+      series: [{ name: "raw world model", color: "#e6550d", dots: true, width: 3, points: raw }, { name: "debiased (map in force)", color: "#3182bd", dots: true, dashed: true, points: cal }],
     }), raw.map(p => p[0]));
 
     // 3. IVD anchor weight, 4. fit version, 5. step latency.
@@ -77,7 +78,7 @@
     }), w.map(p => p[0]));
     const fv = stepSeries(run, s => s.fit_version);
     chartBox(charts, "fit-version", run, svgChart({
-      title: "Fit version (refits so far)", xLabel: "step", yLabel: "fit version", xInteger: true, yMin: 0,
+      title: "Fit version (refits so far)", xLabel: "step", yLabel: "fit version", xInteger: true, yInteger: true, yMin: 0,
       series: [{ name: "fit version", color: "#756bb1", dots: true, points: fv }],
     }), fv.map(p => p[0]));
     const lat = stepSeries(run, s => s.latency_ms);

@@ -52,26 +52,32 @@
     if (!isFinite(x0) || !isFinite(x1)) { x0 = 0; x1 = 1; }
     if (!isFinite(y0) || !isFinite(y1)) { y0 = 0; y1 = 1; }
     if (x1 <= x0) x1 = x0 + 1;
-    if (y1 <= y0) { const pad = Math.abs(y0) * 0.1 || 0.5; y0 -= pad; y1 += pad; }
+    if (y1 <= y0) {
+      if (o.yMin != null) y1 = y0 + (o.yInteger ? 1 : Math.abs(y0) * 0.2 || 1);
+      else { const pad = Math.abs(y0) * 0.1 || 0.5; y0 -= pad; y1 += pad; }
+    }
     if (o.yMin == null && o.yMax == null) { const pad = (y1 - y0) * 0.06; y0 -= pad; y1 += pad; if (y0 < 0 && Math.min(...ys) >= 0) y0 = 0; }
     const pw = W - m.l - m.r, ph = H - m.t - m.b;
     const X = v => m.l + (v - x0) / (x1 - x0) * pw;
     const Y = v => m.t + ph - (v - y0) / (y1 - y0) * ph;
     el("text", { x: m.l, y: 15, "font-size": 12.5, "font-weight": 600, fill: "#222" }, svg).textContent = o.title;
     const axes = el("g", { class: "axes", "font-size": 10, fill: "#555" }, svg);
-    const xt = ticks(x0, x1, 6, o.xInteger), yt = ticks(y0, y1, 5, false);
+    const xt = ticks(x0, x1, 6, o.xInteger), yt = ticks(y0, y1, 5, o.yInteger);
     for (const v of xt.values) {
       el("line", { x1: X(v), x2: X(v), y1: m.t, y2: m.t + ph, stroke: "#eceef1" }, axes);
       el("text", { x: X(v), y: m.t + ph + 13, "text-anchor": "middle", class: "xtick" }, axes).textContent = fmt(v, xt.step, o.xInteger);
     }
     for (const v of yt.values) {
       el("line", { x1: m.l, x2: m.l + pw, y1: Y(v), y2: Y(v), stroke: "#eceef1" }, axes);
-      el("text", { x: m.l - 5, y: Y(v) + 3.5, "text-anchor": "end", class: "ytick" }, axes).textContent = fmt(v, yt.step, false);
+      el("text", { x: m.l - 5, y: Y(v) + 3.5, "text-anchor": "end", class: "ytick" }, axes).textContent = fmt(v, yt.step, o.yInteger);
     }
     el("rect", { x: m.l, y: m.t, width: pw, height: ph, fill: "none", stroke: "#b9c0c8" }, axes);
     el("text", { x: m.l + pw / 2, y: H - 6, "text-anchor": "middle", "font-size": 11, fill: "#333" }, axes).textContent = o.xLabel;
     el("text", { transform: "translate(12," + (m.t + ph / 2) + ") rotate(-90)", "text-anchor": "middle", "font-size": 11, fill: "#333" }, axes).textContent = o.yLabel;
     const plot = el("g", { class: "plot" }, svg);
+    if (o.empty && !o.series.some(s => s.points.length && !s.noLegend)) {
+      el("text", { x: m.l + pw / 2, y: m.t + ph / 2, "text-anchor": "middle", "font-size": 12, fill: "#889" }, plot).textContent = o.empty;
+    }
     for (const h of o.hlines || []) {
       el("line", { x1: m.l, x2: m.l + pw, y1: Y(h.y), y2: Y(h.y), stroke: h.color || "#888", "stroke-dasharray": "4 3" }, plot);
       el("text", { x: m.l + pw - 3, y: Y(h.y) - 3, "text-anchor": "end", "font-size": 10, fill: h.color || "#666" }, plot).textContent = h.label;
