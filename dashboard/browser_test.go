@@ -62,8 +62,8 @@ func artifactDir(t *testing.T) string {
 
 // pageRun is what the test reads back from the page for one run.
 type pageRun struct {
-	ID     string         `json:"id"`
-	Sealed int            `json:"sealed"`
+	ID     string `json:"id"`
+	Sealed int    `json:"sealed"`
 	// Steps are each chart's data-steps attribute, split.
 	Steps  map[string]string `json:"steps"`
 	Pairs  int               `json:"pairs"`
@@ -273,7 +273,7 @@ const pageProbe = `JSON.stringify([...document.querySelectorAll(".run")].map(car
 func waitJS(cond string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
 		for {
-			ok, err := chromedp.Evaluate[bool]("(() => { try { return !!(" + cond + "); } catch (e) { return false; } })()")(ctx, t)
+			ok, err := chromedp.Evaluate[bool]("(() => { try { return !!("+cond+"); } catch (e) { return false; } })()")(ctx, t)
 			if err != nil {
 				return err
 			}

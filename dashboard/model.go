@@ -49,8 +49,8 @@ type Run struct {
 
 // Step is one sealed training step as the topics show it.
 type Step struct {
-	Step       int64   `json:"step"`
-	FitVersion uint64  `json:"fit_version"`
+	Step       int64  `json:"step"`
+	FitVersion uint64 `json:"fit_version"`
 	// AnchorWeight is the IVD weight of anchor rows in force for this step (from the previous
 	// step's snapshot; 1 for step 0); NextAnchorWeight the one sealed after it.
 	AnchorWeight     float64 `json:"anchor_weight"`
@@ -196,8 +196,8 @@ type Model struct {
 	maxPairs int
 	now      func() time.Time
 
-	mu      sync.Mutex
-	version uint64
+	mu         sync.Mutex
+	version    uint64
 	runs       map[runKey]*runModel
 	topicsSeen map[string]*topicCounter
 	dlq        map[dlqKey]*DeadLetters
