@@ -600,6 +600,7 @@ func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *corre
 		weightInForce = state.AnchorWeight()
 		res.State = state
 		res.Steps = append(res.Steps, rec)
+		res.Maps = sim.AppendMap(res.Maps, int(v), state)
 		if err := st.Ack(ctx); err != nil {
 			return res, fmt.Errorf("trainer: ack step %d: %w", v, err)
 		}

@@ -128,13 +128,13 @@ plots and CSVs. --quick is a shorter run (30 steps, 2 held-out problems).`,
 				return err
 			}
 			if out != "" {
-				settings := [][2]string{
-					{"backend", where}, {"steps × groups × G", fmt.Sprintf("%d × %d × %d", cfg.Sim.Steps, cfg.Sim.Groups, cfg.Sim.GroupSize)},
-					{"learning rate", fmt.Sprint(cfg.Sim.LR)}, {"anchor fraction (wmrl)", fmt.Sprint(cfg.AnchorFraction)},
-					{"seed", fmt.Sprint(cfg.Seed)}, {"held-out problems", fmt.Sprint(cfg.EvalProblems)},
-					{"world model", fmt.Sprintf("%+v", cfg.Sim.WorldModel)}, {"sandbox overhead", cfg.Sim.ExecOverhead.String()},
-					{"pipeline time", res.Elapsed.Round(time.Millisecond).String()},
-				}
+				settings := append([][2]string{{"backend", where},
+					{"arms", "real-grpo (every group executed), pure-wm (none), wmrl (anchors, OD + IVD)"},
+					{"anchor fraction (wmrl)", fmt.Sprint(cfg.AnchorFraction)}, {"seed", fmt.Sprint(cfg.Seed)},
+					{"held-out problems", fmt.Sprint(cfg.EvalProblems)}, {"sandbox slots per arm", fmt.Sprint(cfg.SandboxSlots)},
+					{"target", fmt.Sprintf("%.0f%% of real-GRPO's final score", 100*cfg.TargetFraction)}},
+					demo.SimSettings(cfg.Sim)...)
+				settings = append(settings, [2]string{"pipeline time", res.Elapsed.Round(time.Millisecond).String()})
 				files, err := demo.WriteReport(out, demo.Report{Title: "wmrl demo", Settings: settings, Results: res.Results,
 					TargetFraction: cfg.TargetFraction, FinalLine: res.FinalLine})
 				if err != nil {
