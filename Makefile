@@ -49,6 +49,10 @@ test-go:
 	@# ThreadSanitizer cannot run under RLIMIT_AS, so the sandbox's memory-limit cases and its
 	@# exact pool timing run once more without -race.
 	$(GO) test -count=1 -timeout 5m -run 'TestCommand|TestPool' ./consumers/sandbox
+	@# The dashboard in headless Chromium during a demo run (built without -race: see the test).
+	@# Needs Debian's chromium; a missing one fails here (WMRL_REQUIRE_SERVICES=1). Screenshots
+	@# go to $(LOCAL_DIR)/test-artifacts.
+	WMRL_TEST_ARTIFACTS=$(LOCAL_DIR)/test-artifacts $(GO) test -count=1 -timeout 5m -run TestDashboardInBrowser ./dashboard
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 PY_VENV ?= $(CURDIR)/python/.venv

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +58,10 @@ type Config struct {
 	// kfake cluster. Redis is the external Redis; nil starts an embedded miniredis.
 	KafkaOpts []kgo.Opt
 	Redis     redis.UniversalClient
+	// Embedded, if set, is an embedded Kafka + Redis started by the caller (StartEmbedded) and
+	// used instead of KafkaOpts/Redis; the caller closes it, so it can outlive Run (a dashboard
+	// still reading the run's topics).
+	Embedded *Embedded
 	// TopicPrefix is the base prefix; arm a uses topics, consumer groups and transactional ids
 	// under "<TopicPrefix><a>." and Redis keys under "<RedisPrefix>-<a>" so arms never share
 	// state. Against an external cluster, make both unique per demo (Run deletes nothing).
@@ -72,6 +77,69 @@ type Config struct {
 	// OnStep is called after each arm's trainer applied a step (from the arms' goroutines,
 	// serialized).
 	OnStep func(arm string, rec sim.StepRecord)
+}
+
+// Default prefixes of a demo's topics and Redis keys.
+const (
+	DefaultTopicPrefix = "wmrl.demo."
+	DefaultRedisPrefix = "wmrl-demo"
+)
+
+func (c Config) withPrefixes() Config {
+	if c.TopicPrefix == "" {
+		c.TopicPrefix = DefaultTopicPrefix
+	}
+	if c.RedisPrefix == "" {
+		c.RedisPrefix = DefaultRedisPrefix
+	}
+	return c
+}
+
+// ArmTopicPrefix is the topic prefix of an arm's topics.
+func (c Config) ArmTopicPrefix(arm string) string { return c.withPrefixes().TopicPrefix + arm + "." }
+
+// ArmRedisPrefix is the Redis key prefix of an arm's correction consumer.
+func (c Config) ArmRedisPrefix(arm string) string { return c.withPrefixes().RedisPrefix + "-" + arm }
+
+// RedisPrefixOf maps an arm's topic prefix to its Redis key prefix (for a dashboard following the
+// demo); other prefixes map to "".
+func (c Config) RedisPrefixOf(topicPrefix string) string {
+	base := c.withPrefixes().TopicPrefix
+	arm, ok := strings.CutPrefix(topicPrefix, base)
+	if !ok || !strings.HasSuffix(arm, ".") {
+		return ""
+	}
+	return c.ArmRedisPrefix(strings.TrimSuffix(arm, "."))
+}
+
+// Embedded is an in-process Kafka (kfake) and Redis (miniredis).
+type Embedded struct {
+	KafkaOpts []kgo.Opt
+	Redis     *redis.Client
+	cluster   *kfake.Cluster
+	mr        *miniredis.Miniredis
+}
+
+// StartEmbedded starts an embedded Kafka and Redis; Close stops them.
+func StartEmbedded() (*Embedded, error) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		return nil, fmt.Errorf("demo: embedded kafka: %w", err)
+	}
+	mr, err := miniredis.Run()
+	if err != nil {
+		cluster.Close()
+		return nil, fmt.Errorf("demo: embedded redis: %w", err)
+	}
+	return &Embedded{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)},
+		Redis: redis.NewClient(&redis.Options{Addr: mr.Addr()}), cluster: cluster, mr: mr}, nil
+}
+
+// Close stops the embedded services.
+func (e *Embedded) Close() {
+	e.Redis.Close()
+	e.mr.Close()
+	e.cluster.Close()
 }
 
 // Arms are the demo's arms: real-GRPO (every group executed; correction runs, anchors use real
@@ -110,12 +178,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		}
 		seen[arm.Name] = true
 	}
-	if cfg.TopicPrefix == "" {
-		cfg.TopicPrefix = "wmrl.demo."
-	}
-	if cfg.RedisPrefix == "" {
-		cfg.RedisPrefix = "wmrl-demo"
-	}
+	cfg = cfg.withPrefixes()
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 1
 	}
@@ -145,26 +208,20 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 	out.Eval = time.Since(t0)
 
-	kopts := cfg.KafkaOpts
-	if kopts == nil {
-		out.Embedded = true
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-		if err != nil {
-			return nil, fmt.Errorf("demo: embedded kafka: %w", err)
+	kopts, rdb := cfg.KafkaOpts, cfg.Redis
+	emb := cfg.Embedded
+	if emb == nil && kopts == nil {
+		if emb, err = StartEmbedded(); err != nil {
+			return nil, err
 		}
-		defer cluster.Close()
-		kopts = []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
+		defer emb.Close()
 	}
-	rdb := cfg.Redis
+	if emb != nil {
+		out.Embedded = true
+		kopts, rdb = emb.KafkaOpts, emb.Redis
+	}
 	if rdb == nil {
-		mr, err := miniredis.Run()
-		if err != nil {
-			return nil, fmt.Errorf("demo: embedded redis: %w", err)
-		}
-		defer mr.Close()
-		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		defer c.Close()
-		rdb = c
+		return nil, fmt.Errorf("%w: Kafka options given without a Redis client", ErrConfig)
 	}
 
 	// Every arm's topics exist before any arm starts: a creation failure then returns with
@@ -176,7 +233,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	)
 	for i, arm := range cfg.Arms {
 		a := &armRun{cfg: cfg, arm: arm, eval: eval, kopts: kopts, rdb: rdb, log: cfg.Logger.With("arm", arm.Name),
-			names: topics.NewNames(cfg.TopicPrefix + arm.Name + ".")}
+			names: topics.NewNames(cfg.ArmTopicPrefix(arm.Name))}
 		a.onStep = func(rec sim.StepRecord) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -419,7 +476,7 @@ func (a *armRun) run(ctx context.Context) (sim.Result, error) {
 	if err != nil {
 		return sim.Result{}, fmt.Errorf("sandbox stage: %w", err)
 	}
-	redisPrefix := a.cfg.RedisPrefix + "-" + a.arm.Name
+	redisPrefix := a.cfg.ArmRedisPrefix(a.arm.Name)
 	corr, err := correct.NewConsumer(correct.Config{
 		KafkaOpts: a.kopts, Redis: a.rdb, Names: a.names, Group: group("correct"),
 		TransactionalID: group("correct") + "-0", Correction: a.arm.Correction, RedisPrefix: redisPrefix,
@@ -543,6 +600,7 @@ func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *corre
 		weightInForce = state.AnchorWeight()
 		res.State = state
 		res.Steps = append(res.Steps, rec)
+		res.Maps = sim.AppendMap(res.Maps, int(v), state)
 		if err := st.Ack(ctx); err != nil {
 			return res, fmt.Errorf("trainer: ack step %d: %w", v, err)
 		}

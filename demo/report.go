@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -18,14 +19,16 @@ import (
 	"github.com/wmrl/wmrl/sim"
 )
 
-// Report is what WriteReport renders: one result per arm (the demo runs one seed), the target
-// definition and free-form settings shown at the top of the page.
+// Report is what WriteReport renders: results of one or more arms over one or more seeds (the
+// demo runs one seed, simulate several: then every curve is a mean with a 95% CI band), the
+// target definition and settings shown at the top of the page.
 type Report struct {
 	Title          string
 	Settings       [][2]string
 	Results        []sim.Result
 	TargetFraction float64
-	// CalibrationArm names the arm whose anchor pairs and fitted map are plotted (default wmrl).
+	// CalibrationArm names the arm whose anchor pairs, maps and calibration error are plotted
+	// (default wmrl).
 	CalibrationArm string
 	// FinalLine is the last line the demo printed, repeated on the page.
 	FinalLine string
@@ -36,11 +39,31 @@ const (
 	FileHTML        = "report.html"
 	FileScore       = "score_vs_compute.png"
 	FileScoreSteps  = "score_vs_step.png"
+	FileGap         = "gap_vs_step.png"
 	FileCalibration = "calibration.png"
+	FileCalError    = "calibration_error.png"
 	FileIVD         = "ivd_weight.png"
 	FileSummaryCSV  = "summary.csv"
 	FileStepsCSV    = "steps.csv"
 )
+
+// SimSettings are the task loop's settings as rows of the report's settings table.
+func SimSettings(c sim.Config) [][2]string {
+	wm := c.WorldModel
+	return [][2]string{
+		{"steps × groups × G", fmt.Sprintf("%d × %d × %d", c.Steps, c.Groups, c.GroupSize)},
+		{"learning rate", fmt.Sprint(c.LR)},
+		{"sandbox overhead per execution", c.ExecOverhead.String()},
+		{"world model: training rows the proxy fits on", fmt.Sprint(wm.Subsample)},
+		{"world model: rows it scores its fit on", fmt.Sprint(wm.Probe)},
+		{"world model: fraction of iterations run", fmt.Sprint(wm.IterFraction)},
+		{"world model: fraction of capacity", fmt.Sprint(wm.CapacityFraction)},
+		{"world model: weight of the in-sample score (optimism)", fmt.Sprint(wm.Optimism)},
+		{"world model: read-out", fmt.Sprintf("floor + (ceiling − floor) · raw^%g", wm.Gamma)},
+		{"world model: read-out floor", fmt.Sprint(wm.Floor)},
+		{"world model: read-out ceiling", fmt.Sprint(wm.Ceil)},
+	}
+}
 
 // WriteReport writes report.html, the PNG plots and the CSVs into dir (created if needed) and
 // returns the paths written.
@@ -54,14 +77,16 @@ func WriteReport(dir string, r Report) ([]string, error) {
 	if r.CalibrationArm == "" {
 		r.CalibrationArm = sim.ArmWMRL
 	}
+	arms := aggregate(r.Results)
 	var files []string
 	for _, p := range []struct {
 		name string
-		make func(Report) (*plot.Plot, error)
+		make func(Report, []armAgg) (*plot.Plot, error)
 	}{
-		{FileScore, scoreVsCompute}, {FileScoreSteps, scoreVsStep}, {FileCalibration, calibrationPlot}, {FileIVD, ivdPlot},
+		{FileScore, scoreVsCompute}, {FileScoreSteps, scoreVsStep}, {FileGap, gapPlot},
+		{FileCalibration, calibrationPlot}, {FileCalError, calErrorPlot}, {FileIVD, ivdPlot},
 	} {
-		pl, err := p.make(r)
+		pl, err := p.make(r, arms)
 		if err != nil {
 			return files, fmt.Errorf("demo: report: %s: %w", p.name, err)
 		}
@@ -78,7 +103,7 @@ func WriteReport(dir string, r Report) ([]string, error) {
 	}{
 		{FileSummaryCSV, func(b *bytes.Buffer) error { return sim.WriteSummaryCSV(b, sums) }},
 		{FileStepsCSV, func(b *bytes.Buffer) error { return sim.WriteStepsCSV(b, r.Results) }},
-		{FileHTML, func(b *bytes.Buffer) error { return renderHTML(b, r, sums) }},
+		{FileHTML, func(b *bytes.Buffer) error { return renderHTML(b, r, sums, arms) }},
 	} {
 		var buf bytes.Buffer
 		if err := c.write(&buf); err != nil {
@@ -91,6 +116,96 @@ func WriteReport(dir string, r Report) ([]string, error) {
 		files = append(files, path)
 	}
 	return files, nil
+}
+
+// armAgg is one arm over its seeds, per step (index 0 is the untrained policy, index v+1 the
+// state after step v).
+type armAgg struct {
+	name    string
+	seeds   int
+	results []sim.Result
+	// score, executions, gap (score − real-GRPO's in the same seed), raw and debiased calibration
+	// error, anchor weight: one estimate per point.
+	score, execs, gap, raw, cal, weight []sim.Estimate
+	weightCap                           float64
+}
+
+func aggregate(results []sim.Result) []armAgg {
+	real := map[int64]sim.Result{}
+	for _, r := range results {
+		if r.Arm == sim.ArmRealGRPO {
+			real[r.Seed] = r
+		}
+	}
+	var out []armAgg
+	idx := map[string]int{}
+	for _, r := range results {
+		i, ok := idx[r.Arm]
+		if !ok {
+			i = len(out)
+			idx[r.Arm] = i
+			out = append(out, armAgg{name: r.Arm})
+		}
+		out[i].results = append(out[i].results, r)
+	}
+	for i := range out {
+		a := &out[i]
+		a.seeds = len(a.results)
+		n := 0
+		for _, r := range a.results {
+			n = max(n, len(r.Steps)+1)
+			if r.State != nil {
+				a.weightCap = r.State.Config().WeightCap
+			}
+		}
+		for v := range n {
+			var score, execs, gap, raw, cal, weight []float64
+			for _, r := range a.results {
+				if v > len(r.Steps) {
+					continue
+				}
+				sc, ex := r.InitialScore, 0.0
+				if v > 0 {
+					s := r.Steps[v-1]
+					sc, ex = s.Score, float64(s.Executions)
+					weight = append(weight, s.AnchorWeight)
+					if !math.IsNaN(s.RawMAE) {
+						raw, cal = append(raw, s.RawMAE), append(cal, s.CalibrationMAE)
+					}
+				}
+				score, execs = append(score, sc), append(execs, ex)
+				if rg, ok := real[r.Seed]; ok && v <= len(rg.Steps) {
+					rs := rg.InitialScore
+					if v > 0 {
+						rs = rg.Steps[v-1].Score
+					}
+					gap = append(gap, sc-rs)
+				}
+			}
+			a.score, a.execs, a.gap = append(a.score, sim.NewEstimate(score)), append(a.execs, sim.NewEstimate(execs)), append(a.gap, sim.NewEstimate(gap))
+			a.raw, a.cal, a.weight = append(a.raw, sim.NewEstimate(raw)), append(a.cal, sim.NewEstimate(cal)), append(a.weight, sim.NewEstimate(weight))
+		}
+	}
+	return out
+}
+
+// stepTicks labels an axis of steps (or counts) with integers only.
+type stepTicks struct{}
+
+func (stepTicks) Ticks(lo, hi float64) []plot.Tick {
+	span := hi - lo
+	step := 1.0
+	for _, s := range []float64{1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000} {
+		step = s
+		if span/s <= 8 {
+			break
+		}
+	}
+	var out []plot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi+1e-9; v += step {
+		out = append(out, plot.Tick{Value: v, Label: fmt.Sprintf("%.0f", v)})
+	}
+	return out
 }
 
 func newPlot(title, x, y string) *plot.Plot {
@@ -119,156 +234,330 @@ func addLine(p *plot.Plot, i int, name string, xys plotter.XYs, dashed bool) err
 	return nil
 }
 
-// target is the demo's target line: TargetFraction × real-GRPO's final score, if present.
-func target(r Report) (float64, bool) {
-	for _, res := range r.Results {
-		if res.Arm == sim.ArmRealGRPO {
-			return r.TargetFraction * res.FinalScore(), true
-		}
-	}
-	return 0, false
-}
+// bounds are the values a plotted quantity can take; bands are clipped to them (a t interval
+// over few seeds can reach past a weight cap or below an error of 0).
+type bounds struct{ lo, hi float64 }
 
-func scoreVsCompute(r Report) (*plot.Plot, error) {
-	p := newPlot("Score vs execution compute", "real executions (sandbox runs)", "expected true score (held-out)")
-	maxX := 1.0
-	for _, res := range r.Results {
-		if n := len(res.Steps); n > 0 {
-			maxX = math.Max(maxX, float64(res.Steps[n-1].Executions))
-		}
-	}
-	for i, res := range r.Results {
-		xys := plotter.XYs{{X: 0, Y: res.InitialScore}}
-		noExec := true
-		for _, s := range res.Steps {
-			xys = append(xys, plotter.XY{X: float64(s.Executions), Y: s.Score})
-			noExec = noExec && s.Executions == 0
-		}
-		name := res.Arm
-		if noExec {
-			// An arm that never executes is a point at x = 0; draw its final score across the
-			// axis so it can be compared at all.
-			xys = plotter.XYs{{X: 0, Y: res.FinalScore()}, {X: maxX, Y: res.FinalScore()}}
-			name += " (final, 0 executions)"
-		}
-		if err := addLine(p, i, name, xys, noExec); err != nil {
-			return nil, err
-		}
-	}
-	if t, ok := target(r); ok {
-		if err := addTarget(p, t, 0, maxX); err != nil {
-			return nil, err
-		}
-	}
-	return p, nil
-}
+var unbounded = bounds{math.Inf(-1), math.Inf(1)}
 
-func addTarget(p *plot.Plot, t, x0, x1 float64) error {
-	l, err := plotter.NewLine(plotter.XYs{{X: x0, Y: t}, {X: x1, Y: t}})
+// addBand shades mean ± CI where the estimates have a CI (two or more seeds).
+func addBand(p *plot.Plot, i int, xs []float64, es []sim.Estimate, b bounds) error {
+	var upper, lower plotter.XYs
+	for j, e := range es {
+		if math.IsNaN(e.CI) || math.IsNaN(e.Mean) {
+			continue
+		}
+		upper = append(upper, plotter.XY{X: xs[j], Y: min(e.Mean+e.CI, b.hi)})
+		lower = append(lower, plotter.XY{X: xs[j], Y: max(e.Mean-e.CI, b.lo)})
+	}
+	if len(upper) < 2 {
+		return nil
+	}
+	slices.Reverse(lower)
+	poly, err := plotter.NewPolygon(append(upper, lower...))
 	if err != nil {
 		return err
 	}
-	l.Color = color.Gray{Y: 120}
-	l.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
-	p.Add(l)
-	p.Legend.Add("target", l)
+	c := color.NRGBAModel.Convert(plotutil.Color(i)).(color.NRGBA)
+	c.A = 50
+	poly.Color = c
+	poly.LineStyle.Width = 0
+	p.Add(poly)
 	return nil
 }
 
-func scoreVsStep(r Report) (*plot.Plot, error) {
-	p := newPlot("Score vs training step", "step", "expected true score (held-out)")
-	steps := 1.0
-	for i, res := range r.Results {
-		xys := plotter.XYs{{X: 0, Y: res.InitialScore}}
-		for _, s := range res.Steps {
-			xys = append(xys, plotter.XY{X: float64(s.Step + 1), Y: s.Score})
+// addMeanBand draws the mean line of es over xs with its CI band.
+func addMeanBand(p *plot.Plot, i int, name string, xs []float64, es []sim.Estimate, dashed bool, b bounds) error {
+	if err := addBand(p, i, xs, es, b); err != nil {
+		return err
+	}
+	var xys plotter.XYs
+	for j, e := range es {
+		if !math.IsNaN(e.Mean) {
+			xys = append(xys, plotter.XY{X: xs[j], Y: e.Mean})
 		}
-		steps = math.Max(steps, float64(len(res.Steps)))
-		if err := addLine(p, i, res.Arm, xys, false); err != nil {
+	}
+	if len(xys) == 0 {
+		return nil
+	}
+	return addLine(p, i, name, xys, dashed)
+}
+
+// seedNote is appended to plot titles: what the bands are.
+func seedNote(arms []armAgg) string {
+	n := 0
+	for _, a := range arms {
+		n = max(n, a.seeds)
+	}
+	if n < 2 {
+		return " (one seed)"
+	}
+	return fmt.Sprintf(" (mean, 95%% CI band over %d seeds)", n)
+}
+
+func stepXs(n int) []float64 {
+	xs := make([]float64, n)
+	for i := range xs {
+		xs[i] = float64(i)
+	}
+	return xs
+}
+
+// target is the target line: TargetFraction × real-GRPO's final score (mean over seeds).
+func target(r Report) (float64, bool) {
+	var ts []float64
+	for _, res := range r.Results {
+		if res.Arm == sim.ArmRealGRPO {
+			ts = append(ts, r.TargetFraction*res.FinalScore())
+		}
+	}
+	if len(ts) == 0 {
+		return 0, false
+	}
+	return sim.NewEstimate(ts).Mean, true
+}
+
+func scoreVsCompute(r Report, arms []armAgg) (*plot.Plot, error) {
+	p := newPlot("Score vs execution compute"+seedNote(arms), "real executions (sandbox runs, mean over seeds)", "expected true score (held-out)")
+	p.X.Tick.Marker = stepTicks{}
+	maxX := 1.0
+	for _, a := range arms {
+		if n := len(a.execs); n > 0 {
+			maxX = math.Max(maxX, a.execs[n-1].Mean)
+		}
+	}
+	for i, a := range arms {
+		if a.execs[len(a.execs)-1].Mean == 0 {
+			// An arm that never executes is a point at x = 0; draw its final score across the
+			// axis so it can be compared at all.
+			fin := a.score[len(a.score)-1]
+			if err := addMeanBand(p, i, a.name+" (final, 0 executions)", []float64{0, maxX}, []sim.Estimate{fin, fin}, true, bounds{0, 1}); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		xs := make([]float64, len(a.execs))
+		for j, e := range a.execs {
+			xs[j] = e.Mean
+		}
+		if err := addMeanBand(p, i, a.name, xs, a.score, false, bounds{0, 1}); err != nil {
 			return nil, err
 		}
 	}
 	if t, ok := target(r); ok {
-		if err := addTarget(p, t, 0, steps); err != nil {
+		if err := addHLine(p, "target", t, 0, maxX, color.Gray{Y: 120}); err != nil {
 			return nil, err
 		}
 	}
 	return p, nil
 }
 
-func calibrationPlot(r Report) (*plot.Plot, error) {
-	var res *sim.Result
-	for i := range r.Results {
-		if r.Results[i].Arm == r.CalibrationArm {
-			res = &r.Results[i]
+func addHLine(p *plot.Plot, name string, y, x0, x1 float64, c color.Color) error {
+	l, err := plotter.NewLine(plotter.XYs{{X: x0, Y: y}, {X: x1, Y: y}})
+	if err != nil {
+		return err
+	}
+	l.Color = c
+	l.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+	p.Add(l)
+	p.Legend.Add(name, l)
+	return nil
+}
+
+func scoreVsStep(r Report, arms []armAgg) (*plot.Plot, error) {
+	p := newPlot("Score vs training step"+seedNote(arms), "step (0: untrained policy)", "expected true score (held-out)")
+	p.X.Tick.Marker = stepTicks{}
+	steps := 1.0
+	for i, a := range arms {
+		steps = math.Max(steps, float64(len(a.score)-1))
+		if err := addMeanBand(p, i, a.name, stepXs(len(a.score)), a.score, false, bounds{0, 1}); err != nil {
+			return nil, err
 		}
 	}
-	p := newPlot("Calibration ("+r.CalibrationArm+")", "world-model score (raw)", "executed score")
-	p.Legend.Left, p.Legend.Top = true, true
-	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, 1, 0, 1
-	ident, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 1}})
-	if err != nil {
-		return nil, err
-	}
-	ident.Color = color.Gray{Y: 150}
-	ident.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
-	p.Add(ident)
-	p.Legend.Add("identity", ident)
-	if res == nil || len(res.Pairs) == 0 {
-		p.Title.Text += ": no anchor pairs"
-		return p, nil
-	}
-	pts := make(plotter.XYs, len(res.Pairs))
-	for i, a := range res.Pairs {
-		pts[i] = plotter.XY{X: a.Predicted, Y: a.Executed}
-	}
-	sc, err := plotter.NewScatter(pts)
-	if err != nil {
-		return nil, err
-	}
-	sc.GlyphStyle.Color = color.NRGBA{R: 30, G: 100, B: 200, A: 120}
-	sc.GlyphStyle.Radius = vg.Points(2)
-	sc.GlyphStyle.Shape = draw.CircleGlyph{}
-	p.Add(sc)
-	p.Legend.Add(fmt.Sprintf("anchor pairs (%d)", len(pts)), sc)
-	if res.State != nil {
-		if xs, ys := res.State.Breakpoints(); len(xs) > 0 {
-			fit := plotter.XYs{{X: 0, Y: ys[0]}}
-			for i := range xs {
-				fit = append(fit, plotter.XY{X: xs[i], Y: ys[i]})
-			}
-			fit = append(fit, plotter.XY{X: 1, Y: ys[len(ys)-1]})
-			l, err := plotter.NewLine(fit)
-			if err != nil {
-				return nil, err
-			}
-			l.Color = color.RGBA{R: 220, G: 60, B: 30, A: 255}
-			l.Width = vg.Points(2.2)
-			p.Add(l)
-			p.Legend.Add(fmt.Sprintf("fitted monotone map (refit %d)", res.State.FitVersion()), l)
+	if t, ok := target(r); ok {
+		if err := addHLine(p, "target", t, 0, steps, color.Gray{Y: 120}); err != nil {
+			return nil, err
 		}
 	}
 	return p, nil
 }
 
-func ivdPlot(r Report) (*plot.Plot, error) {
-	p := newPlot("Inverse-variance anchor weight", "step", "anchor row weight (world-model rows: 1)")
-	for i, res := range r.Results {
-		if res.Arm == sim.ArmRealGRPO || res.Arm == sim.ArmPureWM {
+// gapPlot is every arm's score minus real-GRPO's in the same seed, per step: how far training on
+// the world model alone (pure-wm) or with corrections falls behind real execution.
+func gapPlot(r Report, arms []armAgg) (*plot.Plot, error) {
+	p := newPlot("Gap to real-GRPO over steps"+seedNote(arms), "step (0: untrained policy)", "score − real-GRPO's score (same seed)")
+	p.X.Tick.Marker = stepTicks{}
+	steps := 1.0
+	for i, a := range arms {
+		if a.name == sim.ArmRealGRPO {
 			continue
 		}
-		xys := make(plotter.XYs, 0, len(res.Steps))
-		for _, s := range res.Steps {
-			xys = append(xys, plotter.XY{X: float64(s.Step), Y: s.AnchorWeight})
+		steps = math.Max(steps, float64(len(a.gap)-1))
+		if err := addMeanBand(p, i, a.name, stepXs(len(a.gap)), a.gap, a.name == sim.ArmPureWM, unbounded); err != nil {
+			return nil, err
 		}
-		if len(xys) == 0 {
+	}
+	if err := addHLine(p, "real-GRPO (0)", 0, 0, steps, color.Gray{Y: 90}); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func calArm(r Report, arms []armAgg) *armAgg {
+	for i := range arms {
+		if arms[i].name == r.CalibrationArm {
+			return &arms[i]
+		}
+	}
+	return nil
+}
+
+// calErrorPlot is the calibration arm's per-step error of the raw world-model score and of the
+// debiased one (the map in force before the step: out of sample).
+func calErrorPlot(r Report, arms []armAgg) (*plot.Plot, error) {
+	a := calArm(r, arms)
+	p := newPlot("Calibration error per step ("+r.CalibrationArm+")"+seedNote(arms), "step",
+		"mean |score − executed| over anchor rollouts")
+	p.X.Tick.Marker = stepTicks{}
+	if a == nil {
+		p.Title.Text += ": arm not run"
+		return p, nil
+	}
+	xs := make([]float64, len(a.raw))
+	for j := range xs {
+		xs[j] = float64(j - 1) // index 0 is the untrained policy, which has no error
+	}
+	if err := addMeanBand(p, 1, "raw world-model score", xs[1:], a.raw[1:], false, bounds{0, 1}); err != nil {
+		return nil, err
+	}
+	if err := addMeanBand(p, 0, "debiased (map in force for the step)", xs[1:], a.cal[1:], true, bounds{0, 1}); err != nil {
+		return nil, err
+	}
+	p.Y.Min = 0
+	return p, nil
+}
+
+// calibrationPlot shows the calibration arm's anchor pairs (first seed), shaded from early to
+// late steps, and its fitted map at up to four points in time.
+func calibrationPlot(r Report, arms []armAgg) (*plot.Plot, error) {
+	p := newPlot("Calibration over time ("+r.CalibrationArm+")", "world-model score (raw)", "executed score")
+	p.Legend.Left, p.Legend.Top = true, true
+	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, 1, 0, 1
+	if err := addHLineXY(p, "identity (the map until the first refit)", plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 1}}, color.Gray{Y: 150}); err != nil {
+		return nil, err
+	}
+	a := calArm(r, arms)
+	if a == nil || len(a.results[0].Pairs) == 0 {
+		p.Title.Text += ": no anchor pairs"
+		return p, nil
+	}
+	res := a.results[0]
+	if a.seeds > 1 {
+		p.Title.Text += fmt.Sprintf(", seed %d", res.Seed)
+	}
+	steps := len(res.Steps)
+	thirds := []struct {
+		lo, hi int
+		c      color.NRGBA
+	}{
+		{0, steps / 3, color.NRGBA{R: 150, G: 190, B: 230, A: 170}},
+		{steps / 3, 2 * steps / 3, color.NRGBA{R: 60, G: 120, B: 200, A: 170}},
+		{2 * steps / 3, steps, color.NRGBA{R: 10, G: 40, B: 120, A: 190}},
+	}
+	for _, th := range thirds {
+		var pts plotter.XYs
+		for _, pr := range res.Pairs {
+			if pr.Step >= th.lo && pr.Step < th.hi {
+				pts = append(pts, plotter.XY{X: pr.Predicted, Y: pr.Executed})
+			}
+		}
+		if len(pts) == 0 {
 			continue
 		}
-		if err := addLine(p, i, res.Arm, xys, false); err != nil {
+		sc, err := plotter.NewScatter(pts)
+		if err != nil {
+			return nil, err
+		}
+		sc.GlyphStyle.Color = th.c
+		sc.GlyphStyle.Radius = vg.Points(2)
+		sc.GlyphStyle.Shape = draw.CircleGlyph{}
+		p.Add(sc)
+		p.Legend.Add(fmt.Sprintf("anchor pairs, steps %d–%d (%d)", th.lo, th.hi-1, len(pts)), sc)
+	}
+	var refits []sim.Map
+	for _, m := range res.Maps {
+		if len(m.X) > 0 {
+			refits = append(refits, m)
+		}
+	}
+	maps := pickMaps(refits, 4)
+	for i, m := range maps {
+		fit := plotter.XYs{{X: 0, Y: m.Y[0]}}
+		for j := range m.X {
+			fit = append(fit, plotter.XY{X: m.X[j], Y: m.Y[j]})
+		}
+		fit = append(fit, plotter.XY{X: 1, Y: m.Y[len(m.Y)-1]})
+		l, err := plotter.NewLine(fit)
+		if err != nil {
+			return nil, err
+		}
+		t := 1.0
+		if len(maps) > 1 {
+			t = float64(i) / float64(len(maps)-1)
+		}
+		l.Color = color.RGBA{R: uint8(250 - 80*t), G: uint8(180 - 150*t), B: uint8(110 - 90*t), A: 255}
+		l.Width = vg.Points(1.4 + 1.2*t)
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("map after step %d (refit %d)", m.Step, m.FitVersion), l)
+	}
+	return p, nil
+}
+
+func addHLineXY(p *plot.Plot, name string, xys plotter.XYs, c color.Color) error {
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return err
+	}
+	l.Color = c
+	l.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
+	p.Add(l)
+	p.Legend.Add(name, l)
+	return nil
+}
+
+// pickMaps chooses up to n maps evenly spread over ms, the first and the last included.
+func pickMaps(ms []sim.Map, n int) []sim.Map {
+	if len(ms) <= n {
+		return ms
+	}
+	out := make([]sim.Map, 0, n)
+	for i := range n {
+		out = append(out, ms[i*(len(ms)-1)/(n-1)])
+	}
+	return out
+}
+
+func ivdPlot(r Report, arms []armAgg) (*plot.Plot, error) {
+	p := newPlot("Inverse-variance anchor weight"+seedNote(arms), "step", "anchor row weight in force (world-model rows: 1)")
+	p.X.Tick.Marker = stepTicks{}
+	capW, steps := 0.0, 1.0
+	for i, a := range arms {
+		if a.name == sim.ArmRealGRPO || a.name == sim.ArmPureWM {
+			continue
+		}
+		capW = math.Max(capW, a.weightCap)
+		steps = math.Max(steps, float64(len(a.weight)-1))
+		if err := addMeanBand(p, i, a.name, stepXs(len(a.weight)-1), a.weight[1:], false, bounds{1, a.weightCap}); err != nil {
 			return nil, err
 		}
 	}
 	p.Y.Min = 0
+	if capW > 0 {
+		if err := addHLine(p, fmt.Sprintf("cap (%g)", capW), capW, 0, steps, color.RGBA{R: 200, G: 30, B: 30, A: 255}); err != nil {
+			return nil, err
+		}
+		p.Y.Max = capW + 0.5
+	}
 	return p, nil
 }
 
@@ -280,29 +569,52 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}img{max-width:100%;border:1px solid #eee;margin:.5em 0}
-code{background:#f5f5f5;padding:1px 4px}
+table.settings td{text-align:left}code{background:#f5f5f5;padding:1px 4px}dt{font-weight:600}dd{margin:0 0 .4em 1.5em}
+.cap{color:#444;font-size:.92em;max-width:60em}
 </style></head><body>
 <h1>{{.R.Title}}</h1>
-<p><code>{{.R.FinalLine}}</code></p>
+{{if .R.FinalLine}}<p><code>{{.R.FinalLine}}</code></p>{{end}}
 <h2>Settings</h2>
-<table>{{range .R.Settings}}<tr><th>{{index . 0}}</th><td>{{index . 1}}</td></tr>{{end}}</table>
+<table class="settings">{{range .R.Settings}}<tr><th>{{index . 0}}</th><td>{{index . 1}}</td></tr>{{end}}</table>
 <h2>Summary</h2>
-<p>Target: {{printf "%.0f" .Pct}}% of real-GRPO's final score{{if .HasTarget}} ({{printf "%.3f" .Target}}){{end}}.
-Execution compute is counted in real executions (sandbox runs); seconds are measured wall time.</p>
-<table><tr><th>arm</th><th>final score</th><th>Δ vs real-GRPO</th><th>reached target</th><th>executions to target</th><th>exec s to target</th><th>speedup (executions)</th><th>executions total</th></tr>
-{{range .Sums}}<tr><td>{{.Arm}}</td><td>{{est .Final 3}}</td><td>{{est .FinalDelta 3}}</td><td>{{.Reached}}/{{.Seeds}}</td><td>{{est .ExecutionsToTarget 0}}</td><td>{{est .ExecSecondsToTarget 2}}</td><td>{{if and .Reached (not .Speedup.N)}}∞ (no executions){{else}}{{est .Speedup 2}}{{end}}</td><td>{{est .Executions 0}}</td></tr>
+<p>Target: {{printf "%.0f" .Pct}}% of real-GRPO's final score{{if .HasTarget}} ({{printf "%.3f" .Target}}{{if gt .Seeds 1}}, mean over seeds{{end}}){{end}}.
+{{if gt .Seeds 1}}Values are mean ± 95% CI over {{.Seeds}} seeds (Student t).{{else}}One seed, so no confidence intervals.{{end}}</p>
+<table><tr><th>arm</th><th>final</th><th>Δ real</th><th>reached</th><th>execs→tgt</th><th>exec s→tgt</th><th>speedup</th><th>execs</th></tr>
+{{range .Sums}}<tr><td>{{.Arm}}</td><td>{{est .Final 3}}</td><td>{{est .FinalDelta 3}}</td><td>{{.Reached}}/{{.Seeds}}</td><td>{{est .ExecutionsToTarget 0}}</td><td>{{est .ExecSecondsToTarget 2}}</td><td>{{if and .Reached (not .Speedup.N)}}∞{{else}}{{est .Speedup 2}}{{end}}</td><td>{{est .Executions 0}}</td></tr>
 {{end}}</table>
+<dl>
+<dt>final</dt><dd>expected true score of the policy on the held-out problems after the last step</dd>
+<dt>Δ real</dt><dd>final minus real-GRPO's final score in the same seed</dd>
+<dt>reached</dt><dd>seeds in which the arm reached the target</dd>
+<dt>execs→tgt</dt><dd>real executions (sandbox runs) until the target was first reached, over the seeds that reached it</dd>
+<dt>exec s→tgt</dt><dd>measured wall time of those executions, seconds</dd>
+<dt>speedup</dt><dd>real-GRPO's execs→tgt divided by the arm's, per seed; ∞ when the arm reached the target without executing</dd>
+<dt>execs</dt><dd>real executions of the whole run</dd>
+</dl>
 <h2>Score vs execution compute</h2><img src="score_vs_compute.png" alt="score vs execution compute">
 <h2>Score vs step</h2><img src="score_vs_step.png" alt="score vs step">
-<h2>Calibration</h2><p>Anchor pairs (raw world-model score, executed score) of the {{.R.CalibrationArm}} arm and the monotone map in force at the end.</p><img src="calibration.png" alt="calibration curve">
-<h2>IVD weight</h2><img src="ivd_weight.png" alt="IVD weight over steps">
+<h2>Gap to real-GRPO</h2><p class="cap">Each arm's score minus real-GRPO's in the same seed, per step. The dashed line is the pure world model (no execution at all).</p><img src="gap_vs_step.png" alt="gap to real-GRPO over steps">
+<h2>Calibration</h2><p class="cap">Anchor pairs (raw world-model score, executed score) of the {{.R.CalibrationArm}} arm, darker for later steps, and the monotone map fitted by Online Debiasing at a few points in time (the identity map is in force until the window holds enough pairs). Pairs at a world-model score of about {{.Floor}} are solutions the proxy scores at its read-out floor; pairs at an executed score of 0 are solutions that score 0 when really executed.</p><img src="calibration.png" alt="calibration map over time">
+<h2>Calibration error per step</h2><p class="cap">Mean |score − executed| over each step's anchor rollouts, for the raw world-model score and for the debiased score (the map in force before the step, so out of sample).</p><img src="calibration_error.png" alt="calibration error per step, raw vs debiased">
+<h2>IVD weight</h2><p class="cap">Weight of anchor rows in the loss (world-model rows have weight 1); the red line is the configured cap.</p><img src="ivd_weight.png" alt="IVD weight over steps">
 <p>Raw data: <a href="steps.csv">steps.csv</a>, <a href="summary.csv">summary.csv</a>.</p>
 </body></html>
 `))
 
-func renderHTML(b *bytes.Buffer, r Report, sums []sim.ArmSummary) error {
+func renderHTML(b *bytes.Buffer, r Report, sums []sim.ArmSummary, arms []armAgg) error {
 	t, ok := target(r)
-	if err := page.Execute(b, map[string]any{"R": r, "Sums": sums, "Pct": 100 * r.TargetFraction, "Target": t, "HasTarget": ok}); err != nil {
+	seeds := 0
+	for _, a := range arms {
+		seeds = max(seeds, a.seeds)
+	}
+	floor := "the read-out floor"
+	for _, row := range r.Settings {
+		if row[0] == "world model: read-out floor" {
+			floor = row[1]
+		}
+	}
+	if err := page.Execute(b, map[string]any{"R": r, "Sums": sums, "Pct": 100 * r.TargetFraction, "Target": t, "HasTarget": ok,
+		"Seeds": seeds, "Floor": floor}); err != nil {
 		return fmt.Errorf("demo: report: html: %w", err)
 	}
 	return nil

@@ -50,31 +50,81 @@ func WriteStepsCSV(w io.Writer, results []Result) error {
 	return nil
 }
 
-// SummaryHeader is the header of WriteSummaryCSV.
-var SummaryHeader = []string{
-	"arm", "seeds", "reached", "final_mean", "final_ci95", "final_minus_real_mean", "final_minus_real_ci95",
-	"executions_to_target_mean", "executions_to_target_ci95", "exec_seconds_to_target_mean",
-	"exec_seconds_to_target_ci95", "total_seconds_to_target_mean", "total_seconds_to_target_ci95",
-	"steps_to_target_mean", "steps_to_target_ci95", "speedup_mean", "speedup_ci95", "speedup_n",
-	"executions_total_mean",
+// summaryColumn is one quantity of the summary CSV: a mean column and, when the estimate has a
+// confidence interval, a ci95 column beside it.
+type summaryColumn struct {
+	name string
+	get  func(ArmSummary) Estimate
+	ci   bool
 }
 
-// WriteSummaryCSV writes one row per arm (CI columns are 95% half-widths, NaN when undefined).
+var summaryColumns = []summaryColumn{
+	{"final", func(s ArmSummary) Estimate { return s.Final }, true},
+	{"final_minus_real", func(s ArmSummary) Estimate { return s.FinalDelta }, true},
+	{"executions_to_target", func(s ArmSummary) Estimate { return s.ExecutionsToTarget }, true},
+	{"exec_seconds_to_target", func(s ArmSummary) Estimate { return s.ExecSecondsToTarget }, true},
+	{"total_seconds_to_target", func(s ArmSummary) Estimate { return s.TotalSecondsToTarget }, true},
+	{"steps_to_target", func(s ArmSummary) Estimate { return s.StepsToTarget }, true},
+	{"speedup", func(s ArmSummary) Estimate { return s.Speedup }, true},
+	{"executions_total", func(s ArmSummary) Estimate { return s.Executions }, false},
+}
+
+// SummaryHeader is the header of WriteSummaryCSV for sums: "arm", "seeds", "reached", then per
+// quantity "<q>_mean" and, only if some arm has a confidence interval for it (two or more
+// values), "<q>_ci95"; "speedup_n" follows the speedup.
+func SummaryHeader(sums []ArmSummary) []string {
+	h := []string{"arm", "seeds", "reached"}
+	for _, c := range summaryColumns {
+		h = append(h, c.name+"_mean")
+		if c.ci && hasCI(sums, c) {
+			h = append(h, c.name+"_ci95")
+		}
+		if c.name == "speedup" {
+			h = append(h, "speedup_n")
+		}
+	}
+	return h
+}
+
+func hasCI(sums []ArmSummary, c summaryColumn) bool {
+	for _, s := range sums {
+		if ci := c.get(s).CI; !math.IsNaN(ci) {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteSummaryCSV writes one row per arm. CI columns are 95% half-widths (Student t over seeds);
+// a CI column is left out when no arm has one (a single seed), and a cell is empty where its
+// arm's estimate has fewer than two values. An undefined mean (no seed reached the target) is
+// empty too.
 func WriteSummaryCSV(w io.Writer, sums []ArmSummary) error {
 	cw := csv.NewWriter(w)
-	if err := cw.Write(SummaryHeader); err != nil {
+	if err := cw.Write(SummaryHeader(sums)); err != nil {
 		return fmt.Errorf("sim: csv: %w", err)
 	}
-	f := func(x float64) string { return strconv.FormatFloat(x, 'g', 8, 64) }
+	f := func(x float64) string {
+		if math.IsNaN(x) {
+			return ""
+		}
+		return strconv.FormatFloat(x, 'g', 8, 64)
+	}
+	withCI := make([]bool, len(summaryColumns))
+	for i, c := range summaryColumns {
+		withCI[i] = c.ci && hasCI(sums, c)
+	}
 	for _, s := range sums {
-		row := []string{
-			s.Arm, strconv.Itoa(s.Seeds), strconv.Itoa(s.Reached),
-			f(s.Final.Mean), f(s.Final.CI), f(s.FinalDelta.Mean), f(s.FinalDelta.CI),
-			f(s.ExecutionsToTarget.Mean), f(s.ExecutionsToTarget.CI),
-			f(s.ExecSecondsToTarget.Mean), f(s.ExecSecondsToTarget.CI),
-			f(s.TotalSecondsToTarget.Mean), f(s.TotalSecondsToTarget.CI),
-			f(s.StepsToTarget.Mean), f(s.StepsToTarget.CI),
-			f(s.Speedup.Mean), f(s.Speedup.CI), strconv.Itoa(s.Speedup.N), f(s.Executions.Mean),
+		row := []string{s.Arm, strconv.Itoa(s.Seeds), strconv.Itoa(s.Reached)}
+		for i, c := range summaryColumns {
+			e := c.get(s)
+			row = append(row, f(e.Mean))
+			if withCI[i] {
+				row = append(row, f(e.CI))
+			}
+			if c.name == "speedup" {
+				row = append(row, strconv.Itoa(e.N))
+			}
 		}
 		if err := cw.Write(row); err != nil {
 			return fmt.Errorf("sim: csv: %w", err)
@@ -87,20 +137,36 @@ func WriteSummaryCSV(w io.Writer, sums []ArmSummary) error {
 	return nil
 }
 
-// WriteTable prints the summary as an aligned text table.
-func WriteTable(w io.Writer, sums []ArmSummary) error {
+// TableLegend defines every column of WriteTable, for a target of targetFraction × real-GRPO.
+func TableLegend(targetFraction float64) string {
+	return fmt.Sprintf(`columns (mean ± 95%% CI over seeds, Student t, where there are two or more values):
+  final       expected true score on the held-out problems after the last step
+  Δ real      final minus real-GRPO's final score in the same seed
+  reached     seeds in which the arm reached the target (%.0f%% of real-GRPO's final score)
+  execs→tgt   real executions until the target was first reached (seeds that reached it)
+  exec s→tgt  measured wall time of those executions, seconds
+  speedup     real-GRPO's execs→tgt / the arm's, per seed (∞: reached without executing)
+  execs       real executions of the whole run
+`, 100*targetFraction)
+}
+
+// WriteTable prints the summary as an aligned text table (under 100 columns for seeds' CIs up to
+// four digits) followed by TableLegend.
+func WriteTable(w io.Writer, sums []ArmSummary, targetFraction float64) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "arm\tfinal score\tΔ vs real-GRPO\treached\texecutions-to-target\texec s-to-target\texec+overhead+wm s\tspeedup (execs)\texecutions total")
+	fmt.Fprintln(tw, "arm\tfinal\tΔ real\treached\texecs→tgt\texec s→tgt\tspeedup\texecs")
 	for _, s := range sums {
 		speed := s.Speedup.Format(2)
 		if s.Reached > 0 && s.Speedup.N == 0 {
-			speed = "∞ (no executions)"
+			speed = "∞"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", s.Arm, s.Final.Format(3), s.FinalDelta.Format(3),
-			s.Reached, s.Seeds, s.ExecutionsToTarget.Format(0), s.ExecSecondsToTarget.Format(2), s.TotalSecondsToTarget.Format(2), speed,
-			s.Executions.Format(0))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", s.Arm, s.Final.Format(3), s.FinalDelta.Format(3),
+			s.Reached, s.Seeds, s.ExecutionsToTarget.Format(0), s.ExecSecondsToTarget.Format(2), speed, s.Executions.Format(0))
 	}
 	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("sim: table: %w", err)
+	}
+	if _, err := io.WriteString(w, TableLegend(targetFraction)); err != nil {
 		return fmt.Errorf("sim: table: %w", err)
 	}
 	return nil

@@ -83,6 +83,22 @@ type Pair struct {
 	Predicted, Executed float64
 }
 
+// Map is the calibration map sealed after Step (breakpoints X → Y; empty: identity).
+type Map struct {
+	Step       int
+	FitVersion uint64
+	X, Y       []float64
+}
+
+// AppendMap appends the state's map to maps if its fit version is new.
+func AppendMap(maps []Map, step int, st *correction.State) []Map {
+	if n := len(maps); n > 0 && maps[n-1].FitVersion == st.FitVersion() {
+		return maps
+	}
+	x, y := st.Breakpoints()
+	return append(maps, Map{Step: step, FitVersion: st.FitVersion(), X: x, Y: y})
+}
+
 // Result is one arm × seed run.
 type Result struct {
 	Arm          string
@@ -92,6 +108,8 @@ type Result struct {
 	// Pairs are every anchor pair in step order, and State the calibration state sealed after
 	// the last step (its Breakpoints are the fitted map), for calibration plots.
 	Pairs []Pair
+	// Maps are the fitted calibration maps over the run: one per refit, sealed after Step.
+	Maps  []Map
 	State *correction.State
 	// Final is the policy after the last step.
 	Final *task.Policy
@@ -265,6 +283,7 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 		rec.Pairs = state.Pairs()
 		rec.Entropy = pol.Entropy()
 		res.Steps = append(res.Steps, rec)
+		res.Maps = AppendMap(res.Maps, v, state)
 		if observe != nil {
 			observe(rec)
 		}

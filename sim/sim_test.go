@@ -8,8 +8,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wmrl/wmrl/task"
 	"github.com/wmrl/wmrl/topics"
@@ -309,7 +311,7 @@ func TestSummarize(t *testing.T) {
 func TestOutputGolden(t *testing.T) {
 	res := syntheticResults()
 	var buf bytes.Buffer
-	if err := WriteTable(&buf, Summarize(res, 0.9)); err != nil {
+	if err := WriteTable(&buf, Summarize(res, 0.9), 0.9); err != nil {
 		t.Fatal(err)
 	}
 	buf.WriteString("--- summary.csv\n")
@@ -361,5 +363,60 @@ func TestTrainingProblemsAreDisjointFromEval(t *testing.T) {
 	}
 	if kinds[task.Regression] < 60 || kinds[task.Classification] < 60 {
 		t.Fatalf("kinds unbalanced: %v", kinds)
+	}
+}
+
+// One seed has no confidence intervals: summary.csv leaves the ci95 columns out instead of
+// writing NaN, and keeps them (with real numbers) for two seeds.
+func TestSummaryCSVCIColumns(t *testing.T) {
+	var one []Result
+	for _, r := range syntheticResults() {
+		if r.Seed == 1 {
+			one = append(one, r)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		results []Result
+		wantCI  bool
+	}{{"one seed", one, false}, {"two seeds", syntheticResults(), true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := WriteSummaryCSV(&buf, Summarize(tc.results, 0.9)); err != nil {
+				t.Fatal(err)
+			}
+			out := buf.String()
+			if strings.Contains(out, "NaN") {
+				t.Errorf("summary.csv has NaN:\n%s", out)
+			}
+			if got := strings.Contains(strings.SplitN(out, "\n", 2)[0], "_ci95"); got != tc.wantCI {
+				t.Errorf("ci95 columns present %v, want %v:\n%s", got, tc.wantCI, out)
+			}
+		})
+	}
+}
+
+// The terminal summary stays within 100 columns, even with CIs, and defines every column it
+// prints.
+func TestTableWidthAndLegend(t *testing.T) {
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, Summarize(syntheticResults(), 0.9), 0.9); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
+	for _, l := range lines {
+		if n := utf8.RuneCountInString(l); n > 100 {
+			t.Errorf("%d columns: %q", n, l)
+		}
+	}
+	legend := TableLegend(0.9)
+	for _, col := range strings.Split(lines[0], "  ") {
+		col = strings.TrimSpace(col)
+		if col == "" || col == "arm" {
+			continue
+		}
+		if !strings.Contains(legend, "  "+col+" ") {
+			t.Errorf("column %q is not defined under the table", col)
+		}
 	}
 }

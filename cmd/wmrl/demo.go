@@ -1,10 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wmrl/wmrl/dashboard"
 	"github.com/wmrl/wmrl/demo"
 	"github.com/wmrl/wmrl/internal/conn"
 	"github.com/wmrl/wmrl/sim"
@@ -26,6 +26,8 @@ func newDemoCmd(a *app) *cobra.Command {
 		quick    bool
 		external bool
 		out      string
+		dashAddr string
+		linger   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -87,10 +89,32 @@ plots and CSVs. --quick is a shorter run (30 steps, 2 held-out problems).`,
 			}
 			cfg.Arms = demo.Arms(cfg.AnchorFraction)
 			fmt.Fprintf(a.stdout, "wmrl demo: %s\n", where)
+			var dash *dashboard.Server
+			if dashAddr != "" {
+				// The dashboard reads the same topics and Redis as the arms; an embedded Kafka and
+				// Redis are started here so that they outlive the run while the page is open.
+				if !external {
+					emb, err := demo.StartEmbedded()
+					if err != nil {
+						return err
+					}
+					defer emb.Close()
+					cfg.Embedded = emb
+					cfg.KafkaOpts, cfg.Redis = emb.KafkaOpts, emb.Redis
+				}
+				var err error
+				dash, err = dashboard.Start(ctx, dashAddr, dashboard.Config{KafkaOpts: cfg.KafkaOpts, Redis: cfg.Redis,
+					TopicPrefix: cfg.TopicPrefix, RedisPrefix: cfg.RedisPrefixOf, Logger: cfg.Logger})
+				if err != nil {
+					return err
+				}
+				defer dash.Close()
+				fmt.Fprintf(a.stdout, "dashboard: %s\n", dash.URL())
+			}
 			fmt.Fprintf(a.stdout, "arms: real-grpo (all groups executed), pure-wm (none), wmrl (%.0f%% anchors, OD+IVD); %d steps × %d groups × G=%d, seed %d\n",
 				100*cfg.AnchorFraction, cfg.Sim.Steps, cfg.Sim.Groups, cfg.Sim.GroupSize, cfg.Seed)
 			fmt.Fprintf(a.stdout, "building the exact evaluator: %d held-out problems × %d solutions ...\n", cfg.EvalProblems, len(task.EffectiveSolutions()))
-			prog := newProgress(a.stdout, cfg.Arms, cfg.Sim.Steps)
+			prog := newProgress(a.stdout, isTerminal(a.stdout), cfg.Arms, cfg.Sim.Steps)
 			cfg.OnStep = prog.step
 			start := time.Now()
 			res, err := demo.Run(ctx, cfg)
@@ -101,17 +125,17 @@ plots and CSVs. --quick is a shorter run (30 steps, 2 held-out problems).`,
 			fmt.Fprintf(a.stdout, "\nevaluator %s, pipeline %s, total %s\n\n", res.Eval.Round(time.Millisecond),
 				res.Elapsed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 			fmt.Fprintf(a.stdout, "target: %.0f%% of real-GRPO's final score; compute = real executions (one seed, so no CIs)\n", 100*cfg.TargetFraction)
-			if err := sim.WriteTable(a.stdout, res.Summary); err != nil {
+			if err := sim.WriteTable(a.stdout, res.Summary, cfg.TargetFraction); err != nil {
 				return err
 			}
 			if out != "" {
-				settings := [][2]string{
-					{"backend", where}, {"steps × groups × G", fmt.Sprintf("%d × %d × %d", cfg.Sim.Steps, cfg.Sim.Groups, cfg.Sim.GroupSize)},
-					{"learning rate", fmt.Sprint(cfg.Sim.LR)}, {"anchor fraction (wmrl)", fmt.Sprint(cfg.AnchorFraction)},
-					{"seed", fmt.Sprint(cfg.Seed)}, {"held-out problems", fmt.Sprint(cfg.EvalProblems)},
-					{"world model", fmt.Sprintf("%+v", cfg.Sim.WorldModel)}, {"sandbox overhead", cfg.Sim.ExecOverhead.String()},
-					{"pipeline time", res.Elapsed.Round(time.Millisecond).String()},
-				}
+				settings := append([][2]string{{"backend", where},
+					{"arms", "real-grpo (every group executed), pure-wm (none), wmrl (anchors, OD + IVD)"},
+					{"anchor fraction (wmrl)", fmt.Sprint(cfg.AnchorFraction)}, {"seed", fmt.Sprint(cfg.Seed)},
+					{"held-out problems", fmt.Sprint(cfg.EvalProblems)}, {"sandbox slots per arm", fmt.Sprint(cfg.SandboxSlots)},
+					{"target", fmt.Sprintf("%.0f%% of real-GRPO's final score", 100*cfg.TargetFraction)}},
+					demo.SimSettings(cfg.Sim)...)
+				settings = append(settings, [2]string{"pipeline time", res.Elapsed.Round(time.Millisecond).String()})
 				files, err := demo.WriteReport(out, demo.Report{Title: "wmrl demo", Settings: settings, Results: res.Results,
 					TargetFraction: cfg.TargetFraction, FinalLine: res.FinalLine})
 				if err != nil {
@@ -120,6 +144,9 @@ plots and CSVs. --quick is a shorter run (30 steps, 2 held-out problems).`,
 				fmt.Fprintf(a.stdout, "report: %s (%d files)\n", filepath.Join(out, demo.FileHTML), len(files))
 			}
 			fmt.Fprintln(a.stdout, res.FinalLine)
+			if dash != nil {
+				return lingerDashboard(ctx, a, dash, linger)
+			}
 			return nil
 		},
 	}
@@ -127,6 +154,8 @@ plots and CSVs. --quick is a shorter run (30 steps, 2 held-out problems).`,
 	f.BoolVar(&quick, "quick", false, "short run: 30 steps, 2 held-out problems (explicit --steps/--eval-problems win)")
 	f.BoolVar(&external, "external", false, "use the global --brokers/--redis (and TLS/SASL options) instead of the embedded ones; implied when either is set")
 	f.StringVar(&out, "out", "wmrl-demo-report", "report folder (empty: no report)")
+	f.StringVar(&dashAddr, "dashboard", "", "serve the live dashboard on this address (host:port) during the run, e.g. 127.0.0.1:8080")
+	f.DurationVar(&linger, "dashboard-linger", 0, "keep the dashboard up this long after the run (0: until Ctrl-C)")
 	f.IntVar(&cfg.Sim.Steps, "steps", cfg.Sim.Steps, "training steps")
 	f.IntVar(&cfg.Sim.Groups, "groups", cfg.Sim.Groups, "groups per step")
 	f.IntVar(&cfg.Sim.GroupSize, "group-size", cfg.Sim.GroupSize, "rollouts per group (G)")
@@ -143,73 +172,18 @@ plots and CSVs. --quick is a shorter run (30 steps, 2 held-out problems).`,
 	return cmd
 }
 
-// progress prints one line per arm and step, or, on a terminal, a table refreshed in place.
-type progress struct {
-	w      io.Writer
-	tty    bool
-	arms   []string
-	steps  int
-	last   map[string]sim.StepRecord
-	drawn  bool
-	start  time.Time
-	lastAt time.Time
-}
-
-func newProgress(w io.Writer, arms []sim.Arm, steps int) *progress {
-	p := &progress{w: w, steps: steps, last: map[string]sim.StepRecord{}, start: time.Now()}
-	for _, a := range arms {
-		p.arms = append(p.arms, a.Name)
-	}
-	if f, ok := w.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			p.tty = true
+// lingerDashboard keeps the dashboard of a finished demo up (its embedded Kafka and Redis too)
+// for d, or until interrupted when d is 0.
+func lingerDashboard(ctx context.Context, a *app, dash *dashboard.Server, d time.Duration) error {
+	if d > 0 {
+		fmt.Fprintf(a.stdout, "dashboard stays up for %s at %s (Ctrl-C stops)\n", d, dash.URL())
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
 		}
+	} else {
+		fmt.Fprintf(a.stdout, "dashboard stays up at %s until Ctrl-C (--dashboard-linger bounds it)\n", dash.URL())
+		<-ctx.Done()
 	}
-	return p
-}
-
-func (p *progress) line(arm string, r sim.StepRecord) string {
-	cal, ivd := "      -", "    -"
-	if r.AnchorGroups > 0 {
-		cal = fmt.Sprintf("%7.3f", r.CalibrationMAE)
-	}
-	if arm != sim.ArmRealGRPO && arm != sim.ArmPureWM {
-		ivd = fmt.Sprintf("%5.2f", r.AnchorWeight)
-	}
-	return fmt.Sprintf("%-10s step %3d/%d  score %.3f  executions %5d  exec %6.2fs  cal-err %s  ivd-w %s",
-		arm, r.Step+1, p.steps, r.Score, r.Executions, (r.ExecCompute + r.ExecOverhead).Seconds(), cal, ivd)
-}
-
-func (p *progress) step(arm string, r sim.StepRecord) {
-	p.last[arm] = r
-	if !p.tty {
-		fmt.Fprintf(p.w, "%s  (%s)\n", p.line(arm, r), time.Since(p.start).Round(100*time.Millisecond))
-		return
-	}
-	if time.Since(p.lastAt) < 100*time.Millisecond && r.Step+1 < p.steps {
-		return
-	}
-	p.lastAt = time.Now()
-	p.draw()
-}
-
-func (p *progress) draw() {
-	if p.drawn {
-		fmt.Fprintf(p.w, "\x1b[%dA", len(p.arms)+1)
-	}
-	p.drawn = true
-	fmt.Fprintf(p.w, "\x1b[2K%s elapsed\n", time.Since(p.start).Round(100*time.Millisecond))
-	for _, a := range p.arms {
-		if r, ok := p.last[a]; ok {
-			fmt.Fprintf(p.w, "\x1b[2K%s\n", p.line(a, r))
-		} else {
-			fmt.Fprintf(p.w, "\x1b[2K%-10s waiting for step 1\n", a)
-		}
-	}
-}
-
-func (p *progress) finish() {
-	if p.tty && len(p.last) > 0 {
-		p.draw()
-	}
+	return dash.Close()
 }

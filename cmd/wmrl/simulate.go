@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/wmrl/wmrl/demo"
 	"github.com/wmrl/wmrl/sim"
 	"github.com/wmrl/wmrl/task"
 )
@@ -51,7 +53,8 @@ Compute is counted primarily as the number of real executions (deterministic, lo
 measured execution wall time and the simulated --exec-overhead are reported beside it. The score is
 the policy's exact expected true score on held-out problems. The target of a seed is
 --target-fraction × real-GRPO's final score in that seed. Output: a table of mean ± 95% CI
-(Student t) over seeds, and steps.csv / summary.csv in --out.`,
+(Student t) over seeds, and in --out the same report as wmrl demo (report.html, plots with CI
+bands over seeds, steps.csv, summary.csv).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signalContext()
@@ -90,20 +93,25 @@ the policy's exact expected true score on held-out problems. The target of a see
 			}
 			sums := sim.Summarize(results, targetFraction)
 			fmt.Fprintf(a.stdout, "\ntarget per seed: %.0f%% of real-GRPO's final score; CIs are 95%% (t, n = seeds reaching the target)\n", 100*targetFraction)
-			if err := sim.WriteTable(a.stdout, sums); err != nil {
+			if err := sim.WriteTable(a.stdout, sums, targetFraction); err != nil {
 				return err
 			}
 			if out != "" {
-				if err := os.MkdirAll(out, 0o755); err != nil {
-					return fmt.Errorf("--out: %w", err)
+				var names []string
+				for _, arm := range as {
+					names = append(names, arm.Name)
 				}
-				if err := writeFile(filepath.Join(out, "steps.csv"), func(f *os.File) error { return sim.WriteStepsCSV(f, results) }); err != nil {
+				settings := append([][2]string{{"arms", strings.Join(names, ", ")},
+					{"seeds", fmt.Sprintf("%d (%d..%d)", seeds, sw.Seeds[0], sw.Seeds[len(sw.Seeds)-1])},
+					{"anchor fraction (anchored arms)", fmt.Sprint(anchorFraction)}, {"held-out problems", fmt.Sprint(evalProblems)},
+					{"target", fmt.Sprintf("%.0f%% of real-GRPO's final score in the same seed", 100*targetFraction)}},
+					demo.SimSettings(cfg)...)
+				files, err := demo.WriteReport(out, demo.Report{Title: "wmrl simulate", Settings: settings, Results: results,
+					TargetFraction: targetFraction})
+				if err != nil {
 					return err
 				}
-				if err := writeFile(filepath.Join(out, "summary.csv"), func(f *os.File) error { return sim.WriteSummaryCSV(f, sums) }); err != nil {
-					return err
-				}
-				fmt.Fprintf(a.stdout, "wrote %s and %s\n", filepath.Join(out, "steps.csv"), filepath.Join(out, "summary.csv"))
+				fmt.Fprintf(a.stdout, "report: %s (%d files: plots, steps.csv, summary.csv)\n", filepath.Join(out, demo.FileHTML), len(files))
 			}
 			fmt.Fprintf(a.stdout, "done in %s\n", time.Since(start).Round(time.Second))
 			return nil
@@ -122,7 +130,7 @@ the policy's exact expected true score on held-out problems. The target of a see
 	f.IntVar(&evalProblems, "eval-problems", 4, "held-out problems of the exact expected score (≈756 executions each, once)")
 	f.Float64Var(&targetFraction, "target-fraction", sim.DefaultTargetFraction, "target = this × real-GRPO's final score of the same seed")
 	f.IntVar(&workers, "workers", 0, "concurrent runs (0 = GOMAXPROCS)")
-	f.StringVar(&out, "out", "simulate-out", "directory for steps.csv and summary.csv (empty: none)")
+	f.StringVar(&out, "out", "simulate-out", "report folder: report.html, plots, steps.csv, summary.csv (empty: none)")
 	wmFlags(f, &cfg.WorldModel)
 	return cmd
 }
