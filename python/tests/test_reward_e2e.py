@@ -1,0 +1,194 @@
+"""RewardClient.score through the real stages, on the real broker and Redis.
+
+`wmrl worldmodel` (against an OpenAI-compatible fake that answers the score written in the
+artifact), `wmrl sandbox` (cmd/wmrl/testdata/e2e/score.sh, which reports the artifact's "exec"
+value) and `wmrl correct` run as processes built from ./cmd/wmrl. The test plays the trainer:
+for each of 24 steps it scores three groups with RewardClient.score, checks every returned row
+against the scores it wrote (aligned to its own rollout order) and the GRPO formula, and at the
+end requires the digest of all rows it received to equal `wmrl digest --topic --run`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import REPO
+from test_e2e import wmrl_digest
+
+from wmrl_client import (
+    Group,
+    RewardClient,
+    StepTimeoutError,
+    UnknownRunError,
+    digest_and_count,
+    is_anchor,
+)
+
+pytestmark = pytest.mark.e2e
+
+STEPS = 24
+GROUPS = 3
+SIZE = 4
+ANCHOR = 0.5
+SCORE_SH = REPO / "cmd" / "wmrl" / "testdata" / "e2e" / "score.sh"
+WM_RE = re.compile(r'"wm":\s*([0-9][0-9.]*)')
+
+
+class WorldModel(BaseHTTPRequestHandler):
+    """An OpenAI-compatible chat endpoint whose score is the "wm" value found in the prompt."""
+
+    requests = 0
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        WorldModel.requests += 1
+        m = WM_RE.search(body["messages"][-1]["content"])
+        reply = json.dumps({"score": float(m.group(1))}) if m else "I cannot tell."
+        out = json.dumps({"id": "t", "object": "chat.completion", "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}]}).encode()  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def world_model() -> Iterator[str]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), WorldModel)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    srv.shutdown()
+    srv.server_close()
+
+
+def scores(step: int, j: int, i: int) -> tuple[float, float]:
+    """The world model's and the sandbox's score of rollout i of group j at step (fixed, distinct)."""
+    k = (step * GROUPS + j) * SIZE + i
+    return ((k * 7) % 19) / 20, ((k * 11 + 3) % 17) / 20
+
+
+def step_groups(step: int) -> list[Group]:
+    out = []
+    for j in range(GROUPS):
+        comps = []
+        for i in range(SIZE):
+            wm, ex = scores(step, j, i)
+            comps.append(json.dumps({"rollout": f"{step}-{j}-{i}", "wm": wm, "exec": ex}))
+        out.append(Group(completions=comps, prompt=f"task {step}/{j}"))
+    return out
+
+
+def grpo(r: np.ndarray) -> np.ndarray:
+    return (r - r.mean()) / (r.std() + 1e-4)
+
+
+class Stages:
+    def __init__(self, cli: Path, kafka: str, redis_url: str, prefix: str) -> None:
+        self.cli, self.procs = cli, []
+        self.glob = ["--brokers", kafka, "--redis", redis_url, "--topic-prefix", prefix]
+        self.unique = prefix.rstrip(".")
+
+    def run(self, *args: str) -> str:
+        p = subprocess.run([str(self.cli), *self.glob, *args], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout
+
+    def start(self, name: str, *args: str, log_dir: Path) -> None:
+        f = open(log_dir / f"{name}.log", "w")  # noqa: SIM115 (closed in stop)
+        p = subprocess.Popen([str(self.cli), *self.glob, *args, "--metrics-addr", "127.0.0.1:0",
+                              "--group", f"{self.unique}-{name}"], stdout=f, stderr=subprocess.STDOUT)  # fmt: skip
+        self.procs.append((name, p, f))
+
+    def check_alive(self) -> None:
+        for name, p, f in self.procs:
+            if p.poll() is not None:
+                f.flush()
+                raise AssertionError(f"wmrl {name} exited with {p.returncode}:\n{Path(f.name).read_text()[-3000:]}")
+
+    def stop(self) -> list[tuple[str, int]]:
+        codes = []
+        for name, p, f in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            codes.append((name, p.returncode))
+            f.close()
+        return codes
+
+
+def test_score_through_the_real_stages(
+    kafka: str, redis_url: str, wmrl_cli: Path, prefix: str, world_model: str, tmp_path: Path
+) -> None:
+    run = f"score-{uuid.uuid4().hex[:6]}"
+    st = Stages(wmrl_cli, kafka, redis_url, prefix)
+    st.run("topics", "create", "--partitions", "2")
+    try:
+        st.start("worldmodel", "worldmodel", "--base-url", world_model, "--model", "m", "--concurrency", "4",
+                 log_dir=tmp_path)  # fmt: skip
+        st.start("sandbox", "sandbox", "--argv", json.dumps(["/bin/sh", str(SCORE_SH), "{artifact}"]), "--slots", "2",
+                 "--timeout", "30s", log_dir=tmp_path)  # fmt: skip
+        st.start("correct", "correct", "--transactional-id", f"{st.unique}-txn", "--redis-prefix", st.unique,
+                 log_dir=tmp_path)  # fmt: skip
+
+        tables = []
+        anchors = 0
+        with RewardClient(kafka, run, f"{st.unique}-trainer", anchor_fraction=ANCHOR, topic_prefix=prefix) as client:
+            for step in range(STEPS):
+                groups = step_groups(step)
+                try:
+                    res = client.score(step, groups, timeout=90)
+                except StepTimeoutError:
+                    st.check_alive()
+                    raise
+                assert res.step == step and len(res) == GROUPS * SIZE
+                assert res.rollout_ids == [f"s{step}-g{j}-r{i}" for j in range(GROUPS) for i in range(SIZE)]
+                for j, (used, adv, w, mask) in enumerate(
+                    zip(res.grouped("used"), res.grouped("advantage"), res.grouped("weight"), res.grouped("mask"))
+                ):
+                    anchor = is_anchor(run, f"s{step}-g{j}", ANCHOR)
+                    anchors += anchor
+                    want = np.array([scores(step, j, i)[1 if anchor else 0] for i in range(SIZE)])
+                    # Fewer than 200 anchor pairs: the calibration is the identity, so a world-model
+                    # row's used reward is its prediction and an anchor row's its execution.
+                    np.testing.assert_allclose(used, want, rtol=0, atol=1e-12)
+                    np.testing.assert_allclose(adv, grpo(want), rtol=1e-9, atol=1e-12)
+                    assert mask.all()
+                    assert (w >= 1).all() if anchor else (w == 1).all()
+                    src = res.source[j * SIZE : (j + 1) * SIZE]
+                    assert src == ["anchor" if anchor else "world_model"] * SIZE
+                tables.append(res.table)
+            assert 0 < anchors < STEPS * GROUPS
+
+        # A run nobody published: the wait names the runs that are there.
+        with RewardClient(kafka, "no-such-run", f"{st.unique}-probe", topic_prefix=prefix) as probe:
+            with pytest.raises(UnknownRunError, match=run):
+                probe.wait(0, timeout=8)
+
+        digest, rows = digest_and_count(pa.concat_tables(tables))
+        assert (digest, rows, STEPS) == wmrl_digest(wmrl_cli, kafka, f"{prefix}advantages.v1", run)
+        assert rows == STEPS * GROUPS * SIZE
+        assert WorldModel.requests >= rows
+    finally:
+        codes = st.stop()
+    assert all(code == 0 for _, code in codes), codes
