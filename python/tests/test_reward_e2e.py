@@ -32,6 +32,7 @@ from wmrl_client import (
     RewardClient,
     StepTimeoutError,
     UnknownRunError,
+    UnknownTopicError,
     digest_and_count,
     is_anchor,
 )
@@ -184,6 +185,10 @@ def test_score_through_the_real_stages(
         with RewardClient(kafka, "no-such-run", f"{st.unique}-probe", topic_prefix=prefix) as probe:
             with pytest.raises(UnknownRunError, match=run):
                 probe.wait(0, timeout=8)
+
+        # A wrong topic prefix: the error names the prefixes that do exist, the client picks none.
+        with pytest.raises(UnknownTopicError, match=re.escape(repr(prefix))):
+            RewardClient(kafka, run, f"{st.unique}-probe", topic_prefix=prefix + "typo.")
 
         digest, rows = digest_and_count(pa.concat_tables(tables))
         assert (digest, rows, STEPS) == wmrl_digest(wmrl_cli, kafka, f"{prefix}advantages.v1", run)

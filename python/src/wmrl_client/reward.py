@@ -239,9 +239,9 @@ class RewardClient:
         rollouts: list[Rollout] = []
         seen: set[str] = set()
         for j, g in enumerate(groups):
-            grp = g if isinstance(g, Group) else Group(completions=list(g))
-            if isinstance(grp.completions, str):
+            if isinstance(g, str) or (isinstance(g, Group) and isinstance(g.completions, str)):
                 raise TypeError(f"group {j} of step {step}: completions must be a sequence of strings, not a string")
+            grp = g if isinstance(g, Group) else Group(completions=list(g))
             gid = grp.group_id if grp.group_id is not None else f"s{step}-g{j}"
             if gid in seen:
                 raise ValueError(f"step {step}: group id {gid!r} appears twice")
