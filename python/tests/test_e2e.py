@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import re
 import subprocess
+import textwrap
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -121,6 +123,15 @@ def test_python_reads_what_the_go_pipeline_produced(kafka: str, redis_url: str, 
         (topic,) = [t for t in topics if t.startswith(prefix) and t.endswith(".wmrl.advantages.v1")]
         go_digest, go_rows, go_steps = wmrl_digest(wmrl_cli, kafka, topic)
         (run,) = topic_runs(kafka, topic)
+        # The hand-off: the demo names the run and the prefix, and its snippet runs as printed.
+        m = re.search(r"run id (\S+); the wmrl arm's topic prefix is (\S+) \(advantages: (\S+)\)", p.stdout)
+        assert m, p.stdout
+        assert (m.group(1), m.group(3)) == (run, topic) and topic == m.group(2) + "advantages.v1"
+        snippet = textwrap.dedent(p.stdout.split("read them from Python (pip install ./python):\n", 1)[1])
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(snippet, "demo-snippet", "exec"), {})  # noqa: S102 (the demo's own output)
+        assert [int(line.split()[0]) for line in printed.getvalue().splitlines()] == list(range(go_steps))
         with AdvantageStream(kafka, run, f"g-{uuid.uuid4().hex[:8]}", topic=topic, idle_timeout=30) as stream:
             steps = []
             for st in stream:
