@@ -66,8 +66,9 @@ class StepResult:
     Flat numpy arrays, one entry per rollout (group 0's rollouts first): ``used`` is the corrected
     reward, ``advantage`` the group-relative advantage, ``weight`` the IVD weight, ``mask`` the
     loss mask (False: no graded reward or a group too small; advantage is then 0), ``source``
-    ``anchor`` or ``world_model``. ``table`` is the step's rows as the correction consumer wrote
-    them.
+    ``anchor`` or ``world_model``. ``graded`` says the row has the score its source needs (it may
+    still be masked, in a group with fewer than two graded rows). ``table`` is the step's rows as
+    the correction consumer wrote them.
     """
 
     run_id: str
@@ -80,6 +81,7 @@ class StepResult:
     mask: np.ndarray
     source: list[str]
     table: pa.Table
+    graded: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     _step: Step | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -94,20 +96,17 @@ class StepResult:
         if self._step is not None:
             self._step.ack()
 
+    def group_indices(self) -> list[list[int]]:
+        """Row positions of each group, groups in order of first appearance."""
+        by: dict[str, list[int]] = {}
+        for k, gid in enumerate(self.group_ids):
+            by.setdefault(gid, []).append(k)
+        return list(by.values())
+
     def grouped(self, column: str) -> list[np.ndarray]:
-        """One array per group, in publish order (e.g. ``grouped("advantage")``)."""
-        values = getattr(self, column)
-        out: list[np.ndarray] = []
-        start = 0
-        for j, gid in enumerate(self.group_ids):
-            if j > 0 and gid == self.group_ids[j - 1]:
-                continue
-            end = start
-            while end < len(self.group_ids) and self.group_ids[end] == gid:
-                end += 1
-            out.append(np.asarray(values[start:end]))
-            start = end
-        return out
+        """One array per group, groups in order of first appearance (e.g. ``grouped("advantage")``)."""
+        values = np.asarray(getattr(self, column), dtype=object if column == "source" else None)
+        return [values[idx] for idx in self.group_indices()]
 
 
 def align(table: pa.Table, rollout_ids: Sequence[str], group_ids: Sequence[str], run_id: str, step: int) -> StepResult:
@@ -126,6 +125,11 @@ def align(table: pa.Table, rollout_ids: Sequence[str], group_ids: Sequence[str],
         )
     order = np.fromiter((pos[rid] for rid in rollout_ids), dtype=np.int64, count=len(rollout_ids))
     aligned = table.take(pa.array(order)) if len(order) else table
+    source = aligned.column("source").to_pylist()
+    pok = aligned.column("predicted").is_valid().to_numpy(zero_copy_only=False)
+    eok = aligned.column("executed").is_valid().to_numpy(zero_copy_only=False)
+    graded = np.array([(e if s == c.SOURCE_ANCHOR else p if s == c.SOURCE_WORLD_MODEL else False)
+                       for s, p, e in zip(source, pok, eok, strict=True)], dtype=bool)  # fmt: skip
     return StepResult(
         run_id=run_id,
         step=step,
@@ -135,8 +139,9 @@ def align(table: pa.Table, rollout_ids: Sequence[str], group_ids: Sequence[str],
         advantage=aligned.column("advantage").to_numpy(),
         weight=aligned.column("weight").to_numpy(),
         mask=np.asarray(aligned.column("mask").to_numpy(zero_copy_only=False), dtype=bool),
-        source=aligned.column("source").to_pylist(),
+        source=source,
         table=table,
+        graded=graded,
     )
 
 
@@ -276,7 +281,9 @@ class RewardClient:
 
     # ---- wait
 
-    def wait(self, step: int, timeout: float | None = 300.0) -> StepResult:
+    def wait(
+        self, step: int, timeout: float | None = 300.0, order: tuple[Sequence[str], Sequence[str]] | None = None
+    ) -> StepResult:
         """The step's advantage rows, aligned to the published rollout order.
 
         Steps below ``step`` that this client returned are acknowledged first. A step published by
@@ -284,6 +291,7 @@ class RewardClient:
         after ``timeout`` seconds (None: wait for ever), UnknownRunError when the topic holds other
         runs but none of this one, and ConflictError when the step was already committed by this
         consumer group (a later step arrived instead: use a new group_id to read it again).
+        ``order`` = (rollout ids, group ids) returns the rows in that order instead.
         """
         self._check_open()
         for v in [v for v in self._returned if v < step]:
@@ -310,7 +318,7 @@ class RewardClient:
                         f"order, so consumer group {self.group_id!r} has already committed step {step} (read it with "
                         "a new group_id) or it was never sealed"
                     )
-            result = self._result(st)
+            result = self._result(st, order)
             self._returned[step] = result
             return result
 
@@ -319,8 +327,10 @@ class RewardClient:
         self.publish(step, groups)
         return self.wait(step, timeout)
 
-    def _result(self, st: Step) -> StepResult:
+    def _result(self, st: Step, order: tuple[Sequence[str], Sequence[str]] | None = None) -> StepResult:
         layout = self._layouts.pop(st.step, None)
+        if order is not None:
+            layout = (list(order[0]), list(order[1]))
         if layout is None:
             ids = st.table.column("rollout_id").to_pylist()
             gids = st.table.column("group_id").to_pylist()
