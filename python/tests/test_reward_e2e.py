@@ -138,6 +138,70 @@ class Stages:
         return codes
 
 
+def expected(run: str, step: int, gid: str, artifact: str) -> float:
+    a = json.loads(artifact)
+    return float(a["exec"] if is_anchor(run, gid, ANCHOR) else a["wm"])
+
+
+def run_adapters(client: RewardClient, kafka: str, prefix: str, run: str, unique: str) -> list[pa.Table]:
+    """Steps STEPS, STEPS+1, STEPS+2 through the TRL, verl and OpenRLHF adapters, called as the
+    frameworks call them (see test_integrations.py), on the real stages."""
+    from test_integrations import openrlhf_request, trl_calculate_rewards, verl_batch_reward_manager
+
+    from wmrl_client.integrations import openrlhf, trl, verl
+    from wmrl_client.integrations._batch import BatchScorer
+
+    def batch(step: int) -> tuple[list[str], list[str]]:
+        groups = step_groups(step)
+        return [g.prompt for g in groups for _ in g.completions], [c for g in groups for c in g.completions]
+
+    tables = []
+    # TRL: the completions of one prompt are next to each other.
+    prompts, comps = batch(STEPS)
+    fn = trl.RewardFunc(client, num_generations=SIZE, start_step=STEPS)
+    r = trl_calculate_rewards([fn], [{"prompt": p, "task": "t"} for p in prompts], prompts, comps, [[1]] * len(comps))
+    assert fn.last is not None
+    want = [expected(run, STEPS, gid, a) for gid, a in zip(fn.last.group_ids, comps, strict=True)]
+    np.testing.assert_allclose(r[:, 0], want, atol=1e-6)
+    tables.append(fn.last.table)
+
+    # verl: the module-level compute_score, configured by keyword arguments; the batch interleaved.
+    prompts, comps = batch(STEPS + 1)
+    order = [k for i in range(SIZE) for k in range(i, len(comps), SIZE)]
+    prompts, comps = [prompts[k] for k in order], [comps[k] for k in order]
+    kw = {"brokers": kafka, "run_id": run, "group_id": f"{unique}-verl", "topic_prefix": prefix,
+          "anchor_fraction": ANCHOR, "group_size": SIZE, "start_step": STEPS + 1}  # fmt: skip
+    rewards, extra = verl_batch_reward_manager(
+        lambda **a: verl.compute_score(**a, **kw), comps, ["wmrl"] * len(comps), prompts, [None] * len(comps)
+    )
+    (scorer,) = [f.scorer for f in verl._scorers.values() if f.scorer.client.group_id == f"{unique}-verl"]
+    assert scorer.last is not None and scorer.last.step == STEPS + 1
+    want = [expected(run, STEPS + 1, gid, a) for gid, a in zip(scorer.last.group_ids, comps, strict=True)]
+    np.testing.assert_allclose(rewards, want, atol=1e-12)
+    np.testing.assert_allclose(extra["wmrl_advantage"], scorer.last.advantage)
+    tables.append(scorer.last.table)
+    scorer.client.close()
+
+    # OpenRLHF: a --remote_rm_url request to the server.
+    prompts, comps = batch(STEPS + 2)
+    ors = BatchScorer(client, group_size=SIZE, start_step=STEPS + 2)
+    srv = openrlhf.make_server(ors, "127.0.0.1", 0)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        out = openrlhf_request(f"http://127.0.0.1:{srv.server_address[1]}/get_reward",
+                               {"query": [p + c for p, c in zip(prompts, comps, strict=True)], "prompts": prompts,
+                                "labels": [""] * len(comps)})  # fmt: skip
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert ors.last is not None
+    want = [expected(run, STEPS + 2, gid, a) for gid, a in zip(ors.last.group_ids, comps, strict=True)]
+    np.testing.assert_allclose(out["rewards"], want, atol=1e-12)
+    tables.append(ors.last.table)
+    return tables
+
+
 def test_score_through_the_real_stages(
     kafka: str, redis_url: str, wmrl_cli: Path, prefix: str, world_model: str, tmp_path: Path
 ) -> None:
@@ -180,6 +244,7 @@ def test_score_through_the_real_stages(
                     assert src == ["anchor" if anchor else "world_model"] * SIZE
                 tables.append(res.table)
             assert 0 < anchors < STEPS * GROUPS
+            tables += run_adapters(client, kafka, prefix, run, st.unique)
 
         # A run nobody published: the wait names the runs that are there.
         with RewardClient(kafka, "no-such-run", f"{st.unique}-probe", topic_prefix=prefix) as probe:
@@ -191,8 +256,8 @@ def test_score_through_the_real_stages(
             RewardClient(kafka, run, f"{st.unique}-probe", topic_prefix=prefix + "typo.")
 
         digest, rows = digest_and_count(pa.concat_tables(tables))
-        assert (digest, rows, STEPS) == wmrl_digest(wmrl_cli, kafka, f"{prefix}advantages.v1", run)
-        assert rows == STEPS * GROUPS * SIZE
+        assert (digest, rows, STEPS + 3) == wmrl_digest(wmrl_cli, kafka, f"{prefix}advantages.v1", run)
+        assert rows == (STEPS + 3) * GROUPS * SIZE
         assert WorldModel.requests >= rows
     finally:
         codes = st.stop()
