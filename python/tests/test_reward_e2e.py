@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -260,5 +261,67 @@ def test_score_through_the_real_stages(
         assert rows == (STEPS + 3) * GROUPS * SIZE
         assert WorldModel.requests >= rows
     finally:
+        codes = st.stop()
+    assert all(code == 0 for _, code in codes), codes
+
+
+def test_generator_waits_for_a_python_trainer(
+    kafka: str, redis_url: str, wmrl_cli: Path, prefix: str, world_model: str, tmp_path: Path
+) -> None:
+    """`wmrl generate --max-steps-ahead 2` paces itself by a Python AdvantageStream's acks."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KTP
+
+    from wmrl_client import AdvantageStream
+
+    run, steps, ahead = f"pace-{uuid.uuid4().hex[:6]}", 6, 2
+    st = Stages(wmrl_cli, kafka, redis_url, prefix)
+    st.run("topics", "create", "--partitions", "1")
+    lines = []
+    for s in range(steps):
+        for j in range(2):
+            for i in range(2):
+                wm, ex = scores(s, j, i)
+                art = json.dumps({"rollout": f"{s}-{j}-{i}", "wm": wm, "exec": ex})
+                lines.append(json.dumps({"step": s, "group_id": f"{s}-g{j}", "prompt": "p", "artifact": art}))
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    trainer = f"{st.unique}-trainer"
+    probe = Consumer({"bootstrap.servers": kafka, "group.id": f"{st.unique}-probe"})
+
+    def manifests() -> int:
+        _, high = probe.get_watermark_offsets(KTP(f"{prefix}steps.v1", 0), timeout=10)
+        return int(high)
+
+    try:
+        st.start("worldmodel", "worldmodel", "--base-url", world_model, "--model", "m", log_dir=tmp_path)
+        st.start("sandbox", "sandbox", "--argv", json.dumps(["/bin/sh", str(SCORE_SH), "{artifact}"]),
+                 "--timeout", "30s", log_dir=tmp_path)  # fmt: skip
+        st.start("correct", "correct", "--transactional-id", f"{st.unique}-txn", "--redis-prefix", st.unique,
+                 log_dir=tmp_path)  # fmt: skip
+        gen_log = open(tmp_path / "generate.log", "w")  # noqa: SIM115
+        gen = subprocess.Popen(
+            [str(wmrl_cli), *st.glob, "generate", "--backend", "jsonl", "--input", str(tmp_path / "in.jsonl"),
+             "--run-id", run, "--anchor-fraction", "0.5", "--max-steps-ahead", str(ahead), "--trainer-group", trainer],
+            stdout=gen_log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        held = []
+        with AdvantageStream(kafka, run, trainer, topic_prefix=prefix, idle_timeout=60) as stream:
+            for step in stream:
+                # Holding step v unacknowledged (trained: steps < v), the generator may have
+                # published steps up to v + ahead - 1 and not one more.
+                time.sleep(2.0)
+                held.append((step.step, manifests()))
+                step.ack()
+                if step.step == steps - 1:
+                    break
+        assert gen.wait(60) == 0
+        gen_log.close()
+        log = (tmp_path / "generate.log").read_text()
+        assert [v for v, _ in held] == list(range(steps))
+        assert all(n <= min(v + ahead, steps) for v, n in held), held
+        assert any(n == v + ahead for v, n in held), held  # and it did run ahead as far as allowed
+        assert "generation paused" in log and "generation resumed" in log, log
+    finally:
+        probe.close()
         codes = st.stop()
     assert all(code == 0 for _, code in codes), codes
