@@ -4,17 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/wmrl/wmrl/internal/artifact"
+	"github.com/wmrl/wmrl/internal/health"
 	"github.com/wmrl/wmrl/producers"
 	"github.com/wmrl/wmrl/producers/pacing"
 )
@@ -132,11 +129,11 @@ wmrl_generate_paused_seconds_total.`,
 				defer pace.Close()
 				pace.Start(ctx)
 				if metricsAddr != "" {
-					stop, err := serveMetrics(metricsAddr, reg, a.log)
+					srv, err := health.Serve(metricsAddr, reg, nil, nil, a.log)
 					if err != nil {
-						return err
+						return fmt.Errorf("--metrics-addr: %w", err)
 					}
-					defer stop()
+					defer srv.Stop()
 				}
 				pacer = pace
 			} else if len(trainerGroups) > 0 {
@@ -187,16 +184,3 @@ wmrl_generate_paused_seconds_total.`,
 	return cmd
 }
 
-// serveMetrics serves reg on addr until the returned stop is called.
-func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	log.Info("serving metrics", "addr", ln.Addr().String())
-	return func() { _ = srv.Close() }, nil
-}
