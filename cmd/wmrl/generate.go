@@ -183,4 +183,3 @@ wmrl_generate_paused_seconds_total.`,
 	_ = cmd.MarkFlagRequired("run-id")
 	return cmd
 }
-
