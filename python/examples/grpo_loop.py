@@ -1,6 +1,7 @@
 """A minimal GRPO-style training loop on wmrl's fused advantages.
 
-    python examples/grpo_loop.py --bootstrap 127.0.0.1:9092 --run sim-1 --topic-prefix wmrl.demo.<id>.wmrl. --group trainer-1
+    python examples/grpo_loop.py --bootstrap 127.0.0.1:9092 --run sim-1 \
+        --topic-prefix wmrl.demo.<id>.wmrl. --group trainer-1
 
 (`wmrl demo --external` prints the run id and the topic prefix of its wmrl arm.)
 
@@ -113,7 +114,9 @@ def main(argv: list[str] | None = None, out: Any = sys.stdout, connect_timeout: 
     ap.add_argument("--bootstrap", default=None, help="seed brokers (default: WMRL_BROKERS or 127.0.0.1:9092)")
     ap.add_argument("--run", required=True, help="run id whose advantages to train on")
     ap.add_argument("--group", default="grpo-example", help="consumer group (offsets are committed per group)")
-    ap.add_argument("--topic-prefix", default=None, help="prefix of the wmrl topics (default: WMRL_TOPIC_PREFIX or wmrl.)")
+    ap.add_argument(
+        "--topic-prefix", default=None, help="prefix of the wmrl topics (default: WMRL_TOPIC_PREFIX or wmrl.)"
+    )
     ap.add_argument("--topic", default=None, help="the advantages topic's full name (instead of --topic-prefix)")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
     ap.add_argument("--idle-timeout", type=float, default=30.0, help="stop after this many seconds without data")
@@ -126,7 +129,12 @@ def main(argv: list[str] | None = None, out: Any = sys.stdout, connect_timeout: 
     trainer = Trainer(use_torch=False if args.numpy else None)
     losses: dict[str, float] = {}
     with AdvantageStream(
-        args.bootstrap, args.run, args.group, kafka=opts, topic=args.topic, idle_timeout=args.idle_timeout,
+        args.bootstrap,
+        args.run,
+        args.group,
+        kafka=opts,
+        topic=args.topic,
+        idle_timeout=args.idle_timeout,
         connect_timeout=connect_timeout,
     ) as stream:
         for step in stream:

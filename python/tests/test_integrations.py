@@ -183,8 +183,9 @@ def test_trl_partial_group_is_refused(pipe: Any) -> None:
 # ---- verl ------------------------------------------------------------------------------------
 
 
-def verl_batch_reward_manager(compute_score: Any, responses: list[str], data_sources: list[str],
-                              ground_truths: list[Any], extras: list[Any]) -> tuple[list[float], dict[str, list[Any]]]:  # fmt: skip
+def verl_batch_reward_manager(
+    compute_score: Any, responses: list[str], data_sources: list[str], ground_truths: list[Any], extras: list[Any]
+) -> tuple[list[float], dict[str, list[Any]]]:
     """verl's BatchRewardManager.verify + the score loop of __call__ (token placement aside)."""
     scores = compute_score(data_sources=data_sources, solution_strs=responses, ground_truths=ground_truths,
                            extra_infos=extras)  # fmt: skip

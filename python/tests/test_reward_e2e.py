@@ -58,8 +58,8 @@ class WorldModel(BaseHTTPRequestHandler):
         WorldModel.requests += 1
         m = WM_RE.search(body["messages"][-1]["content"])
         reply = json.dumps({"score": float(m.group(1))}) if m else "I cannot tell."
-        out = json.dumps({"id": "t", "object": "chat.completion", "choices": [
-            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}]}).encode()  # fmt: skip
+        choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}
+        out = json.dumps({"id": "t", "object": "chat.completion", "choices": [choice]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(out)))
@@ -230,7 +230,13 @@ def test_score_through_the_real_stages(
                 assert res.step == step and len(res) == GROUPS * SIZE
                 assert res.rollout_ids == [f"s{step}-g{j}-r{i}" for j in range(GROUPS) for i in range(SIZE)]
                 for j, (used, adv, w, mask) in enumerate(
-                    zip(res.grouped("used"), res.grouped("advantage"), res.grouped("weight"), res.grouped("mask"))
+                    zip(
+                        res.grouped("used"),
+                        res.grouped("advantage"),
+                        res.grouped("weight"),
+                        res.grouped("mask"),
+                        strict=True,
+                    )
                 ):
                     anchor = is_anchor(run, f"s{step}-g{j}", ANCHOR)
                     anchors += anchor

@@ -199,7 +199,10 @@ class RewardClient:
             if connect_timeout is not None:
                 check_topics(
                     self._stream._consumer,
-                    [c.topic_name(c.SUFFIX_ROLLOUTS, opts.topic_prefix), c.topic_name(c.SUFFIX_STEPS, opts.topic_prefix)],
+                    [
+                        c.topic_name(c.SUFFIX_ROLLOUTS, opts.topic_prefix),
+                        c.topic_name(c.SUFFIX_STEPS, opts.topic_prefix),
+                    ],
                     brokers=",".join(opts.brokers),
                     timeout=connect_timeout,
                 )
@@ -257,9 +260,17 @@ class RewardClient:
             for i, text in enumerate(grp.completions):
                 rollouts.append(
                     Rollout(
-                        run_id=self.run_id, step=step, group_id=gid, rollout_id=f"{gid}-r{i}", stream=stream,
-                        policy_version=self.policy_version, anchor=anchor, index=i, prompt=grp.prompt,
-                        artifact=text, meta=dict(grp.meta),
+                        run_id=self.run_id,
+                        step=step,
+                        group_id=gid,
+                        rollout_id=f"{gid}-r{i}",
+                        stream=stream,
+                        policy_version=self.policy_version,
+                        anchor=anchor,
+                        index=i,
+                        prompt=grp.prompt,
+                        artifact=text,
+                        meta=dict(grp.meta),
                     )  # fmt: skip
                 )
         return rollouts, manifest
@@ -308,7 +319,9 @@ class RewardClient:
                     continue
                 if st.step < step:
                     # Re-delivered after a restart, from before this trainer's checkpoint.
-                    log.info("wmrl_client: step %d of run %s precedes step %d: acknowledging it", st.step, self.run_id, step)
+                    log.info(
+                        "wmrl_client: step %d of run %s precedes step %d: acknowledging it", st.step, self.run_id, step
+                    )
                     st.ack()
                     continue
                 if st.step > step:

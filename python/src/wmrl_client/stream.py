@@ -30,8 +30,8 @@ import pyarrow as pa
 
 from . import contract as c
 from .arrow import decode_advantages, validate_table
-from .digest import digest_rows, rows_from_table
 from .cluster import DEFAULT_CONNECT_TIMEOUT, LIBRDKAFKA_LOGGER, check_topics
+from .digest import digest_rows, rows_from_table
 from .errors import ConflictError, HeaderError, SchemaVersionError, UnknownRunError, WmrlError
 from .options import KafkaOptions, split_brokers
 from .records import AdvantageRow, check_id
@@ -363,7 +363,9 @@ class AdvantageStream:
         self._consumer: confluent_kafka.Consumer = consumer_factory(conf)
         if connect_timeout is not None:
             try:
-                check_topics(self._consumer, [self.topic], brokers=str(conf["bootstrap.servers"]), timeout=connect_timeout)
+                check_topics(
+                    self._consumer, [self.topic], brokers=str(conf["bootstrap.servers"]), timeout=connect_timeout
+                )
             except WmrlError:
                 self._consumer.close()
                 raise
@@ -431,7 +433,11 @@ class AdvantageStream:
             if self._backlog:
                 self._out.extend(self._handle(self._backlog.popleft()))
                 continue
-            left = self._poll_timeout if deadline is None else max(0.0, min(self._poll_timeout, deadline - time.monotonic()))
+            left = (
+                self._poll_timeout
+                if deadline is None
+                else max(0.0, min(self._poll_timeout, deadline - time.monotonic()))
+            )
             self._backlog.extend(self._consumer.consume(num_messages=self._batch_size, timeout=left))
             if not self._backlog and deadline is not None and time.monotonic() >= deadline:
                 return None

@@ -34,7 +34,7 @@ from .stream import AdvantageStream, Step
 DEFAULT_COLUMNS = ("advantage", "weight", "mask", "used", "calibration_version")
 
 
-class StepDataset(IterableDataset):  # type: ignore[type-arg]
+class StepDataset(IterableDataset):  # type: ignore[misc,type-arg,unused-ignore]
     """Complete steps of one run as dicts of tensors; a step is acknowledged when the next one is
     fetched, ``ack_current()`` commits the last one (before a checkpoint, or at the end)."""
 

@@ -113,7 +113,9 @@ class BatchScorer:
             step = self.next_step
             manifest = self.client.publish(step, groups)
             gids = [manifest.groups[j].group_id for j, _ in where]
-            res = self.client.wait(step, timeout=self.timeout, order=([f"{gids[p]}-r{i}" for p, (_, i) in enumerate(where)], gids))
+            res = self.client.wait(
+                step, timeout=self.timeout, order=([f"{gids[p]}-r{i}" for p, (_, i) in enumerate(where)], gids)
+            )
             self.next_step = step + 1
             self.last = res
         return res

@@ -121,7 +121,9 @@ def make_server(scorer: BatchScorer, host: str = "127.0.0.1", port: int = 5000) 
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="wmrl remote reward model for OpenRLHF --remote_rm_url", allow_abbrev=False)
+    ap = argparse.ArgumentParser(
+        description="wmrl remote reward model for OpenRLHF --remote_rm_url", allow_abbrev=False
+    )
     ap.add_argument("--brokers", default=None, help="seed brokers (default: WMRL_BROKERS)")
     ap.add_argument("--topic-prefix", default=None)
     ap.add_argument("--run", required=True, help="wmrl run id")

@@ -17,7 +17,8 @@ response's last token (the token-level reward). Configure it with::
 ``compute_score`` builds one RewardClient per process from these keyword arguments (or the
 WMRL_* environment) on first use. A group is the samples with the same prompt identity (data
 source, ground truth, extra info; verl repeats each prompt n times and may reorder the batch to
-balance sequence lengths), cut into ``group_size`` samples; rows come back in batch order. Each sample's dict carries ``score`` (the corrected reward;
+balance sequence lengths), cut into ``group_size`` samples; rows come back in batch order.
+Each sample's dict carries ``score`` (the corrected reward;
 a masked-out row gets its group's mean over graded rows, so it adds nothing to verl's GRPO
 advantage) and ``wmrl_advantage``, ``wmrl_weight``, ``wmrl_mask``, ``wmrl_anchor`` for the
 weighted-loss path and logging.
@@ -45,8 +46,13 @@ def scores_from(scorer: BatchScorer, solution_strs: Sequence[str], keys: Sequenc
     res = scorer.score(solution_strs, keys)
     used = fill_masked(res)
     return [
-        {"score": float(u), "wmrl_advantage": float(a), "wmrl_weight": float(w), "wmrl_mask": float(m),
-         "wmrl_anchor": float(s == "anchor")}  # fmt: skip
+        {
+            "score": float(u),
+            "wmrl_advantage": float(a),
+            "wmrl_weight": float(w),
+            "wmrl_mask": float(m),
+            "wmrl_anchor": float(s == "anchor"),
+        }  # fmt: skip
         for u, a, w, m, s in zip(used, res.advantage, res.weight, res.mask, res.source, strict=True)
     ]
 
