@@ -273,3 +273,38 @@ def test_openrlhf_remote_rm_request_and_reply(rm_server: tuple[str, Pipeline]) -
         openrlhf_request(url, {"prompts": prompts})
     assert ei.value.code == 400
     assert p.steps == [0]
+
+
+# ---- loading by file path, as verl and OpenRLHF do --------------------------------------------
+
+
+def load_by_path(name: str, path: str) -> Any:
+    """verl's get_custom_reward_fn / OpenRLHF's reward-file loading: spec_from_file_location."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_adapter_files_load_by_path(pipe: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, client = pipe
+    mod = load_by_path("custom_module", verl_adapter.__file__)
+    fn = mod.make_compute_score(client, group_size=2)
+    # verl wraps the function to pass custom_reward_function.reward_kwargs as keywords.
+    rewards, extra = verl_batch_reward_manager(
+        lambda **kw: fn(**kw, unused_option=1), ["score=0.1", "score=0.3"], ["d", "d"], ["g", "g"], [None, None]
+    )
+    np.testing.assert_allclose(rewards, [0.1, 0.3])
+    rm = load_by_path("reward_func", orl.__file__)
+    for k in ("WMRL_RUN", "WMRL_TRAINER_GROUP"):
+        monkeypatch.delenv(k, raising=False)
+    with pytest.raises(RuntimeError, match="set WMRL_RUN and WMRL_TRAINER_GROUP"):
+        rm.scorer_from_env({})
+    rm.configure(BatchScorer(client, start_step=1))  # the run's next step
+    assert rm.answer(rm._scorer, {"query": ["p score=0.2", "p score=0.4"], "prompts": ["p", "p"]})["rewards"] == [
+        pytest.approx(0.2), pytest.approx(0.4)]  # fmt: skip

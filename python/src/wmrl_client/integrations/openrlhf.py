@@ -15,9 +15,13 @@ minus its prompt) is the rollout's artifact, and the reply carries wmrl's correc
 
 Each request must hold whole groups (size ``--group-size``); a request that does not is answered
 400 with the reason, a step that does not complete in time 504. Requests are scored one at a
-time, in arrival order, as consecutive steps. ``reward_func`` is the same for OpenRLHF's
-reward-function file mode (``--remote_rm_url /path/to/file.py``), given a scorer from
-``configure``.
+time, in arrival order, as consecutive steps.
+
+``reward_func`` is the same for OpenRLHF's reward-function file mode (``--remote_rm_url
+<path of this file>``; OpenRLHF loads the file by path, so it imports wmrl_client absolutely).
+It uses the scorer given to ``configure`` or, on first use, builds one from the environment:
+WMRL_BROKERS, WMRL_TOPIC_PREFIX (and the other WMRL_* connection variables), WMRL_RUN,
+WMRL_TRAINER_GROUP, WMRL_GROUP_SIZE, WMRL_ANCHOR_FRACTION and WMRL_START_STEP.
 """
 
 from __future__ import annotations
@@ -25,15 +29,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ..errors import StepTimeoutError, WmrlError
-from ..options import KafkaOptions
-from ..reward import RewardClient
-from ._batch import BatchScorer, fill_masked
+from wmrl_client.errors import StepTimeoutError, WmrlError
+from wmrl_client.integrations._batch import BatchScorer, fill_masked
+from wmrl_client.options import KafkaOptions
+from wmrl_client.reward import RewardClient
 
 log = logging.getLogger("wmrl_client.openrlhf")
 
@@ -76,10 +81,28 @@ def configure(scorer: BatchScorer) -> None:
     _scorer = scorer
 
 
+def scorer_from_env(env: Mapping[str, str] | None = None) -> BatchScorer:
+    """A scorer configured by the WMRL_* environment (see the module doc)."""
+    e = os.environ if env is None else env
+    missing = [k for k in ("WMRL_RUN", "WMRL_TRAINER_GROUP") if not e.get(k)]
+    if missing:
+        raise RuntimeError(
+            f"wmrl reward_func: set {' and '.join(missing)} (the run id and this trainer's consumer group), "
+            "or call wmrl_client.integrations.openrlhf.configure(scorer)"
+        )
+    client = RewardClient(
+        None, e["WMRL_RUN"], e["WMRL_TRAINER_GROUP"], kafka=KafkaOptions.from_env(e),
+        anchor_fraction=float(e.get("WMRL_ANCHOR_FRACTION", "0.25")),
+    )  # fmt: skip
+    size = e.get("WMRL_GROUP_SIZE")
+    return BatchScorer(client, group_size=int(size) if size else None, start_step=int(e.get("WMRL_START_STEP", "0")))
+
+
 def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any], **_: Any) -> dict[str, Any]:
     """OpenRLHF's reward-function file interface: the same reply as the server, as torch tensors."""
+    global _scorer
     if _scorer is None:
-        raise RuntimeError("wmrl_client.integrations.openrlhf.configure(scorer) was not called")
+        _scorer = scorer_from_env()
     import torch
 
     out = answer(_scorer, {"query": list(queries), "prompts": list(prompts), "labels": list(labels)})

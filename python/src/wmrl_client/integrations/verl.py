@@ -33,9 +33,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..options import KafkaOptions
-from ..reward import RewardClient
-from ._batch import BatchScorer, fill_masked
+from wmrl_client.integrations._batch import BatchScorer, fill_masked
+from wmrl_client.options import KafkaOptions
+from wmrl_client.reward import RewardClient
 
 _scorers: dict[tuple[Any, ...], Any] = {}
 _lock = threading.Lock()
