@@ -233,3 +233,33 @@ def test_rollouts_from_python_pass_the_go_decoders(kafka: str, gohelper: Helper,
         "60s",
     )
     assert res == {"rollouts": 96, "steps": 3, "errors": []}
+
+
+def test_a_runs_records_land_where_go_puts_them(kafka: str, gohelper: Helper, prefix: str) -> None:
+    """librdkafka's default CRC32 partitioner would split a run from the Go stages' outputs."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    n = 4
+    runs = [f"part-run-{i}" for i in range(12)]
+    produce(gohelper, kafka, prefix, "part-setup", 0, partitions=n)  # creates the topics
+    want = gohelper("partitions", "--n", str(n), *runs)
+    assert len(set(want.values())) > 1
+    with RolloutProducer(kafka, topic_prefix=prefix) as producer:
+        producer.publish(
+            Rollout(run_id=r, step=0, group_id="g", rollout_id="g-r0", stream="mle", artifact="a") for r in runs
+        )
+    c = Consumer({"bootstrap.servers": kafka, "group.id": f"p-{uuid.uuid4().hex[:8]}", "enable.partition.eof": True})
+    try:
+        c.assign([TopicPartition(f"{prefix}rollouts.v1", p, 0) for p in range(n)])
+        got: dict[str, int] = {}
+        eofs = 0
+        while eofs < n:
+            m = c.poll(10)
+            assert m is not None, "no end of the rollouts topic within 10s"
+            if m.error():
+                eofs += 1
+                continue
+            got[m.key().decode()] = m.partition()
+    finally:
+        c.close()
+    assert got == want

@@ -214,8 +214,11 @@ def test_score_through_the_real_stages(
                  log_dir=tmp_path)  # fmt: skip
         st.start("sandbox", "sandbox", "--argv", json.dumps(["/bin/sh", str(SCORE_SH), "{artifact}"]), "--slots", "2",
                  "--timeout", "30s", log_dir=tmp_path)  # fmt: skip
+        # --min-pairs above the run's anchor pairs keeps the calibration the identity, so the
+        # expected rewards are the scores the test wrote (how many pairs accrue depends on the
+        # anchor hash of the random run id).
         st.start("correct", "correct", "--transactional-id", f"{st.unique}-txn", "--redis-prefix", st.unique,
-                 log_dir=tmp_path)  # fmt: skip
+                 "--min-pairs", "5000", log_dir=tmp_path)  # fmt: skip
 
         tables = []
         anchors = 0
@@ -241,8 +244,8 @@ def test_score_through_the_real_stages(
                     anchor = is_anchor(run, f"s{step}-g{j}", ANCHOR)
                     anchors += anchor
                     want = np.array([scores(step, j, i)[1 if anchor else 0] for i in range(SIZE)])
-                    # Fewer than 200 anchor pairs: the calibration is the identity, so a world-model
-                    # row's used reward is its prediction and an anchor row's its execution.
+                    # Identity calibration (--min-pairs): a world-model row's used reward is its
+                    # prediction, an anchor row's its execution.
                     np.testing.assert_allclose(used, want, rtol=0, atol=1e-12)
                     np.testing.assert_allclose(adv, grpo(want), rtol=1e-9, atol=1e-12)
                     assert mask.all()
