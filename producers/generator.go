@@ -79,9 +79,17 @@ type Backend interface {
 	Next(ctx context.Context) (StepBatch, error)
 }
 
+// Pacer holds a step back until it may be published.
+type Pacer interface {
+	Wait(ctx context.Context, step int64) error
+}
+
 // Config configures a Generator. RunID and KafkaOpts are required.
 type Config struct {
 	RunID string
+	// Pacer, when set, is asked before each step is published and may hold it back (the
+	// staleness bound: package producers/pacing).
+	Pacer Pacer
 	// Stream is the default stream for groups that do not name one (default "main").
 	Stream string
 	// PolicyVersion is the default policy_version for batches that do not carry one.
@@ -180,6 +188,11 @@ func (g *Generator) Run(ctx context.Context) (Stats, error) {
 		}
 		if err != nil {
 			return st, fmt.Errorf("producers: backend: %w", err)
+		}
+		if g.cfg.Pacer != nil {
+			if err := g.cfg.Pacer.Wait(ctx, b.Step); err != nil {
+				return st, fmt.Errorf("producers: step %d: %w", b.Step, err)
+			}
 		}
 		s, err := g.Publish(ctx, b)
 		if err != nil {

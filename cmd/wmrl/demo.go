@@ -144,6 +144,7 @@ plots and CSVs. --quick is a shorter run (30 steps, 2 held-out problems).`,
 				fmt.Fprintf(a.stdout, "report: %s (%d files)\n", filepath.Join(out, demo.FileHTML), len(files))
 			}
 			fmt.Fprintln(a.stdout, res.FinalLine)
+			demoHandoff(a.stdout, cfg.Seed, cfg.TopicPrefix, a.conn.Brokers, !external)
 			if dash != nil {
 				return lingerDashboard(ctx, a, dash, linger)
 			}

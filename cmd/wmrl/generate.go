@@ -7,10 +7,13 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/wmrl/wmrl/internal/artifact"
+	"github.com/wmrl/wmrl/internal/health"
 	"github.com/wmrl/wmrl/producers"
+	"github.com/wmrl/wmrl/producers/pacing"
 )
 
 func init() { register(newGenerateCmd) }
@@ -29,6 +32,9 @@ func newGenerateCmd(a *app) *cobra.Command {
 		inlineMax                                                 int
 		oa                                                        producers.OpenAIConfig
 		promptsFile                                               string
+		maxAhead                                                  int64
+		trainerGroups                                             []string
+		metricsAddr                                               string
 	)
 	cmd := &cobra.Command{
 		Use:   "generate",
@@ -48,7 +54,14 @@ Backends:
   jsonl   rollouts from --input FILE (or - for stdin), one JSON object per line (see docs/stages.md):
           {"step": 0, "group_id": "q1", "prompt": "...", "artifact": "..."} or a full rollout record.
 The built-in task's policy is not a backend here: it learns from the advantages, so only
-'wmrl demo', which closes that loop, runs it.`,
+'wmrl demo', which closes that loop, runs it.
+
+Staleness bound: --max-steps-ahead K holds step v back while v − t ≥ K, where t is the next step
+the slowest --trainer-group has not acknowledged (read from the group's committed offsets on the
+advantages topic; trainers commit only past acknowledged steps). K=1 is on-policy lock-step; 0
+turns the bound off. A pause and a resume are logged, and --metrics-addr serves
+wmrl_generate_paused, wmrl_generate_steps_ahead, wmrl_generate_pauses_total and
+wmrl_generate_paused_seconds_total.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signalContext()
 			defer cancel()
@@ -105,9 +118,31 @@ The built-in task's policy is not a backend here: it learns from the advantages,
 			if err != nil {
 				return err
 			}
+			var pacer producers.Pacer
+			if maxAhead > 0 {
+				reg := prometheus.NewRegistry()
+				pace, err := pacing.New(pacing.Config{KafkaOpts: kopts, Names: a.conn.Names(), RunID: runID,
+					Groups: trainerGroups, MaxAhead: maxAhead, Logger: a.log, Registerer: reg})
+				if err != nil {
+					return fmt.Errorf("--max-steps-ahead: %w", err)
+				}
+				defer pace.Close()
+				pace.Start(ctx)
+				if metricsAddr != "" {
+					srv, err := health.Serve(metricsAddr, reg, nil, nil, a.log)
+					if err != nil {
+						return fmt.Errorf("--metrics-addr: %w", err)
+					}
+					defer srv.Stop()
+				}
+				pacer = pace
+			} else if len(trainerGroups) > 0 {
+				return errors.New("--trainer-group is only used with --max-steps-ahead K (K >= 1)")
+			}
 			g, err := producers.New(b, producers.Config{
 				RunID: runID, Stream: stream, PolicyVersion: policyVersion, AnchorFraction: anchorFraction,
 				Names: a.conn.Names(), KafkaOpts: kopts, InlineLimit: inlineMax, Artifacts: store, Logger: a.log,
+				Pacer: pacer,
 			})
 			if err != nil {
 				return err
@@ -128,6 +163,9 @@ The built-in task's policy is not a backend here: it learns from the advantages,
 	f.StringVar(&artifactDir, "artifact-dir", "", "claim-check directory for artifacts above --inline-max (shared with the consumers)")
 	f.IntVar(&inlineMax, "inline-max", producers.DefaultInlineLimit, "largest artifact in bytes sent inline")
 	f.StringVar(&input, "input", "", "jsonl: input file, - for stdin")
+	f.Int64Var(&maxAhead, "max-steps-ahead", 0, "hold a step back while it is this many steps ahead of the slowest trainer (0: no bound)")
+	f.StringSliceVar(&trainerGroups, "trainer-group", nil, "consumer group of a trainer of this run (repeatable; needed with --max-steps-ahead)")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "with --max-steps-ahead: serve Prometheus /metrics here (empty: off)")
 	f.StringVar(&promptsFile, "prompts", "", "openai: prompts JSONL file")
 	f.StringVar(&oa.BaseURL, "base-url", "http://127.0.0.1:8000/v1", "openai: API root including /v1")
 	f.StringVar(&oa.Model, "model", "", "openai: served model name")

@@ -1,6 +1,9 @@
 """A minimal GRPO-style training loop on wmrl's fused advantages.
 
-    python examples/grpo_loop.py --bootstrap 127.0.0.1:9092 --run demo-run --group trainer-1
+    python examples/grpo_loop.py --bootstrap 127.0.0.1:9092 --run sim-1 \
+        --topic-prefix wmrl.demo.<id>.wmrl. --group trainer-1
+
+(`wmrl demo --external` prints the run id and the topic prefix of its wmrl arm.)
 
 Each complete step arrives as a ``Step`` (a pyarrow Table). Three of its columns enter the loss:
 
@@ -101,14 +104,20 @@ class Trainer:
         return loss
 
 
-def main(argv: list[str] | None = None, out: Any = sys.stdout) -> Mapping[str, float]:
+def main(argv: list[str] | None = None, out: Any = sys.stdout, connect_timeout: float = 10.0) -> Mapping[str, float]:
     from wmrl_client import AdvantageStream, KafkaOptions
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # allow_abbrev=False: `--topic` must not silently mean `--topic-prefix`.
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     ap.add_argument("--bootstrap", default=None, help="seed brokers (default: WMRL_BROKERS or 127.0.0.1:9092)")
     ap.add_argument("--run", required=True, help="run id whose advantages to train on")
     ap.add_argument("--group", default="grpo-example", help="consumer group (offsets are committed per group)")
-    ap.add_argument("--topic-prefix", default=None)
+    ap.add_argument(
+        "--topic-prefix", default=None, help="prefix of the wmrl topics (default: WMRL_TOPIC_PREFIX or wmrl.)"
+    )
+    ap.add_argument("--topic", default=None, help="the advantages topic's full name (instead of --topic-prefix)")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
     ap.add_argument("--idle-timeout", type=float, default=30.0, help="stop after this many seconds without data")
     ap.add_argument("--numpy", action="store_true", help="use the numpy path even if torch is installed")
@@ -119,7 +128,15 @@ def main(argv: list[str] | None = None, out: Any = sys.stdout) -> Mapping[str, f
         opts.topic_prefix = args.topic_prefix
     trainer = Trainer(use_torch=False if args.numpy else None)
     losses: dict[str, float] = {}
-    with AdvantageStream(args.bootstrap, args.run, args.group, kafka=opts, idle_timeout=args.idle_timeout) as stream:
+    with AdvantageStream(
+        args.bootstrap,
+        args.run,
+        args.group,
+        kafka=opts,
+        topic=args.topic,
+        idle_timeout=args.idle_timeout,
+        connect_timeout=connect_timeout,
+    ) as stream:
         for step in stream:
             loss = trainer.update(step)
             step.ack()  # only after the update: a crash before this line re-delivers the step
@@ -133,4 +150,9 @@ def main(argv: list[str] | None = None, out: Any = sys.stdout) -> Mapping[str, f
 
 
 if __name__ == "__main__":
-    main()
+    from wmrl_client import WmrlError
+
+    try:
+        main()
+    except WmrlError as e:  # a dead broker, a missing topic, an unknown run: say so, exit non-zero
+        sys.exit(f"grpo_loop: {e}")

@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import types
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -80,8 +81,24 @@ class FakeCommitResult:
         self.topic, self.partition, self.offset, self.error = topic, partition, offset, None
 
 
+class FakeTopics(dict):  # type: ignore[type-arg]
+    """Topic metadata in which every topic exists, unless listed in ``missing``."""
+
+    def __init__(self, missing: set[str]) -> None:
+        super().__init__()
+        self.missing = missing
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return default if name in self.missing else types.SimpleNamespace(topic=name, error=None)
+
+
 class FakeConsumer:
     """Hands out queued messages in batches and records commits; no broker."""
+
+    missing_topics: set[str] = set()
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        return types.SimpleNamespace(topics=FakeTopics(self.missing_topics))
 
     def __init__(self, conf: dict[str, object]) -> None:
         self.conf = conf

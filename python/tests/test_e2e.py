@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import re
 import subprocess
+import textwrap
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -121,6 +123,15 @@ def test_python_reads_what_the_go_pipeline_produced(kafka: str, redis_url: str, 
         (topic,) = [t for t in topics if t.startswith(prefix) and t.endswith(".wmrl.advantages.v1")]
         go_digest, go_rows, go_steps = wmrl_digest(wmrl_cli, kafka, topic)
         (run,) = topic_runs(kafka, topic)
+        # The hand-off: the demo names the run and the prefix, and its snippet runs as printed.
+        m = re.search(r"run id (\S+); the wmrl arm's topic prefix is (\S+) \(advantages: (\S+)\)", p.stdout)
+        assert m, p.stdout
+        assert (m.group(1), m.group(3)) == (run, topic) and topic == m.group(2) + "advantages.v1"
+        snippet = textwrap.dedent(p.stdout.split("read them from Python (pip install ./python):\n", 1)[1])
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(snippet, "demo-snippet", "exec"), {})  # noqa: S102 (the demo's own output)
+        assert [int(line.split()[0]) for line in printed.getvalue().splitlines()] == list(range(go_steps))
         with AdvantageStream(kafka, run, f"g-{uuid.uuid4().hex[:8]}", topic=topic, idle_timeout=30) as stream:
             steps = []
             for st in stream:
@@ -222,3 +233,33 @@ def test_rollouts_from_python_pass_the_go_decoders(kafka: str, gohelper: Helper,
         "60s",
     )
     assert res == {"rollouts": 96, "steps": 3, "errors": []}
+
+
+def test_a_runs_records_land_where_go_puts_them(kafka: str, gohelper: Helper, prefix: str) -> None:
+    """librdkafka's default CRC32 partitioner would split a run from the Go stages' outputs."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    n = 4
+    runs = [f"part-run-{i}" for i in range(12)]
+    produce(gohelper, kafka, prefix, "part-setup", 0, partitions=n)  # creates the topics
+    want = gohelper("partitions", "--n", str(n), *runs)
+    assert len(set(want.values())) > 1
+    with RolloutProducer(kafka, topic_prefix=prefix) as producer:
+        producer.publish(
+            Rollout(run_id=r, step=0, group_id="g", rollout_id="g-r0", stream="mle", artifact="a") for r in runs
+        )
+    c = Consumer({"bootstrap.servers": kafka, "group.id": f"p-{uuid.uuid4().hex[:8]}", "enable.partition.eof": True})
+    try:
+        c.assign([TopicPartition(f"{prefix}rollouts.v1", p, 0) for p in range(n)])
+        got: dict[str, int] = {}
+        eofs = 0
+        while eofs < n:
+            m = c.poll(10)
+            assert m is not None, "no end of the rollouts topic within 10s"
+            if m.error():
+                eofs += 1
+                continue
+            got[m.key().decode()] = m.partition()
+    finally:
+        c.close()
+    assert got == want

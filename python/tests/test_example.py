@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import PY_ROOT
 
-from wmrl_client import Step, decode_advantages
+from wmrl_client import BrokerUnavailableError, Step, decode_advantages
 
 spec = importlib.util.spec_from_file_location("grpo_loop", PY_ROOT / "examples" / "grpo_loop.py")
 assert spec and spec.loader
@@ -57,3 +57,11 @@ def test_numpy_trainer_reduces_the_loss(step: Step) -> None:
     tr = grpo.Trainer(lr=0.5, use_torch=False)
     losses = [tr.update(step) for _ in range(20)]
     assert losses[-1] < losses[0]
+
+
+def test_dead_broker_and_abbreviated_flags_are_errors() -> None:
+    with pytest.raises(BrokerUnavailableError, match="127.0.0.1:9"):
+        grpo.main(["--bootstrap", "127.0.0.1:9", "--run", "r1"], connect_timeout=1)
+    # `--topic` is a flag of its own, and an abbreviation of --topic-prefix is refused.
+    with pytest.raises(SystemExit):
+        grpo.main(["--bootstrap", "127.0.0.1:9", "--run", "r1", "--topic-p", "x."])

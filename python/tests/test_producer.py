@@ -63,6 +63,7 @@ def test_publish_from_generator_with_go_headers(fake_producer: Callable[..., Fak
     fp: FakeProducer = fake_producer.made[-1]  # type: ignore[attr-defined]
     assert (stats.rollouts, stats.steps) == (6, 1)
     assert fp.conf["enable.idempotence"] is True and fp.conf["acks"] == "all"
+    assert fp.conf["partitioner"] == "murmur2_random"  # the Go stages' key hash
     first, last = fp.produced[0], fp.produced[-1]
     assert first["topic"] == "lab.rollouts.v1" and last["topic"] == "lab.steps.v1"
     assert first["key"] == b"run-1"
@@ -116,7 +117,7 @@ def test_full_queue_is_retried(fake_producer: Callable[..., FakeProducer]) -> No
 
 
 def test_idempotence_cannot_be_switched_off(fake_producer: Callable[..., FakeProducer]) -> None:
-    for conf in ({"enable.idempotence": False}, {"acks": "1"}):
+    for conf in ({"enable.idempotence": False}, {"acks": "1"}, {"partitioner": "consistent_random"}):
         with pytest.raises(ValueError):
             RolloutProducer("b:1", producer_factory=fake_producer, producer_config=conf)
     with RolloutProducer("b:1", producer_factory=fake_producer) as p:

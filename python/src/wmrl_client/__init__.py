@@ -23,13 +23,17 @@ from .contract import (
 )
 from .digest import digest_and_count, digest_rows, rows_from_table
 from .errors import (
+    BrokerUnavailableError,
     ConflictError,
     DeliveryError,
     FieldError,
     HeaderError,
     MalformedError,
     SchemaVersionError,
+    StepTimeoutError,
     TooLargeError,
+    UnknownRunError,
+    UnknownTopicError,
     WmrlError,
     reason,
 )
@@ -48,11 +52,19 @@ from .records import (
     valid_id,
     validate_advantage_rows,
 )
+from .reward import Group, RewardClient, StepResult
 from .stream import AdvantageStream, ChunkMismatchError, StaleStepError, Step, StreamStats
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BrokerUnavailableError",
+    "Group",
+    "RewardClient",
+    "StepResult",
+    "StepTimeoutError",
+    "UnknownRunError",
+    "UnknownTopicError",
     "ChunkMismatchError",
     "StaleStepError",
     "ADVANTAGE_SCHEMA",

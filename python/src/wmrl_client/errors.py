@@ -141,6 +141,52 @@ class DeliveryError(WmrlError):
         super().__init__(f"{len(errors)} record(s) not delivered: {first}{more}")
 
 
+class BrokerUnavailableError(WmrlError, ConnectionError):
+    """No Kafka broker answered within the connect timeout (wrong address, broker down, TLS/SASL
+    mismatch). Raised at start instead of librdkafka retrying silently for ever."""
+
+    @property
+    def reason(self) -> str:
+        return "broker-unavailable"
+
+
+class UnknownTopicError(WmrlError, LookupError):
+    """A topic the client needs does not exist on the cluster. ``candidates`` lists existing topics
+    with the same wmrl suffix (another ``topic_prefix`` is the usual cause); the client never
+    guesses one of them."""
+
+    def __init__(self, message: str, topic: str = "", candidates: list[str] | None = None) -> None:
+        self.topic = topic
+        self.candidates = candidates or []
+        super().__init__(message)
+
+    @property
+    def reason(self) -> str:
+        return "unknown-topic"
+
+
+class UnknownRunError(WmrlError, LookupError):
+    """The topic holds no record of the run asked for. ``runs_seen`` lists runs that it does hold
+    (from the wmrl-run headers read), so a mistyped run id is visible at once."""
+
+    def __init__(self, message: str, run_id: str = "", runs_seen: list[str] | None = None) -> None:
+        self.run_id = run_id
+        self.runs_seen = runs_seen or []
+        super().__init__(message)
+
+    @property
+    def reason(self) -> str:
+        return "unknown-run"
+
+
+class StepTimeoutError(WmrlError, TimeoutError):
+    """A step's advantages did not arrive in time; the message says what was seen meanwhile."""
+
+    @property
+    def reason(self) -> str:
+        return "timeout"
+
+
 def reason(err: BaseException | None) -> str:
     """Go's topics.Reason for an error of this package; "" for None, "error" for anything else."""
     if err is None:

@@ -3,7 +3,8 @@
 Every record is validated with the Go rules (``records.py``) before it is queued, encoded to the
 bytes Go's ``topics.Encode*`` would produce, keyed by run_id and given the same headers as Go's
 ``topics.Names.RolloutRecord``/``StepRecord``. The producer is idempotent (``enable.idempotence``,
-``acks=all``), so broker retries never duplicate or reorder a run's records.
+``acks=all``), so broker retries never duplicate or reorder a run's records, and partitions keys
+with murmur2 like the Go stages, so a run's records meet on one partition number.
 """
 
 from __future__ import annotations
@@ -75,8 +76,16 @@ class RolloutProducer:
                 raise ValueError("producer_config enable.idempotence=false: the producer must stay idempotent")
             if k == "acks" and str(v) not in ("all", "-1"):
                 raise ValueError(f"producer_config acks={v!r}: an idempotent producer needs acks=all")
+            if k == "partitioner" and str(v) != "murmur2_random":
+                raise ValueError(
+                    f"producer_config partitioner={v!r}: a run's records must land on the partition the Go "
+                    "stages pick (murmur2_random, Kafka's Java/franz-go key hash)"
+                )
             conf[k] = v
-        conf.update({"enable.idempotence": True, "acks": "all"})
+        # librdkafka's default partitioner hashes keys with CRC32; the Go stages (franz-go) and
+        # Kafka's Java client use murmur2. The correction consumer joins a run's records by
+        # partition number, so Python must place keys as Go does.
+        conf.update({"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"})
         self.config = dict(conf)
         if producer_factory is None:
             from confluent_kafka import Producer

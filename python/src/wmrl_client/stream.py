@@ -30,8 +30,9 @@ import pyarrow as pa
 
 from . import contract as c
 from .arrow import decode_advantages, validate_table
+from .cluster import DEFAULT_CONNECT_TIMEOUT, LIBRDKAFKA_LOGGER, check_topics
 from .digest import digest_rows, rows_from_table
-from .errors import ConflictError, HeaderError, SchemaVersionError, WmrlError
+from .errors import ConflictError, HeaderError, SchemaVersionError, UnknownRunError, WmrlError
 from .options import KafkaOptions, split_brokers
 from .records import AdvantageRow, check_id
 
@@ -295,6 +296,7 @@ class AdvantageStream:
         max_buffered_steps: int = DEFAULT_MAX_BUFFERED_STEPS,
         consumer_config: Mapping[str, object] | None = None,
         consumer_factory: Callable[[dict[str, object]], Any] | None = None,
+        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
         **kafka_options: Any,
     ) -> None:
         msg = check_id(run_id)
@@ -325,6 +327,7 @@ class AdvantageStream:
             }
         )
         conf.setdefault("auto.offset.reset", auto_offset_reset)
+        conf.setdefault("logger", LIBRDKAFKA_LOGGER)
         if async_commit:
             conf.setdefault("on_commit", _log_commit_errors)
         self.run_id = run_id
@@ -348,6 +351,9 @@ class AdvantageStream:
         self._committed: dict[TopicPartition, int] = {}
         self._poisoned: dict[TopicPartition, int] = {}
         self._backlog: deque[Any] = deque()
+        self._out: deque[Step] = deque()  # steps completed by next_step() and not yet returned
+        self._runs_seen: dict[str, int] = {}  # records per other run (at most 16 runs), for UnknownRunError
+        self._run_records = 0  # records of this run
         self._closed = False
         self.config = dict(conf)
         if consumer_factory is None:
@@ -355,6 +361,14 @@ class AdvantageStream:
 
             consumer_factory = Consumer
         self._consumer: confluent_kafka.Consumer = consumer_factory(conf)
+        if connect_timeout is not None:
+            try:
+                check_topics(
+                    self._consumer, [self.topic], brokers=str(conf["bootstrap.servers"]), timeout=connect_timeout
+                )
+            except WmrlError:
+                self._consumer.close()
+                raise
         self._consumer.subscribe(
             [self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -386,21 +400,64 @@ class AdvantageStream:
     # ---- iteration
 
     def __iter__(self) -> Iterator[Step]:
+        """Complete steps in step order. Ends after idle_timeout seconds without a record; raises
+        UnknownRunError then if records of other runs were read and none of this run."""
         if self._closed:
             raise RuntimeError("AdvantageStream is closed")
         last = time.monotonic()
         while True:
+            while self._out:
+                yield self._out.popleft()
             if not self._backlog:
                 msgs = self._consumer.consume(num_messages=self._batch_size, timeout=self._poll_timeout)
                 self._backlog.extend(msgs)
             if not self._backlog:
                 if self._idle_timeout is not None and time.monotonic() - last >= self._idle_timeout:
+                    self.check_run_seen()
                     return
                 continue
             last = time.monotonic()
             while self._backlog:
                 m = self._backlog.popleft()
                 yield from self._handle(m)
+
+    def next_step(self, timeout: float | None = None) -> Step | None:
+        """The next complete step, or None when none completed within timeout seconds (None: no
+        limit). Shares its state with iteration, so both may be used on one stream."""
+        if self._closed:
+            raise RuntimeError("AdvantageStream is closed")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._out:
+                return self._out.popleft()
+            if self._backlog:
+                self._out.extend(self._handle(self._backlog.popleft()))
+                continue
+            left = (
+                self._poll_timeout
+                if deadline is None
+                else max(0.0, min(self._poll_timeout, deadline - time.monotonic()))
+            )
+            self._backlog.extend(self._consumer.consume(num_messages=self._batch_size, timeout=left))
+            if not self._backlog and deadline is not None and time.monotonic() >= deadline:
+                return None
+
+    @property
+    def runs_seen(self) -> list[str]:
+        """Other runs whose records this stream read (at most 16), most records first."""
+        return sorted(self._runs_seen, key=lambda r: -self._runs_seen[r])
+
+    def check_run_seen(self) -> None:
+        """Raise UnknownRunError when records of other runs were read but none of this run."""
+        if self._run_records == 0 and self._runs_seen:
+            runs = self.runs_seen
+            raise UnknownRunError(
+                f"{self.topic} holds no record of run {self.run_id!r} among the {self.stats.records} records read; "
+                f"runs seen: {', '.join(runs)} (the demo prints its run id; `wmrl digest --topic {self.topic}` "
+                "counts rows per topic)",
+                self.run_id,
+                runs,
+            )
 
     def _handle(self, m: Any) -> list[Step]:
         err = m.error()
@@ -449,7 +506,10 @@ class AdvantageStream:
             raise HeaderError(f"{where}: no {c.HEADER_RUN} header")
         if run != self.run_id:
             self.stats.skipped_other_runs += 1
+            if run in self._runs_seen or len(self._runs_seen) < 16:
+                self._runs_seen[run] = self._runs_seen.get(run, 0) + 1
             return []
+        self._run_records += 1
         ct = h.get(c.HEADER_CONTENT_TYPE)
         if ct is not None and ct != c.CONTENT_TYPE_ARROW:
             raise HeaderError(f"{where}: {c.HEADER_CONTENT_TYPE} {ct!r}, want {c.CONTENT_TYPE_ARROW!r}")

@@ -10,6 +10,7 @@
 //	gohelper produce  --brokers B --prefix P --run R --steps N --groups G --group-size S
 //	gohelper verify-rollouts --brokers B --prefix P --run R --rollouts N --steps M
 //	gohelper delete-topics --brokers B --prefix P
+//	gohelper partitions --n N KEY...   (the partition the Go stages' partitioner gives each key)
 package main
 
 import (
@@ -34,7 +35,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: gohelper produce|verify-rollouts|delete-topics [flags]")
+		fmt.Fprintln(os.Stderr, "usage: gohelper produce|verify-rollouts|delete-topics|partitions [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -45,6 +46,8 @@ func main() {
 		err = verifyRollouts(os.Args[2:])
 	case "delete-topics":
 		err = deleteTopics(os.Args[2:])
+	case "partitions":
+		err = partitions(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -376,4 +379,21 @@ func deleteTopics(args []string) error {
 		}
 	}
 	return nil
+}
+
+// partitions prints {"KEY": partition} for n partitions with franz-go's StickyKeyPartitioner
+// (murmur2, as Kafka's Java client), which every Go stage uses for records keyed by run_id: a
+// run's records from Python must land on the same partition number.
+func partitions(args []string) error {
+	fs := flag.NewFlagSet("partitions", flag.ContinueOnError)
+	n := fs.Int("n", 2, "partition count")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	out := map[string]int{}
+	p := kgo.StickyKeyPartitioner(nil).ForTopic("t")
+	for _, k := range fs.Args() {
+		out[k] = p.Partition(&kgo.Record{Key: []byte(k)}, *n)
+	}
+	return json.NewEncoder(os.Stdout).Encode(out)
 }
