@@ -15,7 +15,8 @@ const (
 	// ModeDefault is wmrl's mode: exact isotonic regression, refit at every
 	// sealed step, inverse-variance weight with c = 1.
 	ModeDefault Mode = iota
-	// ModeReference reproduces the authors' public code (DESIGN §2).
+	// ModeReference reproduces the authors' CorrectionLoop row for row:
+	// sequential over the manifest's groups, refits between pairs (doc.go).
 	ModeReference
 )
 
@@ -62,9 +63,9 @@ type Config struct {
 	Mode        Mode
 	Window      int     // FIFO size of anchor pairs, default 5000
 	MinPairs    int     // identity map until this many pairs, default 200
-	RefitEvery  int     // 0 = refit at every sealed step with new pairs (default); reference: 64 new pairs
+	RefitEvery  int     // default: 0 = refit at every sealed step with new pairs; reference: after every 64th pushed pair (0: every pair), mid-step
 	Bins        int     // reference mode only: number of equal-width bins on [0,1], 10
-	HalfLife    float64 // EWMA half-life in anchor groups, 64
+	HalfLife    float64 // EWMA half-life in anchor groups, 64 (reference mode uses max(1, HalfLife), as the authors)
 	FreezeAfter int     // 0 = never freeze (c = 1); reference: freeze c = 1/s̄² after 32 groups
 	WeightCap   float64 // anchor weight is clipped to [1, WeightCap]; 4 in both modes
 	Advantage   AdvantageKind
@@ -93,7 +94,9 @@ func DefaultConfig() Config {
 	}
 }
 
-// ReferenceConfig reproduces the authors' public code (DESIGN §2).
+// ReferenceConfig reproduces the authors' CorrectionLoop with the settings of
+// their 4B/9B configs (wmrl_4b.yaml): buffer 5000, 200 pairs before the first
+// fit, refit every 64 pairs, 10 bins, half-life 64, warm-up 32, weight cap 4.
 func ReferenceConfig() Config {
 	return Config{
 		Mode:        ModeReference,

@@ -22,7 +22,7 @@ func goldenStates(t testing.TB) map[string]*State {
 	t.Helper()
 	small := func(cfg Config) Config { cfg.Window, cfg.MinPairs = 120, 40; return cfg }
 	out := map[string]*State{
-		"empty_default": NewState("run-0", "main", DefaultConfig()),
+		"empty_default": mustNew(t, DefaultConfig()).NewState("run-0", "main"),
 	}
 	for name, cfg := range map[string]Config{
 		"default_30":         DefaultConfig(),

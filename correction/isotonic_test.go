@@ -161,7 +161,7 @@ func TestNaiveMatchesIncremental(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Window = 97
 	cfg.MinPairs = 10
-	st := NewState("r", "s", cfg)
+	st := mustNew(t, cfg).NewState("r", "s")
 	r := &splitMix64{s: 7}
 	for step := range 60 {
 		k := int(r.next() % 30)

@@ -36,10 +36,12 @@ type State struct {
 	frozen  bool
 }
 
-// NewState returns the empty state of a (run, stream): nothing sealed
-// (SealedStep −1), identity calibration, anchor weight 1. The first step it
-// accepts is step 0.
-func NewState(run, stream string, cfg Config) *State {
+// newState returns the empty state of a (run, stream) for a validated cfg:
+// nothing sealed (SealedStep −1), identity calibration, anchor weight 1.
+// States come only from Corrector.NewState and DecodeState, the two ways a
+// Config enters the package, and both validate it, so nothing downstream
+// re-checks a field.
+func newState(run, stream string, cfg Config) *State {
 	s := &State{cfg: cfg, cfgHash: cfg.Hash(), run: run, stream: stream, sealed: -1}
 	if cfg.FreezeAfter == 0 {
 		s.c = 1

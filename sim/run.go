@@ -260,6 +260,11 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 			rec.CalibrationMAE, rec.RawMAE = calErr/float64(nPairs), rawErr/float64(nPairs)
 		}
 		rec.AnchorWeight = weightInForce
+		if arm.Correction.Mode == correction.ModeReference {
+			// The authors' loop weights a step's anchor rows with the weight
+			// after that step's own anchor groups.
+			rec.AnchorWeight = state.AnchorWeight()
+		}
 		rec.NoiseRatio, _ = state.NoiseRatio()
 		rec.FitVersion = state.FitVersion()
 		rec.Pairs = state.Pairs()
