@@ -328,22 +328,29 @@ func TestMaskingInCorrect(t *testing.T) {
 }
 
 func TestAdvanceMatchesCorrect(t *testing.T) {
-	c := mustNew(t, DefaultConfig())
-	steps := simulate("run", "s", 25, 17)
-	_, want := run(t, c, steps)
-	st := c.NewState("run", "s")
-	var rows []Row
-	for _, s := range steps {
-		var err error
-		if rows, err = c.Advance(st, s, rows[:0]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if st.Digest() != want.Digest() {
-		t.Fatal("Advance and Correct diverge")
-	}
-	if _, err := c.Advance(st, steps[0], nil); !errors.Is(err, ErrOutOfOrder) {
-		t.Fatalf("replayed step: %v", err)
+	for _, cfg := range []Config{DefaultConfig(), ReferenceConfig()} {
+		t.Run(cfg.Mode.String(), func(t *testing.T) {
+			c := mustNew(t, cfg)
+			steps := simulate("run", "s", 25, 17)
+			wantRows, want := run(t, c, steps)
+			st := c.NewState("run", "s")
+			var rows []Row
+			for v, s := range steps {
+				var err error
+				if rows, err = c.Advance(st, s, rows[:0]); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(rows, wantRows[v]) {
+					t.Fatalf("step %d: Advance and Correct rows differ", v)
+				}
+			}
+			if st.Digest() != want.Digest() {
+				t.Fatal("Advance and Correct diverge")
+			}
+			if _, err := c.Advance(st, steps[0], nil); !errors.Is(err, ErrOutOfOrder) {
+				t.Fatalf("replayed step: %v", err)
+			}
+		})
 	}
 }
 

@@ -107,10 +107,13 @@ func TestReferenceMatchesAuthorsLoop(t *testing.T) {
 				step.Groups = append(step.Groups, grp)
 			}
 			in := shuffledRollouts(step, shuf)
-			prevPending, prevVersion := st.pending, st.version
+			prevPending, prevVersion, prevDigest := st.pending, st.version, st.Digest()
 			rows, next, err := c.Correct(st, in)
 			if err != nil {
 				t.Fatalf("%s step %d: %v", g.Case, v, err)
+			}
+			if st.Digest() != prevDigest {
+				t.Fatalf("%s step %d: Correct mutated the previous state", g.Case, v)
 			}
 			where := func(r Row) string { return fmt.Sprintf("%s step %d %s/%s", g.Case, v, r.GroupID, r.RolloutID) }
 			i := 0
