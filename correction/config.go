@@ -50,6 +50,31 @@ func (k AdvantageKind) String() string {
 	return fmt.Sprintf("AdvantageKind(%d)", uint8(k))
 }
 
+// MapKind selects the shape of the default mode's calibration map.
+type MapKind uint8
+
+const (
+	// MapIsotonic is exact isotonic regression: a step function joined
+	// linearly, flat wherever the window shows no increasing evidence.
+	MapIsotonic MapKind = iota
+	// MapCentred is centred isotonic regression (Oron & Flournoy 2017):
+	// each pooled block is one point at its weighted-mean x with the
+	// block's value, joined linearly, so the map is strictly increasing
+	// between the outermost block centres and keeps the world model's
+	// ranking there, which a flat stretch would erase.
+	MapCentred
+)
+
+func (k MapKind) String() string {
+	switch k {
+	case MapIsotonic:
+		return "isotonic"
+	case MapCentred:
+		return "centred"
+	}
+	return fmt.Sprintf("MapKind(%d)", uint8(k))
+}
+
 // ErrInvalidConfig is wrapped by every Config.Validate failure.
 var ErrInvalidConfig = errors.New("correction: invalid config")
 
@@ -73,6 +98,7 @@ type Config struct {
 	DDOF        int     // 0 (population std, reference) or 1 (sample std)
 	Debias      bool    // OD on/off (ablations); off => identity calibration
 	Denoise     bool    // IVD on/off (ablations); off => anchor weight 1
+	Map         MapKind // default mode only: MapIsotonic (default) or MapCentred
 }
 
 // DefaultConfig is wmrl's recommended configuration.
@@ -145,15 +171,22 @@ func (c Config) Validate() error {
 		return bad("eps %v must be finite and >= 0", c.Eps)
 	case c.DDOF != 0 && c.DDOF != 1:
 		return bad("ddof %d must be 0 or 1", c.DDOF)
+	case c.Map > MapCentred:
+		return bad("unknown map kind %d", c.Map)
+	case c.Mode == ModeReference && c.Map != MapIsotonic:
+		return bad("map %v: reference mode has the authors' binned map only", c.Map)
 	}
 	return nil
 }
 
-// configEncodedLen is the size of appendConfig's output.
+// configEncodedLen is the size of appendConfig's output for a config with
+// Map = MapIsotonic; any other map adds one byte.
 const configEncodedLen = 1 + 8*4 + 8 + 8 + 8 + 1 + 8 + 1 + 1 + 1
 
-// appendConfig writes the canonical fixed-width encoding used both for Hash
-// and inside the state encoding.
+// appendConfig writes the canonical encoding used both for Hash and inside
+// the state encoding: fixed-width fields, then the map kind only when it is
+// not MapIsotonic, so configs that predate the field keep their hash and
+// their states their encoding (version 1).
 func appendConfig(b []byte, c Config) []byte {
 	b = append(b, byte(c.Mode))
 	b = binary.LittleEndian.AppendUint64(b, uint64(c.Window))
@@ -167,6 +200,9 @@ func appendConfig(b []byte, c Config) []byte {
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.Eps))
 	b = append(b, byte(c.DDOF))
 	b = append(b, boolByte(c.Debias), boolByte(c.Denoise))
+	if c.Map != MapIsotonic {
+		b = append(b, byte(c.Map))
+	}
 	return b
 }
 

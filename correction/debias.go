@@ -15,12 +15,12 @@ func (s *State) refitDue() bool {
 }
 
 // maybeRefit is the default mode's refit at a sealed step: the exact
-// isotonic fit of the whole window, if due.
+// isotonic (or centred isotonic) fit of the whole window, if due.
 func (s *State) maybeRefit() error {
 	if !s.refitDue() {
 		return nil
 	}
-	bx, by, err := fitSortedPairs(s.sorted)
+	bx, by, err := fitSortedPairs(s.sorted, s.cfg.Map == MapCentred)
 	if err != nil {
 		return err
 	}

@@ -132,6 +132,12 @@
 //     group 32 whatever the actual noise, which is a heuristic, not an
 //     inverse-variance weight. The cap (default 4, as the reference clip)
 //     bounds the influence of a few anchor rows while s̄² is still noisy.
+//   - Map shape (option): Map = MapCentred replaces the isotonic step map by
+//     centred isotonic regression, strictly increasing between the outermost
+//     block centres. An isotonic map is flat wherever the window shows no
+//     increasing evidence, which erases the world model's within-group
+//     ranking exactly where the policy concentrates; the centred map keeps
+//     it. States with it encode as version 2 (one more config byte).
 //   - Calibration per (run, stream): both modes keep one State per (run,
 //     stream); with a single stream reference mode equals the authors'
 //     global calibration.

@@ -198,5 +198,5 @@ func TestNaiveMatchesIncremental(t *testing.T) {
 func naiveRefit(win *fifo) (bx, by []float64, err error) {
 	ps := win.pairs()
 	slices.SortFunc(ps, cmpPair)
-	return fitSortedPairs(ps)
+	return fitSortedPairs(ps, false)
 }
