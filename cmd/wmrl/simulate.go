@@ -38,6 +38,8 @@ func newSimulateCmd(a *app) *cobra.Command {
 		targetFraction float64
 		workers        int
 		out            string
+		errorGrid      bool
+		grid           = errorGridOptions{biases: defaultGridBiases, noises: defaultGridNoises}
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -69,6 +71,13 @@ the policy's exact expected true score on held-out problems. The target of a see
 			}
 			if err := cfg.Validate(); err != nil {
 				return err
+			}
+			if errorGrid {
+				if !cmd.Flags().Changed("steps") {
+					cfg.Steps = defaultGridSteps
+				}
+				grid.armsChanged = cmd.Flags().Changed("arms")
+				return runErrorGrid(ctx, a, cfg, as, sw.Seeds, grid, anchorFraction, targetFraction, evalProblems, workers, out)
 			}
 			start := time.Now()
 			fmt.Fprintf(a.stdout, "eval set: %d held-out problems × %d solutions ...\n", evalProblems, len(task.EffectiveSolutions()))
@@ -123,6 +132,10 @@ the policy's exact expected true score on held-out problems. The target of a see
 	f.Float64Var(&targetFraction, "target-fraction", sim.DefaultTargetFraction, "target = this × real-GRPO's final score of the same seed")
 	f.IntVar(&workers, "workers", 0, "concurrent runs (0 = GOMAXPROCS)")
 	f.StringVar(&out, "out", "simulate-out", "directory for steps.csv and summary.csv (empty: none)")
+	f.BoolVar(&errorGrid, "error-grid", false, "sweep the error model r̂ = r + B·b(τ) + σ·ξ over --grid-bias × --grid-noise (docs/error_grid.md); "+
+		"arms default to real-grpo, pure-wm, none, od, ivd, wmrl, wmrl-cir and steps to 40; writes error_grid.csv, error_grid.md and plots to --out")
+	f.Float64SliceVar(&grid.biases, "grid-bias", defaultGridBiases, "error grid: bias strengths B")
+	f.Float64SliceVar(&grid.noises, "grid-noise", defaultGridNoises, "error grid: noise levels σ")
 	wmFlags(f, &cfg.WorldModel)
 	return cmd
 }
