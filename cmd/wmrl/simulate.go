@@ -47,13 +47,16 @@ func newSimulateCmd(a *app) *cobra.Command {
 		Long: `simulate trains the built-in task's policy with the same correction core the pipeline uses,
 but without Kafka, for sweeps. Arms: real-grpo (every group executed), pure-wm (no anchors, no
 correction), none (anchors, no OD/IVD), ivd, od, wmrl (OD+IVD, default mode), reference (the
-authors' code). Every arm of a seed shares anchor groups, training problems and sampler seed.
+authors' code), wmrl-cir (OD+IVD with the centred isotonic map). Every arm of a seed shares anchor groups, training problems and sampler seed.
 
 Compute is counted primarily as the number of real executions (deterministic, load-independent);
 measured execution wall time and the simulated --exec-overhead are reported beside it. The score is
 the policy's exact expected true score on held-out problems. The target of a seed is
 --target-fraction × real-GRPO's final score in that seed. Output: a table of mean ± 95% CI
-(Student t) over seeds, and steps.csv / summary.csv in --out.`,
+(Student t) over seeds, and steps.csv / summary.csv in --out.
+
+--error-grid replaces the proxy world model by the paper's error model r̂ = r + b(τ) + ξ and
+sweeps its (bias, noise) grid instead (docs/error_grid.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signalContext()
