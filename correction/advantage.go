@@ -71,3 +71,43 @@ func groupAdvantages(vals []float64, mask []bool, adv []float64, kind AdvantageK
 		}
 	}
 }
+
+// groupAdvantagesNumpy is groupAdvantages with the authors' arithmetic
+// (group_advantages in wmrl/advantage.py): the usable rewards are gathered
+// in index order and mean and std are numpy's (pairwise sums). scratch is
+// reused between groups.
+func groupAdvantagesNumpy(vals []float64, mask []bool, adv []float64, kind AdvantageKind, eps float64, ddof int, scratch []float64) []float64 {
+	arr := scratch[:0]
+	for i, v := range vals {
+		adv[i] = 0
+		if mask[i] {
+			arr = append(arr, v)
+		}
+	}
+	if len(arr) < 2 {
+		for i := range mask {
+			mask[i] = false
+		}
+		return arr
+	}
+	mu := npMean(arr)
+	if kind == DrGRPO {
+		for i, v := range vals {
+			if mask[i] {
+				adv[i] = v - mu
+			}
+		}
+		return arr
+	}
+	// The squared deviations go into scratch right after arr.
+	denom := math.Sqrt(npVar(arr, arr[len(arr):], ddof)) + eps
+	if denom == 0 {
+		return arr
+	}
+	for i, v := range vals {
+		if mask[i] {
+			adv[i] = (v - mu) / denom
+		}
+	}
+	return arr
+}

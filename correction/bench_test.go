@@ -43,7 +43,7 @@ func BenchmarkRefit(b *testing.B) {
 		b.Run(name+"/incremental", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := fitSortedPairs(st.sorted); err != nil {
+				if _, _, err := fitSortedPairs(st.sorted, false); err != nil {
 					b.Fatal(err)
 				}
 			}

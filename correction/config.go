@@ -15,7 +15,8 @@ const (
 	// ModeDefault is wmrl's mode: exact isotonic regression, refit at every
 	// sealed step, inverse-variance weight with c = 1.
 	ModeDefault Mode = iota
-	// ModeReference reproduces the authors' public code (DESIGN §2).
+	// ModeReference reproduces the authors' CorrectionLoop row for row:
+	// sequential over the manifest's groups, refits between pairs (doc.go).
 	ModeReference
 )
 
@@ -49,6 +50,31 @@ func (k AdvantageKind) String() string {
 	return fmt.Sprintf("AdvantageKind(%d)", uint8(k))
 }
 
+// MapKind selects the shape of the default mode's calibration map.
+type MapKind uint8
+
+const (
+	// MapIsotonic is exact isotonic regression: a step function joined
+	// linearly, flat wherever the window shows no increasing evidence.
+	MapIsotonic MapKind = iota
+	// MapCentred is centred isotonic regression (Oron & Flournoy 2017):
+	// each pooled block is one point at its weighted-mean x with the
+	// block's value, joined linearly, so the map is strictly increasing
+	// between the outermost block centres and keeps the world model's
+	// ranking there, which a flat stretch would erase.
+	MapCentred
+)
+
+func (k MapKind) String() string {
+	switch k {
+	case MapIsotonic:
+		return "isotonic"
+	case MapCentred:
+		return "centred"
+	}
+	return fmt.Sprintf("MapKind(%d)", uint8(k))
+}
+
 // ErrInvalidConfig is wrapped by every Config.Validate failure.
 var ErrInvalidConfig = errors.New("correction: invalid config")
 
@@ -62,9 +88,9 @@ type Config struct {
 	Mode        Mode
 	Window      int     // FIFO size of anchor pairs, default 5000
 	MinPairs    int     // identity map until this many pairs, default 200
-	RefitEvery  int     // 0 = refit at every sealed step with new pairs (default); reference: 64 new pairs
+	RefitEvery  int     // default: 0 = refit at every sealed step with new pairs; reference: after every 64th pushed pair (0: every pair), mid-step
 	Bins        int     // reference mode only: number of equal-width bins on [0,1], 10
-	HalfLife    float64 // EWMA half-life in anchor groups, 64
+	HalfLife    float64 // EWMA half-life in anchor groups, 64 (reference mode uses max(1, HalfLife), as the authors)
 	FreezeAfter int     // 0 = never freeze (c = 1); reference: freeze c = 1/s̄² after 32 groups
 	WeightCap   float64 // anchor weight is clipped to [1, WeightCap]; 4 in both modes
 	Advantage   AdvantageKind
@@ -72,6 +98,7 @@ type Config struct {
 	DDOF        int     // 0 (population std, reference) or 1 (sample std)
 	Debias      bool    // OD on/off (ablations); off => identity calibration
 	Denoise     bool    // IVD on/off (ablations); off => anchor weight 1
+	Map         MapKind // default mode only: MapIsotonic (default) or MapCentred
 }
 
 // DefaultConfig is wmrl's recommended configuration.
@@ -93,7 +120,9 @@ func DefaultConfig() Config {
 	}
 }
 
-// ReferenceConfig reproduces the authors' public code (DESIGN §2).
+// ReferenceConfig reproduces the authors' CorrectionLoop with the settings of
+// their 4B/9B configs (wmrl_4b.yaml): buffer 5000, 200 pairs before the first
+// fit, refit every 64 pairs, 10 bins, half-life 64, warm-up 32, weight cap 4.
 func ReferenceConfig() Config {
 	return Config{
 		Mode:        ModeReference,
@@ -142,15 +171,22 @@ func (c Config) Validate() error {
 		return bad("eps %v must be finite and >= 0", c.Eps)
 	case c.DDOF != 0 && c.DDOF != 1:
 		return bad("ddof %d must be 0 or 1", c.DDOF)
+	case c.Map > MapCentred:
+		return bad("unknown map kind %d", c.Map)
+	case c.Mode == ModeReference && c.Map != MapIsotonic:
+		return bad("map %v: reference mode has the authors' binned map only", c.Map)
 	}
 	return nil
 }
 
-// configEncodedLen is the size of appendConfig's output.
+// configEncodedLen is the size of appendConfig's output for a config with
+// Map = MapIsotonic; any other map adds one byte.
 const configEncodedLen = 1 + 8*4 + 8 + 8 + 8 + 1 + 8 + 1 + 1 + 1
 
-// appendConfig writes the canonical fixed-width encoding used both for Hash
-// and inside the state encoding.
+// appendConfig writes the canonical encoding used both for Hash and inside
+// the state encoding: fixed-width fields, then the map kind only when it is
+// not MapIsotonic, so configs that predate the field keep their hash and
+// their states their encoding (version 1).
 func appendConfig(b []byte, c Config) []byte {
 	b = append(b, byte(c.Mode))
 	b = binary.LittleEndian.AppendUint64(b, uint64(c.Window))
@@ -164,6 +200,9 @@ func appendConfig(b []byte, c Config) []byte {
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.Eps))
 	b = append(b, byte(c.DDOF))
 	b = append(b, boolByte(c.Debias), boolByte(c.Denoise))
+	if c.Map != MapIsotonic {
+		b = append(b, byte(c.Map))
+	}
 	return b
 }
 

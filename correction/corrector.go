@@ -93,7 +93,9 @@ type Corrector struct {
 	hash [32]byte
 }
 
-// New validates cfg and returns a Corrector for it.
+// New validates cfg and returns a Corrector for it. This is where a Config
+// enters the package (DecodeState is the other door, for configs read back
+// from a snapshot); every later use trusts it.
 func New(cfg Config) (*Corrector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -104,13 +106,20 @@ func New(cfg Config) (*Corrector, error) {
 // Config returns the corrector's configuration.
 func (c *Corrector) Config() Config { return c.cfg }
 
-// NewState is NewState with the corrector's config.
-func (c *Corrector) NewState(run, stream string) *State { return NewState(run, stream, c.cfg) }
+// NewState returns the empty state of a (run, stream) under the corrector's
+// config: nothing sealed (SealedStep −1), identity calibration, anchor
+// weight 1. The first step it accepts is step 0.
+func (c *Corrector) NewState(run, stream string) *State { return newState(run, stream, c.cfg) }
 
 // Correct computes the rows of step from prev, the state sealed after
-// step.Step−1, and returns them in canonical order (group id, then rollout
-// id, byte-wise) together with the new sealed state. prev is not mutated.
-// Neither output depends on the order of groups or rollouts in step.
+// step.Step−1, and returns them in canonical order together with the new
+// sealed state. prev is not mutated. In the default mode the canonical order
+// is group id, then rollout id (byte-wise), and neither output depends on
+// the order of groups or rollouts in step. In reference mode groups are
+// processed in the order of step.Groups, which must be the step manifest's
+// group order (the authors' loop is sequential over groups, see doc.go),
+// and rollouts within a group in rollout-id order; rows come back in that
+// order.
 func (c *Corrector) Correct(prev *State, step Step) ([]Row, *State, error) {
 	if prev == nil {
 		return nil, nil, ErrNilState
@@ -145,6 +154,9 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 	gorder, err := canonicalOrder(step)
 	if err != nil {
 		return dst, err
+	}
+	if c.cfg.Mode == ModeReference {
+		return c.advanceReference(st, step, dst), nil
 	}
 	total := 0
 	for _, g := range step.Groups {

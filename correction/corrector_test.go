@@ -2,6 +2,7 @@ package correction
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -53,6 +54,9 @@ func shuffled(s Step, r *splitMix64) Step {
 	return out
 }
 
+// TestCorrectOrderInvariant: the default mode's output depends on neither
+// group nor rollout order; reference mode's (sequential over the manifest's
+// groups, like the authors' loop) depends on no rollout order.
 func TestCorrectOrderInvariant(t *testing.T) {
 	for _, cfg := range []Config{DefaultConfig(), ReferenceConfig()} {
 		t.Run(cfg.Mode.String(), func(t *testing.T) {
@@ -61,7 +65,11 @@ func TestCorrectOrderInvariant(t *testing.T) {
 			r := &splitMix64{s: 99}
 			perm := make([]Step, len(steps))
 			for i, s := range steps {
-				perm[i] = shuffled(s, r)
+				if cfg.Mode == ModeReference {
+					perm[i] = shuffledRollouts(s, r)
+				} else {
+					perm[i] = shuffled(s, r)
+				}
 			}
 			rowsA, stA := run(t, c, steps)
 			rowsB, stB := run(t, c, perm)
@@ -138,41 +146,70 @@ func TestCorrectStepSemantics(t *testing.T) {
 	}
 }
 
-func TestReferenceCadenceAndFreeze(t *testing.T) {
-	c := mustNew(t, ReferenceConfig())
-	st := c.NewState("run", "s")
-	steps := simulate("run", "s", 40, 11)
-	lastVersion, lastTotal := uint64(0), uint64(0)
-	for _, s := range steps {
-		_, next, err := c.Correct(st, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if next.FitVersion() != st.FitVersion() {
-			if next.Pairs() < 200 {
-				t.Fatalf("refit with %d pairs", next.Pairs())
-			}
-			if lastVersion > 0 && next.TotalPairs()-lastTotal < 64 {
-				t.Fatalf("refit after only %d new pairs", next.TotalPairs()-lastTotal)
-			}
-			lastVersion, lastTotal = next.FitVersion(), next.TotalPairs()
-		}
-		_, g := next.NoiseRatio()
-		if g < 32 && next.AnchorWeight() != 1 {
-			t.Fatalf("weight %v before freeze", next.AnchorWeight())
-		}
-		if g >= 32 && !st.frozen && next.frozen && next.AnchorWeight() != 2 {
-			t.Fatalf("weight at freeze %v, want 2", next.AnchorWeight())
-		}
-		st = next
+// TestReferenceWithinStep pins the authors' sequential semantics on a
+// step small enough to follow by hand: the anchor group's fourth pair
+// triggers the first fit in the middle of the step, so the world-model
+// group before it in the manifest is calibrated with the identity and the
+// one after it with the new map; breakpoints sit at the mean x of each
+// populated bin (0.7 lies below the seventh edge 0.7000000000000001, so it
+// shares bin 6 with 0.65); and anchor rows carry the weight frozen after the
+// step's own observation.
+func TestReferenceWithinStep(t *testing.T) {
+	cfg := ReferenceConfig()
+	cfg.MinPairs, cfg.RefitEvery, cfg.FreezeAfter = 4, 4, 1
+	c := mustNew(t, cfg)
+	wm := func(id string) Group {
+		return Group{ID: id, Rollouts: []Rollout{{ID: "r0", Predicted: Reward{0.15, true}}, {ID: "r1", Predicted: Reward{0.85, true}}}}
 	}
-	if lastVersion < 3 || !st.frozen {
-		t.Fatalf("only %d refits, frozen=%v", lastVersion, st.frozen)
+	anchor := Group{ID: "m", Anchor: true}
+	for i, p := range [][2]float64{{0.1, 0}, {0.2, 0.1}, {0.65, 0.9}, {0.7, 1}} {
+		anchor.Rollouts = append(anchor.Rollouts, Rollout{ID: fmt.Sprint("r", i), Predicted: Reward{p[0], true}, Executed: Reward{p[1], true}})
 	}
-	bx, _ := st.Breakpoints()
-	for _, x := range bx {
-		if k := math.Round(x*10 - 0.5); math.Abs(x-(k+0.5)/10) > 1e-15 {
-			t.Fatalf("reference breakpoint %v is not a bin centre", x)
+	step := Step{Run: "run", Stream: "s", Groups: []Group{wm("z-before"), anchor, wm("a-after")}}
+	rows, next, err := c.Correct(c.NewState("run", "s"), step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bx, by := next.Breakpoints()
+	if !slices.Equal(bx, []float64{0.1, 0.2, 0.675}) || !slices.Equal(by, []float64{0, 0.1, 0.95}) {
+		t.Fatalf("breakpoints %v %v, want bin means [0.1 0.2 0.675] [0 0.1 0.95]", bx, by)
+	}
+	w := next.AnchorWeight()
+	if math.Abs(w-2) > 1e-15 {
+		t.Fatalf("weight %v after the freeze, want 2", w)
+	}
+	for _, r := range rows {
+		switch r.GroupID {
+		case "z-before":
+			if r.CalibrationVersion != 0 || r.Calibrated != r.Predicted {
+				t.Fatalf("group before the refit: %+v", r)
+			}
+		case "a-after":
+			if r.CalibrationVersion != 1 || r.Calibrated != next.Calibrate(r.Predicted) || r.Calibrated == r.Predicted {
+				t.Fatalf("group after the refit: %+v", r)
+			}
+		case "m":
+			if r.CalibrationVersion != 1 || r.Weight != w {
+				t.Fatalf("anchor row: %+v, weight after the step %v", r, w)
+			}
+		}
+	}
+	if rows[0].GroupID != "z-before" || rows[len(rows)-1].GroupID != "a-after" {
+		t.Fatal("rows not in manifest order")
+	}
+	// The manifest order is part of the input: with the anchor group first,
+	// both world-model groups are calibrated with the new map.
+	step.Groups[0], step.Groups[1] = step.Groups[1], step.Groups[0]
+	rows2, next2, err := c.Correct(c.NewState("run", "s"), step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next2.Digest() != next.Digest() {
+		t.Fatal("the state after the step depends on where the world-model groups sit")
+	}
+	for _, r := range rows2 {
+		if r.Source == SourceWorldModel && r.CalibrationVersion != 1 {
+			t.Fatalf("after reordering: %+v", r)
 		}
 	}
 }
@@ -231,8 +268,8 @@ func TestCorrectErrors(t *testing.T) {
 	}{
 		{"nil state", nil, good, ErrNilState, ""},
 		{"out of order", fresh, edit(func(s *Step) { s.Step = 1 }), ErrOutOfOrder, ""},
-		{"config mismatch", NewState("run", "s", other), good, ErrConfigMismatch, ""},
-		{"stream mismatch", NewState("run", "t", DefaultConfig()), good, ErrStreamMismatch, ""},
+		{"config mismatch", mustNew(t, other).NewState("run", "s"), good, ErrConfigMismatch, ""},
+		{"stream mismatch", mustNew(t, DefaultConfig()).NewState("run", "t"), good, ErrStreamMismatch, ""},
 		{"duplicate group", fresh, edit(func(s *Step) { s.Groups[3].ID = "g1" }), ErrInvalidStep, `"g1"`},
 		{"empty group id", fresh, edit(func(s *Step) { s.Groups[2].ID = "" }), ErrInvalidStep, "index 2"},
 		{"duplicate rollout", fresh, edit(func(s *Step) { s.Groups[4].Rollouts[5].ID = "r2" }), ErrInvalidStep, `group "g4": duplicate rollout id "r2"`},
@@ -291,22 +328,29 @@ func TestMaskingInCorrect(t *testing.T) {
 }
 
 func TestAdvanceMatchesCorrect(t *testing.T) {
-	c := mustNew(t, DefaultConfig())
-	steps := simulate("run", "s", 25, 17)
-	_, want := run(t, c, steps)
-	st := c.NewState("run", "s")
-	var rows []Row
-	for _, s := range steps {
-		var err error
-		if rows, err = c.Advance(st, s, rows[:0]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if st.Digest() != want.Digest() {
-		t.Fatal("Advance and Correct diverge")
-	}
-	if _, err := c.Advance(st, steps[0], nil); !errors.Is(err, ErrOutOfOrder) {
-		t.Fatalf("replayed step: %v", err)
+	for _, cfg := range []Config{DefaultConfig(), ReferenceConfig()} {
+		t.Run(cfg.Mode.String(), func(t *testing.T) {
+			c := mustNew(t, cfg)
+			steps := simulate("run", "s", 25, 17)
+			wantRows, want := run(t, c, steps)
+			st := c.NewState("run", "s")
+			var rows []Row
+			for v, s := range steps {
+				var err error
+				if rows, err = c.Advance(st, s, rows[:0]); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(rows, wantRows[v]) {
+					t.Fatalf("step %d: Advance and Correct rows differ", v)
+				}
+			}
+			if st.Digest() != want.Digest() {
+				t.Fatal("Advance and Correct diverge")
+			}
+			if _, err := c.Advance(st, steps[0], nil); !errors.Is(err, ErrOutOfOrder) {
+				t.Fatalf("replayed step: %v", err)
+			}
+		})
 	}
 }
 

@@ -20,8 +20,18 @@ var (
 // stateMagic opens every encoded state; StateEncodingVersion follows it.
 const stateMagic = "WMRLCAL\x00"
 
-// StateEncodingVersion is the version Encode writes and DecodeState reads.
-const StateEncodingVersion uint16 = 1
+// StateEncodingVersion is the newest version Encode writes; DecodeState
+// reads it and every earlier one. Version 2 adds the config's map kind
+// byte; Encode writes version 1 for a config with Map = MapIsotonic, so
+// those states encode (and digest) exactly as before the field existed.
+const StateEncodingVersion uint16 = 2
+
+func encodingVersion(c Config) uint16 {
+	if c.Map != MapIsotonic {
+		return 2
+	}
+	return 1
+}
 
 // maxIDLen bounds run and stream ids in an encoding.
 const maxIDLen = 1 << 16
@@ -30,17 +40,18 @@ const maxIDLen = 1 << 16
 // endian, fixed-width fields, window oldest first). Equal states encode to
 // equal bytes, so the encoding — and Digest — identify a state's content.
 //
-// Layout v1: magic[8] version u16 | config (see appendConfig) | config
+// Layout v1: magic[8] version u16 | config (see appendConfig; v2 adds the
+// map kind u8 at its end) | config
 // hash[32] | run, stream (u32 length + bytes) | sealed i64 | totalPairs u64 |
 // pending u64 | n u64, n×(x f64, y f64) | fit version u64 | m u64, m×x f64,
 // m×y f64 | ewma f64 | groups u64 | skipped u64 | c f64 | frozen u8.
 func (s *State) Encode() []byte {
-	size := len(stateMagic) + 2 + configEncodedLen + 32 + 8 + len(s.run) + len(s.stream) +
+	size := len(stateMagic) + 2 + configEncodedLen + 1 + 32 + 8 + len(s.run) + len(s.stream) +
 		8*4 + 16*s.win.len() + 16 + 16*len(s.fitX) + 8*4 + 1
 	b := make([]byte, 0, size)
 	le := binary.LittleEndian
 	b = append(b, stateMagic...)
-	b = le.AppendUint16(b, StateEncodingVersion)
+	b = le.AppendUint16(b, encodingVersion(s.cfg))
 	b = appendConfig(b, s.cfg)
 	b = append(b, s.cfgHash[:]...)
 	b = le.AppendUint32(b, uint32(len(s.run)))
@@ -173,8 +184,9 @@ func DecodeState(b []byte) (*State, error) {
 		return nil, fmt.Errorf("%w: %d bytes", ErrTruncated, len(b))
 	}
 	d := &decoder{b: b, off: len(stateMagic)}
-	if v := d.u16(); v != StateEncodingVersion {
-		return nil, fmt.Errorf("%w: %d (this build reads %d)", ErrUnsupportedVersion, v, StateEncodingVersion)
+	version := d.u16()
+	if version < 1 || version > StateEncodingVersion {
+		return nil, fmt.Errorf("%w: %d (this build reads 1..%d)", ErrUnsupportedVersion, version, StateEncodingVersion)
 	}
 	var cfg Config
 	cfg.Mode = Mode(d.u8())
@@ -190,6 +202,12 @@ func DecodeState(b []byte) (*State, error) {
 	cfg.DDOF = int(d.u8())
 	cfg.Debias = d.boolean("debias")
 	cfg.Denoise = d.boolean("denoise")
+	if version >= 2 {
+		cfg.Map = MapKind(d.u8())
+		if d.err == nil && cfg.Map == MapIsotonic {
+			return nil, fmt.Errorf("%w: version 2 with the version 1 map kind", ErrCorruptState)
+		}
+	}
 	if d.err != nil {
 		return nil, d.err
 	}

@@ -22,7 +22,7 @@ func goldenStates(t testing.TB) map[string]*State {
 	t.Helper()
 	small := func(cfg Config) Config { cfg.Window, cfg.MinPairs = 120, 40; return cfg }
 	out := map[string]*State{
-		"empty_default": NewState("run-0", "main", DefaultConfig()),
+		"empty_default": mustNew(t, DefaultConfig()).NewState("run-0", "main"),
 	}
 	for name, cfg := range map[string]Config{
 		"default_30":         DefaultConfig(),
@@ -114,7 +114,8 @@ func TestDecodeStateErrors(t *testing.T) {
 		{"empty", nil, ErrTruncated},
 		{"short magic prefix", []byte("WMR"), ErrTruncated},
 		{"bad magic", []byte("NOTASTATE"), ErrBadMagic},
-		{"version", mut(func(b []byte) []byte { b[8] = 2; return b }), ErrUnsupportedVersion},
+		{"version", mut(func(b []byte) []byte { b[8] = 3; return b }), ErrUnsupportedVersion},
+		{"version 0", mut(func(b []byte) []byte { b[8] = 0; return b }), ErrUnsupportedVersion},
 		{"truncated", enc[:len(enc)-1], ErrTruncated},
 		{"truncated mid window", enc[:ringOff+20], ErrTruncated},
 		{"trailing", append(bytes.Clone(enc), 0), ErrCorruptState},

@@ -65,7 +65,11 @@ func ExampleCorrector_Correct() {
 }
 
 func ExampleDecodeState() {
-	s := correction.NewState("run-1", "main", correction.ReferenceConfig())
+	c, err := correction.New(correction.ReferenceConfig())
+	if err != nil {
+		panic(err)
+	}
+	s := c.NewState("run-1", "main")
 	b := s.Encode()
 	d, err := correction.DecodeState(b)
 	if err != nil {

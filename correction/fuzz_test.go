@@ -74,7 +74,7 @@ func FuzzFitIsotonic(f *testing.F) {
 // it accepts re-encodes to the same bytes and can be queried and advanced.
 func FuzzDecodeState(f *testing.F) {
 	f.Add([]byte(stateMagic))
-	f.Add(NewState("r", "s", ReferenceConfig()).Encode())
+	f.Add(mustNew(f, ReferenceConfig()).NewState("r", "s").Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		st, err := DecodeState(b)
 		if err != nil {

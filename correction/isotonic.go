@@ -151,6 +151,7 @@ func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 type fitScratch struct {
 	ux, uw, um []float64 // pooled unique x, weight, weighted mean of y
 	runX       float64   // x at which the current tie run started
+	centred    bool      // pavaSums emits block centres (MapCentred)
 	bStart     []int32
 	bW, bM, bS []float64
 }
@@ -160,6 +161,7 @@ var scratchPool = sync.Pool{New: func() any { return new(fitScratch) }}
 func getScratch(n int) *fitScratch {
 	sc := scratchPool.Get().(*fitScratch)
 	sc.ux, sc.uw, sc.um = sc.ux[:0], sc.uw[:0], sc.um[:0]
+	sc.centred = false
 	sc.grow(n)
 	return sc
 }
@@ -285,6 +287,9 @@ func (sc *fitScratch) pavaSums() (bx, by []float64, err error) {
 	for b := range top {
 		bM[b] = bS[b] / bW[b]
 	}
+	if sc.centred {
+		return sc.emitCentred(top)
+	}
 	return sc.emit(top)
 }
 
@@ -324,10 +329,40 @@ func (sc *fitScratch) emit(top int) (bx, by []float64, err error) {
 	return bx, by, nil
 }
 
-// fitSortedPairs fits unit-weight pairs already sorted by (x, y).
-func fitSortedPairs(ps []pair) (bx, by []float64, err error) {
+// fitSortedPairs fits unit-weight pairs already sorted by (x, y): the
+// trimmed isotonic breakpoints, or with centred the block centres.
+func fitSortedPairs(ps []pair, centred bool) (bx, by []float64, err error) {
 	sc := getScratch(len(ps))
 	defer putScratch(sc)
 	sc.addUnitSorted(ps)
+	sc.centred = centred
 	return sc.pavaSums()
+}
+
+// emitCentred turns the top blocks into the centred-isotonic breakpoints:
+// one per block, at the weighted mean of its pooled x values, with the
+// block's value. Block values strictly increase after PAV and block centres
+// lie inside disjoint x ranges, so both coordinates strictly increase.
+func (sc *fitScratch) emitCentred(top int) (bx, by []float64, err error) {
+	n := len(sc.ux)
+	bx = make([]float64, 0, top)
+	by = make([]float64, 0, top)
+	for b := range top {
+		if !finite(sc.bM[b]) {
+			return nil, nil, fmt.Errorf("%w: weighted means overflow", ErrNonFinite)
+		}
+		end := int32(n)
+		if b+1 < top {
+			end = sc.bStart[b+1]
+		}
+		lo, hi := sc.ux[sc.bStart[b]], sc.ux[end-1]
+		var sum float64
+		for i := sc.bStart[b]; i < end; i++ {
+			sum += float64(sc.uw[i] * sc.ux[i])
+		}
+		// Rounding may push the mean a hair outside the block's x range.
+		bx = append(bx, min(max(sum/sc.bW[b], lo), hi))
+		by = append(by, sc.bM[b])
+	}
+	return bx, by, nil
 }

@@ -161,7 +161,7 @@ func TestNaiveMatchesIncremental(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Window = 97
 	cfg.MinPairs = 10
-	st := NewState("r", "s", cfg)
+	st := mustNew(t, cfg).NewState("r", "s")
 	r := &splitMix64{s: 7}
 	for step := range 60 {
 		k := int(r.next() % 30)
@@ -198,5 +198,5 @@ func TestNaiveMatchesIncremental(t *testing.T) {
 func naiveRefit(win *fifo) (bx, by []float64, err error) {
 	ps := win.pairs()
 	slices.SortFunc(ps, cmpPair)
-	return fitSortedPairs(ps)
+	return fitSortedPairs(ps, false)
 }

@@ -65,9 +65,8 @@ func ArmNames() []string {
 // ArmsByName selects standard arms by name, in the order given; real-GRPO is added first when
 // missing because every other arm's target is defined relative to it.
 func ArmsByName(names []string, anchorFraction float64) ([]Arm, error) {
-	all := Arms(anchorFraction)
 	byName := map[string]Arm{}
-	for _, a := range all {
+	for _, a := range append(Arms(anchorFraction), GridArms(anchorFraction)...) {
 		byName[a.Name] = a
 	}
 	var out []Arm
@@ -76,7 +75,7 @@ func ArmsByName(names []string, anchorFraction float64) ([]Arm, error) {
 		n = strings.ToLower(strings.TrimSpace(n))
 		a, ok := byName[n]
 		if !ok {
-			return nil, fmt.Errorf("%w %q (have %s)", ErrUnknownArm, n, strings.Join(ArmNames(), ", "))
+			return nil, fmt.Errorf("%w %q (have %s)", ErrUnknownArm, n, strings.Join(append(ArmNames(), ArmWMRLCentred), ", "))
 		}
 		if !seen[n] {
 			seen[n] = true
@@ -84,7 +83,7 @@ func ArmsByName(names []string, anchorFraction float64) ([]Arm, error) {
 		}
 	}
 	if !seen[ArmRealGRPO] {
-		out = append([]Arm{all[0]}, out...)
+		out = append([]Arm{byName[ArmRealGRPO]}, out...)
 	}
 	return out, nil
 }

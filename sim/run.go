@@ -27,6 +27,8 @@ type Config struct {
 	WorldModel task.WorldModelConfig
 	// ExecOverhead is the simulated sandbox start-up per execution. It is accounted, not slept.
 	ExecOverhead time.Duration
+	// ErrorModel, if not nil, replaces WorldModel by r̂ = r + b(τ) + ξ (docs/error_grid.md).
+	ErrorModel *ErrorModel
 }
 
 // DefaultConfig is the paper's step shape (G = 8, 8 groups per step) with the task engineer's
@@ -51,6 +53,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.WorldModel.Validate(); err != nil {
 		return fmt.Errorf("%w: world model: %w", ErrConfig, err)
+	}
+	if c.ErrorModel != nil {
+		return c.ErrorModel.Validate()
 	}
 	return nil
 }
@@ -231,17 +236,35 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 				rid := topics.RolloutID(gid, i)
 				index[rid] = j*cfg.GroupSize + i
 				samples[j*cfg.GroupSize+i] = s
-				t0 := time.Now()
-				pred, err := wm.Predict(ctx, train, s)
-				rec.WMCompute += time.Since(t0)
-				rec.Predictions++
-				if err != nil {
-					return res, fmt.Errorf("sim: world model: %w", err)
+				var pred float64
+				if em := cfg.ErrorModel; em != nil {
+					// r̂ from the real score: a simulation device, neither an
+					// execution nor world-model compute.
+					r, _, err := em.Scores.score(ctx, p, s, seed, v, j)
+					if err != nil {
+						return res, fmt.Errorf("sim: error model: %w", err)
+					}
+					pred = em.predict(r, s, seed, v, j, i)
+				} else {
+					t0 := time.Now()
+					pred, err = wm.Predict(ctx, train, s)
+					rec.WMCompute += time.Since(t0)
+					if err != nil {
+						return res, fmt.Errorf("sim: world model: %w", err)
+					}
 				}
+				rec.Predictions++
 				ro := correction.Rollout{ID: rid, Predicted: correction.Reward{Score: pred, OK: true}}
 				if g.Anchor {
 					t0 := time.Now()
-					score, err := task.Execute(ctx, p, s)
+					var score float64
+					if cfg.ErrorModel != nil {
+						// Cached scores make the measured time meaningless here;
+						// error-grid reports count executions only.
+						score, _, err = cfg.ErrorModel.Scores.score(ctx, p, s, seed, v, j)
+					} else {
+						score, err = task.Execute(ctx, p, s)
+					}
 					rec.ExecCompute += time.Since(t0)
 					rec.Executions++
 					rec.ExecOverhead += cfg.ExecOverhead
@@ -278,6 +301,11 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 			rec.CalibrationMAE, rec.RawMAE = calErr/float64(nPairs), rawErr/float64(nPairs)
 		}
 		rec.AnchorWeight = weightInForce
+		if arm.Correction.Mode == correction.ModeReference {
+			// The authors' loop weights a step's anchor rows with the weight
+			// after that step's own anchor groups.
+			rec.AnchorWeight = state.AnchorWeight()
+		}
 		rec.NoiseRatio, _ = state.NoiseRatio()
 		rec.FitVersion = state.FitVersion()
 		rec.Pairs = state.Pairs()

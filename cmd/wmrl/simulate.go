@@ -40,6 +40,8 @@ func newSimulateCmd(a *app) *cobra.Command {
 		targetFraction float64
 		workers        int
 		out            string
+		errorGrid      bool
+		grid           = errorGridOptions{biases: defaultGridBiases, noises: defaultGridNoises}
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -47,14 +49,17 @@ func newSimulateCmd(a *app) *cobra.Command {
 		Long: `simulate trains the built-in task's policy with the same correction core the pipeline uses,
 but without Kafka, for sweeps. Arms: real-grpo (every group executed), pure-wm (no anchors, no
 correction), none (anchors, no OD/IVD), ivd, od, wmrl (OD+IVD, default mode), reference (the
-authors' code). Every arm of a seed shares anchor groups, training problems and sampler seed.
+authors' code), wmrl-cir (OD+IVD with the centred isotonic map). Every arm of a seed shares anchor groups, training problems and sampler seed.
 
 Compute is counted primarily as the number of real executions (deterministic, load-independent);
 measured execution wall time and the simulated --exec-overhead are reported beside it. The score is
 the policy's exact expected true score on held-out problems. The target of a seed is
 --target-fraction × real-GRPO's final score in that seed. Output: a table of mean ± 95% CI
 (Student t) over seeds, and in --out the same report as wmrl demo (report.html, plots with CI
-bands over seeds, steps.csv, summary.csv).`,
+bands over seeds, steps.csv, summary.csv).
+
+--error-grid replaces the proxy world model by the paper's error model r̂ = r + b(τ) + ξ and
+sweeps its (bias, noise) grid instead (docs/error_grid.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signalContext()
@@ -72,6 +77,13 @@ bands over seeds, steps.csv, summary.csv).`,
 			}
 			if err := cfg.Validate(); err != nil {
 				return err
+			}
+			if errorGrid {
+				if !cmd.Flags().Changed("steps") {
+					cfg.Steps = defaultGridSteps
+				}
+				grid.armsChanged = cmd.Flags().Changed("arms")
+				return runErrorGrid(ctx, a, cfg, as, sw.Seeds, grid, anchorFraction, targetFraction, evalProblems, workers, out)
 			}
 			start := time.Now()
 			fmt.Fprintf(a.stdout, "eval set: %d held-out problems × %d solutions ...\n", evalProblems, len(task.EffectiveSolutions()))
@@ -131,6 +143,10 @@ bands over seeds, steps.csv, summary.csv).`,
 	f.Float64Var(&targetFraction, "target-fraction", sim.DefaultTargetFraction, "target = this × real-GRPO's final score of the same seed")
 	f.IntVar(&workers, "workers", 0, "concurrent runs (0 = GOMAXPROCS)")
 	f.StringVar(&out, "out", "simulate-out", "report folder: report.html, plots, steps.csv, summary.csv (empty: none)")
+	f.BoolVar(&errorGrid, "error-grid", false, "sweep the error model r̂ = r + B·b(τ) + σ·ξ over --grid-bias × --grid-noise (docs/error_grid.md); "+
+		"arms default to real-grpo, pure-wm, none, od, ivd, wmrl, wmrl-cir and steps to 40; writes error_grid.csv, error_grid.md and plots to --out")
+	f.Float64SliceVar(&grid.biases, "grid-bias", defaultGridBiases, "error grid: bias strengths B")
+	f.Float64SliceVar(&grid.noises, "grid-noise", defaultGridNoises, "error grid: noise levels σ")
 	wmFlags(f, &cfg.WorldModel)
 	return cmd
 }
