@@ -14,7 +14,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 FUZZTIME ?= 10s
 
 .PHONY: all build test test-suites test-go test-python services-up services-down services-status \
-	lint fmt-check vet staticcheck compose-check k8s-check fuzz-smoke clean test-cluster
+	lint fmt-check vet staticcheck compose-check k8s-check fuzz-smoke clean test-cluster chaos chaos-short
 
 all: build
 
@@ -71,6 +71,15 @@ test-python:
 # services.
 test-cluster:
 	WMRL_TEST_CLUSTER=1 $(GO) test -count=1 -timeout 10m -run TestClusterFailover -v ./cmd/wmrl
+
+# The fault harness (internal/chaos): real stages as processes on a broker and Redis of its own,
+# SIGKILLs, a broker killed inside a transaction, Redis flushed and killed, a zombie, scale-out;
+# every advantage row counted. chaos-short: a few thousand rollouts; chaos: ≥ 100k per scenario.
+chaos:
+	WMRL_CHAOS=full $(GO) test -tags chaos -count=1 -timeout 4h -run TestChaos -v ./internal/chaos
+
+chaos-short:
+	WMRL_CHAOS=short $(GO) test -tags chaos -count=1 -timeout 60m -run TestChaos -v ./internal/chaos
 
 services-up:
 	$(SERVICES) up

@@ -44,23 +44,6 @@ func chunkRecords(t testing.TB, names topics.Names, rows []topics.AdvantageRow, 
 	return recs
 }
 
-// placed gives records a partition and consecutive offsets from start, as a broker would.
-func placed(recs []*kgo.Record, partition int32, start int64) []*kgo.Record {
-	out := make([]*kgo.Record, len(recs))
-	for i, r := range recs {
-		c := *r
-		c.Partition, c.Offset = partition, start+int64(i)
-		out[i] = &c
-	}
-	return out
-}
-
-func withHeader(r *kgo.Record, key, value string) *kgo.Record {
-	c := *r
-	c.Headers = append(append([]kgo.RecordHeader(nil), r.Headers...), kgo.RecordHeader{Key: key, Value: []byte(value)})
-	return &c
-}
-
 func withoutHeader(r *kgo.Record, key string) *kgo.Record {
 	c := *r
 	c.Headers = nil
