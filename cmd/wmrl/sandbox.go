@@ -29,6 +29,7 @@ func newSandboxCmd(a *app) *cobra.Command {
 		grace                                                             time.Duration
 	)
 	defaults := sandbox.DefaultLimits()
+	var member stage.Config
 	cmd := &cobra.Command{
 		Use:   "sandbox",
 		Short: "Execute anchor rollouts in a pool of exclusive slots into rewards.executed",
@@ -88,10 +89,9 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 			if err != nil {
 				return err
 			}
-			st, err := sandbox.NewStage(stage.Config{
-				Group: group, Names: a.conn.Names(), KafkaOpts: kopts, Concurrency: handlers,
-				MetricsAddr: metricsAddr, Logger: a.log, ShutdownGrace: grace,
-			}, hc)
+			member.Group, member.Names, member.KafkaOpts, member.Concurrency = group, a.conn.Names(), kopts, handlers
+			member.MetricsAddr, member.Logger, member.ShutdownGrace = metricsAddr, a.log, grace
+			st, err := sandbox.NewStage(member, hc)
 			if err != nil {
 				return err
 			}
@@ -121,6 +121,7 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.StringVar(&group, "group", "", "consumer group (default wmrl-sandbox)")
 	f.StringVar(&metricsAddr, "metrics-addr", ":9465", "serve /metrics and /healthz here (empty: off)")
 	f.DurationVar(&grace, "shutdown-grace", 30*time.Second, "time running jobs get to finish on shutdown before they are killed and handed back")
+	memberFlags(f, &member)
 	return cmd
 }
 

@@ -22,6 +22,7 @@ func newWorldModelCmd(a *app) *cobra.Command {
 		concurrency                                            int
 		grace                                                  time.Duration
 	)
+	var member stage.Config
 	cmd := &cobra.Command{
 		Use:   "worldmodel",
 		Short: "Score every rollout with a world model (OpenAI-compatible server) into rewards.predicted",
@@ -62,9 +63,9 @@ WMRL_WM_API_KEY or OPENAI_API_KEY. The built-in task's proxy world model runs in
 			if err != nil {
 				return err
 			}
-			st, err := worldmodel.NewStage(stage.Config{
-				Group: group, Names: a.conn.Names(), KafkaOpts: kopts, MetricsAddr: metricsAddr, Logger: a.log, ShutdownGrace: grace,
-			}, hc)
+			member.Group, member.Names, member.KafkaOpts, member.MetricsAddr, member.Logger, member.ShutdownGrace =
+				group, a.conn.Names(), kopts, metricsAddr, a.log, grace
+			st, err := worldmodel.NewStage(member, hc)
 			if err != nil {
 				return err
 			}
@@ -90,5 +91,6 @@ WMRL_WM_API_KEY or OPENAI_API_KEY. The built-in task's proxy world model runs in
 	f.StringVar(&group, "group", "", "consumer group (default wmrl-worldmodel)")
 	f.StringVar(&metricsAddr, "metrics-addr", ":9464", "serve /metrics and /healthz here (empty: off)")
 	f.DurationVar(&grace, "shutdown-grace", 30*time.Second, "time in-flight requests get to finish on shutdown")
+	memberFlags(f, &member)
 	return cmd
 }

@@ -17,11 +17,8 @@ import (
 // health server on every stage). The test reports them instead of failing, and fails once one
 // exists, so the list only shrinks.
 var pendingFlags = map[string][]string{
-	"worldmodel": {"session-timeout"},
-	"sandbox":    {"session-timeout"},
-	"train":      {"session-timeout", "metrics-addr"},
-	"analytics":  {"metrics-addr"},
-	"generate":   {"metrics-addr"},
+	"train":     {"session-timeout", "metrics-addr"},
+	"analytics": {"metrics-addr"},
 }
 
 // notFlags are environment variables the stages read that are not options.

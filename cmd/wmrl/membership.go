@@ -1,0 +1,15 @@
+package main
+
+import (
+	"github.com/spf13/pflag"
+
+	"github.com/wmrl/wmrl/internal/stage"
+)
+
+// memberFlags adds the group-membership options of a consuming stage: static membership, so a
+// restarted instance takes its partitions back without a rebalance, and the session timeout
+// that bounds the pause when an instance dies for good.
+func memberFlags(f *pflag.FlagSet, cfg *stage.Config) {
+	f.StringVar(&cfg.InstanceID, "instance-id", "", "static group member id, stable per instance (e.g. the pod name of a StatefulSet); empty: dynamic membership")
+	f.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "how long the group waits for a silent member before reassigning its partitions (0: 45s)")
+}
