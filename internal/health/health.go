@@ -39,7 +39,7 @@ func Serve(addr string, g prometheus.Gatherer, live, ready Check, log *slog.Logg
 	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, addr: ln.Addr().String()}
 	go func() { _ = s.srv.Serve(ln) }()
 	if log != nil {
-		log.Info("serving metrics and health", "addr", s.addr)
+		log.Info("serving metrics", "addr", s.addr)
 	}
 	return s, nil
 }

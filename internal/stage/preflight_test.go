@@ -68,7 +68,7 @@ func TestCheckKafkaTopics(t *testing.T) {
 	if _, err := adm.CreatePartitions(ctx, 1, names.Executed()); err != nil {
 		t.Fatal(err)
 	}
-	err = check(names.Rollouts(), names.Predicted())
+	err = check(names.Rollouts(), names.Predicted(), names.Executed())
 	if !errors.Is(err, ErrPreflight) || !strings.Contains(err.Error(), "co-partitioning") {
 		t.Fatalf("mismatched partitions: %v", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -326,13 +325,12 @@ func sortedKeys(m map[string]string) []string {
 }
 
 // CheckLayout is what a stage checks at start-up: that each of the topics it needs exists and
-// that the co-partitioned topics present share one partition count. Unlike Check it expects no
+// that the co-partitioned ones among them share one partition count. Unlike Check it expects no
 // particular count or config, since a stage does not know the plan its operator chose.
 func CheckLayout(ctx context.Context, adm *kadm.Client, n topics.Names, need []string) ([]Mismatch, error) {
-	names := append(slices.Clone(need), n.CoPartitioned()...)
-	slices.Sort(names)
-	names = slices.Compact(names)
-	details, err := adm.ListTopics(ctx, names...)
+	// Only the topics the stage needs are described: a least-privilege principal may not see
+	// the others.
+	details, err := adm.ListTopics(ctx, need...)
 	if err != nil {
 		return nil, fmt.Errorf("list topics: %w", err)
 	}
