@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/internal/testenv/secure"
 	"github.com/wmrl/wmrl/sinks/trainer"
 	"github.com/wmrl/wmrl/topics"
@@ -383,7 +384,7 @@ func (s *secureEnv) checkDenied(t *testing.T, tenant string) {
 // startE2EWorldModel serves e2eWorldModel until the test ends and returns its base URL.
 func startE2EWorldModel(t *testing.T) string {
 	var requests atomic.Int64
-	srv := httptest.NewServer(e2eWorldModel(&requests))
+	srv := httptest.NewServer(testenv.WorldModel(&requests))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

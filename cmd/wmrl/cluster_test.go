@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/internal/testenv/secure"
 	"github.com/wmrl/wmrl/sinks/trainer"
 	"github.com/wmrl/wmrl/topics"
@@ -243,7 +244,7 @@ func TestClusterFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	genOut := &lockedBuffer{}
+	genOut := &testenv.SyncBuffer{}
 	gen.Stdout, gen.Stderr = genOut, genOut
 	if err := gen.Start(); err != nil {
 		t.Fatal(err)

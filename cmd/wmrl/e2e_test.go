@@ -16,7 +16,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -98,7 +97,7 @@ func TestE2E(t *testing.T) {
 
 	// 3-5. The long-running stages.
 	var wmRequests atomic.Int64
-	wm := httptest.NewServer(e2eWorldModel(&wmRequests))
+	wm := httptest.NewServer(testenv.WorldModel(&wmRequests))
 	t.Cleanup(wm.Close)
 	script, err := filepath.Abs(filepath.Join("testdata", "e2e", "score.sh"))
 	if err != nil {
@@ -230,38 +229,6 @@ func e2eLine(t *testing.T, r e2eRollout) []byte {
 	return append(line, '\n')
 }
 
-// e2eWorldModel is an OpenAI-compatible chat endpoint whose score is the artifact's "wm" value,
-// found in the rendered prompt.
-func e2eWorldModel(requests *atomic.Int64) http.Handler {
-	wmRE := regexp.MustCompile(`"wm":\s*([0-9][0-9.]*)`)
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
-		requests.Add(1)
-		var req struct {
-			Messages []struct {
-				Content string `json:"content"`
-			} `json:"messages"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
-			http.Error(w, "bad request", http.StatusBadRequest)
-			return
-		}
-		reply := "I cannot tell."
-		if m := wmRE.FindStringSubmatch(req.Messages[len(req.Messages)-1].Content); m != nil {
-			reply = fmt.Sprintf(`{"score": %s}`, m[1])
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{
-			"id": "e2e", "object": "chat.completion",
-			"choices": []any{map[string]any{
-				"index": 0, "finish_reason": "stop",
-				"message": map[string]any{"role": "assistant", "content": reply},
-			}},
-		})
-	})
-	return mux
-}
-
 // buildWMRL builds the binary once, with the race detector when the test binary has it, so the
 // stages run with the same checks as the in-process tests.
 func buildWMRL(t *testing.T, dir string) string {
@@ -286,24 +253,6 @@ func buildWMRL(t *testing.T, dir string) string {
 	return bin
 }
 
-// lockedBuffer collects a subprocess's output while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type e2eHarness struct {
 	t      *testing.T
 	bin    string
@@ -317,28 +266,15 @@ type e2eProc struct {
 	t      *testing.T
 	name   string
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *testenv.SyncBuffer
 	done   chan struct{}
 	err    error
-}
-
-// env is the parent's environment without WMRL_* and API-key variables, so only the flags the
-// test passes configure the commands.
-func e2eEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "WMRL_") || strings.HasPrefix(kv, "OPENAI_API_KEY=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
 }
 
 func (h *e2eHarness) command(ctx context.Context, args ...string) *exec.Cmd {
 	// Global flags are persistent: cobra takes them after the (sub)command's name.
 	cmd := exec.CommandContext(ctx, h.bin, append(append([]string(nil), args...), h.global...)...)
-	cmd.Env = append(e2eEnv(), h.env...)
+	cmd.Env = append(testenv.StageEnv(), h.env...)
 	return cmd
 }
 
@@ -378,7 +314,7 @@ func (h *e2eHarness) try(timeout time.Duration, args ...string) (stdout, stderr 
 func (h *e2eHarness) start(name string, args ...string) *e2eProc {
 	h.t.Helper()
 	cmd := h.command(context.Background(), args...)
-	p := &e2eProc{t: h.t, name: name, cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p := &e2eProc{t: h.t, name: name, cmd: cmd, stderr: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
 	if err := cmd.Start(); err != nil {
 		h.t.Fatalf("start wmrl %s: %v", name, err)

@@ -25,17 +25,8 @@ func (c *Consumer) checkTopics(ctx context.Context) error {
 	defer cancel()
 	n := c.cfg.Names
 	need := []string{n.Steps(), n.Predicted(), n.Executed(), n.Advantages(), n.Calibration(), n.DLQ()}
-	ms, err := topicadmin.CheckLayout(ctx, kadm.NewClient(cl), n, need)
-	if err != nil {
+	if err := topicadmin.RequireLayout(ctx, kadm.NewClient(cl), n, need); err != nil {
 		return fmt.Errorf("correct: %w", err)
-	}
-	for _, m := range ms {
-		if m.Field == "existence" {
-			return fmt.Errorf("correct: topic %s is missing (run `wmrl topics create`)", m.Topic)
-		}
-	}
-	if len(ms) > 0 {
-		return fmt.Errorf("correct: %s (run `wmrl topics check`)", ms[0])
 	}
 	return nil
 }

@@ -8,13 +8,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -168,7 +166,7 @@ func newHarness(t *testing.T, sz size) *harness {
 	t.Cleanup(func() { h.script("redis.sh", "stop") })
 	h.redis = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", h.rdPort)})
 	t.Cleanup(func() { h.redis.Close() })
-	h.wm = httptest.NewServer(worldModel())
+	h.wm = httptest.NewServer(testenv.WorldModel(nil))
 	t.Cleanup(h.wm.Close)
 	script := filepath.Join(dir, "score.sh")
 	if err := os.WriteFile(script, []byte(scoreScript), 0o755); err != nil {
@@ -210,16 +208,7 @@ func (h *harness) killPidfile(path string) {
 
 func (h *harness) killBroker() { h.killPidfile(filepath.Join(h.local, "kafka", "kafka.pid")) }
 
-func (h *harness) killRedis() {
-	matches, _ := filepath.Glob(filepath.Join(h.local, "redis*", "*.pid"))
-	if len(matches) == 0 {
-		matches, _ = filepath.Glob(filepath.Join(h.local, "*redis*.pid"))
-	}
-	if len(matches) == 0 {
-		h.t.Fatalf("no redis pid file under %s", h.local)
-	}
-	h.killPidfile(matches[0])
-}
+func (h *harness) killRedis() { h.killPidfile(filepath.Join(h.local, "redis", "redis.pid")) }
 
 // writeInput writes the JSONL workload: scores are functions of the rollout's index, so every
 // scenario sees the same rewards and the digest can be compared.
@@ -327,7 +316,7 @@ func (r *runCtx) wmrl(timeout time.Duration, args ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, r.h.bin, append(r.global(), args...)...)
-	cmd.Env = cleanEnv()
+	cmd.Env = testenv.StageEnv()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -484,14 +473,14 @@ type proc struct {
 	name string
 	args []string
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *testenv.SyncBuffer
 	done chan struct{}
 }
 
 func (r *runCtx) start(name string, args ...string) {
 	cmd := exec.Command(r.h.bin, append(r.global(), args...)...)
-	cmd.Env = cleanEnv()
-	out := &lockedBuffer{}
+	cmd.Env = testenv.StageEnv()
+	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		r.h.t.Fatalf("start %s: %v", name, err)
@@ -522,30 +511,6 @@ func (p *proc) tail(n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// cleanEnv drops WMRL_* variables so only the harness's flags configure the stages.
-func cleanEnv() []string {
-	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, "WMRL_") || strings.HasPrefix(kv, "OPENAI_")
-	})
-}
-
 func freePort(t *testing.T) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -553,29 +518,6 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// worldModel is an OpenAI-compatible endpoint scoring a rollout with its artifact's "wm" value.
-func worldModel() http.Handler {
-	wmRE := regexp.MustCompile(`"wm":\s*([0-9][0-9.]*)`)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Messages []struct {
-				Content string `json:"content"`
-			} `json:"messages"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
-			http.Error(w, "bad request", http.StatusBadRequest)
-			return
-		}
-		reply := "no score"
-		if m := wmRE.FindStringSubmatch(req.Messages[len(req.Messages)-1].Content); m != nil {
-			reply = fmt.Sprintf(`{"score": %s}`, m[1])
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{
-			"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": reply}}}})
-	})
 }
 
 // scoreScript is the sandbox program: the artifact's "exec" value is the score.

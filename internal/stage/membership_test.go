@@ -143,3 +143,28 @@ func TestStaticMembership(t *testing.T) {
 		return err == nil && len(dg[group].Members) == 0
 	})
 }
+
+// TestRunFailsOnMissingTopic: a stage started before `wmrl topics create` says so and stops
+// instead of polling for ever.
+func TestRunFailsOnMissingTopic(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	st, err := New(Config{Name: "early", Topics: []string{"t.rollouts.v1"}, Names: topics.NewNames("t."),
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}}, nopHandler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- st.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "t.rollouts.v1 does not exist") || !strings.Contains(err.Error(), "wmrl topics create") {
+			t.Fatalf("Run = %v, want the missing topic and its fix", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run kept polling a topic that does not exist")
+	}
+}

@@ -14,12 +14,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/wmrl/wmrl/internal/health"
+	"github.com/wmrl/wmrl/internal/topicadmin"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -161,6 +163,13 @@ func (s *Stage) Run(ctx context.Context) error {
 		}
 		defer srv.Stop()
 	}
+	// A missing input topic would otherwise mean polling for ever without a word.
+	tctx, cancelCheck := context.WithTimeout(ctx, startupTimeout)
+	err := topicadmin.RequireLayout(tctx, kadm.NewClient(s.cl), s.cfg.Names, s.cfg.Topics)
+	cancelCheck()
+	if err != nil {
+		return fmt.Errorf("stage %s: %w", s.cfg.Name, err)
+	}
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 	// Outputs are produced under their own context so shutdown does not abort a record half
@@ -270,6 +279,9 @@ poll:
 	}
 	return runErr
 }
+
+// startupTimeout bounds Run's check that the input topics exist.
+const startupTimeout = 30 * time.Second
 
 // produceAckGrace is how long shutdown still waits, after the grace period, for acknowledgements
 // of produce requests already on the wire; franz-go cannot cancel those.

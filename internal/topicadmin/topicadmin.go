@@ -347,3 +347,21 @@ func CheckLayout(ctx context.Context, adm *kadm.Client, n topics.Names, need []s
 	}
 	return append(out, coPartitioning(n, details)...), nil
 }
+
+// RequireLayout is CheckLayout as a start-up gate: nil when the layout holds, otherwise one error
+// naming the first problem and the command that fixes it.
+func RequireLayout(ctx context.Context, adm *kadm.Client, n topics.Names, need []string) error {
+	ms, err := CheckLayout(ctx, adm, n, need)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.Field == "existence" {
+			return fmt.Errorf("topic %s does not exist (run `wmrl topics create --topic-prefix %s`, or fix --topic-prefix)", m.Topic, n.EffectivePrefix())
+		}
+	}
+	if len(ms) > 0 {
+		return fmt.Errorf("%s (run `wmrl topics check`)", ms[0])
+	}
+	return nil
+}

@@ -180,3 +180,38 @@ func TestAdminRealBroker(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	exerciseAdmin(t, brokers, testenv.Name(t)+".")
 }
+
+// TestRequireLayout runs against the real broker: a missing topic and a co-partitioned topic with
+// another partition count each fail with the command that fixes them; a good layout passes.
+func TestRequireLayout(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	names := topics.NewNames(testenv.Name(t) + ".")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = RequireLayout(ctx, adm, names, []string{names.Rollouts()})
+	if err == nil || !strings.Contains(err.Error(), names.Rollouts()+" does not exist") || !strings.Contains(err.Error(), "wmrl topics create") {
+		t.Fatalf("missing topic: %v", err)
+	}
+	plan := DefaultPlan(names)
+	plan.Partitions = 2
+	if _, err := Create(ctx, adm, plan); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = adm.DeleteTopics(context.Background(), names.All()...) })
+	if err := RequireLayout(ctx, adm, names, []string{names.Rollouts(), names.Predicted(), names.DLQ()}); err != nil {
+		t.Fatalf("good layout: %v", err)
+	}
+	if _, err := adm.CreatePartitions(ctx, 1, names.Executed()); err != nil {
+		t.Fatal(err)
+	}
+	err = RequireLayout(ctx, adm, names, []string{names.Rollouts(), names.Predicted(), names.Executed()})
+	if err == nil || !strings.Contains(err.Error(), "co-partitioning") || !strings.Contains(err.Error(), "wmrl topics check") {
+		t.Fatalf("mismatched partitions: %v", err)
+	}
+}

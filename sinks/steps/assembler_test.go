@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/sinks/steps/stepstest"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -16,16 +17,16 @@ var names = topics.NewNames("t.")
 const smallChunk = 4096
 
 func TestAssemblerReassembly(t *testing.T) {
-	rows := stepRows("r1", 3, 4, 8)
-	recs := chunkRecords(t, names, rows, smallChunk)
+	rows := stepstest.StepRows("r1", 3, 4, 8)
+	recs := stepstest.ChunkRecords(t, names, rows, smallChunk)
 	if len(recs) < 3 {
 		t.Fatalf("want at least 3 chunks for the test to mean anything, got %d", len(recs))
 	}
 	n := len(recs)
-	other := chunkRecords(t, names, stepRows("r1", 3, 4, 8)[:5], smallChunk)
-	step4 := chunkRecords(t, names, stepRows("r1", 4, 4, 8), smallChunk)
-	differ := chunkRecords(t, names, append([]topics.AdvantageRow(nil), rows...), smallChunk)
-	differ[1] = mutate(t, differ[1])
+	other := stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", 3, 4, 8)[:5], smallChunk)
+	step4 := stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", 4, 4, 8), smallChunk)
+	differ := stepstest.ChunkRecords(t, names, append([]topics.AdvantageRow(nil), rows...), smallChunk)
+	differ[1] = stepstest.Mutate(t, differ[1])
 
 	tests := []struct {
 		name     string
@@ -35,20 +36,20 @@ func TestAssemblerReassembly(t *testing.T) {
 		badAt    int64 // offset of the bad record: 100 unless set
 	}{
 		{name: "in order", feed: recs},
-		{name: "reversed", feed: reverse(recs)},
+		{name: "reversed", feed: stepstest.Reverse(recs)},
 		{name: "duplicate chunk", feed: append([]*kgo.Record{recs[0], recs[0]}, recs[1:]...), wantDup: 1},
 		{name: "whole set twice", feed: append(append([]*kgo.Record(nil), recs...), recs...), wantDup: int64(n)},
 		{name: "duplicate chunk differs", feed: append([]*kgo.Record{recs[1], differ[1]}, append([]*kgo.Record{recs[0]}, recs[2:]...)...), wantErrs: []error{ErrChunkMismatch}, badAt: 101},
 		{name: "mismatched n", feed: append([]*kgo.Record{recs[0], other[0]}, recs[1:]...), wantErrs: []error{ErrChunkMismatch}, badAt: 101},
-		{name: "missing chunk header", feed: append([]*kgo.Record{withoutHeader(recs[0], topics.HeaderChunk)}, recs...), wantErrs: []error{topics.ErrBadHeader}},
-		{name: "chunk index out of range", feed: append([]*kgo.Record{withHeader(recs[0], topics.HeaderChunk, "5/2")}, recs...), wantErrs: []error{topics.ErrBadHeader}},
-		{name: "missing run header", feed: append([]*kgo.Record{withoutHeader(recs[0], topics.HeaderRun)}, recs...), wantErrs: []error{topics.ErrBadHeader}},
-		{name: "bad step header", feed: append([]*kgo.Record{withHeader(recs[0], topics.HeaderStep, "03")}, recs...), wantErrs: []error{topics.ErrBadHeader}},
+		{name: "missing chunk header", feed: append([]*kgo.Record{stepstest.WithoutHeader(recs[0], topics.HeaderChunk)}, recs...), wantErrs: []error{topics.ErrBadHeader}},
+		{name: "chunk index out of range", feed: append([]*kgo.Record{stepstest.WithHeader(recs[0], topics.HeaderChunk, "5/2")}, recs...), wantErrs: []error{topics.ErrBadHeader}},
+		{name: "missing run header", feed: append([]*kgo.Record{stepstest.WithoutHeader(recs[0], topics.HeaderRun)}, recs...), wantErrs: []error{topics.ErrBadHeader}},
+		{name: "bad step header", feed: append([]*kgo.Record{stepstest.WithHeader(recs[0], topics.HeaderStep, "03")}, recs...), wantErrs: []error{topics.ErrBadHeader}},
 		{name: "key differs from run", feed: append([]*kgo.Record{rekey(recs[0], "r2")}, recs...), wantErrs: []error{topics.ErrBadHeader}},
-		{name: "wrong schema header", feed: append([]*kgo.Record{withHeader(recs[0], topics.HeaderSchema, "wmrl.advantages.v2")}, recs...), wantErrs: []error{topics.ErrUnknownSchema}},
-		{name: "rows header disagrees", feed: append([]*kgo.Record{withHeader(recs[0], topics.HeaderRows, "9999")}, recs...), wantErrs: []error{topics.ErrConflict}},
-		{name: "undecodable payload", feed: append([]*kgo.Record{revalue(recs[0], []byte("not arrow"))}, recs...), wantErrs: []error{topics.ErrMalformed}},
-		{name: "rows of another step", feed: append([]*kgo.Record{withHeader(step4[0], topics.HeaderStep, "3")}, recs...), wantErrs: []error{topics.ErrConflict}},
+		{name: "wrong schema header", feed: append([]*kgo.Record{stepstest.WithHeader(recs[0], topics.HeaderSchema, "wmrl.advantages.v2")}, recs...), wantErrs: []error{topics.ErrUnknownSchema}},
+		{name: "rows header disagrees", feed: append([]*kgo.Record{stepstest.WithHeader(recs[0], topics.HeaderRows, "9999")}, recs...), wantErrs: []error{topics.ErrConflict}},
+		{name: "undecodable payload", feed: append([]*kgo.Record{stepstest.Revalue(recs[0], []byte("not arrow"))}, recs...), wantErrs: []error{topics.ErrMalformed}},
+		{name: "rows of another step", feed: append([]*kgo.Record{stepstest.WithHeader(step4[0], topics.HeaderStep, "3")}, recs...), wantErrs: []error{topics.ErrConflict}},
 		{name: "control record", feed: append([]*kgo.Record{{Attrs: controlAttrs(), Value: []byte{0, 0, 0, 0}}}, recs...)},
 	}
 	for _, tc := range tests {
@@ -56,7 +57,7 @@ func TestAssemblerReassembly(t *testing.T) {
 			a := NewAssembler(AssemblerConfig{})
 			var steps []*Step
 			var errs []error
-			for _, r := range placed(tc.feed, 0, 100) {
+			for _, r := range stepstest.Placed(tc.feed, 0, 100) {
 				s, e := a.Add(r)
 				steps = append(steps, s...)
 				errs = append(errs, e...)
@@ -90,10 +91,10 @@ func TestAssemblerReassembly(t *testing.T) {
 }
 
 func TestAssemblerStepOrderAndOffsets(t *testing.T) {
-	s5 := chunkRecords(t, names, stepRows("r1", 5, 4, 8), smallChunk)
-	s6 := chunkRecords(t, names, stepRows("r1", 6, 1, 4), smallChunk)
+	s5 := stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", 5, 4, 8), smallChunk)
+	s6 := stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", 6, 1, 4), smallChunk)
 	// Step 5's last chunk arrives after all of step 6.
-	feed := placed(append(append(append([]*kgo.Record(nil), s5[:len(s5)-1]...), s6...), s5[len(s5)-1]), 2, 10)
+	feed := stepstest.Placed(append(append(append([]*kgo.Record(nil), s5[:len(s5)-1]...), s6...), s5[len(s5)-1]), 2, 10)
 	a := NewAssembler(AssemblerConfig{})
 	var got []int64
 	for i, r := range feed {
@@ -122,11 +123,11 @@ func TestAssemblerStepOrderAndOffsets(t *testing.T) {
 }
 
 func TestAssemblerReleaseCommitsOnlyBelowOldestUnacked(t *testing.T) {
-	s1 := chunkRecords(t, names, stepRows("r1", 1, 1, 4), smallChunk)
-	s2 := chunkRecords(t, names, stepRows("r1", 2, 1, 4), smallChunk)
+	s1 := stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", 1, 1, 4), smallChunk)
+	s2 := stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", 2, 1, 4), smallChunk)
 	a := NewAssembler(AssemblerConfig{})
 	var steps []*Step
-	for _, r := range placed(append(append([]*kgo.Record(nil), s1...), s2...), 0, 0) {
+	for _, r := range stepstest.Placed(append(append([]*kgo.Record(nil), s1...), s2...), 0, 0) {
 		s, _ := a.Add(r)
 		steps = append(steps, s...)
 	}
@@ -151,18 +152,18 @@ func TestAssemblerReleaseCommitsOnlyBelowOldestUnacked(t *testing.T) {
 }
 
 func TestAssemblerRedeliveryAndStale(t *testing.T) {
-	s1 := chunkRecords(t, names, stepRows("r1", 1, 4, 8), smallChunk)
-	s0 := chunkRecords(t, names, stepRows("r1", 0, 1, 4), smallChunk)
-	changed := chunkRecords(t, names, stepRows("r1", 1, 4, 8), smallChunk)
-	changed[0] = mutate(t, changed[0])
-	rechunked := chunkRecords(t, names, stepRows("r1", 1, 4, 8), 1<<20)
+	s1 := stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", 1, 4, 8), smallChunk)
+	s0 := stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", 0, 1, 4), smallChunk)
+	changed := stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", 1, 4, 8), smallChunk)
+	changed[0] = stepstest.Mutate(t, changed[0])
+	rechunked := stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", 1, 4, 8), 1<<20)
 
 	a := NewAssembler(AssemblerConfig{})
 	feed := append(append([]*kgo.Record(nil), s1...), s1...) // a replayed copy: ignored
 	feed = append(feed, changed[0], rechunked[0], s0[0])
 	var steps []*Step
 	var errs []error
-	for _, r := range placed(feed, 0, 0) {
+	for _, r := range stepstest.Placed(feed, 0, 0) {
 		s, e := a.Add(r)
 		steps = append(steps, s...)
 		errs = append(errs, e...)
@@ -185,15 +186,15 @@ func TestAssemblerRedeliveryAndStale(t *testing.T) {
 }
 
 func TestAssemblerAbandonsBrokenStep(t *testing.T) {
-	broken := chunkRecords(t, names, stepRows("r1", 0, 4, 8), smallChunk)[:1]
+	broken := stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", 0, 4, 8), smallChunk)[:1]
 	feed := append([]*kgo.Record(nil), broken...)
 	for s := int64(1); s <= 3; s++ {
-		feed = append(feed, chunkRecords(t, names, stepRows("r1", s, 1, 2), smallChunk)...)
+		feed = append(feed, stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", s, 1, 2), smallChunk)...)
 	}
 	a := NewAssembler(AssemblerConfig{MaxBufferedSteps: 2})
 	var got []int64
 	var errs []error
-	for _, r := range placed(feed, 0, 0) {
+	for _, r := range stepstest.Placed(feed, 0, 0) {
 		s, e := a.Add(r)
 		for _, st := range s {
 			got = append(got, st.Step)
@@ -213,11 +214,11 @@ func TestAssemblerAbandonsBrokenStep(t *testing.T) {
 }
 
 func TestAssemblerRunFilter(t *testing.T) {
-	r1 := chunkRecords(t, names, stepRows("r1", 0, 1, 4), smallChunk)
-	r2 := chunkRecords(t, names, stepRows("r2", 0, 1, 4), smallChunk)
+	r1 := stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", 0, 1, 4), smallChunk)
+	r2 := stepstest.ChunkRecords(t, names, stepstest.StepRows("r2", 0, 1, 4), smallChunk)
 	a := NewAssembler(AssemblerConfig{Run: "r2"})
 	var got []string
-	for _, r := range placed(append(append([]*kgo.Record(nil), r1...), r2...), 0, 0) {
+	for _, r := range stepstest.Placed(append(append([]*kgo.Record(nil), r1...), r2...), 0, 0) {
 		s, e := a.Add(r)
 		if len(e) > 0 {
 			t.Fatal(e)
@@ -232,9 +233,9 @@ func TestAssemblerRunFilter(t *testing.T) {
 }
 
 func TestAssemblerDropPartition(t *testing.T) {
-	s0 := chunkRecords(t, names, stepRows("r1", 0, 4, 8), smallChunk)
+	s0 := stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", 0, 4, 8), smallChunk)
 	a := NewAssembler(AssemblerConfig{})
-	for _, r := range placed(s0[:1], 1, 0) {
+	for _, r := range stepstest.Placed(s0[:1], 1, 0) {
 		a.Add(r)
 	}
 	a.DropPartition(names.Advantages(), 1)
@@ -243,7 +244,7 @@ func TestAssemblerDropPartition(t *testing.T) {
 	}
 	// After a re-assignment the same records are read again from the committed offset.
 	var steps []*Step
-	for _, r := range placed(s0, 1, 0) {
+	for _, r := range stepstest.Placed(s0, 1, 0) {
 		s, e := a.Add(r)
 		if len(e) > 0 {
 			t.Fatal(e)
@@ -255,43 +256,10 @@ func TestAssemblerDropPartition(t *testing.T) {
 	}
 }
 
-func reverse(rs []*kgo.Record) []*kgo.Record {
-	out := make([]*kgo.Record, len(rs))
-	for i, r := range rs {
-		out[len(rs)-1-i] = r
-	}
-	return out
-}
-
 func rekey(r *kgo.Record, key string) *kgo.Record {
 	c := *r
 	c.Key = []byte(key)
 	return &c
-}
-
-func revalue(r *kgo.Record, v []byte) *kgo.Record {
-	c := *r
-	c.Value = v
-	return &c
-}
-
-// mutate re-encodes a chunk with one advantage changed, keeping its headers.
-func mutate(t testing.TB, r *kgo.Record) *kgo.Record {
-	t.Helper()
-	rows, err := topics.DecodeAdvantages(r.Value)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rows[0].Calibrated == 0.25 {
-		rows[0].Calibrated = 0.75
-	} else {
-		rows[0].Calibrated = 0.25
-	}
-	b, err := topics.EncodeAdvantages(rows)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return revalue(r, b)
 }
 
 func controlAttrs() kgo.RecordAttrs {
@@ -302,15 +270,15 @@ func controlAttrs() kgo.RecordAttrs {
 // drops one of them, and checks that the chunks on the partition still assigned stay held (not
 // committable) and that the step completes once the dropped chunk is read again.
 func TestAssemblerDropPartitionKeepsOtherPartitions(t *testing.T) {
-	s0 := chunkRecords(t, names, stepRows("r1", 0, 4, 8), smallChunk)
+	s0 := stepstest.ChunkRecords(t, names, stepstest.StepRows("r1", 0, 4, 8), smallChunk)
 	if len(s0) < 3 {
 		t.Fatalf("want at least 3 chunks, got %d", len(s0))
 	}
 	topic := names.Advantages()
 	a := NewAssembler(AssemblerConfig{})
 	// chunk 0 on partition 1, chunk 1 on partition 2; the rest is not read yet.
-	onP1 := placed(s0[:1], 1, 0)
-	onP2 := placed(s0[1:2], 2, 10)
+	onP1 := stepstest.Placed(s0[:1], 1, 0)
+	onP2 := stepstest.Placed(s0[1:2], 2, 10)
 	for _, r := range append(onP1, onP2...) {
 		if s, e := a.Add(r); len(s) > 0 || len(e) > 0 {
 			t.Fatalf("partial step: steps %v, errors %v", s, e)
@@ -325,14 +293,14 @@ func TestAssemblerDropPartitionKeepsOtherPartitions(t *testing.T) {
 	}
 	// Partition 1 is re-assigned and read again; the remaining chunks follow on partition 2.
 	var steps []*Step
-	for _, r := range append(placed(s0[:1], 1, 0), placed(s0[2:], 2, 11)...) {
+	for _, r := range append(stepstest.Placed(s0[:1], 1, 0), stepstest.Placed(s0[2:], 2, 11)...) {
 		s, e := a.Add(r)
 		if len(e) > 0 {
 			t.Fatal(e)
 		}
 		steps = append(steps, s...)
 	}
-	if len(steps) != 1 || !reflect.DeepEqual(steps[0].Rows, stepRows("r1", 0, 4, 8)) {
+	if len(steps) != 1 || !reflect.DeepEqual(steps[0].Rows, stepstest.StepRows("r1", 0, 4, 8)) {
 		t.Fatalf("%d steps after re-reading the dropped chunk, want the whole step once", len(steps))
 	}
 	if got := a.Offsets().Committable()[topic][2]; got != 10 {

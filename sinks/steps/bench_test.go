@@ -5,6 +5,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/sinks/steps/stepstest"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -21,11 +22,11 @@ func BenchmarkAssemble(b *testing.B) {
 			var recs []*kgo.Record
 			rowsPerStep := 0
 			for s := int64(0); s < steps; s++ {
-				rows := stepRows("bench", s, 64, 8)
+				rows := stepstest.StepRows("bench", s, 64, 8)
 				rowsPerStep = len(rows)
-				recs = append(recs, chunkRecords(b, names, rows, bc.chunk)...)
+				recs = append(recs, stepstest.ChunkRecords(b, names, rows, bc.chunk)...)
 			}
-			recs = placed(recs, 0, 0)
+			recs = stepstest.Placed(recs, 0, 0)
 			var bytes int64
 			for _, r := range recs {
 				bytes += int64(len(r.Value))
@@ -58,7 +59,7 @@ func BenchmarkAssemble(b *testing.B) {
 // FuzzAssemblerAdd feeds arbitrary header values and payloads: the assembler must never panic,
 // and every rejection must be a *RecordError naming the record.
 func FuzzAssemblerAdd(f *testing.F) {
-	recs := chunkRecords(f, names, stepRows("a", 0, 4, 8), smallChunk)
+	recs := stepstest.ChunkRecords(f, names, stepstest.StepRows("a", 0, 4, 8), smallChunk)
 	f.Add("a", "0", "0/3", "8", recs[0].Value)
 	f.Add("a", "0", "2/3", "x", []byte("junk"))
 	f.Add("", "-1", "1/1", "", []byte{})

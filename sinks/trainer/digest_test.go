@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/wmrl/wmrl/sinks/steps/stepstest"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -52,7 +53,7 @@ func TestReplayFileGolden(t *testing.T) {
 	var rows []topics.AdvantageRow
 	var payloads [][]byte
 	for step := int64(0); step < 3; step++ {
-		r := stepRows("a", step, 4, 8)
+		r := stepstest.StepRows("a", step, 4, 8)
 		rows = append(rows, r...)
 		ps, err := topics.ChunkAdvantages(r, smallChunk)
 		if err != nil {
@@ -60,7 +61,7 @@ func TestReplayFileGolden(t *testing.T) {
 		}
 		payloads = append(payloads, ps...)
 	}
-	other, _ := topics.ChunkAdvantages(stepRows("b", 0, 1, 4), smallChunk)
+	other, _ := topics.ChunkAdvantages(stepstest.StepRows("b", 0, 1, 4), smallChunk)
 	payloads = append(payloads, other...)
 	payloads = append(payloads, payloads[0]) // a replayed chunk
 	path := filepath.Join("testdata", "replay.bin")
@@ -86,7 +87,7 @@ func TestReplayFileGolden(t *testing.T) {
 		t.Fatalf("%+v, want digest %s over %d rows in 3 steps with duplicates", res, want, len(rows))
 	}
 	changed := append([][]byte(nil), got...)
-	changed = append(changed, mutate(t, chunkRecords(t, names, stepRows("a", 0, 4, 8), smallChunk)[0]).Value)
+	changed = append(changed, stepstest.Mutate(t, stepstest.ChunkRecords(t, names, stepstest.StepRows("a", 0, 4, 8), smallChunk)[0]).Value)
 	if _, err := DigestPayloads(changed, "a"); !errors.Is(err, topics.ErrConflict) {
 		t.Fatalf("a changed copy of a row: err = %v, want ErrConflict", err)
 	}

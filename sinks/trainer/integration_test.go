@@ -12,6 +12,7 @@ import (
 
 	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/sinks/steps"
+	"github.com/wmrl/wmrl/sinks/steps/stepstest"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -22,13 +23,13 @@ func seedSteps(t *testing.T, seeds []string, topic string) map[string][]topics.A
 	p := newTxProducer(t, seeds, testenv.Name(t))
 	committed := map[string][]topics.AdvantageRow{}
 	send := func(run string, step int64, commit bool, mutateRows bool) []*kgo.Record {
-		rows := stepRows(run, step, 4, 8)
+		rows := stepstest.StepRows(run, step, 4, 8)
 		if mutateRows {
 			for i := range rows {
 				rows[i].Calibrated, rows[i].Used = 0.123, 0.123
 			}
 		}
-		recs := chunkRecords(t, names, rows, smallChunk)
+		recs := stepstest.ChunkRecords(t, names, rows, smallChunk)
 		p.send(topic, commit, recs...)
 		if commit {
 			committed[run] = append(committed[run], rows...)
@@ -87,9 +88,9 @@ func TestStreamAckSemantics(t *testing.T) {
 	seeds := testenv.Kafka(t)
 	topic := testenv.Topic(t, seeds, 1)
 	p := newTxProducer(t, seeds, testenv.Name(t))
-	s0 := chunkRecords(t, names, stepRows("a", 0, 4, 8), smallChunk)
+	s0 := stepstest.ChunkRecords(t, names, stepstest.StepRows("a", 0, 4, 8), smallChunk)
 	p.send(topic, true, s0...)
-	p.send(topic, true, chunkRecords(t, names, stepRows("a", 1, 4, 8), smallChunk)...)
+	p.send(topic, true, stepstest.ChunkRecords(t, names, stepstest.StepRows("a", 1, 4, 8), smallChunk)...)
 	group := testenv.Name(t)
 	open := func() *Stream {
 		s, err := New(Config{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Topic: topic, Group: group})
@@ -168,7 +169,7 @@ func TestDigestTopicRefusesIncompleteStep(t *testing.T) {
 	seeds := testenv.Kafka(t)
 	topic := testenv.Topic(t, seeds, 1)
 	p := newTxProducer(t, seeds, testenv.Name(t))
-	recs := chunkRecords(t, names, stepRows("a", 0, 4, 8), smallChunk)
+	recs := stepstest.ChunkRecords(t, names, stepstest.StepRows("a", 0, 4, 8), smallChunk)
 	p.send(topic, true, recs[1:]...)
 	_, _, err := DigestTopic(context.Background(), []kgo.Opt{kgo.SeedBrokers(seeds...)}, topic, "a")
 	var re *steps.RecordError

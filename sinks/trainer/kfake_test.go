@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/sinks/steps"
+	"github.com/wmrl/wmrl/sinks/steps/stepstest"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -34,15 +35,15 @@ func TestStreamEdgeCasesKfake(t *testing.T) {
 	seeds := fakeCluster(t, topic)
 	p := newTxProducer(t, seeds, "tx-edge")
 
-	s0 := chunkRecords(t, names, stepRows("a", 0, 4, 8), smallChunk)
-	s1 := chunkRecords(t, names, stepRows("a", 1, 4, 8), smallChunk)
-	s2 := chunkRecords(t, names, stepRows("a", 2, 4, 8), smallChunk)
-	short := chunkRecords(t, names, stepRows("a", 2, 1, 2), smallChunk)
-	p.send(topic, true, reverse(s0)...)                                                 // offsets 0..n-1, marker n
-	p.send(topic, true, s1[0], s1[0], withoutHeader(s1[1], topics.HeaderStep))          // dup + bad header
-	p.send(topic, true, s1[1:]...)                                                      // rest of step 1
-	p.send(topic, false, chunkRecords(t, names, stepRows("a", 2, 2, 2), smallChunk)...) // aborted
-	p.send(topic, true, append([]*kgo.Record{s2[0], short[0]}, s2[1:]...)...)           // mismatched n
+	s0 := stepstest.ChunkRecords(t, names, stepstest.StepRows("a", 0, 4, 8), smallChunk)
+	s1 := stepstest.ChunkRecords(t, names, stepstest.StepRows("a", 1, 4, 8), smallChunk)
+	s2 := stepstest.ChunkRecords(t, names, stepstest.StepRows("a", 2, 4, 8), smallChunk)
+	short := stepstest.ChunkRecords(t, names, stepstest.StepRows("a", 2, 1, 2), smallChunk)
+	p.send(topic, true, stepstest.Reverse(s0)...)                                                           // offsets 0..n-1, marker n
+	p.send(topic, true, s1[0], s1[0], stepstest.WithoutHeader(s1[1], topics.HeaderStep))                    // dup + bad header
+	p.send(topic, true, s1[1:]...)                                                                          // rest of step 1
+	p.send(topic, false, stepstest.ChunkRecords(t, names, stepstest.StepRows("a", 2, 2, 2), smallChunk)...) // aborted
+	p.send(topic, true, append([]*kgo.Record{s2[0], short[0]}, s2[1:]...)...)                               // mismatched n
 
 	var mu sync.Mutex
 	var skipped []error
@@ -52,7 +53,7 @@ func TestStreamEdgeCasesKfake(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	for i, want := range [][]topics.AdvantageRow{stepRows("a", 0, 4, 8), stepRows("a", 1, 4, 8), stepRows("a", 2, 4, 8)} {
+	for i, want := range [][]topics.AdvantageRow{stepstest.StepRows("a", 0, 4, 8), stepstest.StepRows("a", 1, 4, 8), stepstest.StepRows("a", 2, 4, 8)} {
 		st := nextStep(t, s, 20*time.Second)
 		if st.Step != int64(i) || !reflect.DeepEqual(st.Rows, want) {
 			t.Fatalf("step %d: got step %d with %d rows, want %d rows", i, st.Step, len(st.Rows), len(want))
@@ -83,7 +84,7 @@ func TestRunAcksAfterCallbackKfake(t *testing.T) {
 	seeds := fakeCluster(t, topic)
 	p := newTxProducer(t, seeds, "tx-run")
 	for step := int64(0); step < 3; step++ {
-		p.send(topic, true, chunkRecords(t, names, stepRows("a", step, 2, 4), smallChunk)...)
+		p.send(topic, true, stepstest.ChunkRecords(t, names, stepstest.StepRows("a", step, 2, 4), smallChunk)...)
 	}
 	open := func() *Stream {
 		s, err := New(Config{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Names: names, Group: "g"})
