@@ -33,6 +33,7 @@ type Consumer struct {
 	changed  bool           // assignment changed since the last reload
 
 	healthy atomic.Bool
+	outage  outageState
 	stats   progress
 	// redisDone is closed when the Redis write in flight finishes (nil: none); loop only.
 	redisDone chan struct{}
@@ -93,7 +94,7 @@ func (c *Consumer) inputs() []string {
 // transactional id, a config change, an unreadable changelog).
 func (c *Consumer) Run(ctx context.Context) error {
 	if c.cfg.MetricsAddr != "" {
-		srv, err := health.Serve(c.cfg.MetricsAddr, c.cfg.Registry, c.live, nil, c.log)
+		srv, err := health.Serve(c.cfg.MetricsAddr, c.cfg.Registry, c.live, c.ready, c.log)
 		if err != nil {
 			return fmt.Errorf("correct: %w", err)
 		}
@@ -137,6 +138,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	c.healthy.Store(true)
 	defer c.healthy.Store(false)
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go c.watch(wctx, sess.Client())
 	c.log.Info("correction consumer started", "group", c.cfg.Group, "transactional_id", c.cfg.TransactionalID,
 		"mode", c.cfg.Correction.Mode.String(), "redis_prefix", c.cfg.RedisPrefix)
 	err = c.loop(ctx, sess)
@@ -179,10 +183,10 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) {
 				continue
 			}
-			c.log.Warn("fetch error", "topic", fe.Topic, "partition", fe.Partition, "err", fe.Err)
+			c.logOutage("fetch error", fe.Err, "topic", fe.Topic, "partition", fe.Partition)
 		}
 		if c.takeChanged() {
-			if err := c.reload(ctx); err != nil {
+			if err := c.reloadRetrying(ctx); err != nil {
 				return err
 			}
 		}
@@ -205,10 +209,43 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			continue
 		}
 		lingerFrom = time.Time{}
-		if err := c.commitReady(sess); err != nil {
+		if err := c.commitReady(ctx, sess); err != nil {
 			return err
 		}
 		c.m.buffered.Set(float64(c.eng.bufferedSteps()))
+	}
+}
+
+// reloadRetrying reloads the owned partitions' state, retrying with backoff while the cluster is
+// unreachable; the records of the poll that asked for it stay in hand meanwhile (the group keeps
+// heartbeating), so nothing is skipped. A reassignment during the wait is folded into the next
+// attempt. Errors a retry cannot fix (changed config, unreadable changelog) are returned.
+func (c *Consumer) reloadRetrying(ctx context.Context) error {
+	c.outage.setLoaded(false)
+	c.m.forgetStreams()
+	b := newBackoff()
+	for attempt := 1; ; attempt++ {
+		c.takeChanged()
+		err := c.reload(ctx)
+		if err == nil {
+			c.outage.setLoaded(true)
+			if attempt > 1 {
+				c.log.Info("state reloaded after an outage", "attempts", attempt)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, ErrConfigChanged) || !transient(err) {
+			return err
+		}
+		c.outage.set(err)
+		d := b.next()
+		c.logOutage("state reload failed; retrying", err, "attempt", attempt, "retry_in", d.Round(time.Millisecond))
+		if err := sleep(ctx, d); err != nil {
+			return err
+		}
 	}
 }
 

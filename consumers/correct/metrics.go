@@ -6,6 +6,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/wmrl/wmrl/internal/stage"
+	"github.com/wmrl/wmrl/topics"
 )
 
 // metrics are the consumer's Prometheus series (prefix wmrl_correct_).
@@ -21,6 +24,13 @@ type metrics struct {
 	redisErrors  prometheus.Counter
 	buffered     prometheus.Gauge
 	sealLatency  prometheus.Histogram
+	lag          *prometheus.GaugeVec
+	// Per (run, stream), from the snapshot of the last committed step.
+	calError     *prometheus.GaugeVec
+	anchorWeight *prometheus.GaugeVec
+	fitVersion   *prometheus.GaugeVec
+	windowPairs  *prometheus.GaugeVec
+	sealedStep   *prometheus.GaugeVec
 	trips        atomic.Int64 // mirror of redisTrips for the benchmark
 }
 
@@ -61,14 +71,50 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "wmrl_correct_seal_seconds", Help: "Time from a step's last input record to its transaction commit.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
+		lag: stage.NewLagGauge("correct"),
+		calError: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "wmrl_correct_calibration_error",
+			Help: "Mean (predicted − executed) over the last sealed step's anchor pairs: kind=raw before Online Debiasing, kind=debiased after the map in force for the step.",
+		}, []string{"run", "stream", "kind"}),
+		anchorWeight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "wmrl_correct_anchor_weight", Help: "IVD weight of anchor rows for the next step (world-model rows weigh 1).",
+		}, []string{"run", "stream"}),
+		fitVersion: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "wmrl_correct_fit_version", Help: "Refits of the calibration map so far.",
+		}, []string{"run", "stream"}),
+		windowPairs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "wmrl_correct_window_pairs", Help: "Anchor pairs in the sliding calibration window.",
+		}, []string{"run", "stream"}),
+		sealedStep: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "wmrl_correct_sealed_step", Help: "Last step sealed in a committed transaction.",
+		}, []string{"run", "stream"}),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.deadLetters, m.sealedSteps, m.rows, m.txns, m.rebuilds,
-		m.digestAlarms, m.redisTrips, m.redisErrors, m.buffered, m.sealLatency} {
+		m.digestAlarms, m.redisTrips, m.redisErrors, m.buffered, m.sealLatency, m.lag,
+		m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// observe sets the per-(run, stream) gauges from a committed snapshot.
+func (m *metrics) observe(sn *topics.CalibrationSnapshot) {
+	m.calError.WithLabelValues(sn.RunID, sn.Stream, "raw").Set(sn.BiasBefore)
+	m.calError.WithLabelValues(sn.RunID, sn.Stream, "debiased").Set(sn.BiasAfter)
+	m.anchorWeight.WithLabelValues(sn.RunID, sn.Stream).Set(sn.AnchorWeight)
+	m.fitVersion.WithLabelValues(sn.RunID, sn.Stream).Set(float64(sn.FitVersion))
+	m.windowPairs.WithLabelValues(sn.RunID, sn.Stream).Set(float64(sn.Pairs))
+	m.sealedStep.WithLabelValues(sn.RunID, sn.Stream).Set(float64(sn.Step))
+}
+
+// forgetStreams drops every per-(run, stream) series: after a reassignment the instance reports
+// only the runs it now owns, as their next steps seal.
+func (m *metrics) forgetStreams() {
+	for _, g := range []*prometheus.GaugeVec{m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep} {
+		g.Reset()
+	}
 }
 
 func (m *metrics) record(k kind, result string) {

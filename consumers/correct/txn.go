@@ -23,8 +23,10 @@ type outputPartitioner struct{ dlq string }
 // commitReady seals complete steps and, if there is anything to write, runs one transaction.
 // The transaction begins before the outputs are encoded, so that the broker already writes the
 // first steps' records while later ones are being encoded; Redis is written after the commit on
-// a goroutine of its own (see writeRedisAsync).
-func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
+// a goroutine of its own (see writeRedisAsync). A transaction that cannot commit (a failed flush
+// or produce, an unreachable broker at End) is aborted and the state rebuilt; only errors a
+// restart cannot fix are returned.
+func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	done, err := c.eng.sealReady()
 	if err != nil {
 		return fmt.Errorf("correct: %w", err)
@@ -39,7 +41,11 @@ func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 	tctx, cancel := context.WithTimeout(context.Background(), c.cfg.TxnTimeout+10*time.Second)
 	defer cancel()
 	if err := sess.Begin(); err != nil {
-		return fmt.Errorf("correct: begin transaction: %w", err)
+		if isFatalTxnErr(err) {
+			return fmt.Errorf("correct: begin transaction: %w", err)
+		}
+		// Still in an unconfirmed transaction, or the producer id could not be reloaded yet.
+		return c.abortTxn(ctx, sess, fmt.Errorf("begin transaction: %w", err))
 	}
 	var perr error
 	var pmu sync.Mutex
@@ -57,7 +63,7 @@ func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 	snaps, err := c.produceOutputs(done, produce)
 	if err != nil {
 		// Nothing of this transaction may become visible; the consumer stops with err.
-		if _, aerr := sess.End(tctx, kgo.TryAbort); aerr != nil {
+		if aerr := c.abortTxn(ctx, sess, err); aerr != nil {
 			c.log.Error("abort after an encoding failure failed", "err", aerr)
 		}
 		return err
@@ -66,15 +72,13 @@ func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 		produce(r)
 	}
 	if err := sess.Client().Flush(tctx); err != nil {
-		return fmt.Errorf("correct: flush: %w", err)
+		return c.abortTxn(ctx, sess, fmt.Errorf("flush: %w", err))
 	}
 	pmu.Lock()
 	ferr := perr
 	pmu.Unlock()
-	try := kgo.TryCommit
 	if ferr != nil {
-		c.log.Error("produce failed, aborting transaction", "err", ferr)
-		try = kgo.TryAbort
+		return c.abortTxn(ctx, sess, ferr)
 	}
 	// Commit input offsets only up to the oldest record still buffered for an unsealed step:
 	// End would otherwise commit everything polled, and a crash would lose those inputs.
@@ -82,19 +86,25 @@ func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 		holdOffsets(req, hold)
 		return nil
 	})
-	committed, err := sess.End(ectx, try)
-	if err != nil || !committed {
+	committed, err := sess.End(ectx, kgo.TryCommit)
+	switch {
+	case err != nil && isFatalTxnErr(err):
+		c.m.txns.WithLabelValues("aborted").Inc()
+		return fmt.Errorf("correct: transaction: %w", err)
+	case err != nil:
+		// The commit's outcome is unknown (EndTxn failed on the wire) and the client is still in
+		// the transaction: abort it for certain before anything else.
+		return c.abortTxn(ctx, sess, fmt.Errorf("end transaction: %w", err))
+	case !committed:
+		// End aborted (a rebalance since Begin) and rewound the consumer to the committed offsets;
+		// the sealed steps of this transaction are undone by reloading every owned partition.
 		c.m.txns.WithLabelValues("aborted").Inc()
 		c.stats.aborts++
-		if err != nil && isFatalTxnErr(err) {
-			return fmt.Errorf("correct: transaction: %w", err)
-		}
-		c.log.Warn("transaction aborted; rebuilding state from the changelog", "err", err, "produce_err", ferr)
-		// The session rewound the consumer to the committed offsets; the sealed steps of this
-		// transaction are undone by reloading every owned partition's state.
+		c.log.Warn("transaction aborted by a rebalance; rebuilding state from the changelog")
 		c.markChanged()
 		return nil
 	}
+	c.outage.set(nil)
 	c.m.txns.WithLabelValues("committed").Inc()
 	c.stats.txns++
 	c.stats.dlq += int64(len(dlq))
@@ -103,6 +113,9 @@ func (c *Consumer) commitReady(sess *kgo.GroupTransactSession) error {
 		c.m.deadLetters.WithLabelValues(reason).Inc()
 	}
 	c.m.sealedSteps.Add(float64(len(done)))
+	for _, sn := range snaps {
+		c.m.observe(sn)
+	}
 	var infos []SealedStep
 	now := time.Now()
 	for _, s := range done {

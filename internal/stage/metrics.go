@@ -32,9 +32,7 @@ func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
 		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wmrl_stage_commit_errors_total", Help: "Failed offset commits (retried).", ConstLabels: labels,
 		}),
-		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "wmrl_stage_consumer_lag_records", Help: "Records of an input topic not yet committed by the stage's group (refreshed every 2s).", ConstLabels: labels,
-		}, []string{"topic"}),
+		lag: NewLagGauge(stage),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.produced, m.inflight, m.latency, m.commitErrors, m.lag} {
 		if err := reg.Register(c); err != nil {

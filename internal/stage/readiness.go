@@ -95,7 +95,7 @@ func (s *Stage) watch(ctx context.Context) {
 		}
 		s.ready.cluster(err)
 		if err == nil {
-			s.refreshLag(pctx, adm)
+			RefreshLag(pctx, adm, s.cfg.Group, s.cfg.Topics, s.metrics.lag)
 		}
 		cancel()
 		select {
@@ -103,28 +103,6 @@ func (s *Stage) watch(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-	}
-}
-
-// refreshLag sets wmrl_stage_consumer_lag_records per input topic from the group's committed
-// offsets and the partitions' ends.
-func (s *Stage) refreshLag(ctx context.Context, adm *kadm.Client) {
-	lags, err := adm.Lag(ctx, s.cfg.Group)
-	if err != nil {
-		return
-	}
-	l, ok := lags[s.cfg.Group]
-	if !ok || l.Error() != nil {
-		return
-	}
-	for _, topic := range s.cfg.Topics {
-		var sum int64
-		for _, pl := range l.Lag[topic] {
-			if pl.Lag > 0 {
-				sum += pl.Lag
-			}
-		}
-		s.metrics.lag.WithLabelValues(topic).Set(float64(sum))
 	}
 }
 

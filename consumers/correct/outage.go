@@ -1,0 +1,210 @@
+package correct
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/internal/stage"
+)
+
+// Outages (a broker or Redis away for minutes) are ridden out in place: a failed flush, produce
+// or transaction end aborts the transaction and rewinds to the committed offsets, a failed state
+// reload is retried, and the loop backs off with jitter meanwhile. The consumer exits only on
+// what a restart cannot fix: fenced by a successor, a changed correction config, an unreadable
+// changelog.
+
+// backoff is a jittered exponential delay: each wait is uniform in [d/2, d], d doubling from
+// min to max, so that instances recovering together do not hammer a returning broker in step.
+type backoff struct {
+	min, max time.Duration
+	d        time.Duration
+}
+
+func newBackoff() backoff { return backoff{min: 250 * time.Millisecond, max: 10 * time.Second} }
+
+func (b *backoff) next() time.Duration {
+	if b.d == 0 {
+		b.d = b.min
+	} else {
+		b.d = min(2*b.d, b.max)
+	}
+	return b.d/2 + rand.N(b.d/2+1)
+}
+
+// sleep waits d or until ctx ends (then it returns ctx's error).
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// transient reports whether err is what an outage looks like (a refused or reset connection, a
+// timeout, a broker-side retriable code) rather than a verdict a retry cannot change.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ne net.Error
+	var ke *kerr.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.As(err, &ne):
+		return true
+	case errors.As(err, &ke):
+		return ke.Retriable || errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.NotCoordinator)
+	}
+	return false
+}
+
+// abortTxn ends the open transaction as an abort and rewinds the consumer to its committed
+// offsets, retrying until the client confirms it: GroupTransactSession.End leaves the client in
+// the transaction when EndTxn fails on the wire (its outcome is then unknown), and only a
+// confirmed abort (or the producer-id reload that fences the old epoch) makes Begin legal again.
+// The engine's sealed-but-uncommitted steps are undone by the state reload markChanged asks for.
+func (c *Consumer) abortTxn(ctx context.Context, sess *kgo.GroupTransactSession, cause error) error {
+	c.m.txns.WithLabelValues("aborted").Inc()
+	c.stats.aborts++
+	c.markChanged()
+	c.log.Warn("transaction aborted; state will be rebuilt from the changelog", "cause", cause)
+	b := newBackoff()
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(context.Background(), c.cfg.TxnTimeout+10*time.Second)
+		_, err := sess.End(actx, kgo.TryAbort)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				c.log.Info("transaction abort confirmed", "attempts", attempt)
+			}
+			return nil
+		}
+		if isFatalTxnErr(err) {
+			return fmt.Errorf("correct: abort transaction: %w", err)
+		}
+		c.outage.set(err)
+		d := b.next()
+		c.logOutage("transaction abort not confirmed; retrying", err, "attempt", attempt, "retry_in", d.Round(time.Millisecond))
+		if err := sleep(ctx, d); err != nil {
+			// Shutting down: the broker aborts the transaction after its timeout, and a successor
+			// with the same transactional id fences it at once.
+			return err
+		}
+	}
+}
+
+// outageState is what /readyz and the logs know of the last failure to reach the cluster.
+type outageState struct {
+	mu      sync.Mutex
+	err     error     // nil: the cluster answered last time
+	since   time.Time // when the current outage began
+	logged  time.Time // last outage log line (rate limit)
+	loaded  bool      // state of the owned partitions is loaded (false during a reload)
+	pinged  bool      // the cluster answered at least once
+}
+
+func (o *outageState) set(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err != nil && o.err == nil {
+		o.since = time.Now()
+	}
+	o.err = err
+	if err == nil {
+		o.pinged = true
+	}
+}
+
+func (o *outageState) setLoaded(v bool) {
+	o.mu.Lock()
+	o.loaded = v
+	o.mu.Unlock()
+}
+
+// outageLogEvery rate-limits outage log lines: a poll every 250 ms would otherwise log each time.
+const outageLogEvery = 10 * time.Second
+
+// logOutage logs msg at WARN at most every outageLogEvery, with how long the outage has lasted.
+func (c *Consumer) logOutage(msg string, err error, args ...any) {
+	o := &c.outage
+	o.mu.Lock()
+	now := time.Now()
+	if now.Sub(o.logged) < outageLogEvery {
+		o.mu.Unlock()
+		return
+	}
+	o.logged = now
+	var lasted time.Duration
+	if !o.since.IsZero() {
+		lasted = now.Sub(o.since).Round(time.Second)
+	}
+	o.mu.Unlock()
+	c.log.Warn(msg, append([]any{"err", err, "outage", lasted}, args...)...)
+}
+
+// ready is the /readyz check: the loop runs, the cluster answered the last ping, partitions are
+// held and their state is loaded (not ready while a rebuild runs or is being retried).
+func (c *Consumer) ready() error {
+	if err := c.live(); err != nil {
+		return err
+	}
+	o := &c.outage
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case o.err != nil:
+		return fmt.Errorf("kafka unreachable for %s: %w", time.Since(o.since).Round(time.Second), o.err)
+	case !o.pinged:
+		return errors.New("kafka not reached yet")
+	case len(c.owned()) == 0:
+		return errors.New("no partitions assigned")
+	case !o.loaded:
+		return errors.New("correction state not loaded (rebuild running)")
+	}
+	return nil
+}
+
+// pingInterval is how often watch pings the cluster and refreshes the lag gauge.
+const pingInterval = 2 * time.Second
+
+// watch pings the cluster (ApiVersions on a live connection, so cached metadata cannot hide an
+// outage) and refreshes the consumer-lag gauge until ctx ends.
+func (c *Consumer) watch(ctx context.Context, cl *kgo.Client) {
+	adm := kadm.NewClient(cl)
+	t := time.NewTicker(pingInterval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, pingInterval)
+		err := cl.Ping(pctx)
+		if ctx.Err() != nil {
+			cancel()
+			return
+		}
+		c.outage.set(err)
+		if err == nil {
+			stage.RefreshLag(pctx, adm, c.cfg.Group, c.inputs(), c.m.lag)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
