@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/health"
+	"github.com/wmrl/wmrl/internal/stage"
 )
 
 // Consumer is the stateful, exactly-once correction stage.
@@ -145,7 +147,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 		"mode", c.cfg.Correction.Mode.String(), "redis_prefix", c.cfg.RedisPrefix)
 	err = c.loop(ctx, sess)
 	// Close leaves the group so a successor gets the partitions without waiting for the
-	// session timeout; buffered inputs of unsealed steps are simply re-read by it.
+	// session timeout; buffered inputs of unsealed steps are simply re-read by it. A static
+	// member's leave is a no-op in franz-go, so a deliberate stop (not a fenced one) leaves by
+	// instance id explicitly.
+	if c.cfg.InstanceID != "" && errors.Is(err, context.Canceled) {
+		lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if lerr := sess.Client().LeaveGroupContext(lctx); lerr != nil {
+			c.log.Warn("leave group", "err", lerr)
+		}
+		stage.LeaveStatic(lctx, sess.Client(), c.cfg.Group, c.cfg.InstanceID, c.log)
+		cancel()
+	}
 	sess.Close()
 	c.logProgress("stopped")
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
@@ -182,6 +194,10 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		for _, fe := range fs.Errors() {
 			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) {
 				continue
+			}
+			if errors.Is(fe.Err, kerr.FencedInstanceID) {
+				return fmt.Errorf("correct: fenced: another instance runs with --instance-id %q (give every instance its own id): %w",
+					c.cfg.InstanceID, fe.Err)
 			}
 			c.logOutage("fetch error", fe.Err, "topic", fe.Topic, "partition", fe.Partition)
 		}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -57,8 +58,11 @@ var scenarios = []scenario{
 	{name: "kill-correct", fault: func(h *harness, r *runCtx) { r.killRestart("correct", 2) }},
 	{name: "broker-kill-in-txn", outage: true, fault: func(h *harness, r *runCtx) {
 		h.killBroker()
+		r.waitReady("a", false, 20*time.Second)
 		time.Sleep(h.size.outage)
 		h.startBroker()
+		// correct rides the outage out in place: ready again without a restart.
+		r.waitReady("a", true, 2*time.Minute)
 	}},
 	{name: "redis-flushall", fault: func(h *harness, r *runCtx) {
 		if err := h.redis.FlushAll(context.Background()).Err(); err != nil {
@@ -74,6 +78,7 @@ var scenarios = []scenario{
 		// The paused instance is replaced by one with the same transactional id; resumed, the
 		// zombie must be fenced and write nothing.
 		z := r.procs["correct"]
+		z.mayExit = true
 		_ = z.cmd.Process.Signal(syscall.SIGSTOP)
 		r.start("correct-2", r.correctArgs("a")...)
 		r.waitRows(r.rowsNow()+64, 2*time.Minute)
@@ -243,6 +248,8 @@ type runCtx struct {
 	name   string
 	prefix string
 	procs  map[string]*proc
+	// readyz is each correct instance's /readyz URL, by instance id.
+	readyz map[string]string
 	mu     sync.Mutex
 	rows   atomic.Int64
 	// arrivals are the times rows arrived, for the stall measurement.
@@ -251,7 +258,7 @@ type runCtx struct {
 
 func (h *harness) run(t *testing.T, sc scenario) result {
 	start := time.Now()
-	r := &runCtx{h: h, name: sc.name, prefix: "chaos." + sc.name + ".", procs: map[string]*proc{}}
+	r := &runCtx{h: h, name: sc.name, prefix: "chaos." + sc.name + ".", procs: map[string]*proc{}, readyz: map[string]string{}}
 	r.wmrl(2*time.Minute, "topics", "create", "--partitions", "3")
 	r.wmrl(5*time.Minute, "generate", "--backend", "jsonl", "--input", h.input, "--run-id", runID, "--anchor-fraction", "0.25")
 	r.start("worldmodel", r.worldmodelArgs()...)
@@ -307,7 +314,9 @@ func (r *runCtx) sandboxArgs() []string {
 // correctArgs are one correct instance's flags; instances with the same id share a
 // transactional id (a replacement), different ids are separate members.
 func (r *runCtx) correctArgs(id string) []string {
-	return []string{"correct", "--metrics-addr", "", "--group", r.prefix + "correct",
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(r.h.t))
+	r.readyz[id] = "http://" + addr + "/readyz"
+	return []string{"correct", "--metrics-addr", addr, "--group", r.prefix + "correct",
 		"--transactional-id", r.prefix + "correct-" + id, "--instance-id", r.prefix + "correct-" + id,
 		"--session-timeout", "10s", "--redis-prefix", strings.TrimSuffix(r.prefix, "."), "--min-pairs", "32", "--window", "256"}
 }
@@ -338,11 +347,43 @@ func (r *runCtx) killRestart(name string, n int) {
 	}
 }
 
+// waitReady waits until correct instance id's /readyz answers 200 (want) or anything else.
+func (r *runCtx) waitReady(id string, want bool, limit time.Duration) {
+	cl := http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(limit)
+	for {
+		resp, err := cl.Get(r.readyz[id])
+		ok := err == nil && resp.StatusCode == http.StatusOK
+		if resp != nil {
+			resp.Body.Close()
+		}
+		if ok == want {
+			r.h.t.Logf("%s: correct-%s /readyz ready=%v after %v", r.name, id, want, limit-time.Until(deadline))
+			return
+		}
+		if time.Now().After(deadline) {
+			r.h.t.Errorf("%s: correct-%s /readyz did not become ready=%v within %v (last: %v)", r.name, id, want, limit, err)
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 func (r *runCtx) rowsNow() int { return int(r.rows.Load()) }
 
 func (r *runCtx) waitRows(n int, limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	for r.rowsNow() < n {
+		for name, p := range r.procs {
+			select {
+			case <-p.done:
+				if !p.mayExit {
+					r.h.t.Fatalf("%s: stage %s exited by itself (%v); a stage must ride out faults without a restart\n%s",
+						r.name, name, p.cmd.ProcessState, p.tail(25))
+				}
+			default:
+			}
+		}
 		if time.Now().After(deadline) {
 			var logs strings.Builder
 			for name, p := range r.procs {
@@ -475,6 +516,8 @@ type proc struct {
 	cmd  *exec.Cmd
 	out  *testenv.SyncBuffer
 	done chan struct{}
+	// mayExit marks a process the scenario stops or expects to stop (a fenced zombie).
+	mayExit bool
 }
 
 func (r *runCtx) start(name string, args ...string) {
@@ -491,6 +534,7 @@ func (r *runCtx) start(name string, args ...string) {
 }
 
 func (p *proc) terminate(t *testing.T, limit time.Duration) {
+	p.mayExit = true
 	select {
 	case <-p.done:
 		return

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // readiness is what /readyz reports: the stage runs, its cluster answered recently and it holds
@@ -112,13 +114,19 @@ func (s *Stage) watch(ctx context.Context) {
 // stop an explicit leave by instance id hands them over at once. A crash (SIGKILL) skips this,
 // and the restarted instance takes its partitions back without a rebalance.
 func (s *Stage) leaveStatic(ctx context.Context) {
-	resp, err := kadm.NewClient(s.cl).LeaveGroup(ctx, kadm.LeaveGroup(s.cfg.Group).InstanceIDs(s.cfg.InstanceID))
+	LeaveStatic(ctx, s.cl, s.cfg.Group, s.cfg.InstanceID, s.log)
+}
+
+// LeaveStatic makes the static member instanceID leave group at once (see Stage.leaveStatic);
+// the correction consumer uses it too.
+func LeaveStatic(ctx context.Context, cl *kgo.Client, group, instanceID string, log *slog.Logger) {
+	resp, err := kadm.NewClient(cl).LeaveGroup(ctx, kadm.LeaveGroup(group).InstanceIDs(instanceID))
 	if err == nil {
 		err = resp.Error()
 	}
 	if err != nil {
-		s.log.Warn("leave group as static member", "instance_id", s.cfg.InstanceID, "err", err)
+		log.Warn("leave group as static member", "instance_id", instanceID, "err", err)
 		return
 	}
-	s.log.Info("left group as static member", "instance_id", s.cfg.InstanceID)
+	log.Info("left group as static member", "instance_id", instanceID)
 }
