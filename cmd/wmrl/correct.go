@@ -114,7 +114,7 @@ leaves the group.`,
 	f.IntVar(&cfg.KeepStates, "keep-states", correct.DefaultKeepStates, "versioned Redis snapshots kept per run/stream")
 	f.StringVar(&cfg.RedisPrefix, "redis-prefix", correct.DefaultRedisPrefix, "Redis key namespace")
 	f.BoolVar(&cfg.AllowConfigChange, "allow-config-change", false, "continue when stored state was built with other correction settings (its calibration restarts)")
-	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address (e.g. :9464)")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", ":9466", "serve Prometheus /metrics and /healthz here (empty: off)")
 	f.DurationVar(&cfg.TxnTimeout, "txn-timeout", correct.DefaultTxnTimeout, "broker-side transaction timeout")
 	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correct.DefaultMaxTxnSteps, "while a backlog is being read, seal at most this many steps per transaction (1: one poll per transaction)")
 	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correct.DefaultMaxTxnLinger, "longest a backlog batch waits before its transaction commits (live traffic commits every poll)")

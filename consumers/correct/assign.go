@@ -53,6 +53,10 @@ func (c *Consumer) reload(ctx context.Context) error {
 		if reason != "" {
 			enc = sn.State
 			c.m.rebuilds.WithLabelValues(reason).Inc()
+			if reason == "missing" {
+				c.m.redisLost.Inc()
+				c.log.Warn("redis lost the state of a stream (flushed or replaced?); rebuilt from the changelog", "run", sn.RunID, "stream", sn.Stream, "step", sn.Step)
+			}
 			rebuilt++
 			repair = append(repair, sn)
 			c.log.Info("state rebuilt from the changelog", "run", sn.RunID, "stream", sn.Stream, "step", sn.Step, "reason", reason)

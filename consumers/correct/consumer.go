@@ -10,10 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/health"
@@ -22,13 +20,13 @@ import (
 
 // Consumer is the stateful, exactly-once correction stage.
 type Consumer struct {
-	cfg   Config
-	log   *slog.Logger
-	corr  *correction.Corrector
-	m     *metrics
-	store *Store
-	eng   *engine
-	kprom *kprom.Metrics
+	cfg    Config
+	log    *slog.Logger
+	corr   *correction.Corrector
+	m      *metrics
+	store  *Store
+	eng    *engine
+	khooks []kgo.Hook // kprom series (stage.KafkaMetrics)
 
 	mu       sync.Mutex
 	assigned map[int32]bool // partition numbers of the input topics we own
@@ -67,7 +65,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		m:        m,
 		store:    NewStore(cfg.Redis, cfg.RedisPrefix, cfg.KeepStates),
 		eng:      newEngine(corr, cfg.Names, m),
-		kprom:    kprom.NewMetrics("wmrl_kafka", kprom.Registry(cfg.Registry), kprom.WithStaticLabel(prometheus.Labels{"stage": "correct"})),
+		khooks:   stage.KafkaMetrics(cfg.Registry, "correct"),
 		assigned: map[int32]bool{},
 	}
 	return c, nil
@@ -126,7 +124,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(c.onAssigned),
 		kgo.OnPartitionsRevoked(c.onRevoked),
 		kgo.OnPartitionsLost(c.onRevoked),
-		kgo.WithHooks(c.kprom),
+		kgo.WithHooks(c.khooks...),
 	)
 	if c.cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(c.cfg.InstanceID))

@@ -22,6 +22,7 @@ type metrics struct {
 	digestAlarms prometheus.Counter
 	redisTrips   prometheus.Counter
 	redisErrors  prometheus.Counter
+	redisLost    prometheus.Counter
 	buffered     prometheus.Gauge
 	sealLatency  prometheus.Histogram
 	lag          *prometheus.GaugeVec
@@ -64,6 +65,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wmrl_correct_redis_errors_total", Help: "Failed Redis snapshot writes or loads (the changelog stays authoritative).",
 		}),
+		redisLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wmrl_correct_redis_state_lost_total", Help: "(run, stream) states Redis no longer held though the changelog had them (a flushed or replaced Redis); each is rebuilt from the changelog.",
+		}),
 		buffered: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wmrl_correct_buffered_steps", Help: "Unsealed steps held in memory.",
 		}),
@@ -90,7 +94,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"run", "stream"}),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.deadLetters, m.sealedSteps, m.rows, m.txns, m.rebuilds,
-		m.digestAlarms, m.redisTrips, m.redisErrors, m.buffered, m.sealLatency, m.lag,
+		m.digestAlarms, m.redisTrips, m.redisErrors, m.redisLost, m.buffered, m.sealLatency, m.lag,
 		m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

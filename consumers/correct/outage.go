@@ -111,12 +111,12 @@ func (c *Consumer) abortTxn(ctx context.Context, sess *kgo.GroupTransactSession,
 
 // outageState is what /readyz and the logs know of the last failure to reach the cluster.
 type outageState struct {
-	mu      sync.Mutex
-	err     error     // nil: the cluster answered last time
-	since   time.Time // when the current outage began
-	logged  time.Time // last outage log line (rate limit)
-	loaded  bool      // state of the owned partitions is loaded (false during a reload)
-	pinged  bool      // the cluster answered at least once
+	mu     sync.Mutex
+	err    error     // nil: the cluster answered last time
+	since  time.Time // when the current outage began
+	logged time.Time // last outage log line (rate limit)
+	loaded bool      // state of the owned partitions is loaded (false during a reload)
+	pinged bool      // the cluster answered at least once
 }
 
 func (o *outageState) set(err error) {

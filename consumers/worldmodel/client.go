@@ -93,13 +93,16 @@ type OpenAIConfig struct {
 }
 
 // OpenAIScorer scores inputs by asking an OpenAI-compatible chat-completions endpoint. It is safe
-// for concurrent use.
+// for concurrent use. It is a prometheus.Collector of its request metrics (wmrl_worldmodel_retries_total,
+// wmrl_worldmodel_request_duration_seconds, wmrl_worldmodel_score_parse_failures_total), which
+// NewStage registers with the stage's registry.
 type OpenAIScorer struct {
 	cfg      OpenAIConfig
 	endpoint string
 	tmpl     *template.Template
 	client   *http.Client
 	retry    httpretry.Policy
+	metrics  *scorerMetrics
 }
 
 // NewOpenAIScorer validates cfg, applies defaults and parses the prompt template.
@@ -165,6 +168,7 @@ func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
 		tr.MaxIdleConns = max(tr.MaxIdleConns, cfg.MaxIdleConnsPerHost)
 		client = &http.Client{Transport: tr}
 	}
+	m := newScorerMetrics()
 	return &OpenAIScorer{
 		cfg:      cfg,
 		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions",
@@ -174,7 +178,9 @@ func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
 			MaxAttempts: cfg.MaxAttempts,
 			Backoff:     httpretry.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff, Rand: cfg.Rand},
 			Sleep:       cfg.Sleep,
+			Observe:     func(reason string, _ time.Duration) { m.retries.WithLabelValues(reason).Inc() },
 		},
+		metrics: m,
 	}, nil
 }
 
@@ -216,7 +222,7 @@ func (s *OpenAIScorer) Score(ctx context.Context, in Input) (Result, error) {
 	var o outcome
 	n, err := s.retry.Do(ctx, func(int) httpretry.Attempt {
 		o = s.attempt(ctx, body)
-		return httpretry.Attempt{Retry: o.retryable, RetryAfter: o.retryAfter, HasRetryAfter: o.hasRetryAfter}
+		return httpretry.Attempt{Retry: o.retryable, RetryAfter: o.retryAfter, HasRetryAfter: o.hasRetryAfter, Reason: o.retryReason}
 	}, func(n int, delay time.Duration) {
 		s.cfg.Logger.DebugContext(ctx, "worldmodel: retrying", "rollout", in.RolloutID,
 			"attempt", n, "delay", delay, "reason", o.reason)
@@ -286,11 +292,14 @@ type outcome struct {
 	status        Status
 	reason        string
 	retryable     bool
+	retryReason   string // an httpretry reason when retryable
 	retryAfter    time.Duration
 	hasRetryAfter bool
 }
 
 func (s *OpenAIScorer) attempt(ctx context.Context, body []byte) outcome {
+	start := time.Now()
+	defer func() { s.metrics.duration.Observe(time.Since(start).Seconds()) }()
 	actx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, s.endpoint, bytes.NewReader(body))
@@ -317,6 +326,7 @@ func (s *OpenAIScorer) attempt(ctx context.Context, body []byte) outcome {
 			reason:    fmt.Sprintf("http %d: %s", resp.StatusCode, excerpt(string(head), 300)),
 			retryable: httpretry.RetryableStatus(resp.StatusCode),
 		}
+		o.retryReason = httpretry.StatusReason(resp.StatusCode)
 		if o.retryable {
 			o.retryAfter, o.hasRetryAfter = httpretry.ParseRetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now())
 		}
@@ -336,6 +346,7 @@ func (s *OpenAIScorer) attempt(ctx context.Context, body []byte) outcome {
 	}
 	v, err := ParseScore(content)
 	if err != nil {
+		s.metrics.parseFailures.Inc()
 		reason := fmt.Sprintf("%v; reply: %q", err, excerpt(content, 200))
 		if finish != "" && finish != "stop" {
 			reason += fmt.Sprintf(" (finish_reason %q)", finish)
@@ -351,9 +362,10 @@ func (s *OpenAIScorer) attempt(ctx context.Context, body []byte) outcome {
 func (s *OpenAIScorer) transportFailure(actx context.Context, err error) outcome {
 	var ne net.Error
 	if errors.Is(actx.Err(), context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		return outcome{status: StatusTimeout, reason: fmt.Sprintf("request timed out after %v", s.cfg.Timeout), retryable: true}
+		return outcome{status: StatusTimeout, reason: fmt.Sprintf("request timed out after %v", s.cfg.Timeout),
+			retryable: true, retryReason: httpretry.ReasonTimeout}
 	}
-	return outcome{status: StatusError, reason: fmt.Sprintf("transport: %v", err), retryable: true}
+	return outcome{status: StatusError, reason: fmt.Sprintf("transport: %v", err), retryable: true, retryReason: httpretry.ReasonTransport}
 }
 
 // replyContent extracts the first choice's message content and finish reason from a

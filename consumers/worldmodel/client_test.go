@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/wmrl/wmrl/internal/httpretry"
 )
 
@@ -169,6 +171,8 @@ func TestOpenAIScorer(t *testing.T) {
 		wantSleeps  []time.Duration
 		wantReason  []string // substrings of Reason
 		minLatency  time.Duration
+		wantRetries map[string]int // wmrl_worldmodel_retries_total by reason; absent reasons 0
+		wantParse   int            // wmrl_worldmodel_score_parse_failures_total
 	}{
 		{name: "json reply", steps: []http.HandlerFunc{reply(`{"score": 0.73}`)},
 			wantStatus: StatusOK, wantScore: 0.73, wantAttempt: 1},
@@ -184,28 +188,36 @@ func TestOpenAIScorer(t *testing.T) {
 
 		{name: "429 retry-after seconds", steps: []http.HandlerFunc{
 			raw(429, `{"error": {"message": "rate limited"}}`, "Retry-After", "3"), reply(`{"score": 0.6}`)},
-			wantStatus: StatusOK, wantScore: 0.6, wantAttempt: 2, wantSleeps: []time.Duration{3 * time.Second}},
+			wantStatus: StatusOK, wantScore: 0.6, wantAttempt: 2, wantSleeps: []time.Duration{3 * time.Second},
+			wantRetries: map[string]int{"429": 1}},
 		{name: "429 retry-after http date", steps: []http.HandlerFunc{
 			raw(429, "slow down", "Retry-After", fixedNow.Add(7*time.Second).Format(http.TimeFormat)), reply(`{"score": 0.6}`)},
-			wantStatus: StatusOK, wantScore: 0.6, wantAttempt: 2, wantSleeps: []time.Duration{7 * time.Second}},
+			wantStatus: StatusOK, wantScore: 0.6, wantAttempt: 2, wantSleeps: []time.Duration{7 * time.Second},
+			wantRetries: map[string]int{"429": 1}},
 		{name: "429 retry-after capped by max backoff", steps: []http.HandlerFunc{
 			raw(429, "", "Retry-After", "120"), reply(`{"score": 0.6}`)},
-			wantStatus: StatusOK, wantScore: 0.6, wantAttempt: 2, wantSleeps: []time.Duration{10 * time.Second}},
+			wantStatus: StatusOK, wantScore: 0.6, wantAttempt: 2, wantSleeps: []time.Duration{10 * time.Second},
+			wantRetries: map[string]int{"429": 1}},
 		{name: "429 without retry-after backs off", steps: []http.HandlerFunc{
 			raw(429, ""), raw(429, ""), reply(`{"score": 0.6}`)},
-			wantStatus: StatusOK, wantScore: 0.6, wantAttempt: 3, wantSleeps: []time.Duration{50 * ms, 100 * ms}},
+			wantStatus: StatusOK, wantScore: 0.6, wantAttempt: 3, wantSleeps: []time.Duration{50 * ms, 100 * ms},
+			wantRetries: map[string]int{"429": 2}},
 		{name: "503 retry-after honoured", steps: []http.HandlerFunc{
 			raw(503, "overloaded", "Retry-After", "2"), reply(`{"score": 0.1}`)},
-			wantStatus: StatusOK, wantScore: 0.1, wantAttempt: 2, wantSleeps: []time.Duration{2 * time.Second}},
+			wantStatus: StatusOK, wantScore: 0.1, wantAttempt: 2, wantSleeps: []time.Duration{2 * time.Second},
+			wantRetries: map[string]int{"5xx": 1}},
 		{name: "429 exhausted", steps: []http.HandlerFunc{raw(429, "quota", "Retry-After", "1")},
 			wantStatus: StatusError, wantAttempt: 4,
-			wantSleeps: []time.Duration{time.Second, time.Second, time.Second},
-			wantReason: []string{"gave up after 4 attempts", "http 429", "quota"}},
+			wantSleeps:  []time.Duration{time.Second, time.Second, time.Second},
+			wantReason:  []string{"gave up after 4 attempts", "http 429", "quota"},
+			wantRetries: map[string]int{"429": 3}},
 		{name: "500 exhausted", steps: []http.HandlerFunc{raw(500, "internal boom")},
 			wantStatus: StatusError, wantAttempt: 4, wantSleeps: []time.Duration{50 * ms, 100 * ms, 200 * ms},
-			wantReason: []string{"gave up after 4 attempts", "http 500", "internal boom"}},
+			wantReason:  []string{"gave up after 4 attempts", "http 500", "internal boom"},
+			wantRetries: map[string]int{"5xx": 3}},
 		{name: "5xx then success", steps: []http.HandlerFunc{raw(502, "bad gateway"), raw(503, ""), reply(`{"score": 0.3}`)},
-			wantStatus: StatusOK, wantScore: 0.3, wantAttempt: 3, wantSleeps: []time.Duration{50 * ms, 100 * ms}},
+			wantStatus: StatusOK, wantScore: 0.3, wantAttempt: 3, wantSleeps: []time.Duration{50 * ms, 100 * ms},
+			wantRetries: map[string]int{"5xx": 2}},
 
 		{name: "400 not retried", steps: []http.HandlerFunc{raw(400, `{"error": {"message": "max_tokens too large"}}`), reply(`{"score": 0.3}`)},
 			wantStatus: StatusError, wantAttempt: 1, wantReason: []string{"http 400", "max_tokens too large"}},
@@ -229,31 +241,37 @@ func TestOpenAIScorer(t *testing.T) {
 		{name: "negative out of range", steps: []http.HandlerFunc{reply(`The score is -0.25`)},
 			wantStatus: StatusInvalid, wantAttempt: 1, wantReason: []string{"score -0.25 outside [0, 1]"}},
 		{name: "unparsable reply", steps: []http.HandlerFunc{reply("I cannot evaluate this solution.")},
-			wantStatus: StatusInvalid, wantAttempt: 1, wantReason: []string{"no number", "cannot evaluate"}},
+			wantStatus: StatusInvalid, wantAttempt: 1, wantReason: []string{"no number", "cannot evaluate"}, wantParse: 1},
 		{name: "empty reply cut by length", steps: []http.HandlerFunc{
 			raw(200, `{"choices": [{"message": {"content": null}, "finish_reason": "length"}]}`)},
-			wantStatus: StatusInvalid, wantAttempt: 1, wantReason: []string{"empty reply", `finish_reason "length"`}},
+			wantStatus: StatusInvalid, wantAttempt: 1, wantReason: []string{"empty reply", `finish_reason "length"`}, wantParse: 1},
 
 		{name: "hang past timeout", cfg: func(c *OpenAIConfig) { c.Timeout, c.MaxAttempts = 50*ms, 2 },
 			steps:      []http.HandlerFunc{hang},
 			wantStatus: StatusTimeout, wantAttempt: 2, wantSleeps: []time.Duration{50 * ms},
-			wantReason: []string{"gave up after 2 attempts", "timed out after 50ms"}, minLatency: 100 * ms},
+			wantReason: []string{"gave up after 2 attempts", "timed out after 50ms"}, minLatency: 100 * ms,
+			wantRetries: map[string]int{"timeout": 1}},
 		{name: "body stalls past timeout", cfg: func(c *OpenAIConfig) { c.Timeout, c.MaxAttempts = 50*ms, 2 },
 			steps:      []http.HandlerFunc{stallBody},
 			wantStatus: StatusTimeout, wantAttempt: 2, wantSleeps: []time.Duration{50 * ms},
-			wantReason: []string{"timed out"}},
+			wantReason:  []string{"timed out"},
+			wantRetries: map[string]int{"timeout": 1}},
 		{name: "timeout then success", cfg: func(c *OpenAIConfig) { c.Timeout = 50 * ms },
 			steps:      []http.HandlerFunc{hang, reply(`{"score": 0.8}`)},
-			wantStatus: StatusOK, wantScore: 0.8, wantAttempt: 2, wantSleeps: []time.Duration{50 * ms}},
+			wantStatus: StatusOK, wantScore: 0.8, wantAttempt: 2, wantSleeps: []time.Duration{50 * ms},
+			wantRetries: map[string]int{"timeout": 1}},
 		{name: "timeout then 500 reports error", cfg: func(c *OpenAIConfig) { c.Timeout, c.MaxAttempts = 50*ms, 2 },
 			steps:      []http.HandlerFunc{hang, raw(500, "")},
-			wantStatus: StatusError, wantAttempt: 2, wantSleeps: []time.Duration{50 * ms}, wantReason: []string{"http 500"}},
+			wantStatus: StatusError, wantAttempt: 2, wantSleeps: []time.Duration{50 * ms}, wantReason: []string{"http 500"},
+			wantRetries: map[string]int{"timeout": 1}},
 		{name: "connection dropped", cfg: func(c *OpenAIConfig) { c.MaxAttempts = 3 },
 			steps:      []http.HandlerFunc{dropConn},
 			wantStatus: StatusError, wantAttempt: 3, wantSleeps: []time.Duration{50 * ms, 100 * ms},
-			wantReason: []string{"gave up after 3 attempts", "transport"}},
+			wantReason:  []string{"gave up after 3 attempts", "transport"},
+			wantRetries: map[string]int{"transport": 2}},
 		{name: "connection dropped then success", steps: []http.HandlerFunc{dropConn, reply(`{"score": 0.2}`)},
-			wantStatus: StatusOK, wantScore: 0.2, wantAttempt: 2, wantSleeps: []time.Duration{50 * ms}},
+			wantStatus: StatusOK, wantScore: 0.2, wantAttempt: 2, wantSleeps: []time.Duration{50 * ms},
+			wantRetries: map[string]int{"transport": 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -298,7 +316,31 @@ func TestOpenAIScorer(t *testing.T) {
 			if res.Latency < tt.minLatency {
 				t.Errorf("latency %v < %v", res.Latency, tt.minLatency)
 			}
+			checkScorerMetrics(t, s, tt.wantRetries, tt.wantAttempt, tt.wantParse)
 		})
+	}
+}
+
+// checkScorerMetrics asserts the scorer's own series after one Score call: retries by reason,
+// one request-duration observation per request made, and the score-parse failures.
+func checkScorerMetrics(t *testing.T, s *OpenAIScorer, retries map[string]int, requests, parse int) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(s); err != nil {
+		t.Fatal(err)
+	}
+	got := gatherSamples(t, reg)
+	for _, reason := range []string{"429", "5xx", "timeout", "transport"} {
+		key := `wmrl_worldmodel_retries_total{reason="` + reason + `"}`
+		if v, ok := got[key]; !ok || v != float64(retries[reason]) {
+			t.Errorf("%s = %v (present %v), want %d", key, v, ok, retries[reason])
+		}
+	}
+	if v := got["wmrl_worldmodel_request_duration_seconds_count"]; v != float64(requests) {
+		t.Errorf("wmrl_worldmodel_request_duration_seconds count = %v, want %d requests", v, requests)
+	}
+	if v := got["wmrl_worldmodel_score_parse_failures_total"]; v != float64(parse) {
+		t.Errorf("wmrl_worldmodel_score_parse_failures_total = %v, want %d", v, parse)
 	}
 }
 

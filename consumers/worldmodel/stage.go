@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/artifact"
@@ -35,15 +36,19 @@ type HandlerConfig struct {
 	// Logger receives a warning per unresolvable artifact (default slog.Default()).
 	Logger *slog.Logger
 	Now    func() time.Time
+	// Registerer, when not nil, gets the handler's wmrl_worldmodel_failures_total; NewStage
+	// sets it to the stage's registry.
+	Registerer prometheus.Registerer
 }
 
 // Handler scores rollouts into predicted-reward records. Every valid rollout gets exactly one
 // record: a score, or a failure (timeout, error, invalid) with its reason; a record that is not
 // a valid rollout is returned as an error, which the runtime sends to the dead-letter topic.
 type Handler struct {
-	cfg   HandlerConfig
-	slots chan struct{}
-	log   *slog.Logger
+	cfg      HandlerConfig
+	slots    chan struct{}
+	log      *slog.Logger
+	failures *prometheus.CounterVec
 }
 
 // NewHandler validates cfg.
@@ -60,7 +65,13 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Handler{cfg: cfg, slots: make(chan struct{}, cfg.Concurrency), log: cfg.Logger.With("stage", StageName)}, nil
+	h := &Handler{cfg: cfg, slots: make(chan struct{}, cfg.Concurrency), log: cfg.Logger.With("stage", StageName), failures: newFailures()}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(h.failures); err != nil {
+			return nil, fmt.Errorf("worldmodel: metrics: %w", err)
+		}
+	}
+	return h, nil
 }
 
 // Handle implements stage.Handler.
@@ -114,6 +125,9 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 }
 
 func (h *Handler) record(p topics.PredictedReward) ([]*kgo.Record, error) {
+	if p.Status != topics.StatusOK {
+		h.failures.WithLabelValues(string(p.Status)).Inc()
+	}
 	p.CreatedAt = h.cfg.Now().UTC()
 	out, err := h.cfg.Names.PredictedRecord(p)
 	if err != nil {
@@ -145,9 +159,14 @@ func limitText(s string) string {
 
 // NewStage builds the world-model stage over the stage runtime: it consumes the rollouts topic
 // (sc.Topics defaults to it, sc.Name to StageName) with 2×hc.Concurrency handlers, hc.Concurrency
-// of which score at a time (see HandlerConfig.Concurrency).
+// of which score at a time (see HandlerConfig.Concurrency). The handler's metrics, and the
+// scorer's when it is a prometheus.Collector (OpenAIScorer is), are served with the stage's.
 func NewStage(sc stage.Config, hc HandlerConfig) (*stage.Stage, error) {
 	hc.Names = sc.Names
+	if sc.Registry == nil {
+		sc.Registry = prometheus.NewRegistry()
+	}
+	hc.Registerer = sc.Registry
 	if sc.Name == "" {
 		sc.Name = StageName
 	}
@@ -157,15 +176,21 @@ func NewStage(sc stage.Config, hc HandlerConfig) (*stage.Stage, error) {
 	if hc.Logger == nil {
 		hc.Logger = sc.Logger
 	}
+	scoring := max(hc.Concurrency, 1)
+	if sc.Concurrency == 0 {
+		sc.Concurrency = 2 * scoring
+	}
+	if sc.Concurrency < scoring {
+		return nil, errors.Join(ErrInvalidConfig, fmt.Errorf("stage concurrency %d below scoring concurrency %d would leave scoring slots idle", sc.Concurrency, scoring))
+	}
 	h, err := NewHandler(hc)
 	if err != nil {
 		return nil, err
 	}
-	if sc.Concurrency == 0 {
-		sc.Concurrency = 2 * h.cfg.Concurrency
-	}
-	if sc.Concurrency < h.cfg.Concurrency {
-		return nil, errors.Join(ErrInvalidConfig, fmt.Errorf("stage concurrency %d below scoring concurrency %d would leave scoring slots idle", sc.Concurrency, h.cfg.Concurrency))
+	if c, ok := hc.Scorer.(prometheus.Collector); ok {
+		if err := sc.Registry.Register(c); err != nil {
+			return nil, fmt.Errorf("worldmodel: scorer metrics: %w", err)
+		}
 	}
 	return stage.New(sc, h.Handle)
 }

@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/artifact"
+	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -96,7 +98,8 @@ func TestHandler(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sc := &scripted{res: tt.res}
-			h, err := NewHandler(HandlerConfig{Scorer: sc, Model: "m", Artifacts: tt.resolver, Now: func() time.Time { return stageNow }})
+			reg := prometheus.NewPedanticRegistry()
+			h, err := NewHandler(HandlerConfig{Scorer: sc, Model: "m", Artifacts: tt.resolver, Now: func() time.Time { return stageNow }, Registerer: reg})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -130,6 +133,18 @@ func TestHandler(t *testing.T) {
 				t.Errorf("scorer called for an unresolvable rollout")
 			case tt.wantInput != "" && (len(sc.got) != 1 || string(sc.got[0].Artifact) != tt.wantInput):
 				t.Errorf("scorer saw %+v, want artifact %q", sc.got, tt.wantInput)
+			}
+			// Exactly the recorded failure status counts once; an ok rollout counts nowhere.
+			samples := gatherSamples(t, reg)
+			for _, st := range []topics.Status{topics.StatusTimeout, topics.StatusError, topics.StatusInvalid} {
+				want := 0.0
+				if st == tt.want.Status {
+					want = 1
+				}
+				key := `wmrl_worldmodel_failures_total{status="` + string(st) + `"}`
+				if v, ok := samples[key]; !ok || v != want {
+					t.Errorf("%s = %v (present %v), want %v", key, v, ok, want)
+				}
 			}
 		})
 	}
@@ -222,5 +237,36 @@ func ids(n int) []string {
 func TestNewHandlerRejectsNilScorer(t *testing.T) {
 	if _, err := NewHandler(HandlerConfig{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestNewStageServesScorerMetrics checks that the stage's registry carries the handler's and the
+// OpenAI scorer's series, so `wmrl worldmodel --metrics-addr` serves them without extra wiring.
+func TestNewStageServesScorerMetrics(t *testing.T) {
+	sc, err := NewOpenAIScorer(OpenAIConfig{BaseURL: "http://127.0.0.1:1/v1", Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	st, err := NewStage(stage.Config{Names: topics.NewNames("wmtest."), Registry: reg,
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}}, HandlerConfig{Scorer: sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Client().Close()
+	samples := gatherSamples(t, reg)
+	for _, key := range []string{
+		`wmrl_worldmodel_failures_total{status="timeout"}`,
+		`wmrl_worldmodel_retries_total{reason="429"}`,
+		`wmrl_worldmodel_request_duration_seconds_count`,
+		`wmrl_worldmodel_score_parse_failures_total`,
+	} {
+		if _, ok := samples[key]; !ok {
+			t.Errorf("stage registry lacks %s", key)
+		}
+	}
+	if _, err := NewStage(stage.Config{Names: topics.NewNames("wmtest."), Registry: reg,
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}}, HandlerConfig{Scorer: sc}); err == nil {
+		t.Fatal("a second world-model stage on the same registry was accepted; its series would collide")
 	}
 }

@@ -36,12 +36,22 @@ type size struct {
 	outage                  time.Duration // how long the broker stays down
 }
 
-func workload() (string, size) {
+// workload is the size of each scenario: WMRL_CHAOS=full or short; WMRL_CHAOS_OUTAGE (a Go
+// duration) overrides how long the broker stays down, e.g. 5m for the longest outage to ride out.
+func workload(t *testing.T) (string, size) {
+	mode, sz := "short", size{steps: 48, groups: 8, rollouts: 8, outage: 15 * time.Second}
 	if os.Getenv("WMRL_CHAOS") == "full" {
 		// ≥ 100k rollouts per scenario.
-		return "full", size{steps: 1600, groups: 8, rollouts: 8, outage: 60 * time.Second}
+		mode, sz = "full", size{steps: 1600, groups: 8, rollouts: 8, outage: 60 * time.Second}
 	}
-	return "short", size{steps: 48, groups: 8, rollouts: 8, outage: 15 * time.Second}
+	if v := os.Getenv("WMRL_CHAOS_OUTAGE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("WMRL_CHAOS_OUTAGE=%q: %v", v, err)
+		}
+		sz.outage = d
+	}
+	return mode, sz
 }
 
 // scenario is one fault pattern, applied while the stages work through the backlog.
@@ -99,7 +109,7 @@ var scenarios = []scenario{
 }
 
 func TestChaos(t *testing.T) {
-	mode, sz := workload()
+	mode, sz := workload(t)
 	h := newHarness(t, sz)
 	only := map[string]bool{}
 	for _, s := range strings.Split(os.Getenv("WMRL_CHAOS_ONLY"), ",") {

@@ -94,6 +94,26 @@ func RetryableStatus(code int) bool {
 	return code == http.StatusTooManyRequests || code >= 500
 }
 
+// Retry reasons: the class of a transient failure. They are a small fixed set so that an
+// Observe hook can use them as a metrics label.
+const (
+	ReasonRateLimited = "429"
+	ReasonServerError = "5xx"
+	ReasonTimeout     = "timeout"
+	ReasonTransport   = "transport"
+)
+
+// StatusReason is the retry reason of a retryable HTTP status, and "" for any other status.
+func StatusReason(code int) string {
+	switch {
+	case code == http.StatusTooManyRequests:
+		return ReasonRateLimited
+	case code >= 500:
+		return ReasonServerError
+	}
+	return ""
+}
+
 // Attempt is what one try reports to the loop.
 type Attempt struct {
 	// Retry says the failure is transient; false ends the loop (success or a permanent failure).
@@ -101,6 +121,8 @@ type Attempt struct {
 	// RetryAfter is the server's requested wait, when HasRetryAfter.
 	RetryAfter    time.Duration
 	HasRetryAfter bool
+	// Reason classes a transient failure (one of the Reason constants); Observe hears it.
+	Reason string
 }
 
 // Policy bounds the loop: at most MaxAttempts tries (at least one), waits from Backoff, slept
@@ -109,6 +131,10 @@ type Policy struct {
 	MaxAttempts int
 	Backoff     Backoff
 	Sleep       SleepFunc
+	// Observe, when not nil, hears every retry with the reason its try reported, before the wait.
+	// It is the policy-wide hook for metrics, so httpretry needs no metrics library; Do's onRetry
+	// is per call, for logging. It must be safe for concurrent use.
+	Observe func(reason string, delay time.Duration)
 }
 
 // Do calls try (with the attempt number, from 1) until it reports no retry or MaxAttempts tries
@@ -131,6 +157,9 @@ func (p Policy) Do(ctx context.Context, try func(n int) Attempt, onRetry func(n 
 		delay := p.Backoff.Delay(n)
 		if a.HasRetryAfter {
 			delay = min(a.RetryAfter, p.Backoff.Max)
+		}
+		if p.Observe != nil {
+			p.Observe(a.Reason, delay)
 		}
 		if onRetry != nil {
 			onRetry(n, delay)

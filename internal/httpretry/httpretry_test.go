@@ -74,6 +74,50 @@ func TestPolicyDo(t *testing.T) {
 	}
 }
 
+// TestPolicyObserve checks that the policy-wide hook hears every retry with its reason and wait,
+// and nothing for the try that ends the loop.
+func TestPolicyObserve(t *testing.T) {
+	type heard struct {
+		reason string
+		delay  time.Duration
+	}
+	tests := []struct {
+		name     string
+		attempts []Attempt // the last one repeats
+		max      int
+		want     []heard
+	}{
+		{"success first try", []Attempt{{}}, 3, nil},
+		{"two reasons then success", []Attempt{
+			{Retry: true, Reason: ReasonRateLimited, HasRetryAfter: true, RetryAfter: time.Second},
+			{Retry: true, Reason: ReasonTimeout},
+			{},
+		}, 5, []heard{{ReasonRateLimited, time.Second}, {ReasonTimeout, 100 * time.Millisecond}}},
+		{"last try of an exhausted loop is not a retry", []Attempt{{Retry: true, Reason: ReasonServerError}}, 2,
+			[]heard{{ReasonServerError, 50 * time.Millisecond}}},
+		{"permanent failure is not a retry", []Attempt{{Reason: ReasonTransport}}, 5, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []heard
+			p := Policy{
+				MaxAttempts: tt.max,
+				Backoff:     Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second, Rand: func() float64 { return 0 }},
+				Sleep:       func(context.Context, time.Duration) error { return nil },
+				Observe:     func(reason string, d time.Duration) { got = append(got, heard{reason, d}) },
+			}
+			if _, err := p.Do(context.Background(), func(n int) Attempt {
+				return tt.attempts[min(n, len(tt.attempts))-1]
+			}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("Observe heard %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestPolicyDoStopsWhenContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	stop := errors.New("shutting down")
@@ -140,6 +184,27 @@ func TestRetryableStatus(t *testing.T) {
 	for _, tt := range tests {
 		if got := RetryableStatus(tt.code); got != tt.want {
 			t.Errorf("RetryableStatus(%d) = %v, want %v", tt.code, got, tt.want)
+		}
+	}
+}
+
+func TestStatusReason(t *testing.T) {
+	tests := []struct {
+		code int
+		want string
+	}{
+		{http.StatusTooManyRequests, ReasonRateLimited},
+		{http.StatusInternalServerError, ReasonServerError},
+		{http.StatusServiceUnavailable, ReasonServerError},
+		{http.StatusBadRequest, ""},
+		{http.StatusOK, ""},
+	}
+	for _, tt := range tests {
+		if got := StatusReason(tt.code); got != tt.want {
+			t.Errorf("StatusReason(%d) = %q, want %q", tt.code, got, tt.want)
+		}
+		if RetryableStatus(tt.code) != (tt.want != "") {
+			t.Errorf("StatusReason(%d) = %q disagrees with RetryableStatus", tt.code, tt.want)
 		}
 	}
 }

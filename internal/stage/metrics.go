@@ -11,6 +11,7 @@ type metrics struct {
 	latency      prometheus.Histogram
 	commitErrors prometheus.Counter
 	lag          *prometheus.GaugeVec
+	deadLetters  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
@@ -33,8 +34,11 @@ func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
 			Name: "wmrl_stage_commit_errors_total", Help: "Failed offset commits (retried).", ConstLabels: labels,
 		}),
 		lag: NewLagGauge(stage),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wmrl_stage_dead_letters_total", Help: "Input records sent to the dead-letter topic, by the DLQ reason header (e.g. malformed-json, invalid-field:run_id).", ConstLabels: labels,
+		}, []string{"reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.records, m.produced, m.inflight, m.latency, m.commitErrors, m.lag} {
+	for _, c := range []prometheus.Collector{m.records, m.produced, m.inflight, m.latency, m.commitErrors, m.lag, m.deadLetters} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -18,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/wmrl/wmrl/internal/health"
 	"github.com/wmrl/wmrl/internal/topicadmin"
@@ -113,7 +112,6 @@ func New(cfg Config, h Handler) (*Stage, error) {
 	if s.metrics, err = newMetrics(cfg.Registry, cfg.Name); err != nil {
 		return nil, err
 	}
-	kp := kprom.NewMetrics("wmrl_kafka", kprom.Registry(cfg.Registry), kprom.WithStaticLabel(prometheus.Labels{"stage": cfg.Name}))
 	opts := append([]kgo.Opt{}, cfg.KafkaOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),
@@ -134,7 +132,7 @@ func New(cfg Config, h Handler) (*Stage, error) {
 			s.track.revoke(lost)
 			s.ready.revoked(lost)
 		}),
-		kgo.WithHooks(kp),
+		kgo.WithHooks(KafkaMetrics(cfg.Registry, cfg.Name)...),
 	)
 	if cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
@@ -324,8 +322,10 @@ func (s *Stage) handle(ctx context.Context, r *kgo.Record, release func()) {
 	result := "ok"
 	if err != nil {
 		result = "dead_letter"
-		s.log.Warn("bad record to dead-letter topic", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", topics.Reason(err), "err", err)
+		reason := topics.Reason(err)
+		s.log.Warn("bad record to dead-letter topic", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason, "err", err)
 		outs = []*kgo.Record{s.dlq.Record(r, err)}
+		s.metrics.deadLetters.WithLabelValues(reason).Inc()
 	}
 	if len(outs) == 0 {
 		s.track.finish(r.Topic, r.Partition, r.Offset)

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -57,7 +60,8 @@ func runEcho(t *testing.T, brokers []string, prefix string) {
 		}
 		return []*kgo.Record{{Topic: out, Key: r.Key, Value: []byte(strconv.Itoa(2 * x))}}, nil
 	}
-	st, err := New(Config{Name: "echo", Group: prefix + "echo", Topics: []string{in}, Names: names,
+	reg := prometheus.NewPedanticRegistry()
+	st, err := New(Config{Name: "echo", Group: prefix + "echo", Topics: []string{in}, Names: names, Registry: reg,
 		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, Concurrency: 8, CommitInterval: 50 * time.Millisecond}, h)
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +97,7 @@ func runEcho(t *testing.T, brokers []string, prefix string) {
 			t.Errorf("output %s produced %d times", v, c)
 		}
 	}
+	checkStageMetrics(t, reg)
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -115,6 +120,40 @@ func runEcho(t *testing.T, brokers []string, prefix string) {
 	}
 	if h := handled.Load(); h != n {
 		t.Fatalf("handler ran %d times for %d records", h, n)
+	}
+}
+
+// checkStageMetrics asserts, while the echo stage runs, the dead letters by reason and the
+// client's buffered-record gauges under their gauge names (kprom's *_total names left out).
+func checkStageMetrics(t *testing.T, reg prometheus.Gatherer) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		byName[mf.GetName()] = mf
+		if mf.GetType() == dto.MetricType_GAUGE && strings.HasSuffix(mf.GetName(), "_total") {
+			t.Errorf("gauge %s is named like a counter", mf.GetName())
+		}
+	}
+	dl := byName["wmrl_stage_dead_letters_total"]
+	if dl == nil || len(dl.GetMetric()) != 1 {
+		t.Fatalf("wmrl_stage_dead_letters_total = %v, want one reason", dl)
+	}
+	m := dl.GetMetric()[0]
+	labels := map[string]string{}
+	for _, l := range m.GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	if labels["reason"] != "invalid-field:value" || labels["stage"] != "echo" || m.GetCounter().GetValue() != 4 {
+		t.Errorf("dead letters %v = %v, want 4 with reason invalid-field:value, stage echo", labels, m.GetCounter().GetValue())
+	}
+	for _, name := range []string{"wmrl_kafka_buffered_produce_records", "wmrl_kafka_buffered_fetch_records"} {
+		if mf := byName[name]; mf == nil || mf.GetType() != dto.MetricType_GAUGE {
+			t.Errorf("gauge %s not exported: %v", name, mf)
+		}
 	}
 }
 
