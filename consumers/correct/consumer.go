@@ -67,6 +67,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		kprom:    kprom.NewMetrics("wmrl_kafka", kprom.Registry(cfg.Registry), kprom.WithStaticLabel(prometheus.Labels{"stage": "correct"})),
 		assigned: map[int32]bool{},
 	}
+	c.eng.maxStaleness = cfg.MaxStaleness
 	return c, nil
 }
 

@@ -21,6 +21,7 @@ type metrics struct {
 	redisErrors  prometheus.Counter
 	buffered     prometheus.Gauge
 	sealLatency  prometheus.Histogram
+	staleRows    prometheus.Counter
 	trips        atomic.Int64 // mirror of redisTrips for the benchmark
 }
 
@@ -61,9 +62,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "wmrl_correct_seal_seconds", Help: "Time from a step's last input record to its transaction commit.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
+		staleRows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wmrl_correct_stale_rows_total", Help: "Advantage rows masked as stale (--max-staleness) in committed transactions.",
+		}),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.deadLetters, m.sealedSteps, m.rows, m.txns, m.rebuilds,
-		m.digestAlarms, m.redisTrips, m.redisErrors, m.buffered, m.sealLatency} {
+		m.digestAlarms, m.redisTrips, m.redisErrors, m.buffered, m.sealLatency, m.staleRows} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
