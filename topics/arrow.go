@@ -145,6 +145,23 @@ func EncodeAdvantages(rows []AdvantageRow) ([]byte, error) {
 	return encodeAdvantages(rows)
 }
 
+// EncodeAdvantagesAs is EncodeAdvantages with the schema chosen by the caller: id is
+// SchemaAdvantagesV2, or SchemaAdvantages when no row uses a v2 column. It serves writers that
+// keep one schema across several steps (a Parquet file).
+func EncodeAdvantagesAs(rows []AdvantageRow, id string) ([]byte, error) {
+	if err := ValidateAdvantages(rows); err != nil {
+		return nil, err
+	}
+	if !IsAdvantageSchema(id) || (id == SchemaAdvantages && AdvantageSchemaID(rows) != id) {
+		return nil, fmt.Errorf("encode advantages as %q: rows need %q: %w", id, AdvantageSchemaID(rows), ErrUnknownSchema)
+	}
+	return encodeAdvantagesAs(rows, id)
+}
+
+// ArrowSchemaFor returns the Arrow schema of an advantage schema id (AdvantageSchemaV2 for
+// SchemaAdvantagesV2, else AdvantageSchema).
+func ArrowSchemaFor(id string) *arrow.Schema { return arrowSchemaFor(id) }
+
 func encodeAdvantages(rows []AdvantageRow) ([]byte, error) {
 	return encodeAdvantagesAs(rows, AdvantageSchemaID(rows))
 }
