@@ -34,6 +34,12 @@ type Rollout struct {
 	ID        string
 	Predicted Reward
 	Executed  Reward // only meaningful in anchor groups
+	// Stale excludes the rollout from its group's advantage statistics like
+	// a missing reward (its row is masked with Row.Stale set), while its
+	// scores stay in the row and its anchor pair still enters the window and
+	// the noise estimate: staleness is about the policy that sampled it, not
+	// about the world model the calibration measures.
+	Stale bool
 }
 
 // Group is one GRPO group; Anchor groups were executed for real.
@@ -83,6 +89,7 @@ type Row struct {
 	Advantage          float64 // 0 when masked
 	Weight             float64 // anchor weight for anchor rows, 1 for world-model rows, 0 when masked
 	Mask               bool
+	Stale              bool   // masked because the rollout was Stale (Mask is then false)
 	CalibrationVersion uint64 // FitVersion of the map that produced Calibrated
 }
 
@@ -186,6 +193,7 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 				GroupID: g.ID, RolloutID: r.ID,
 				Source:             SourceWorldModel,
 				PredictedOK:        r.Predicted.OK,
+				Stale:              r.Stale,
 				CalibrationVersion: st.version,
 			}
 			if r.Predicted.OK {
@@ -205,7 +213,7 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 				used, ok = row.Calibrated, row.PredictedOK
 			}
 			vals = append(vals, used)
-			mask = append(mask, ok)
+			mask = append(mask, ok && !r.Stale)
 			dst = append(dst, row)
 		}
 		adv = slices.Grow(adv[:0], len(vals))[:len(vals)]

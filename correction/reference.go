@@ -39,6 +39,7 @@ func (c *Corrector) advanceReference(st *State, step Step, dst []Row) []Row {
 				GroupID: g.ID, RolloutID: r.ID,
 				Source:      SourceWorldModel,
 				PredictedOK: r.Predicted.OK,
+				Stale:       r.Stale,
 			}
 			if r.Predicted.OK {
 				row.Predicted = r.Predicted.Score
@@ -83,9 +84,9 @@ func (c *Corrector) advanceReference(st *State, step Step, dst []Row) []Row {
 		for k := range rows {
 			r := &rows[k]
 			if sp.anchor {
-				vals, mask = append(vals, r.Executed), append(mask, r.ExecutedOK)
+				vals, mask = append(vals, r.Executed), append(mask, r.ExecutedOK && !r.Stale)
 			} else {
-				vals, mask = append(vals, r.Calibrated), append(mask, r.PredictedOK)
+				vals, mask = append(vals, r.Calibrated), append(mask, r.PredictedOK && !r.Stale)
 			}
 		}
 		adv = append(adv[:0], vals...)

@@ -19,6 +19,12 @@ type PolicyVersioner interface {
 	PolicyVersion(step int64) string
 }
 
+// PolicyStepper is optionally implemented by a BuiltinPolicy that knows the training step of the
+// checkpoint sampling each step (the manifest's policy_step, hence the rows' staleness).
+type PolicyStepper interface {
+	PolicyStep(step int64) int64
+}
+
 // Builtin is the Backend over a BuiltinPolicy: steps FirstStep, FirstStep+1, … for Steps steps
 // (0 = until the policy returns io.EOF or ctx ends).
 type Builtin struct {
@@ -59,6 +65,10 @@ func (b *Builtin) Next(ctx context.Context) (StepBatch, error) {
 	sb := StepBatch{Step: step, Groups: groups}
 	if v, ok := b.policy.(PolicyVersioner); ok {
 		sb.PolicyVersion = v.PolicyVersion(step)
+	}
+	if p, ok := b.policy.(PolicyStepper); ok {
+		ps := p.PolicyStep(step)
+		sb.PolicyStep = &ps
 	}
 	return sb, nil
 }

@@ -43,7 +43,10 @@ type StepBatch struct {
 	// PolicyVersion labels the checkpoint that sampled the step; empty takes
 	// Config.PolicyVersion.
 	PolicyVersion string
-	Groups        []GroupSpec
+	// PolicyStep is the training step of the checkpoint that sampled the step, written to the
+	// manifest's policy_step (the correction consumer's staleness); nil takes Config.PolicyLag.
+	PolicyStep *int64
+	Groups     []GroupSpec
 }
 
 // GroupSpec is one group: G rollouts sampled for one prompt.
@@ -94,6 +97,10 @@ type Config struct {
 	Stream string
 	// PolicyVersion is the default policy_version for batches that do not carry one.
 	PolicyVersion string
+	// PolicyLag, when set, stamps batches without a PolicyStep with policy_step = max(0, step −
+	// *PolicyLag): the policy server runs that many steps behind the trainer (0: on-policy). Nil
+	// leaves policy_step out unless the backend sets it, and the manifests are as before.
+	PolicyLag *int64
 	// AnchorFraction is the share of groups executed in the sandbox: a group is an anchor iff
 	// topics.AnchorHash(run_id, group_id) < AnchorFraction. In [0,1].
 	AnchorFraction float64
@@ -147,6 +154,9 @@ func New(b Backend, cfg Config) (*Generator, error) {
 	}
 	if !(cfg.AnchorFraction >= 0 && cfg.AnchorFraction <= 1) {
 		return nil, fmt.Errorf("%w: anchor fraction %v outside [0,1]", ErrConfig, cfg.AnchorFraction)
+	}
+	if cfg.PolicyLag != nil && *cfg.PolicyLag < 0 {
+		return nil, fmt.Errorf("%w: policy lag %d must be >= 0", ErrConfig, *cfg.PolicyLag)
 	}
 	if cfg.InlineLimit == 0 {
 		cfg.InlineLimit = DefaultInlineLimit
@@ -253,7 +263,7 @@ func (g *Generator) build(b StepBatch) ([]*kgo.Record, topics.StepManifest, Stat
 		pv = g.cfg.PolicyVersion
 	}
 	now := g.cfg.Now().UTC()
-	m := topics.StepManifest{RunID: g.cfg.RunID, Step: b.Step, PolicyVersion: pv, CreatedAt: now}
+	m := topics.StepManifest{RunID: g.cfg.RunID, Step: b.Step, PolicyVersion: pv, PolicyStep: policyStep(b, g.cfg.PolicyLag), CreatedAt: now}
 	groupIDs := map[string]bool{}
 	rolloutIDs := map[string]bool{}
 	var recs []*kgo.Record
@@ -341,4 +351,17 @@ func (g *Generator) placeArtifact(r *topics.Rollout, rs RolloutSpec) (bool, erro
 	}
 	r.ArtifactURI, r.ArtifactSHA256, r.ArtifactSize = ref.URI, ref.SHA256, ref.Size
 	return true, nil
+}
+
+// policyStep is the manifest's policy_step for b: the backend's, else derived from lag, else nil.
+func policyStep(b StepBatch, lag *int64) *int64 {
+	if b.PolicyStep != nil {
+		ps := *b.PolicyStep
+		return &ps
+	}
+	if lag == nil {
+		return nil
+	}
+	ps := max(0, b.Step-*lag)
+	return &ps
 }

@@ -33,23 +33,26 @@ var ErrLine = errors.New("producers: bad JSONL line")
 // Every line of a group must agree on prompt and stream, and every line of a step on
 // policy_version.
 type JSONLine struct {
-	Step           *int64            `json:"step"`
-	GroupID        string            `json:"group_id"`
-	RolloutID      string            `json:"rollout_id"`
-	Prompt         string            `json:"prompt"`
-	Artifact       string            `json:"artifact"`
-	ArtifactURI    string            `json:"artifact_uri"`
-	ArtifactSHA256 string            `json:"artifact_sha256"`
-	ArtifactSize   int64             `json:"artifact_size"`
-	Stream         string            `json:"stream"`
-	PolicyVersion  string            `json:"policy_version"`
-	Meta           map[string]string `json:"meta"`
+	Step           *int64 `json:"step"`
+	GroupID        string `json:"group_id"`
+	RolloutID      string `json:"rollout_id"`
+	Prompt         string `json:"prompt"`
+	Artifact       string `json:"artifact"`
+	ArtifactURI    string `json:"artifact_uri"`
+	ArtifactSHA256 string `json:"artifact_sha256"`
+	ArtifactSize   int64  `json:"artifact_size"`
+	Stream         string `json:"stream"`
+	PolicyVersion  string `json:"policy_version"`
+	// PolicyStep is the training step of the checkpoint that sampled the line (optional; equal
+	// on every line of a step).
+	PolicyStep *int64            `json:"policy_step"`
+	Meta       map[string]string `json:"meta"`
 }
 
 var jsonLineKeys = map[string]bool{
 	"step": true, "group_id": true, "rollout_id": true, "prompt": true, "artifact": true,
 	"artifact_uri": true, "artifact_sha256": true, "artifact_size": true, "stream": true,
-	"policy_version": true, "meta": true,
+	"policy_version": true, "policy_step": true, "meta": true,
 }
 
 // JSONLConfig configures a JSONL backend.
@@ -97,6 +100,7 @@ type parsedLine struct {
 	stream        string
 	prompt        string
 	policyVersion string
+	policyStep    *int64
 	index         int // -1 for the short form: position in the group
 	spec          RolloutSpec
 }
@@ -134,7 +138,7 @@ func (j *JSONL) Next(ctx context.Context) (StepBatch, error) {
 			}
 		}
 		if batch == nil {
-			batch = &StepBatch{Step: pl.step, PolicyVersion: pl.policyVersion}
+			batch = &StepBatch{Step: pl.step, PolicyVersion: pl.policyVersion, PolicyStep: pl.policyStep}
 			pvLine = pl.line
 		}
 		if pl.step > batch.Step {
@@ -146,6 +150,9 @@ func (j *JSONL) Next(ctx context.Context) (StepBatch, error) {
 		}
 		if pl.policyVersion != batch.PolicyVersion {
 			return StepBatch{}, lineErr(pl.line, "policy_version %q differs from %q on line %d of the same step", pl.policyVersion, batch.PolicyVersion, pvLine)
+		}
+		if !samePolicyStep(pl.policyStep, batch.PolicyStep) {
+			return StepBatch{}, lineErr(pl.line, "policy_step differs from line %d of the same step", pvLine)
 		}
 		gi, ok := groups[pl.groupID]
 		if !ok {
@@ -241,6 +248,9 @@ func (j *JSONL) parse(b []byte) (*parsedLine, error) {
 	if *l.Step < 0 {
 		return nil, lineErr(j.line, "step %d is negative", *l.Step)
 	}
+	if l.PolicyStep != nil && (*l.PolicyStep < 0 || *l.PolicyStep > *l.Step) {
+		return nil, lineErr(j.line, "policy_step %d must be in [0,step %d]", *l.PolicyStep, *l.Step)
+	}
 	if !topics.ValidID(l.GroupID) {
 		return nil, lineErr(j.line, "group_id %q is not a valid id (1..%d of A-Z a-z 0-9 . _ - : @ +)", l.GroupID, topics.MaxIDLen)
 	}
@@ -264,7 +274,7 @@ func (j *JSONL) parse(b []byte) (*parsedLine, error) {
 	}
 	return &parsedLine{
 		line: j.line, step: *l.Step, groupID: gid, stream: l.Stream, prompt: l.Prompt,
-		policyVersion: l.PolicyVersion, index: -1,
+		policyVersion: l.PolicyVersion, policyStep: l.PolicyStep, index: -1,
 		spec: RolloutSpec{
 			RolloutID: l.RolloutID, Artifact: []byte(l.Artifact), ArtifactURI: l.ArtifactURI,
 			ArtifactSHA256: l.ArtifactSHA256, ArtifactSize: l.ArtifactSize, Meta: l.Meta,
@@ -331,4 +341,12 @@ func topLevelKeys(b []byte) (map[string]bool, error) {
 		return nil, errors.New("data after the JSON object")
 	}
 	return keys, nil
+}
+
+// samePolicyStep compares two optional policy steps.
+func samePolicyStep(a, b *int64) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }

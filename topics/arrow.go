@@ -45,6 +45,14 @@ const (
 	numAdvantageCols
 )
 
+// Column indexes of AdvantageSchemaV2 beyond the v1 ones: a v2 batch is a v1 batch with two more
+// columns at the end.
+const (
+	colStaleness = numAdvantageCols + iota
+	colMaskReason
+	numAdvantageColsV2
+)
+
 // AdvantageSchema is the Arrow schema of advantage batches. Column names equal AdvantageRow's
 // JSON names; predicted and executed are nullable (null ⇔ the OK flag is false); every other
 // column is non-nullable. Strings are plain utf8 (not large_string, not dictionary), so pyarrow
@@ -67,7 +75,36 @@ var AdvantageSchema = arrow.NewSchema([]arrow.Field{
 	colCalibrationVersion: {Name: "calibration_version", Type: arrow.PrimitiveTypes.Uint64},
 }, metadataPtr(arrow.NewMetadata([]string{ArrowSchemaKey}, []string{SchemaAdvantages})))
 
+// AdvantageSchemaV2 is AdvantageSchema followed by staleness (int64, null ⇔ StalenessOK false)
+// and mask_reason (utf8, "" for none), with ArrowSchemaKey=SchemaAdvantagesV2.
+var AdvantageSchemaV2 = arrow.NewSchema(append(AdvantageSchema.Fields(),
+	arrow.Field{Name: "staleness", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+	arrow.Field{Name: "mask_reason", Type: arrow.BinaryTypes.String},
+), metadataPtr(arrow.NewMetadata([]string{ArrowSchemaKey}, []string{SchemaAdvantagesV2})))
+
 func metadataPtr(m arrow.Metadata) *arrow.Metadata { return &m }
+
+// AdvantageSchemaID is the schema id rows are written with: SchemaAdvantagesV2 when some row
+// uses a v2 column (AdvantageRow.UsesV2), else SchemaAdvantages, whose bytes are those of
+// writers that predate v2.
+func AdvantageSchemaID(rows []AdvantageRow) string {
+	for i := range rows {
+		if rows[i].UsesV2() {
+			return SchemaAdvantagesV2
+		}
+	}
+	return SchemaAdvantages
+}
+
+// IsAdvantageSchema reports whether id is an advantage batch schema this package reads.
+func IsAdvantageSchema(id string) bool { return id == SchemaAdvantages || id == SchemaAdvantagesV2 }
+
+func arrowSchemaFor(id string) *arrow.Schema {
+	if id == SchemaAdvantagesV2 {
+		return AdvantageSchemaV2
+	}
+	return AdvantageSchema
+}
 
 // ValidateAdvantages validates every row and the batch as a whole: no two rows for the same
 // (run, step, group, rollout), which would double-count a rollout in the loss (ErrConflict).
@@ -99,8 +136,8 @@ func ValidateAdvantages(rows []AdvantageRow) error {
 
 // EncodeAdvantages validates rows (ValidateAdvantages) and encodes them as one Arrow IPC stream
 // holding one record batch, rows in the given order (the correction consumer emits them in
-// canonical order). Equal input gives equal bytes. Zero rows give a valid stream with an empty
-// batch.
+// canonical order), with the schema AdvantageSchemaID picks. Equal input gives equal bytes.
+// Zero rows give a valid v1 stream with an empty batch.
 func EncodeAdvantages(rows []AdvantageRow) ([]byte, error) {
 	if err := ValidateAdvantages(rows); err != nil {
 		return nil, err
@@ -108,9 +145,33 @@ func EncodeAdvantages(rows []AdvantageRow) ([]byte, error) {
 	return encodeAdvantages(rows)
 }
 
+// EncodeAdvantagesAs is EncodeAdvantages with the schema chosen by the caller: id is
+// SchemaAdvantagesV2, or SchemaAdvantages when no row uses a v2 column. It serves writers that
+// keep one schema across several steps (a Parquet file).
+func EncodeAdvantagesAs(rows []AdvantageRow, id string) ([]byte, error) {
+	if err := ValidateAdvantages(rows); err != nil {
+		return nil, err
+	}
+	if !IsAdvantageSchema(id) || (id == SchemaAdvantages && AdvantageSchemaID(rows) != id) {
+		return nil, fmt.Errorf("encode advantages as %q: rows need %q: %w", id, AdvantageSchemaID(rows), ErrUnknownSchema)
+	}
+	return encodeAdvantagesAs(rows, id)
+}
+
+// ArrowSchemaFor returns the Arrow schema of an advantage schema id (AdvantageSchemaV2 for
+// SchemaAdvantagesV2, else AdvantageSchema).
+func ArrowSchemaFor(id string) *arrow.Schema { return arrowSchemaFor(id) }
+
 func encodeAdvantages(rows []AdvantageRow) ([]byte, error) {
+	return encodeAdvantagesAs(rows, AdvantageSchemaID(rows))
+}
+
+// encodeAdvantagesAs encodes rows with the columns of schema id (which must fit the rows).
+func encodeAdvantagesAs(rows []AdvantageRow, id string) ([]byte, error) {
+	schema := arrowSchemaFor(id)
+	v2 := id == SchemaAdvantagesV2
 	mem := memory.NewGoAllocator()
-	b := array.NewRecordBuilder(mem, AdvantageSchema)
+	b := array.NewRecordBuilder(mem, schema)
 	defer b.Release()
 	b.Reserve(len(rows))
 	str := func(i int) *array.StringBuilder { return b.Field(i).(*array.StringBuilder) }
@@ -140,11 +201,19 @@ func encodeAdvantages(rows []AdvantageRow) ([]byte, error) {
 		f64(colWeight).Append(r.Weight)
 		b.Field(colMask).(*array.BooleanBuilder).Append(r.Mask)
 		b.Field(colCalibrationVersion).(*array.Uint64Builder).Append(r.CalibrationVersion)
+		if v2 {
+			if r.StalenessOK {
+				b.Field(colStaleness).(*array.Int64Builder).Append(r.Staleness)
+			} else {
+				b.Field(colStaleness).(*array.Int64Builder).AppendNull()
+			}
+			str(colMaskReason).Append(string(r.MaskReason))
+		}
 	}
 	rec := b.NewRecordBatch()
 	defer rec.Release()
 	var buf bytes.Buffer
-	w := ipc.NewWriter(&buf, ipc.WithSchema(AdvantageSchema), ipc.WithAllocator(mem))
+	w := ipc.NewWriter(&buf, ipc.WithSchema(schema), ipc.WithAllocator(mem))
 	if err := w.Write(rec); err != nil {
 		_ = w.Close()
 		return nil, fmt.Errorf("encode advantages: %w", err)
@@ -156,8 +225,8 @@ func encodeAdvantages(rows []AdvantageRow) ([]byte, error) {
 }
 
 // DecodeAdvantages strictly decodes an Arrow IPC stream of advantage rows: the schema must carry
-// ArrowSchemaKey=SchemaAdvantages (else ErrUnknownSchema) and the columns of AdvantageSchema by
-// name, order and type (a non-nullable column may be declared nullable, as pyarrow does by
+// ArrowSchemaKey=SchemaAdvantages or SchemaAdvantagesV2 (else ErrUnknownSchema) and the columns
+// of AdvantageSchema or AdvantageSchemaV2 respectively by name, order and type (a non-nullable column may be declared nullable, as pyarrow does by
 // default, but must hold no nulls); the stream holds one or more batches and nothing after its
 // end; every row must validate (ValidateAdvantages). Corrupt input, including input that makes
 // the Arrow reader panic, yields ErrMalformed.
@@ -184,13 +253,14 @@ func DecodeAdvantages(b []byte) (rows []AdvantageRow, err error) {
 		return nil, malformed("arrow", fmt.Errorf("advantages: %w", err))
 	}
 	defer rd.Release()
-	if err := checkAdvantageSchema(rd.Schema()); err != nil {
+	schema, err := checkAdvantageSchema(rd.Schema())
+	if err != nil {
 		return nil, err
 	}
 	batches := 0
 	for rd.Next() {
 		batches++
-		if rows, err = appendAdvantageRows(rows, rd.RecordBatch()); err != nil {
+		if rows, err = appendAdvantageRows(rows, rd.RecordBatch(), schema); err != nil {
 			return nil, err
 		}
 	}
@@ -206,50 +276,61 @@ func DecodeAdvantages(b []byte) (rows []AdvantageRow, err error) {
 	return rows, nil
 }
 
-func checkAdvantageSchema(s *arrow.Schema) error {
+// checkAdvantageSchema returns the wmrl schema (AdvantageSchema or AdvantageSchemaV2) that s
+// declares and matches.
+func checkAdvantageSchema(s *arrow.Schema) (*arrow.Schema, error) {
 	md := s.Metadata()
 	got, ok := md.GetValue(ArrowSchemaKey)
 	if !ok {
-		return &FieldError{Record: "advantages", Field: "schema", Reason: fmt.Sprintf("Arrow schema metadata has no %q key (want %q)", ArrowSchemaKey, SchemaAdvantages), Err: ErrUnknownSchema}
+		return nil, &FieldError{Record: "advantages", Field: "schema", Reason: fmt.Sprintf("Arrow schema metadata has no %q key (want %q)", ArrowSchemaKey, SchemaAdvantages), Err: ErrUnknownSchema}
 	}
-	if got != SchemaAdvantages {
-		return &FieldError{Record: "advantages", Field: "schema", Value: got, Reason: fmt.Sprintf("want %q", SchemaAdvantages), Err: ErrUnknownSchema}
+	if !IsAdvantageSchema(got) {
+		return nil, &FieldError{Record: "advantages", Field: "schema", Value: got, Reason: fmt.Sprintf("want %q or %q", SchemaAdvantages, SchemaAdvantagesV2), Err: ErrUnknownSchema}
 	}
-	want := AdvantageSchema.Fields()
+	schema := arrowSchemaFor(got)
+	want := schema.Fields()
 	have := s.Fields()
 	if len(have) != len(want) {
-		return malformed("arrow", fmt.Errorf("advantages: %d columns, want %d", len(have), len(want)))
+		return nil, malformed("arrow", fmt.Errorf("advantages: %d columns, want %d for %s", len(have), len(want), got))
 	}
 	for i, w := range want {
 		h := have[i]
 		switch {
 		case h.Name != w.Name:
-			return malformed("arrow", fmt.Errorf("advantages: column %d is %q, want %q", i, h.Name, w.Name))
+			return nil, malformed("arrow", fmt.Errorf("advantages: column %d is %q, want %q", i, h.Name, w.Name))
 		case !arrow.TypeEqual(h.Type, w.Type):
-			return &FieldError{Record: "advantages", Field: w.Name, Value: h.Type.String(), Reason: "wrong Arrow type, want " + w.Type.String(), Err: ErrMalformed}
+			return nil, &FieldError{Record: "advantages", Field: w.Name, Value: h.Type.String(), Reason: "wrong Arrow type, want " + w.Type.String(), Err: ErrMalformed}
 		case w.Nullable && !h.Nullable:
-			return &FieldError{Record: "advantages", Field: w.Name, Reason: "column must be nullable", Err: ErrMalformed}
+			return nil, &FieldError{Record: "advantages", Field: w.Name, Reason: "column must be nullable", Err: ErrMalformed}
 		}
 	}
-	return nil
+	return schema, nil
 }
 
-func appendAdvantageRows(rows []AdvantageRow, rec arrow.RecordBatch) ([]AdvantageRow, error) {
+func appendAdvantageRows(rows []AdvantageRow, rec arrow.RecordBatch, schema *arrow.Schema) ([]AdvantageRow, error) {
 	n := int(rec.NumRows())
-	if rec.NumCols() != numAdvantageCols || n < 0 {
+	ncols := schema.NumFields()
+	if int(rec.NumCols()) != ncols || n < 0 {
 		return nil, malformed("arrow", fmt.Errorf("advantages: batch has %d columns and %d rows", rec.NumCols(), n))
 	}
-	for i := 0; i < numAdvantageCols; i++ {
+	for i := 0; i < ncols; i++ {
 		col := rec.Column(i)
 		if col.Len() != n {
-			return nil, malformed("arrow", fmt.Errorf("advantages: column %q has %d values for %d rows", AdvantageSchema.Field(i).Name, col.Len(), n))
+			return nil, malformed("arrow", fmt.Errorf("advantages: column %q has %d values for %d rows", schema.Field(i).Name, col.Len(), n))
 		}
 		if err := array.ValidateFull(col); err != nil {
-			return nil, malformed("arrow", fmt.Errorf("advantages: column %q: %w", AdvantageSchema.Field(i).Name, err))
+			return nil, malformed("arrow", fmt.Errorf("advantages: column %q: %w", schema.Field(i).Name, err))
 		}
-		if !AdvantageSchema.Field(i).Nullable && col.NullN() > 0 {
-			return nil, &FieldError{Record: "advantages", Field: AdvantageSchema.Field(i).Name, Reason: fmt.Sprintf("%d nulls in a non-nullable column", col.NullN()), Err: ErrMalformed}
+		if !schema.Field(i).Nullable && col.NullN() > 0 {
+			return nil, &FieldError{Record: "advantages", Field: schema.Field(i).Name, Reason: fmt.Sprintf("%d nulls in a non-nullable column", col.NullN()), Err: ErrMalformed}
 		}
+	}
+	var (
+		stale  *array.Int64
+		reason *array.String
+	)
+	if ncols == numAdvantageColsV2 {
+		stale, reason = rec.Column(colStaleness).(*array.Int64), rec.Column(colMaskReason).(*array.String)
 	}
 	str := func(i int) *array.String { return rec.Column(i).(*array.String) }
 	f64 := func(i int) *array.Float64 { return rec.Column(i).(*array.Float64) }
@@ -283,6 +364,12 @@ func appendAdvantageRows(rows []AdvantageRow, rec arrow.RecordBatch) ([]Advantag
 		r.Weight = f64(colWeight).Value(i)
 		r.Mask = mask.Value(i)
 		r.CalibrationVersion = calv.Value(i)
+		if stale != nil {
+			if stale.IsValid(i) {
+				r.Staleness, r.StalenessOK = stale.Value(i), true
+			}
+			r.MaskReason = MaskReason(reason.Value(i))
+		}
 	}
 	return rows, nil
 }
@@ -305,10 +392,11 @@ func ChunkAdvantages(rows []AdvantageRow, maxBytes int) ([][]byte, error) {
 	return out, nil
 }
 
-// advantageChunk is one encoded payload and the number of rows in it.
+// advantageChunk is one encoded payload, the number of rows in it and its schema id.
 type advantageChunk struct {
 	payload []byte
 	rows    int
+	schema  string
 }
 
 func chunkAdvantages(rows []AdvantageRow, maxBytes int) ([]advantageChunk, error) {
@@ -318,7 +406,9 @@ func chunkAdvantages(rows []AdvantageRow, maxBytes int) ([]advantageChunk, error
 	if err := ValidateAdvantages(rows); err != nil {
 		return nil, err
 	}
-	empty, err := encodeAdvantages(nil)
+	// One schema for the whole step, so every chunk of it has the same columns.
+	id := AdvantageSchemaID(rows)
+	empty, err := encodeAdvantagesAs(nil, id)
 	if err != nil {
 		return nil, err
 	}
@@ -326,50 +416,54 @@ func chunkAdvantages(rows []AdvantageRow, maxBytes int) ([]advantageChunk, error
 		if len(empty) > maxBytes {
 			return nil, fmt.Errorf("chunk advantages: an empty batch needs %d bytes, limit %d: %w", len(empty), maxBytes, ErrTooLarge)
 		}
-		return []advantageChunk{{empty, 0}}, nil
+		return []advantageChunk{{empty, 0, id}}, nil
 	}
-	if whole, err := encodeAdvantages(rows); err != nil {
+	if whole, err := encodeAdvantagesAs(rows, id); err != nil {
 		return nil, err
 	} else if len(whole) <= maxBytes {
-		return []advantageChunk{{whole, len(rows)}}, nil
+		return []advantageChunk{{whole, len(rows), id}}, nil
 	}
-	// Each of the 15 columns has up to three 8-byte-aligned buffers.
-	overhead := len(empty) + numAdvantageCols*3*8
+	// Each column has up to three 8-byte-aligned buffers.
+	overhead := len(empty) + arrowSchemaFor(id).NumFields()*3*8
 	var out []advantageChunk
 	start, size := 0, overhead
 	for i := range rows {
 		est := estimateRowBytes(&rows[i])
 		if i > start && size+est > maxBytes {
-			if out, err = appendChunks(out, rows[start:i], maxBytes); err != nil {
+			if out, err = appendChunks(out, rows[start:i], maxBytes, id); err != nil {
 				return nil, err
 			}
 			start, size = i, overhead
 		}
 		size += est
 	}
-	return appendChunks(out, rows[start:], maxBytes)
+	return appendChunks(out, rows[start:], maxBytes, id)
 }
 
 // estimateRowBytes: 8 fixed-width columns of 8 bytes, 7 string offsets of 4 bytes, the string
-// bytes, and a byte for the mask and validity bits.
+// bytes, and a byte for the mask and validity bits; a v2 row adds staleness and mask_reason.
 func estimateRowBytes(r *AdvantageRow) int {
-	return 8*8 + 7*4 + 1 + len(r.RunID) + len(r.Stream) + len(r.GroupID) + len(r.RolloutID) + len(r.PolicyVersion) + len(r.Source)
+	n := 8*8 + 7*4 + 1 + len(r.RunID) + len(r.Stream) + len(r.GroupID) + len(r.RolloutID) + len(r.PolicyVersion) + len(r.Source)
+	if r.UsesV2() {
+		n += 8 + 4 + len(r.MaskReason)
+	}
+	return n
 }
 
-func appendChunks(out []advantageChunk, rows []AdvantageRow, maxBytes int) ([]advantageChunk, error) {
-	b, err := encodeAdvantages(rows)
+func appendChunks(out []advantageChunk, rows []AdvantageRow, maxBytes int, id string) ([]advantageChunk, error) {
+	b, err := encodeAdvantagesAs(rows, id)
 	if err != nil {
 		return nil, err
 	}
 	if len(b) <= maxBytes {
-		return append(out, advantageChunk{b, len(rows)}), nil
+		return append(out, advantageChunk{b, len(rows), id}), nil
 	}
 	if len(rows) == 1 {
 		return nil, fmt.Errorf("chunk advantages: row for rollout %q needs %d bytes, limit %d: %w", rows[0].RolloutID, len(b), maxBytes, ErrTooLarge)
 	}
 	half := len(rows) / 2
-	if out, err = appendChunks(out, rows[:half], maxBytes); err != nil {
+	if out, err = appendChunks(out, rows[:half], maxBytes, id); err != nil {
 		return nil, err
 	}
-	return appendChunks(out, rows[half:], maxBytes)
+	return appendChunks(out, rows[half:], maxBytes, id)
 }

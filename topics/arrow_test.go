@@ -151,7 +151,8 @@ func TestDecodeAdvantagesStrict(t *testing.T) {
 		}
 		return fs
 	}
-	v2 := arrow.NewMetadata([]string{ArrowSchemaKey}, []string{"wmrl.advantages.v2"})
+	v3 := arrow.NewMetadata([]string{ArrowSchemaKey}, []string{"wmrl.advantages.v3"})
+	v2 := arrow.NewMetadata([]string{ArrowSchemaKey}, []string{SchemaAdvantagesV2})
 	none := arrow.NewMetadata(nil, nil)
 	tests := []struct {
 		name   string
@@ -164,7 +165,8 @@ func TestDecodeAdvantagesStrict(t *testing.T) {
 		{"null in non-nullable column", withFields(allNullable, nil), colRolloutID, "invalid-field:rollout_id"},
 		{"null executed is fine", AdvantageSchema, colExecuted, ""},
 		{"null predicted on a world_model row", AdvantageSchema, colPredicted, "invalid-field:predicted_ok"},
-		{"unknown version", withFields(same, &v2), -1, "unknown-schema"},
+		{"unknown version", withFields(same, &v3), -1, "unknown-schema"},
+		{"v1 columns labelled v2", withFields(same, &v2), -1, "malformed-arrow"},
 		{"no metadata", withFields(same, &none), -1, "unknown-schema"},
 		{"renamed column", withFields(func(fs []arrow.Field) []arrow.Field { fs[colWeight].Name = "w"; return fs }, nil), -1, "malformed-arrow"},
 		{"missing column", withFields(func(fs []arrow.Field) []arrow.Field { return fs[:len(fs)-1] }, nil), -1, "malformed-arrow"},

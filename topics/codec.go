@@ -157,7 +157,7 @@ func DecodeCalibration(b []byte) (CalibrationSnapshot, error) {
 
 // DecodeAny decodes b as the record named by schema (the wmrl-schema header) and returns the
 // value: Rollout, StepManifest, PredictedReward, ExecutedReward, CalibrationSnapshot, or
-// []AdvantageRow for SchemaAdvantages. It serves tooling (DLQ inspection, replay) that handles
+// []AdvantageRow for SchemaAdvantages and SchemaAdvantagesV2. It serves tooling (DLQ inspection, replay) that handles
 // every topic.
 func DecodeAny(schema string, b []byte) (any, error) {
 	switch schema {
@@ -171,7 +171,7 @@ func DecodeAny(schema string, b []byte) (any, error) {
 		return DecodeExecuted(b)
 	case SchemaCalibration:
 		return DecodeCalibration(b)
-	case SchemaAdvantages:
+	case SchemaAdvantages, SchemaAdvantagesV2:
 		return DecodeAdvantages(b)
 	default:
 		return nil, &FieldError{Field: HeaderSchema, Value: schema, Reason: "no decoder for this schema", Err: ErrUnknownSchema}

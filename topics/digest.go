@@ -35,13 +35,23 @@ func SortRows(rows []AdvantageRow) {
 // as the big-endian IEEE-754 bits (a value whose OK flag is false is encoded as 0), booleans as
 // one byte; fields in this order: run_id, stream, step, group_id, rollout_id, policy_version,
 // source, predicted, predicted_ok, calibrated, executed, executed_ok, used, advantage, weight,
-// mask, calibration_version. The form is simple on purpose: the Python client reproduces it
-// with struct.pack.
+// mask, calibration_version. The v2 fields follow only when set, each as a tag byte and its
+// value: 0x01 and the staleness as a big-endian int64 when StalenessOK, then 0x02 and the mask
+// reason as a string when it is not empty. Rows without them therefore digest exactly as before
+// v2, and the form stays unambiguous because a row's first byte (the high byte of run_id's
+// length, which is at most 128) is always 0. The form is simple on purpose: the Python client
+// reproduces it with struct.pack.
 type Digest struct {
 	h    hash.Hash
 	rows int
 	buf  []byte
 }
+
+// Tags of the optional v2 fields in a row's digest form.
+const (
+	digestTagStaleness  = 0x01
+	digestTagMaskReason = 0x02
+)
 
 // NewDigest starts an empty digest.
 func NewDigest() *Digest { return &Digest{h: sha256.New()} }
@@ -68,6 +78,14 @@ func (d *Digest) Add(rows ...AdvantageRow) {
 		b = appendFloat(b, r.Weight, true)
 		b = appendBool(b, r.Mask)
 		b = binary.BigEndian.AppendUint64(b, r.CalibrationVersion)
+		if r.StalenessOK {
+			b = append(b, digestTagStaleness)
+			b = binary.BigEndian.AppendUint64(b, uint64(r.Staleness))
+		}
+		if r.MaskReason != "" {
+			b = append(b, digestTagMaskReason)
+			b = appendString(b, string(r.MaskReason))
+		}
 		d.h.Write(b)
 		d.buf = b
 		d.rows++

@@ -94,3 +94,24 @@ func sampleAdvantages() []AdvantageRow {
 	})
 	return rows
 }
+
+// sampleStepPolicyStep is sampleStep from a generator that knows its policy's training step: the
+// rollouts of step 3 were sampled by the checkpoint of step 1.
+func sampleStepPolicyStep() StepManifest {
+	m := sampleStep()
+	ps := int64(1)
+	m.PolicyStep = &ps
+	m.PolicyVersion = "ckpt-1"
+	return m
+}
+
+// sampleAdvantagesV2 is sampleAdvantages with the v2 columns: staleness 2 on every row but the
+// last, whose staleness is unknown, and the single graded rollout of g5 masked as stale.
+func sampleAdvantagesV2() []AdvantageRow {
+	rows := sampleAdvantages()
+	for i := range rows[:len(rows)-1] {
+		rows[i].Staleness, rows[i].StalenessOK = 2, true
+	}
+	rows[len(rows)-2].MaskReason = MaskStale
+	return rows
+}

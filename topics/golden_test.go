@@ -54,6 +54,7 @@ func validGolden() []struct {
 	encode       func() ([]byte, error)
 } {
 	r, s, p, e, i, c := sampleRollout(), sampleStep(), samplePredicted(), sampleExecuted(), sampleImputed(), sampleCalibration()
+	sp := sampleStepPolicyStep()
 	return []struct {
 		file, schema string
 		value        any
@@ -61,6 +62,7 @@ func validGolden() []struct {
 	}{
 		{"rollout.json", SchemaRollout, r, func() ([]byte, error) { return EncodeRollout(r) }},
 		{"step.json", SchemaStep, s, func() ([]byte, error) { return EncodeStep(s) }},
+		{"step_policy_step.json", SchemaStep, sp, func() ([]byte, error) { return EncodeStep(sp) }},
 		{"predicted.json", SchemaPredicted, p, func() ([]byte, error) { return EncodePredicted(p) }},
 		{"executed.json", SchemaExecuted, e, func() ([]byte, error) { return EncodeExecuted(e) }},
 		{"executed_imputed.json", SchemaExecuted, i, func() ([]byte, error) { return EncodeExecuted(i) }},
@@ -84,6 +86,7 @@ func invalidGolden(t *testing.T) []invalidCase {
 	}
 	ro := enc(func() ([]byte, error) { return EncodeRollout(sampleRollout()) })
 	st := enc(func() ([]byte, error) { return EncodeStep(sampleStep()) })
+	sp := enc(func() ([]byte, error) { return EncodeStep(sampleStepPolicyStep()) })
 	pr := enc(func() ([]byte, error) { return EncodePredicted(samplePredicted()) })
 	ex := enc(func() ([]byte, error) { return EncodeExecuted(sampleExecuted()) })
 	im := enc(func() ([]byte, error) { return EncodeExecuted(sampleImputed()) })
@@ -108,6 +111,8 @@ func invalidGolden(t *testing.T) []invalidCase {
 		{"step_duplicate_group.json", SchemaStep, "invalid-field:groups[1].group_id", rep(st, `"group_id":"g3"`, `"group_id":"g0"`)},
 		{"step_size_as_string.json", SchemaStep, "invalid-field:groups[2].size", rep(st, `"size":4`, `"size":"4"`)},
 		{"step_null_step.json", SchemaStep, "invalid-field:step", rep(st, `"step":3`, `"step":null`)},
+		{"step_policy_step_ahead.json", SchemaStep, "invalid-field:policy_step", rep(sp, `"policy_step":1`, `"policy_step":4`)},
+		{"step_policy_step_as_string.json", SchemaStep, "invalid-field:policy_step", rep(sp, `"policy_step":1`, `"policy_step":"1"`)},
 		{"calibration_decreasing_fit.json", SchemaCalibration, "invalid-field:break_y[2]", rep(ca, `[0.1,0.3,0.3]`, `[0.1,0.3,0.2]`)},
 		{"calibration_truncated.json", SchemaCalibration, "malformed-json", []byte(ca[:len(ca)/2])},
 	}
@@ -164,6 +169,16 @@ func TestGolden(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(back, rows) {
 		t.Errorf("advantages.arrows does not decode to advantages.json: %v", err)
 	}
+	rowsV2 := sampleAdvantagesV2()
+	arrowsV2, err := EncodeAdvantages(rowsV2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goldenFile(t, "advantages_v2.arrows", arrowsV2)
+	goldenFile(t, "advantages_v2.json", mustJSON(t, rowsV2))
+	if back, err := DecodeAdvantages(arrowsV2); err != nil || !reflect.DeepEqual(back, rowsV2) {
+		t.Errorf("advantages_v2.arrows does not decode to advantages_v2.json: %v", err)
+	}
 
 	type anchorCase struct {
 		RunID    string  `json:"run_id"`
@@ -182,12 +197,12 @@ func TestGolden(t *testing.T) {
 	}
 	goldenFile(t, "anchor_hash.json", mustJSON(t, anchors))
 
-	writeSeeds(t, cases, arrows)
+	writeSeeds(t, cases, arrows, arrowsV2)
 }
 
 // writeSeeds (under -update) rewrites the seed-* files of each fuzz corpus from the golden
 // examples; inputs the fuzzer found (other names) are left alone.
-func writeSeeds(t *testing.T, invalid []invalidCase, arrows []byte) {
+func writeSeeds(t *testing.T, invalid []invalidCase, arrows, arrowsV2 []byte) {
 	if !*update {
 		return
 	}
@@ -214,6 +229,8 @@ func writeSeeds(t *testing.T, invalid []invalidCase, arrows []byte) {
 	add("FuzzDecodeAdvantages", "seed-valid-empty", empty)
 	add("FuzzDecodeAdvantages", "seed-invalid-truncated", arrows[:len(arrows)/2])
 	add("FuzzDecodeAdvantages", "seed-invalid-trailing", append(append([]byte(nil), arrows...), 0, 0, 0, 0))
+	add("FuzzDecodeAdvantages", "seed-valid-v2", arrowsV2)
+	add("FuzzDecodeAdvantages", "seed-invalid-v2-truncated", arrowsV2[:len(arrowsV2)/2])
 	for target, files := range seeds {
 		dir := filepath.Join("testdata", "fuzz", target)
 		if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -39,7 +39,7 @@ const (
 
 // ContentTypeFor returns the content type of a schema's values: Arrow for advantages, JSON else.
 func ContentTypeFor(schema string) string {
-	if schema == SchemaAdvantages {
+	if IsAdvantageSchema(schema) {
 		return ContentTypeArrow
 	}
 	return ContentTypeJSON

@@ -113,7 +113,7 @@ func (n Names) AdvantageRecords(run, stream string, step int64, rows []Advantage
 			extra = append(extra, Header(HeaderStream, stream))
 		}
 		extra = append(extra, Header(HeaderChunk, FormatChunk(i, len(chunks))), Header(HeaderRows, strconv.Itoa(c.rows)))
-		out[i] = &kgo.Record{Topic: n.Advantages(), Key: []byte(run), Value: c.payload, Headers: Headers(SchemaAdvantages, run, step, extra...)}
+		out[i] = &kgo.Record{Topic: n.Advantages(), Key: []byte(run), Value: c.payload, Headers: Headers(c.schema, run, step, extra...)}
 	}
 	return out, nil
 }

@@ -125,9 +125,17 @@ func TestPythonContract(t *testing.T) {
 	if err := json.Unmarshal(b, &golden); err != nil {
 		t.Fatal(err)
 	}
+	var goldenV2 []AdvantageRow
+	if b, err = os.ReadFile(filepath.Join("testdata", "golden", "advantages_v2.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &goldenV2); err != nil {
+		t.Fatal(err)
+	}
 	goldenFile(t, filepath.Join("python", "go_digests.json"), mustJSON(t, map[string]any{
 		"golden_advantages":      DigestRows(golden),
 		"golden_advantages_rows": len(golden),
+		"golden_advantages_v2":   DigestRows(goldenV2),
 		"python_advantages":      DigestRows(rows),
 	}))
 }

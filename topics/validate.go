@@ -254,6 +254,9 @@ func (m *StepManifest) Validate() error {
 	c.id("run_id", m.RunID)
 	c.step(m.Step)
 	c.text("policy_version", m.PolicyVersion, MaxLabelLen, false)
+	if m.PolicyStep != nil && (*m.PolicyStep < 0 || *m.PolicyStep > m.Step) {
+		c.fail("policy_step", *m.PolicyStep, nil, "must be in [0,step]: a step is trained on rollouts of its own or an earlier policy")
+	}
 	if len(m.Groups) == 0 {
 		c.fail("groups", nil, nil, "at least one group required")
 	}
@@ -382,7 +385,8 @@ func (c *checker) monotone(field string, xs []float64) {
 // Validate checks one advantage row. Rules beyond ids and finiteness: a missing reward
 // (PredictedOK/ExecutedOK false) has value 0, so that Arrow's null and JSON's 0 agree; an
 // unmasked row (Mask true) has a source whose reward is present; a masked row (Mask false) has
-// advantage 0, so a trainer that ignores the mask still adds nothing for it.
+// advantage 0, so a trainer that ignores the mask still adds nothing for it; a staleness is >= 0
+// and 0 when unknown; a mask reason belongs to a masked row.
 func (a *AdvantageRow) Validate() error {
 	c := checker{kind: "advantage", kv: [4]string{"run", a.RunID, "rollout", a.RolloutID}}
 	c.id("run_id", a.RunID)
@@ -417,6 +421,23 @@ func (a *AdvantageRow) Validate() error {
 		if a.Source == SourceWorldModel && !a.PredictedOK {
 			c.fail("predicted_ok", false, nil, "an unmasked world_model row needs a predicted score")
 		}
+	}
+	switch {
+	case !a.StalenessOK && a.Staleness != 0:
+		c.fail("staleness", a.Staleness, nil, "must be 0 when staleness_ok is false")
+	case a.Staleness < 0:
+		c.fail("staleness", a.Staleness, nil, "must be >= 0")
+	}
+	switch a.MaskReason {
+	case "":
+	case MaskStale:
+		if a.Mask {
+			c.fail("mask_reason", a.MaskReason, nil, "only a masked row has a mask reason")
+		} else if !a.StalenessOK {
+			c.fail("mask_reason", a.MaskReason, nil, "a row masked as stale needs a staleness")
+		}
+	default:
+		c.fail("mask_reason", a.MaskReason, nil, "must be empty or %q", MaskStale)
 	}
 	return c.result()
 }

@@ -119,6 +119,7 @@ leaves the group.`,
 	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correct.DefaultMaxTxnSteps, "while a backlog is being read, seal at most this many steps per transaction (1: one poll per transaction)")
 	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correct.DefaultMaxTxnLinger, "longest a backlog batch waits before its transaction commits (live traffic commits every poll)")
 	f.DurationVar(&cfg.ProgressInterval, "progress-interval", correct.DefaultProgressInterval, "period of the info-level progress line")
+	f.Int64Var(&cfg.MaxStaleness, "max-staleness", 0, "mask (reason stale) the rows of steps whose manifest's policy_step lags the step by more than this many steps; 0: off")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cc, err := corrCfg()
 		if err != nil {

@@ -32,7 +32,7 @@ func newGenerateCmd(a *app) *cobra.Command {
 		inlineMax                                                 int
 		oa                                                        producers.OpenAIConfig
 		promptsFile                                               string
-		maxAhead                                                  int64
+		maxAhead, policyLag                                       int64
 		trainerGroups                                             []string
 		metricsAddr                                               string
 	)
@@ -139,11 +139,15 @@ wmrl_generate_paused_seconds_total.`,
 			} else if len(trainerGroups) > 0 {
 				return errors.New("--trainer-group is only used with --max-steps-ahead K (K >= 1)")
 			}
-			g, err := producers.New(b, producers.Config{
+			gcfg := producers.Config{
 				RunID: runID, Stream: stream, PolicyVersion: policyVersion, AnchorFraction: anchorFraction,
 				Names: a.conn.Names(), KafkaOpts: kopts, InlineLimit: inlineMax, Artifacts: store, Logger: a.log,
 				Pacer: pacer,
-			})
+			}
+			if cmd.Flags().Changed("policy-lag") {
+				gcfg.PolicyLag = &policyLag
+			}
+			g, err := producers.New(b, gcfg)
 			if err != nil {
 				return err
 			}
@@ -159,6 +163,7 @@ wmrl_generate_paused_seconds_total.`,
 	f.StringVar(&runID, "run-id", "", "run id (required): the key of every record, and half of the anchor hash")
 	f.StringVar(&stream, "stream", "main", "default stream (task distribution) for groups that do not name one")
 	f.StringVar(&policyVersion, "policy-version", "", "policy_version label for steps whose backend does not set one")
+	f.Int64Var(&policyLag, "policy-lag", 0, "stamp policy_step = max(0, step - K) on steps whose input has none: the policy server runs K steps behind the trainer (unset: policy_step unknown)")
 	f.Float64Var(&anchorFraction, "anchor-fraction", 0.25, "share of groups executed in the sandbox (reference: 2 of 8 groups)")
 	f.StringVar(&artifactDir, "artifact-dir", "", "claim-check directory for artifacts above --inline-max (shared with the consumers)")
 	f.IntVar(&inlineMax, "inline-max", producers.DefaultInlineLimit, "largest artifact in bytes sent inline")

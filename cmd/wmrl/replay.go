@@ -21,7 +21,7 @@ func init() { register(newReplayCmd) }
 func newReplayCmd(a *app) *cobra.Command {
 	var (
 		run, toTopic, out, fromOffsets, redisPrefix, statePrefix string
-		fromStep                                                 int64
+		fromStep, maxStaleness                                   int64
 		partition                                                int32
 		chunkBytes, keep                                         int
 		noRedis                                                  bool
@@ -56,6 +56,7 @@ retention has trimmed); the state after step S-1 then comes from the live namesp
 	f.StringVar(&statePrefix, "state-prefix", correct.DefaultRedisPrefix, "the live consumer's Redis namespace (read for --from-offsets)")
 	f.IntVar(&keep, "keep-states", correct.DefaultKeepStates, "snapshots kept per run/stream in the replay namespace")
 	f.BoolVar(&noRedis, "no-redis", false, "do not write replayed states to Redis")
+	f.Int64Var(&maxStaleness, "max-staleness", 0, "the live consumer's --max-staleness (digests match only with the same value)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if run == "" {
 			return errors.New("--run is required")
@@ -76,7 +77,7 @@ retention has trimmed); the state after step S-1 then comes from the live namesp
 			return err
 		}
 		rc := correct.ReplayConfig{
-			KafkaOpts: opts, Names: names, Run: run, FromStep: fromStep, Correction: cc,
+			KafkaOpts: opts, Names: names, Run: run, FromStep: fromStep, Correction: cc, MaxStaleness: maxStaleness,
 			StatePrefix: statePrefix, KeepStates: keep, Logger: a.log,
 		}
 		if partition >= 0 {

@@ -91,6 +91,12 @@ type Config struct {
 	OnCommit func(sealed []SealedStep)
 	// OnRecords, when set, is called after every poll with the number of input records it returned.
 	OnRecords func(n int)
+	// MaxStaleness, when > 0, masks every row of a step whose manifest's policy_step lags the step
+	// by more than this many steps (mask reason "stale"; scores kept, excluded from the group's
+	// advantage statistics like a missing reward, anchor pairs still calibrate). Rows carry their
+	// staleness whenever the manifest has a policy_step. Replays must use the same value to
+	// reproduce the digest; the sealed state does not depend on it.
+	MaxStaleness int64
 }
 
 // SealedStep identifies one step a committed transaction sealed.
@@ -114,6 +120,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Group == "" {
 		c.Group = DefaultGroup
+	}
+	if c.MaxStaleness < 0 {
+		return c, fmt.Errorf("%w: MaxStaleness %d must be >= 0 (0 turns masking off)", ErrConfig, c.MaxStaleness)
 	}
 	if c.Correction == (correction.Config{}) {
 		c.Correction = correction.DefaultConfig()

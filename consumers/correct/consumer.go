@@ -68,6 +68,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		khooks:   stage.KafkaMetrics(cfg.Registry, "correct"),
 		assigned: map[int32]bool{},
 	}
+	c.eng.maxStaleness = cfg.MaxStaleness
 	return c, nil
 }
 

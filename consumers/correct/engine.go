@@ -117,6 +117,7 @@ type sealed struct {
 	snaps     []topics.CalibrationSnapshot // one per stream, sorted by stream
 	newStream []string                     // streams first seen in this step
 	lastInput time.Time
+	staleRows int // rows masked as stale (MaxStaleness)
 }
 
 // engine is the deterministic heart of the consumer, free of I/O: it buffers the input records
@@ -129,6 +130,8 @@ type engine struct {
 	dlqw  *topics.DeadLetterWriter
 	m     *metrics
 	hash  string
+	// maxStaleness masks the rows of steps whose policy lags by more steps (0: off); see staleness.go.
+	maxStaleness int64
 
 	runs map[string]*runBuf
 	dlq  map[tp][]deadLetter
@@ -340,7 +343,8 @@ func (e *engine) addManifest(rec *kgo.Record, m topics.StepManifest, now time.Ti
 }
 
 func manifestsEqual(a, b *topics.StepManifest) bool {
-	return a.RunID == b.RunID && a.Step == b.Step && a.PolicyVersion == b.PolicyVersion && slices.Equal(a.Groups, b.Groups)
+	return a.RunID == b.RunID && a.Step == b.Step && a.PolicyVersion == b.PolicyVersion &&
+		policyStepEqual(a.PolicyStep, b.PolicyStep) && slices.Equal(a.Groups, b.Groups)
 }
 
 // check tests a reward against the step's manifest (if known). buffered says rw is already in gr

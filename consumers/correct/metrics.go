@@ -32,6 +32,7 @@ type metrics struct {
 	fitVersion   *prometheus.GaugeVec
 	windowPairs  *prometheus.GaugeVec
 	sealedStep   *prometheus.GaugeVec
+	staleRows    prometheus.Counter
 	trips        atomic.Int64 // mirror of redisTrips for the benchmark
 }
 
@@ -92,10 +93,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		sealedStep: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "wmrl_correct_sealed_step", Help: "Last step sealed in a committed transaction.",
 		}, []string{"run", "stream"}),
+		staleRows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wmrl_correct_stale_rows_total", Help: "Advantage rows masked as stale (--max-staleness) in committed transactions.",
+		}),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.deadLetters, m.sealedSteps, m.rows, m.txns, m.rebuilds,
 		m.digestAlarms, m.redisTrips, m.redisErrors, m.redisLost, m.buffered, m.sealLatency, m.lag,
-		m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep} {
+		m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.staleRows} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -34,6 +34,8 @@ type ReplayConfig struct {
 	Partition *int32
 	// Correction must equal the live consumer's configuration for digests to match.
 	Correction correction.Config
+	// MaxStaleness must equal the live consumer's (Config.MaxStaleness) for digests to match.
+	MaxStaleness int64
 	// Redis, when set, receives the replayed states under RedisPrefix (an isolated namespace:
 	// it must differ from the live one, StatePrefix, which is where FromOffsets loads from).
 	Redis       redis.UniversalClient
@@ -66,6 +68,9 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	if len(cfg.KafkaOpts) == 0 || !topics.ValidID(cfg.Run) {
 		return res, fmt.Errorf("%w: KafkaOpts and a valid run id are required", ErrReplay)
 	}
+	if cfg.MaxStaleness < 0 {
+		return res, fmt.Errorf("%w: MaxStaleness %d must be >= 0", ErrReplay, cfg.MaxStaleness)
+	}
 	if cfg.Correction == (correction.Config{}) {
 		cfg.Correction = correction.DefaultConfig()
 	}
@@ -87,6 +92,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	}
 	m, _ := newMetrics(prometheus.NewRegistry())
 	eng := newEngine(corr, cfg.Names, m)
+	eng.maxStaleness = cfg.MaxStaleness
 
 	var part int32
 	if cfg.Partition != nil {

@@ -73,13 +73,14 @@ func (e *engine) sealReady() ([]*sealed, error) {
 // fast-forwarded from an empty state through empty steps 0..step−1, which is deterministic.
 func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
 	v := b.step
+	stale := stalenessOf(b.manifest, e.maxStaleness)
 	byStream := map[string][]correction.Group{}
 	for _, g := range b.manifest.Groups {
 		p := b.pred[g.GroupID]
 		grp := correction.Group{ID: g.GroupID, Anchor: g.Anchor, Rollouts: make([]correction.Rollout, 0, len(p.order))}
 		for _, rid := range p.order {
 			pr := p.byID[rid]
-			r := correction.Rollout{ID: rid, Predicted: correction.Reward{Score: pr.score, OK: pr.ok}}
+			r := correction.Rollout{ID: rid, Predicted: correction.Reward{Score: pr.score, OK: pr.ok}, Stale: stale.masked}
 			if g.Anchor {
 				x := b.exec[g.GroupID].byID[rid]
 				r.Executed = correction.Reward{Score: x.score, OK: x.ok}
@@ -119,7 +120,10 @@ func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
 		var biasRaw, biasCal float64
 		for i := range rows {
 			r := &rows[i]
-			out.rows = append(out.rows, toAdvantageRow(r, b.manifest.PolicyVersion))
+			out.rows = append(out.rows, stale.apply(toAdvantageRow(r, b.manifest.PolicyVersion), r))
+			if r.Stale {
+				out.staleRows++
+			}
 			if r.Source == correction.SourceAnchor && r.PredictedOK && r.ExecutedOK {
 				pairs++
 				biasRaw += r.Predicted - r.Executed

@@ -120,6 +120,7 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 	now := time.Now()
 	for _, s := range done {
 		c.m.rows.Add(float64(len(s.rows)))
+		c.m.staleRows.Add(float64(s.staleRows))
 		c.m.sealLatency.Observe(now.Sub(s.lastInput).Seconds())
 		c.stats.steps++
 		c.stats.rows += int64(len(s.rows))

@@ -9,5 +9,8 @@
 //	go test -tags chaos -run TestChaos -v -timeout 60m ./internal/chaos   # full (WMRL_CHAOS=full)
 //	WMRL_CHAOS=short go test -tags chaos -run TestChaos -v ./internal/chaos
 //
-// WMRL_CHAOS_ONLY=a,b runs only the named scenarios (plus the baseline).
+// WMRL_CHAOS_ONLY=a,b runs only the named scenarios (plus the baseline); WMRL_CHAOS_OUTAGE=5m
+// keeps the broker down that long in broker-kill-in-txn. A stage that exits by itself fails the
+// scenario at once (no stage is ever restarted by hand), and correct's /readyz must turn non-200
+// during the broker outage and 200 after it. Last results: docs/reliability.md.
 package chaos

@@ -67,7 +67,7 @@ def test_pyarrow_default_nullable_schema_accepted() -> None:
 
 @pytest.mark.parametrize(
     "metadata,got",
-    [(None, None), ({"wmrl-schema": "wmrl.advantages.v2"}, "wmrl.advantages.v2"), ({"other": "x"}, None)],
+    [(None, None), ({"wmrl-schema": "wmrl.advantages.v3"}, "wmrl.advantages.v3"), ({"other": "x"}, None)],
 )
 def test_schema_metadata_checked(metadata: dict[str, str] | None, got: str | None) -> None:
     t = table_from_rows([row()])
@@ -218,3 +218,53 @@ def test_python_written_golden_decodes(golden: Path) -> None:
     t = decode_advantages((golden / "python" / "advantages.arrows").read_bytes())
     assert t.num_rows == 7
     assert t.column("calibration_version").type == pa.uint64()
+
+
+def stale_row(i: int = 0, **kw: object) -> AdvantageRow:
+    """A row masked as stale by --max-staleness: scores kept, advantage 0."""
+    base = row(i, mask=False, advantage=0.0, used=0.0, weight=0.0, staleness=3, staleness_ok=True, mask_reason="stale")
+    return replace(base, **kw)
+
+
+def test_v2_layout_only_when_used() -> None:
+    from wmrl_client import ADVANTAGE_SCHEMA_V2
+
+    v1 = decode_advantages(encode_advantages([row(i) for i in range(4)]))
+    assert v1.schema.equals(ADVANTAGE_SCHEMA, check_metadata=True)
+    rows = [row(0, staleness=1, staleness_ok=True), row(1), stale_row(2)]
+    t = decode_advantages(encode_advantages(rows))
+    assert t.schema.equals(ADVANTAGE_SCHEMA_V2, check_metadata=True)
+    assert t.column("staleness").to_pylist() == [1, None, 3]
+    assert t.column("mask_reason").to_pylist() == ["", "", "stale"]
+    assert rows_from_table(t) == rows
+
+
+@pytest.mark.parametrize(
+    "r,field",
+    [
+        (row(staleness=2), "staleness"),
+        (row(staleness=-1, staleness_ok=True), "staleness"),
+        (stale_row(mask=True, advantage=0.0), "mask_reason"),
+        (stale_row(staleness=0, staleness_ok=False), "mask_reason"),
+        (stale_row(mask_reason="tired"), "mask_reason"),
+    ],
+)
+def test_v2_row_rules(r: AdvantageRow, field: str) -> None:
+    with pytest.raises(FieldError) as ei:
+        validate_advantage_rows([r])
+    assert ei.value.field == field
+    if r.staleness_ok or r.mask_reason:  # the vectorised table rules agree on v2 tables
+        with pytest.raises(FieldError) as ei2:
+            validate_table(table_from_rows([replace(row(1), staleness_ok=True), r]))
+        assert ei2.value.field == field
+
+
+def test_v2_digest_fields() -> None:
+    base = [row(i) for i in range(4)]
+    d = digest_rows(base)
+    assert digest_rows([replace(base[0], staleness_ok=False), *base[1:]]) == d
+    with_staleness = [replace(r, staleness=1, staleness_ok=True) for r in base]
+    assert digest_rows(with_staleness) != d
+    assert digest_rows(decode_advantages(encode_advantages(with_staleness))) == digest_rows(with_staleness)
+    masked = [stale_row(i) for i in range(4)]
+    assert digest_rows(masked) != digest_rows([replace(r, mask_reason="") for r in masked])

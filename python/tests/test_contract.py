@@ -19,6 +19,7 @@ from wmrl_client import (
     decode_advantages,
     decode_record,
     digest_rows,
+    encode_advantages,
     encode_record,
     reason,
 )
@@ -31,6 +32,7 @@ VALID = [
     ("executed.json", "wmrl.reward.executed.v1"),
     ("executed_imputed.json", "wmrl.reward.executed.v1"),
     ("calibration.json", "wmrl.calibration.v1"),
+    ("step_policy_step.json", "wmrl.step.v1"),
 ]
 
 
@@ -74,6 +76,25 @@ def test_digest_equals_go_digest_of_golden_rows(golden: Path) -> None:
         digest_rows(decode_advantages((golden / "python" / "advantages.arrows").read_bytes()))
         == go["python_advantages"]
     )
+
+
+def test_go_v2_golden_matches_json_rows_and_digest(golden: Path) -> None:
+    from wmrl_client import ADVANTAGE_SCHEMA_V2, MASK_STALE, rows_from_table
+
+    table = decode_advantages((golden / "advantages_v2.arrows").read_bytes())
+    rows = [advantage_row_from_json(o) for o in json.loads((golden / "advantages_v2.json").read_text())]
+    assert table.schema.equals(ADVANTAGE_SCHEMA_V2, check_metadata=True)
+    assert rows_from_table(table) == rows
+    assert [r.staleness for r in rows if r.staleness_ok] == [2] * (len(rows) - 1)
+    assert [r.mask_reason for r in rows].count(MASK_STALE) == 1
+    assert table.column("staleness").null_count == 1
+    go = json.loads((golden / "python" / "go_digests.json").read_text())
+    assert digest_rows(rows) == digest_rows(table) == go["golden_advantages_v2"]
+    assert go["golden_advantages_v2"] != go["golden_advantages"]
+    # Python writes v2 too, and reads back what it wrote.
+    again = decode_advantages(encode_advantages(rows))
+    assert again.schema.equals(ADVANTAGE_SCHEMA_V2, check_metadata=True)
+    assert rows_from_table(again) == rows
 
 
 def test_anchor_hash_matches_go(golden: Path) -> None:

@@ -158,3 +158,27 @@ def test_missing_topics_and_dead_broker(fakes: Any, monkeypatch: pytest.MonkeyPa
     # A real client against a port nobody listens on: an exception within the timeout, no retry loop.
     with pytest.raises(BrokerUnavailableError, match="no Kafka broker at 127.0.0.1:9 answered within 1s"):
         RewardClient("127.0.0.1:9", RUN, "g", connect_timeout=1)
+
+
+def test_policy_step_and_staleness_columns(fakes: Any) -> None:
+    producers, consumers, make = fakes
+    client = make()
+    client.publish(0, [["a", "b"]])
+    manifest = client.publish(3, [["c", "d"], ["e", "f"]], policy_step=1)
+    assert manifest.policy_step == 1
+    assert decode_record("wmrl.step.v1", producers[-1].produced[-1]["value"]).policy_step == 1
+    with pytest.raises(FieldError, match="policy_step"):
+        client.publish(4, [["g"]], policy_step=5)
+    log = Log()
+    log.step(RUN, 0, rows_for(0, ["s0-g0"], 2), chunks=1)
+    stale = [replace(r, staleness=2, staleness_ok=True) for r in rows_for(3, ["s3-g0", "s3-g1"], 2)]
+    for k in (2, 3):  # the second group masked by --max-staleness 1
+        stale[k] = replace(stale[k], mask=False, advantage=0.0, used=0.0, weight=0.0, mask_reason="stale")
+    log.step(RUN, 3, stale)
+    consumers[-1].queue = list(log.msgs)
+    r0 = client.wait(0, timeout=1)
+    assert np.isnan(r0.staleness).all() and r0.mask_reason == ["", ""]
+    r3 = client.wait(3, timeout=1)
+    np.testing.assert_array_equal(r3.staleness, [2, 2, 2, 2])
+    assert r3.mask_reason == ["", "", "stale", "stale"]
+    assert list(r3.mask) == [True, True, False, False]

@@ -56,7 +56,8 @@ class Log:
         parts = [rows[i * size : (i + 1) * size] for i in range(chunks)]
         offs = []
         for i, part in enumerate(parts):
-            hs = record_headers("wmrl.advantages.v1", run, step)
+            schema = "wmrl.advantages.v2" if any(r.uses_v2() for r in rows) else "wmrl.advantages.v1"
+            hs = record_headers(schema, run, step)
             hs += [("wmrl-chunk", f"{i}/{chunks}".encode()), ("wmrl-rows", str(len(part)).encode())]
             for k, v in hdr.items():
                 hs.append((k.replace("_", "-"), v.encode()))
@@ -267,7 +268,7 @@ def test_differing_copy_of_a_chunk_is_a_mismatch(fake_consumer: Callable[..., Fa
     "mutate,err,match",
     [
         (lambda h: [x for x in h if x[0] != "wmrl-schema"], HeaderError, "no wmrl-schema"),
-        (lambda h: h + [("wmrl-schema", b"wmrl.advantages.v2")], SchemaVersionError, "wmrl.advantages.v2"),
+        (lambda h: h + [("wmrl-schema", b"wmrl.advantages.v3")], SchemaVersionError, "wmrl.advantages.v3"),
         (lambda h: [x for x in h if x[0] != "wmrl-run"], HeaderError, "no wmrl-run"),
         (lambda h: [x for x in h if x[0] != "wmrl-chunk"], HeaderError, "no wmrl-chunk"),
         (lambda h: h + [("wmrl-chunk", b"01/2")], HeaderError, "leading zero"),
@@ -308,7 +309,7 @@ def test_arrow_schema_version_mismatch_is_clear(fake_consumer: Callable[..., Fak
     s, _ = open_stream(fake_consumer, log)
     with pytest.raises(SchemaVersionError, match="wmrl.advantages.v9") as ei:
         list(s)
-    assert ei.value.want == "wmrl.advantages.v1"
+    assert ei.value.want == "wmrl.advantages.v1 or wmrl.advantages.v2"
 
 
 def test_chunk_count_conflict(fake_consumer: Callable[..., FakeConsumer]) -> None:

@@ -73,18 +73,25 @@ func writerProps() (*parquet.WriterProperties, pqarrow.ArrowWriterProperties) {
 		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())
 }
 
-// encodeAdvantagesParquet writes the steps' rows with the wire schema (topics.AdvantageSchema),
-// one row group per step. The rows go through topics.EncodeAdvantages, so the file's columns are
-// exactly the columns a trainer receives.
+// encodeAdvantagesParquet writes the steps' rows with the wire schema (topics.AdvantageSchema, or
+// AdvantageSchemaV2 for the whole file when a step uses it), one row group per step. The rows go
+// through topics.EncodeAdvantagesAs, so the file's columns are exactly the columns a trainer
+// receives.
 func encodeAdvantagesParquet(steps [][]topics.AdvantageRow) ([]byte, error) {
+	id := topics.SchemaAdvantages
+	for _, rows := range steps {
+		if topics.AdvantageSchemaID(rows) == topics.SchemaAdvantagesV2 {
+			id = topics.SchemaAdvantagesV2
+		}
+	}
 	var buf bytes.Buffer
 	props, aprops := writerProps()
-	w, err := pqarrow.NewFileWriter(topics.AdvantageSchema, &buf, props, aprops)
+	w, err := pqarrow.NewFileWriter(topics.ArrowSchemaFor(id), &buf, props, aprops)
 	if err != nil {
 		return nil, fmt.Errorf("parquet writer: %w", err)
 	}
 	for _, rows := range steps {
-		payload, err := topics.EncodeAdvantages(rows)
+		payload, err := topics.EncodeAdvantagesAs(rows, id)
 		if err != nil {
 			_ = w.Close()
 			return nil, err

@@ -347,8 +347,8 @@ func (p *partial) step(run string, step int64) *Step {
 // ("" and -1 otherwise) so the error can name them.
 func parseHeaders(rec *kgo.Record) (run string, step int64, i, n int, err error) {
 	step = -1
-	if v, ok := topics.HeaderValue(rec.Headers, topics.HeaderSchema); ok && v != topics.SchemaAdvantages {
-		return "", step, 0, 0, fmt.Errorf("header %s %q, want %q: %w", topics.HeaderSchema, v, topics.SchemaAdvantages, topics.ErrUnknownSchema)
+	if v, ok := topics.HeaderValue(rec.Headers, topics.HeaderSchema); ok && !topics.IsAdvantageSchema(v) {
+		return "", step, 0, 0, fmt.Errorf("header %s %q, want %q or %q: %w", topics.HeaderSchema, v, topics.SchemaAdvantages, topics.SchemaAdvantagesV2, topics.ErrUnknownSchema)
 	}
 	run, ok := topics.HeaderValue(rec.Headers, topics.HeaderRun)
 	if !ok || !topics.ValidID(run) {

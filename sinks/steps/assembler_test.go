@@ -46,7 +46,7 @@ func TestAssemblerReassembly(t *testing.T) {
 		{name: "missing run header", feed: append([]*kgo.Record{stepstest.WithoutHeader(recs[0], topics.HeaderRun)}, recs...), wantErrs: []error{topics.ErrBadHeader}},
 		{name: "bad step header", feed: append([]*kgo.Record{stepstest.WithHeader(recs[0], topics.HeaderStep, "03")}, recs...), wantErrs: []error{topics.ErrBadHeader}},
 		{name: "key differs from run", feed: append([]*kgo.Record{rekey(recs[0], "r2")}, recs...), wantErrs: []error{topics.ErrBadHeader}},
-		{name: "wrong schema header", feed: append([]*kgo.Record{stepstest.WithHeader(recs[0], topics.HeaderSchema, "wmrl.advantages.v2")}, recs...), wantErrs: []error{topics.ErrUnknownSchema}},
+		{name: "wrong schema header", feed: append([]*kgo.Record{stepstest.WithHeader(recs[0], topics.HeaderSchema, "wmrl.advantages.v3")}, recs...), wantErrs: []error{topics.ErrUnknownSchema}},
 		{name: "rows header disagrees", feed: append([]*kgo.Record{stepstest.WithHeader(recs[0], topics.HeaderRows, "9999")}, recs...), wantErrs: []error{topics.ErrConflict}},
 		{name: "undecodable payload", feed: append([]*kgo.Record{stepstest.Revalue(recs[0], []byte("not arrow"))}, recs...), wantErrs: []error{topics.ErrMalformed}},
 		{name: "rows of another step", feed: append([]*kgo.Record{stepstest.WithHeader(step4[0], topics.HeaderStep, "3")}, recs...), wantErrs: []error{topics.ErrConflict}},

@@ -11,9 +11,18 @@ and publish rollouts and step manifests with the same validation as the Go stage
 """
 
 from .anchor import anchor_hash, anchor_hash_u64, is_anchor
-from .arrow import ADVANTAGE_SCHEMA, decode_advantages, encode_advantages, table_from_rows, validate_table
+from .arrow import (
+    ADVANTAGE_SCHEMA,
+    ADVANTAGE_SCHEMA_V2,
+    decode_advantages,
+    encode_advantages,
+    table_from_rows,
+    validate_table,
+)
 from .contract import (
+    MASK_STALE,
     SCHEMA_ADVANTAGES,
+    SCHEMA_ADVANTAGES_V2,
     SCHEMA_CALIBRATION,
     SCHEMA_EXECUTED,
     SCHEMA_PREDICTED,
@@ -68,6 +77,8 @@ __all__ = [
     "ChunkMismatchError",
     "StaleStepError",
     "ADVANTAGE_SCHEMA",
+    "ADVANTAGE_SCHEMA_V2",
+    "MASK_STALE",
     "AdvantageRow",
     "AdvantageStream",
     "CalibrationSnapshot",
@@ -84,6 +95,7 @@ __all__ = [
     "Rollout",
     "RolloutProducer",
     "SCHEMA_ADVANTAGES",
+    "SCHEMA_ADVANTAGES_V2",
     "SCHEMA_CALIBRATION",
     "SCHEMA_EXECUTED",
     "SCHEMA_PREDICTED",

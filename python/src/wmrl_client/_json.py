@@ -32,6 +32,7 @@ BOOL = "bool"
 TIME = "time"
 BYTES = "bytes"
 OPT_FLOAT = "*float64"
+OPT_INT = "*int64"
 STR_MAP = "map[string]string"
 FLOAT_LIST = "[]float64"
 STRUCT_LIST = "[]struct"
@@ -45,6 +46,7 @@ _TYPE_NAMES = {
     TIME: "RFC 3339 time string",
     BYTES: "base64 string",
     OPT_FLOAT: "finite number",
+    OPT_INT: "integer in range of int64",
     STR_MAP: "object",
     FLOAT_LIST: "array",
     STRUCT_LIST: "array",
@@ -132,9 +134,9 @@ def _describe(v: Any) -> str:
 def _fits(v: Any, kind: str) -> bool:
     """Go's tokenFits: can the JSON value decode into the Go type without loss?"""
     if v is None:
-        return kind in (OPT_FLOAT, STR_MAP, FLOAT_LIST, STRUCT_LIST, BYTES)
+        return kind in (OPT_FLOAT, OPT_INT, STR_MAP, FLOAT_LIST, STRUCT_LIST, BYTES)
     if isinstance(v, _Num):
-        if kind == INT:
+        if kind in (INT, OPT_INT):
             return bool(_INT_RE.match(v)) and INT64_MIN <= int(v) <= INT64_MAX
         if kind == UINT:
             return bool(_INT_RE.match(v)) and not v.startswith("-") and int(v) <= UINT64_MAX
@@ -261,6 +263,8 @@ def _convert(v: Any, f: Field, record: str) -> Any:
         return float(v)
     if k == OPT_FLOAT:
         return None if v is None else float(v)
+    if k == OPT_INT:
+        return None if v is None else int(v)
     if k == BOOL:
         return bool(v)
     if k == TIME:
@@ -295,6 +299,7 @@ def _zero(f: Field) -> Any:
         TIME: ZERO_TIME,
         BYTES: None,
         OPT_FLOAT: None,
+        OPT_INT: None,
         STR_MAP: {},
         FLOAT_LIST: [],
         STRUCT_LIST: [],
@@ -367,7 +372,7 @@ def go_time(t: datetime) -> str:
 
 
 def _empty(v: Any, kind: str) -> bool:
-    if kind == OPT_FLOAT:
+    if kind in (OPT_FLOAT, OPT_INT):
         return v is None
     if kind == TIME:
         return False
@@ -388,6 +393,8 @@ def _enc_value(v: Any, f: Field) -> str:
         return go_float(float(v))
     if k == OPT_FLOAT:
         return "null" if v is None else go_float(float(v))
+    if k == OPT_INT:
+        return "null" if v is None else str(int(v))
     if k == BOOL:
         return "true" if v else "false"
     if k == TIME:

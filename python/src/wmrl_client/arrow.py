@@ -1,8 +1,9 @@
 """Advantage batches as Arrow IPC streams (topics/arrow.go), read and written with pyarrow.
 
 Reading is as strict as Go's ``topics.DecodeAdvantages``: the schema metadata must carry
-``wmrl-schema=wmrl.advantages.v1`` (else SchemaVersionError), the columns must match
-ADVANTAGE_SCHEMA by name, order and type (a non-nullable column may be declared nullable, as
+``wmrl-schema=wmrl.advantages.v1`` or ``wmrl.advantages.v2`` (else SchemaVersionError), the
+columns must match ADVANTAGE_SCHEMA or ADVANTAGE_SCHEMA_V2 (v1 plus ``staleness`` and
+``mask_reason``) by name, order and type (a non-nullable column may be declared nullable, as
 pyarrow does by default, but must hold no nulls), the stream holds at least one batch and nothing
 after its end, and every row must validate. Row validation is vectorised; the first bad row is
 then re-checked with the scalar rules so the error names the same field and value Go would.
@@ -42,9 +43,24 @@ ADVANTAGE_SCHEMA: pa.Schema = pa.schema(
     metadata={c.ARROW_SCHEMA_KEY: c.SCHEMA_ADVANTAGES},
 )
 
+# v1 plus staleness (null when unknown) and mask_reason ("" for none): topics.AdvantageSchemaV2.
+ADVANTAGE_SCHEMA_V2: pa.Schema = pa.schema(
+    [
+        *ADVANTAGE_SCHEMA,
+        pa.field("staleness", pa.int64(), nullable=True),
+        pa.field("mask_reason", pa.string(), nullable=False),
+    ],
+    metadata={c.ARROW_SCHEMA_KEY: c.SCHEMA_ADVANTAGES_V2},
+)
 
-def check_schema(schema: pa.Schema, where: str = "") -> None:
-    """Refuse a batch schema that is not wmrl.advantages.v1 with exactly ADVANTAGE_SCHEMA's columns."""
+
+def schema_for(schema_id: str) -> pa.Schema:
+    """The Arrow schema of an advantage schema id."""
+    return ADVANTAGE_SCHEMA_V2 if schema_id == c.SCHEMA_ADVANTAGES_V2 else ADVANTAGE_SCHEMA
+
+
+def check_schema(schema: pa.Schema, where: str = "") -> pa.Schema:
+    """Refuse a batch schema that is not v1 or v2 with exactly its columns; return the wmrl schema."""
     md = schema.metadata or {}
     got = md.get(c.ARROW_SCHEMA_KEY.encode())
     if got is None:
@@ -55,21 +71,25 @@ def check_schema(schema: pa.Schema, where: str = "") -> None:
             f"Arrow schema metadata has no {c.ARROW_SCHEMA_KEY!r} key" + (f"; {where}" if where else ""),
         )
     got_s = got.decode("utf-8", "replace")
-    if got_s != c.SCHEMA_ADVANTAGES:
-        raise SchemaVersionError("advantages", got_s, c.SCHEMA_ADVANTAGES, where or "Arrow schema metadata")
-    if len(schema) != len(ADVANTAGE_SCHEMA):
-        raise MalformedError("arrow", f"advantages: {len(schema)} columns, want {len(ADVANTAGE_SCHEMA)}")
-    for i, (have, want) in enumerate(zip(schema, ADVANTAGE_SCHEMA, strict=True)):
+    if got_s not in c.ADVANTAGE_SCHEMAS:
+        raise SchemaVersionError(
+            "advantages", got_s, " or ".join(c.ADVANTAGE_SCHEMAS), where or "Arrow schema metadata"
+        )
+    wmrl = schema_for(got_s)
+    if len(schema) != len(wmrl):
+        raise MalformedError("arrow", f"advantages: {len(schema)} columns, want {len(wmrl)} for {got_s}")
+    for i, (have, want) in enumerate(zip(schema, wmrl, strict=True)):
         if have.name != want.name:
             raise MalformedError("arrow", f"advantages: column {i} is {have.name!r}, want {want.name!r}")
         if not have.type.equals(want.type):
             raise FieldError("advantages", want.name, str(have.type), f"wrong Arrow type, want {want.type}", MALFORMED)
         if want.nullable and not have.nullable:
             raise FieldError("advantages", want.name, None, "column must be nullable", MALFORMED)
+    return wmrl
 
 
 def decode_advantages(payload: bytes | bytearray | memoryview | pa.Buffer, *, validate: bool = True) -> pa.Table:
-    """Strictly decode one Arrow IPC stream of advantage rows into a Table of ADVANTAGE_SCHEMA."""
+    """Strictly decode one Arrow IPC stream of advantage rows into a Table of its schema (v1 or v2)."""
     size = payload.size if isinstance(payload, pa.Buffer) else len(payload)
     if size > c.MAX_ADVANTAGE_BYTES:
         raise TooLargeError(f"advantages: {size} bytes exceeds the {c.MAX_ADVANTAGE_BYTES} byte limit")
@@ -78,7 +98,7 @@ def decode_advantages(payload: bytes | bytearray | memoryview | pa.Buffer, *, va
         reader = ipc.open_stream(src)
     except (pa.ArrowException, OSError) as e:
         raise MalformedError("arrow", f"advantages: {e}") from None
-    check_schema(reader.schema)
+    wmrl = check_schema(reader.schema)
     try:
         batches = list(reader)
     except (pa.ArrowException, OSError) as e:
@@ -89,18 +109,18 @@ def decode_advantages(payload: bytes | bytearray | memoryview | pa.Buffer, *, va
     if end < size:
         raise MalformedError("arrow", f"advantages: {size - end} bytes after the end of the stream")
     for b in batches:
-        if b.num_columns != len(ADVANTAGE_SCHEMA):
+        if b.num_columns != len(wmrl):
             raise MalformedError("arrow", f"advantages: batch has {b.num_columns} columns")
         try:
             b.validate(full=True)
         except pa.ArrowException as e:
             raise MalformedError("arrow", f"advantages: {e}") from None
     table = pa.Table.from_batches(batches)
-    for f in ADVANTAGE_SCHEMA:
+    for f in wmrl:
         col = table.column(f.name)
         if not f.nullable and col.null_count > 0:
             raise FieldError("advantages", f.name, None, f"{col.null_count} nulls in a non-nullable column", MALFORMED)
-    table = pa.Table.from_arrays(table.columns, schema=ADVANTAGE_SCHEMA)
+    table = pa.Table.from_arrays(table.columns, schema=wmrl)
     if validate:
         validate_table(table)
     return table
@@ -191,6 +211,14 @@ def _bad_rows(t: pa.Table) -> np.ndarray:
     bad |= ~mask & (adv != 0)
     bad |= mask & is_anchor & ~e_ok
     bad |= mask & is_wm & ~p_ok
+    if "staleness" in t.schema.names:
+        s_ok = _valid(t.column("staleness"))
+        with np.errstate(invalid="ignore"):
+            bad |= s_ok & (np.nan_to_num(np_col("staleness").astype(float), nan=0.0) < 0)
+        reason = np_col("mask_reason")
+        is_stale = reason == c.MASK_STALE
+        bad |= ~((reason == "") | is_stale)
+        bad |= is_stale & (mask | ~s_ok)
     return bad
 
 
@@ -230,36 +258,46 @@ def validate_table(t: pa.Table) -> None:
             seen[k] = i
 
 
+def schema_id_for(rows: Sequence[AdvantageRow]) -> str:
+    """wmrl.advantages.v2 when a row uses a v2 column, else v1 (topics.AdvantageSchemaID)."""
+    return c.SCHEMA_ADVANTAGES_V2 if any(r.uses_v2() for r in rows) else c.SCHEMA_ADVANTAGES
+
+
 def table_from_rows(rows: Sequence[AdvantageRow]) -> pa.Table:
-    """A Table of ADVANTAGE_SCHEMA from rows (predicted/executed are null where the OK flag is false)."""
-    cols: dict[str, list[object]] = {f.name: [] for f in ADVANTAGE_SCHEMA}
+    """A Table of the rows' schema (v1, or v2 when a row uses staleness or mask_reason); predicted,
+    executed and staleness are null where their OK flag is false."""
+    schema = schema_for(schema_id_for(rows))
+    cols: dict[str, list[object]] = {f.name: [] for f in schema}
     for r in rows:
         for name in cols:
             if name == "predicted":
                 cols[name].append(r.predicted if r.predicted_ok else None)
             elif name == "executed":
                 cols[name].append(r.executed if r.executed_ok else None)
+            elif name == "staleness":
+                cols[name].append(r.staleness if r.staleness_ok else None)
             else:
                 cols[name].append(getattr(r, name))
-    return pa.Table.from_pydict(cols, schema=ADVANTAGE_SCHEMA)
+    return pa.Table.from_pydict(cols, schema=schema)
 
 
 def encode_advantages(rows: Sequence[AdvantageRow] | pa.Table) -> bytes:
     """Validate rows and encode them, in order, as one Arrow IPC stream with one record batch."""
     if isinstance(rows, pa.Table):
-        check_schema(rows.schema)
-        table = pa.Table.from_arrays(rows.columns, schema=ADVANTAGE_SCHEMA)
+        schema = check_schema(rows.schema)
+        table = pa.Table.from_arrays(rows.columns, schema=schema)
         validate_table(table)
     else:
         validate_advantage_rows(list(rows))
         table = table_from_rows(rows)
+        schema = table.schema
     batch = table.combine_chunks().to_batches()
     sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, ADVANTAGE_SCHEMA) as w:
+    with ipc.new_stream(sink, schema) as w:
         if batch:
             w.write_batch(batch[0])
         else:
-            w.write_batch(pa.RecordBatch.from_pylist([], schema=ADVANTAGE_SCHEMA))
+            w.write_batch(pa.RecordBatch.from_pylist([], schema=schema))
     return bytes(sink.getvalue().to_pybytes())
 
 

@@ -15,6 +15,9 @@ SCHEMA_STEP: Final = "wmrl.step.v1"
 SCHEMA_PREDICTED: Final = "wmrl.reward.predicted.v1"
 SCHEMA_EXECUTED: Final = "wmrl.reward.executed.v1"
 SCHEMA_ADVANTAGES: Final = "wmrl.advantages.v1"
+# v1 plus the staleness and mask_reason columns; written only when a row uses them.
+SCHEMA_ADVANTAGES_V2: Final = "wmrl.advantages.v2"
+ADVANTAGE_SCHEMAS: Final = (SCHEMA_ADVANTAGES, SCHEMA_ADVANTAGES_V2)
 SCHEMA_CALIBRATION: Final = "wmrl.calibration.v1"
 
 # Status values of reward records and Source values of advantage rows.
@@ -25,6 +28,8 @@ STATUS_INVALID: Final = "invalid"
 STATUSES: Final = (STATUS_OK, STATUS_TIMEOUT, STATUS_ERROR, STATUS_INVALID)
 SOURCE_ANCHOR: Final = "anchor"
 SOURCE_WORLD_MODEL: Final = "world_model"
+# mask_reason of a row masked by `wmrl correct --max-staleness` (topics.MaskStale).
+MASK_STALE: Final = "stale"
 
 # Header names (topics/headers.go).
 HEADER_SCHEMA: Final = "wmrl-schema"
@@ -70,7 +75,7 @@ SUFFIX_DLQ: Final = "dlq.v1"
 
 def content_type_for(schema: str) -> str:
     """Arrow for advantages, JSON for every other record (topics.ContentTypeFor)."""
-    return CONTENT_TYPE_ARROW if schema == SCHEMA_ADVANTAGES else CONTENT_TYPE_JSON
+    return CONTENT_TYPE_ARROW if schema in ADVANTAGE_SCHEMAS else CONTENT_TYPE_JSON
 
 
 def topic_name(suffix: str, prefix: str = DEFAULT_PREFIX) -> str:

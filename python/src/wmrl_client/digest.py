@@ -3,7 +3,10 @@
 Rows are sorted by (run_id, step, stream, group_id, rollout_id) and each is encoded as: strings as
 big-endian uint32 length + UTF-8 bytes, integers as big-endian 64-bit, floats as big-endian
 IEEE-754 bits (a value whose OK flag is false as 0.0), booleans as one byte, in AdvantageRow field
-order. Equal digests prove two readers saw exactly the same rows, whatever order they arrived in.
+order. The v2 fields follow only when set: 0x01 and the staleness as a big-endian int64 when
+staleness_ok, then 0x02 and the mask reason as a string when it is not empty, so v1 rows digest
+as they always did. Equal digests prove two readers saw exactly the same rows, whatever order
+they arrived in.
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ def _columns_from_table(t: pa.Table | pa.RecordBatch) -> dict[str, list[Any]]:
         vals = cols[name]
         cols[name + "_ok"] = [v is not None for v in vals]
         cols[name] = [0.0 if v is None else v for v in vals]
+    n = t.num_rows
+    vals = cols.get("staleness", [None] * n)
+    cols["staleness_ok"] = [v is not None for v in vals]
+    cols["staleness"] = [0 if v is None else v for v in vals]
+    cols.setdefault("mask_reason", [""] * n)
     return cols
 
 
@@ -43,11 +51,14 @@ def _columns_from_rows(rows: Iterable[Any]) -> dict[str, list[Any]]:
         "predicted", "predicted_ok", "calibrated", "executed", "executed_ok", "used",
         "advantage", "weight", "mask", "calibration_version",
     ]  # fmt: skip
-    cols: dict[str, list[Any]] = {n: [] for n in names}
+    optional = {"staleness": 0, "staleness_ok": False, "mask_reason": ""}
+    cols: dict[str, list[Any]] = {n: [] for n in [*names, *optional]}
     for r in rows:
         get = r.__getitem__ if isinstance(r, Mapping) else r.__getattribute__
         for n in names:
             cols[n].append(get(n))
+        for n, zero in optional.items():
+            cols[n].append(r.get(n, zero) if isinstance(r, Mapping) else getattr(r, n, zero))
     return cols
 
 
@@ -105,6 +116,11 @@ def digest_and_count(rows: Rows) -> tuple[str, int]:
             bool(cols["mask"][i]),
             int(cols["calibration_version"][i]),
         )
+        if cols["staleness_ok"][i]:
+            b += b"\x01" + _Q.pack(int(cols["staleness"][i]))
+        if cols["mask_reason"][i]:
+            b += b"\x02"
+            _s(b, cols["mask_reason"][i])
         h.update(b)
     return h.hexdigest(), n
 

@@ -71,6 +71,9 @@ class StepManifest:
     run_id: str = ""
     step: int = 0
     policy_version: str = ""
+    # Training step of the checkpoint that sampled the step, in [0, step]; None when unknown.
+    # The correction consumer reports step - policy_step as each row's staleness.
+    policy_step: int | None = None
     groups: list[GroupManifest] = field(default_factory=list)
     created_at: datetime = field(default_factory=_now)
 
@@ -156,7 +159,11 @@ class AdvantageRow:
     """One rollout's fused advantage.
 
     ``mask`` is the trainer's loss mask: True means the row counts; False means it is masked out
-    (no graded reward, or its group had fewer than two graded rollouts) and then has advantage 0.
+    (no graded reward, its group had fewer than two graded rollouts, or ``mask_reason`` "stale")
+    and then has advantage 0. ``staleness`` is the number of steps between the policy that
+    generated the rollout and the step it trains, valid when ``staleness_ok`` (the manifest had a
+    policy_step; null in Arrow otherwise); both come from wmrl.advantages.v2 batches and keep
+    their defaults in v1 batches.
     """
 
     run_id: str = ""
@@ -176,9 +183,16 @@ class AdvantageRow:
     weight: float = 0.0
     mask: bool = False
     calibration_version: int = 0
+    staleness: int = 0
+    staleness_ok: bool = False
+    mask_reason: str = ""
 
     def validate(self) -> None:
         _validate_advantage(self)
+
+    def uses_v2(self) -> bool:
+        """Whether the row needs the wmrl.advantages.v2 columns (topics.AdvantageRow.UsesV2)."""
+        return self.staleness_ok or self.mask_reason != ""
 
 
 # ---- JSON layouts (Go struct order and tags) -------------------------------------------------
@@ -225,6 +239,7 @@ STEP_SPEC = j.Spec(
         F("run_id", j.STR),
         F("step", j.INT),
         F("policy_version", j.STR),
+        F("policy_step", j.OPT_INT, True),
         F("groups", j.STRUCT_LIST, False, GROUP_SPEC),
         F("created_at", j.TIME),
     ),
@@ -314,6 +329,9 @@ ADVANTAGE_SPEC = j.Spec(
         F("weight", j.FLOAT),
         F("mask", j.BOOL),
         F("calibration_version", j.UINT),
+        F("staleness", j.INT, True),
+        F("staleness_ok", j.BOOL, True),
+        F("mask_reason", j.STR, True),
     ),
     _builder(AdvantageRow),
 )
@@ -354,7 +372,7 @@ def encode_record(record: Record) -> bytes:
 
 def decode_record(schema: str, b: bytes) -> Record:
     """Strictly decode and validate the JSON record named by schema (the wmrl-schema header)."""
-    if schema == c.SCHEMA_ADVANTAGES:
+    if schema in c.ADVANTAGE_SCHEMAS:
         raise SchemaVersionError(
             c.HEADER_SCHEMA, schema, "a JSON record schema", "advantages are Arrow: use decode_advantages"
         )
@@ -545,6 +563,7 @@ _PY_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     j.UINT: (lambda v: _is_int(v) and 0 <= v <= j.UINT64_MAX, "a uint64"),
     j.FLOAT: (lambda v: _is_real(v), "a float"),
     j.OPT_FLOAT: (lambda v: v is None or _is_real(v), "a float or None"),
+    j.OPT_INT: (lambda v: v is None or (_is_int(v) and j.INT64_MIN <= v <= j.INT64_MAX), "an int64 or None"),
     j.BOOL: (lambda v: isinstance(v, bool), "a bool"),
     j.TIME: (lambda v: isinstance(v, datetime) and v.utcoffset() is not None, "a timezone-aware datetime"),
     j.BYTES: (lambda v: v is None or isinstance(v, (bytes, bytearray)), "bytes or None"),
@@ -635,6 +654,12 @@ def _validate_step(m: StepManifest) -> None:
     ch.id("run_id", m.run_id)
     ch.step(m.step)
     ch.text("policy_version", m.policy_version, c.MAX_LABEL_LEN)
+    if m.policy_step is not None and not 0 <= m.policy_step <= m.step:
+        ch.fail(
+            "policy_step",
+            m.policy_step,
+            "must be in [0,step]: a step is trained on rollouts of its own or an earlier policy",
+        )
     if not m.groups:
         ch.fail("groups", None, "at least one group required")
     if len(m.groups) > c.MAX_GROUPS_PER_STEP:
@@ -747,6 +772,19 @@ def _validate_advantage(a: AdvantageRow) -> None:
             ch.fail("executed_ok", False, "an unmasked anchor row needs an executed score")
         if a.source == c.SOURCE_WORLD_MODEL and not a.predicted_ok:
             ch.fail("predicted_ok", False, "an unmasked world_model row needs a predicted score")
+    if not a.staleness_ok and a.staleness != 0:
+        ch.fail("staleness", a.staleness, "must be 0 when staleness_ok is false")
+    elif a.staleness < 0:
+        ch.fail("staleness", a.staleness, "must be >= 0")
+    if a.mask_reason == "":
+        pass
+    elif a.mask_reason == c.MASK_STALE:
+        if a.mask:
+            ch.fail("mask_reason", a.mask_reason, "only a masked row has a mask reason")
+        elif not a.staleness_ok:
+            ch.fail("mask_reason", a.mask_reason, "a row masked as stale needs a staleness")
+    else:
+        ch.fail("mask_reason", a.mask_reason, f"must be empty or {c.MASK_STALE!r}")
     ch.done()
 
 

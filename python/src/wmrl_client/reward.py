@@ -67,8 +67,11 @@ class StepResult:
     reward, ``advantage`` the group-relative advantage, ``weight`` the IVD weight, ``mask`` the
     loss mask (False: no graded reward or a group too small; advantage is then 0), ``source``
     ``anchor`` or ``world_model``. ``graded`` says the row has the score its source needs (it may
-    still be masked, in a group with fewer than two graded rows). ``table`` is the step's rows as
-    the correction consumer wrote them.
+    still be masked, in a group with fewer than two graded rows). ``staleness`` is the number of
+    steps between the policy that generated each rollout and this step (NaN when the step was
+    published without ``policy_step``); ``mask_reason`` is "stale" for rows the consumer masked
+    under ``--max-staleness``, else "". ``table`` is the step's rows as the correction consumer
+    wrote them.
     """
 
     run_id: str
@@ -82,6 +85,8 @@ class StepResult:
     source: list[str]
     table: pa.Table
     graded: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    staleness: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+    mask_reason: list[str] = field(default_factory=list)
     _step: Step | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -130,6 +135,12 @@ def align(table: pa.Table, rollout_ids: Sequence[str], group_ids: Sequence[str],
     eok = aligned.column("executed").is_valid().to_numpy(zero_copy_only=False)
     graded = np.array([(e if s == c.SOURCE_ANCHOR else p if s == c.SOURCE_WORLD_MODEL else False)
                        for s, p, e in zip(source, pok, eok, strict=True)], dtype=bool)  # fmt: skip
+    n = aligned.num_rows
+    if "staleness" in aligned.schema.names:
+        staleness = np.array([np.nan if v is None else float(v) for v in aligned.column("staleness").to_pylist()])
+        mask_reason = aligned.column("mask_reason").to_pylist()
+    else:
+        staleness, mask_reason = np.full(n, np.nan), [""] * n
     return StepResult(
         run_id=run_id,
         step=step,
@@ -142,6 +153,8 @@ def align(table: pa.Table, rollout_ids: Sequence[str], group_ids: Sequence[str],
         source=source,
         table=table,
         graded=graded,
+        staleness=staleness.reshape(n),
+        mask_reason=mask_reason,
     )
 
 
@@ -237,13 +250,17 @@ class RewardClient:
 
     # ---- publish
 
-    def layout(self, step: int, groups: Sequence[Group | Sequence[str]]) -> tuple[list[Rollout], StepManifest]:
+    def layout(
+        self, step: int, groups: Sequence[Group | Sequence[str]], *, policy_step: int | None = None
+    ) -> tuple[list[Rollout], StepManifest]:
         """The records publish() writes for a step (deterministic ids, anchor flags and manifest)."""
         if step < 0:
             raise ValueError(f"step {step}: want step >= 0")
         if not groups:
             raise ValueError(f"step {step}: at least one group is needed")
-        manifest = StepManifest(run_id=self.run_id, step=step, policy_version=self.policy_version)
+        manifest = StepManifest(
+            run_id=self.run_id, step=step, policy_version=self.policy_version, policy_step=policy_step
+        )
         rollouts: list[Rollout] = []
         seen: set[str] = set()
         for j, g in enumerate(groups):
@@ -275,14 +292,18 @@ class RewardClient:
                 )
         return rollouts, manifest
 
-    def publish(self, step: int, groups: Sequence[Group | Sequence[str]]) -> StepManifest:
+    def publish(
+        self, step: int, groups: Sequence[Group | Sequence[str]], *, policy_step: int | None = None
+    ) -> StepManifest:
         """Publish the step's rollouts, then its manifest, and wait until the broker has them.
 
-        ``groups`` are Group objects or plain sequences of completion strings. Raises FieldError
+        ``groups`` are Group objects or plain sequences of completion strings. ``policy_step`` is
+        the training step of the checkpoint that sampled them (in [0, step]); with it the rows
+        carry their staleness and `wmrl correct --max-staleness` can mask them. Raises FieldError
         (before anything is sent) for an invalid record, DeliveryError when the broker refused one.
         """
         self._check_open()
-        rollouts, manifest = self.layout(step, groups)
+        rollouts, manifest = self.layout(step, groups, policy_step=policy_step)
         for r in rollouts:
             r.validate()
         manifest.validate()

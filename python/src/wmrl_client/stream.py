@@ -497,9 +497,9 @@ class AdvantageStream:
         schema = h.get(c.HEADER_SCHEMA)
         if schema is None:
             raise HeaderError(f"{where}: no {c.HEADER_SCHEMA} header")
-        if schema != c.SCHEMA_ADVANTAGES:
+        if schema not in c.ADVANTAGE_SCHEMAS:
             raise SchemaVersionError(
-                "advantages record", schema, c.SCHEMA_ADVANTAGES, f"header {c.HEADER_SCHEMA} of {where}"
+                "advantages record", schema, " or ".join(c.ADVANTAGE_SCHEMAS), f"header {c.HEADER_SCHEMA} of {where}"
             )
         run = h.get(c.HEADER_RUN)
         if run is None:
