@@ -74,12 +74,17 @@ type Result struct {
 	ExitCode int
 
 	canceled bool
+	oom      bool
 }
 
 // Canceled reports whether the result is an artefact of the caller's context
 // being canceled (shutdown) rather than a property of the rollout. The stage
 // loop should not publish such results: the rollout will be redelivered.
 func (r Result) Canceled() bool { return r.canceled }
+
+// OOMKilled reports whether the kernel killed a process of the job for
+// exceeding its memory cgroup limit (Status is then StatusError).
+func (r Result) OOMKilled() bool { return r.oom }
 
 // Status classifies a Result.
 type Status int
