@@ -62,18 +62,24 @@ func (h *cgroupHost) String() string {
 	return strings.Join(parts, "; ")
 }
 
+// procFiles are where detection reads the mount table and this process's
+// cgroups; tests point them at edited copies to hide a hierarchy.
+type procFiles struct{ mounts, cgroup string }
+
+var selfProcFiles = procFiles{mounts: "/proc/self/mounts", cgroup: "/proc/self/cgroup"}
+
 // detectCgroups finds this process's cgroups in every mounted hierarchy and
 // checks, by creating a probe child, that job cgroups can be made there. The
 // returned notes say why a hierarchy was not usable.
-func detectCgroups() (*cgroupHost, []string) {
+func detectCgroups(pf procFiles) (*cgroupHost, []string) {
 	var notes []string
-	mounts, err := os.ReadFile("/proc/self/mounts")
+	mounts, err := os.ReadFile(pf.mounts)
 	if err != nil {
-		return &cgroupHost{}, []string{"read /proc/self/mounts: " + err.Error()}
+		return &cgroupHost{}, []string{"read mount table: " + err.Error()}
 	}
-	own, err := os.ReadFile("/proc/self/cgroup")
+	own, err := os.ReadFile(pf.cgroup)
 	if err != nil {
-		return &cgroupHost{}, []string{"read /proc/self/cgroup: " + err.Error()}
+		return &cgroupHost{}, []string{"read own cgroups: " + err.Error()}
 	}
 	v2mnt, v1mnt := parseCgroupMounts(mounts)
 	v2path, v1path := parseProcCgroup(own)

@@ -35,6 +35,10 @@ func (c *containment) killScope() string {
 // or the strongest available for ContainmentAuto. A requested containment
 // that is not available is an error carrying the probes' findings.
 func detectContainment(req Containment) (*containment, error) {
+	return detectContainmentIn(req, selfProcFiles)
+}
+
+func detectContainmentIn(req Containment, pf procFiles) (*containment, error) {
 	if req != ContainmentAuto && !containmentKnown(req) {
 		return nil, fmt.Errorf("%w %q", ErrUnknownContainment, req)
 	}
@@ -43,7 +47,7 @@ func detectContainment(req Containment) (*containment, error) {
 		if req != ContainmentAuto && kind != req {
 			continue
 		}
-		c, err := probeContainment(kind)
+		c, err := probeContainment(kind, pf)
 		if err == nil {
 			return c, nil
 		}
@@ -61,10 +65,10 @@ func containmentKnown(c Containment) bool {
 	return false
 }
 
-func probeContainment(kind Containment) (*containment, error) {
+func probeContainment(kind Containment, pf procFiles) (*containment, error) {
 	switch kind {
 	case ContainmentCgroup:
-		h, notes := detectCgroups()
+		h, notes := detectCgroups(pf)
 		if !h.usable() {
 			return nil, errors.New(strings.Join(notes, "; "))
 		}

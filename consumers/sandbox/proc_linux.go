@@ -63,10 +63,6 @@ type procOutcome struct {
 // be recycled under us.
 func runProcess(ctx context.Context, s runSpec) (o procOutcome) {
 	o.exitCode = -1
-	if err := ctx.Err(); err != nil {
-		o.canceled, o.cancelCause = true, context.Cause(ctx)
-		return o
-	}
 	cell := s.cell
 	if cell == nil {
 		cell = pgroupCell{}
@@ -76,6 +72,10 @@ func runProcess(ctx context.Context, s runSpec) (o procOutcome) {
 			o.cellErr = err
 		}
 	}()
+	if err := ctx.Err(); err != nil {
+		o.canceled, o.cancelCause = true, context.Cause(ctx)
+		return o
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		o.startErr = err
