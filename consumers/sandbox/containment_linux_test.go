@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -298,5 +299,52 @@ func TestParseContainment(t *testing.T) {
 	}
 	if _, err := ParseContainment("docker"); !errors.Is(err, ErrUnknownContainment) {
 		t.Errorf("ParseContainment(docker): %v", err)
+	}
+}
+
+// The job's cgroups carry the configured limits and are removed afterwards.
+func TestCgroupJobLimits(t *testing.T) {
+	h, notes := detectCgroups(selfProcFiles)
+	if !h.usable() {
+		t.Skipf("no cgroups here: %v", notes)
+	}
+	j, err := h.newJob(Limits{MemoryBytes: 64 << 20, Processes: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(dir, file string) string {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	memFile := "memory.limit_in_bytes"
+	if j.v2mem {
+		memFile = "memory.max"
+	}
+	if got := read(j.memory, memFile); got != "67108864" {
+		t.Errorf("%s = %s, want 67108864", memFile, got)
+	}
+	pidsDir := ""
+	switch {
+	case h.v2Pids:
+		pidsDir = j.v2
+	case h.v1Pids != "":
+		pidsDir = j.v1[len(j.v1)-1]
+	}
+	if pidsDir != "" {
+		if got := read(pidsDir, "pids.max"); got != "7" {
+			t.Errorf("pids.max = %s, want 7", got)
+		}
+	}
+	dirs := append(slices.Clone(j.v1), j.v2)
+	if err := j.remove(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); d != "" && !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s not removed: %v", d, err)
+		}
 	}
 }
