@@ -21,7 +21,7 @@ func init() { register(newSandboxCmd) }
 func newSandboxCmd(a *app) *cobra.Command {
 	var (
 		backend, group, metricsAddr, artifactDir, artifactName, onTimeout string
-		addressSpace, fileSize, runAs                                     string
+		addressSpace, memory, fileSize, runAs, containment                string
 		argv                                                              []string
 		env                                                               map[string]string
 		cfg                                                               sandbox.CommandConfig
@@ -56,6 +56,12 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 			}
 			if cfg.Limits.AddressSpaceBytes, err = parseBytes(addressSpace); err != nil {
 				return fmt.Errorf("--address-space: %w", err)
+			}
+			if cfg.Limits.MemoryBytes, err = parseBytes(memory); err != nil {
+				return fmt.Errorf("--memory: %w", err)
+			}
+			if cfg.Containment, err = sandbox.ParseContainment(containment); err != nil {
+				return fmt.Errorf("--containment: %w", err)
 			}
 			if cfg.Limits.FileSizeBytes, err = parseBytes(fileSize); err != nil {
 				return fmt.Errorf("--file-size: %w", err)
@@ -107,7 +113,9 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.StringToStringVar(&env, "env", nil, "fixed environment variables KEY=VALUE (values may use {dir}, {artifact})")
 	f.DurationVar(&cfg.Timeout, "timeout", sandbox.DefaultTimeout, "wall-clock budget per rollout; the process group is killed on expiry")
 	f.Uint64Var(&cfg.Limits.CPUSeconds, "cpu-seconds", defaults.CPUSeconds, "RLIMIT_CPU per process (0: inherit); exceeding it is a timeout")
-	f.StringVar(&addressSpace, "address-space", "4GiB", "RLIMIT_AS per process, e.g. 4GiB, 512MiB (0: inherit)")
+	f.StringVar(&memory, "memory", "4GiB", "memory of the whole job: a cgroup limit (OOM kill reported as such) under --containment cgroup, else RLIMIT_AS per process (0: none)")
+	f.StringVar(&addressSpace, "address-space", "0", "RLIMIT_AS per process on top of --memory, e.g. 4GiB (0: none; breaks programs that reserve address space)")
+	f.StringVar(&containment, "containment", "auto", "how a job's processes are held together: cgroup, pidns, pgroup, or auto (the strongest available; naming one that is unavailable is a start-up error)")
 	f.Uint64Var(&cfg.Limits.Processes, "max-procs", defaults.Processes, "RLIMIT_NPROC (per UID; enforced only with --run-as, not for root)")
 	f.StringVar(&fileSize, "file-size", "1GiB", "RLIMIT_FSIZE, largest file the program may write (0: inherit)")
 	f.BoolVar(&cfg.UseBwrap, "bwrap", false, "run inside bubblewrap: no network, read-only root, private /tmp, PID namespace")

@@ -38,25 +38,47 @@ const (
 	PlaceholderDir      = "{dir}"      // absolute path of the job's private directory
 )
 
-// Limits are per-process resource limits (setrlimit) for the child. Zero
-// means "inherit". They are applied by prlimit(1) before the untrusted
-// program is exec'd, see rlimit_linux.go for why.
+// Limits bound the child. Zero means "inherit" (no limit). The rlimits are
+// applied by prlimit(1) before the untrusted program is exec'd, see
+// rlimit_linux.go for why; MemoryBytes and Processes are also cgroup limits
+// under ContainmentCgroup.
 type Limits struct {
 	// CPUSeconds is RLIMIT_CPU. The soft limit delivers SIGXCPU, the hard
 	// limit (one second later) SIGKILL. Reported as StatusTimeout.
 	CPUSeconds uint64
-	// AddressSpaceBytes is RLIMIT_AS: allocations past it fail (ENOMEM), so
-	// a memory hog typically exits non-zero or aborts → StatusError.
+	// MemoryBytes bounds the memory of the whole job (all its processes).
+	// Under ContainmentCgroup it is the cgroup's memory limit, swap
+	// included; the kernel OOM-kills past it and the job reports StatusError
+	// with an "out of memory" reason (Result.OOMKilled). Under any other
+	// containment it falls back to RLIMIT_AS per process (unless
+	// AddressSpaceBytes is set), which bounds reserved address space rather
+	// than memory used and stops programs that reserve much (Go with -race,
+	// JVMs) from starting at all.
+	MemoryBytes uint64
+	// AddressSpaceBytes is RLIMIT_AS, applied as given under any
+	// containment: allocations past it fail (ENOMEM), so a memory hog
+	// typically exits non-zero or aborts → StatusError.
 	AddressSpaceBytes uint64
-	// Processes is RLIMIT_NPROC. The kernel counts it per real UID and does
-	// not enforce it for root, so it only bites together with RunAs.
+	// Processes is RLIMIT_NPROC, which the kernel counts per real UID and
+	// does not enforce for root, so alone it only bites together with RunAs.
+	// Under ContainmentCgroup it is also the job's pids limit.
 	Processes uint64
 	// FileSizeBytes is RLIMIT_FSIZE: writing past it delivers SIGXFSZ.
 	FileSizeBytes uint64
 }
 
+// rlimits are the limits prlimit(1) applies: MemoryBytes becomes RLIMIT_AS
+// when no memory cgroup enforces it.
+func (l Limits) rlimits(memoryCgroup bool) Limits {
+	if !memoryCgroup && l.AddressSpaceBytes == 0 {
+		l.AddressSpaceBytes = l.MemoryBytes
+	}
+	l.MemoryBytes = 0
+	return l
+}
+
 func (l Limits) any() bool {
-	return l.CPUSeconds != 0 || l.AddressSpaceBytes != 0 || l.Processes != 0 || l.FileSizeBytes != 0
+	return l.CPUSeconds != 0 || l.AddressSpaceBytes != 0 || l.Processes != 0 || l.FileSizeBytes != 0 || l.MemoryBytes != 0
 }
 
 // DefaultLimits are conservative limits for one rollout: generous enough for
@@ -64,10 +86,10 @@ func (l Limits) any() bool {
 // host down.
 func DefaultLimits() Limits {
 	return Limits{
-		CPUSeconds:        600,
-		AddressSpaceBytes: 4 << 30,
-		Processes:         256,
-		FileSizeBytes:     1 << 30,
+		CPUSeconds:    600,
+		MemoryBytes:   4 << 30,
+		Processes:     256,
+		FileSizeBytes: 1 << 30,
 	}
 }
 
@@ -80,8 +102,9 @@ type CommandConfig struct {
 	// {artifact} and {dir}. Argv[0] is resolved with the parent's PATH at
 	// construction unless it contains a placeholder.
 	Argv []string
-	// Timeout is the wall-clock budget per job (default 600 s); on expiry the
-	// whole process group is SIGKILLed and the job reports StatusTimeout.
+	// Timeout is the wall-clock budget per job (default 600 s); on expiry
+	// every process of the job the containment can reach is SIGKILLed and
+	// the job reports StatusTimeout.
 	Timeout time.Duration
 	// EnvAllow names parent environment variables copied into the child;
 	// nothing else from the parent leaks through.
@@ -89,8 +112,13 @@ type CommandConfig struct {
 	// Env are fixed variables (values may contain placeholders); they win
 	// over EnvAllow. PATH defaults to DefaultPath, HOME and TMPDIR to {dir}.
 	Env map[string]string
-	// Limits are rlimits for the child (zero = inherit).
+	// Limits bound the child (zero = inherit).
 	Limits Limits
+	// Containment is how the job's processes are held together and its
+	// memory bounded (default ContainmentAuto: the strongest available,
+	// logged at start-up). Naming one that is unavailable fails
+	// NewCommandExecutor with ErrContainmentUnavailable.
+	Containment Containment
 	// RunAs, if set, runs the child under that UID/GID (requires root); the
 	// job directory is chowned to it.
 	RunAs *RunAs
@@ -116,9 +144,11 @@ type CommandConfig struct {
 }
 
 // CommandExecutor runs each job as an external program. It is safe for
-// concurrent use; every call gets its own directory and process group.
+// concurrent use; every call gets its own directory, process group and
+// containment cell.
 type CommandExecutor struct {
 	cfg      CommandConfig
+	contain  *containment
 	argv     []string
 	prefix   []string // prlimit wrapper, nil if no limits
 	rng      scoreRange
@@ -178,8 +208,12 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 		}
 	}
 	e.envAllow = slices.Clone(cfg.EnvAllow)
-	if cfg.Limits.any() {
-		if e.prefix, err = prlimitPrefix(cfg.PrlimitPath, cfg.Limits); err != nil {
+	if e.contain, err = detectContainment(cfg.Containment); err != nil {
+		return nil, err
+	}
+	e.cfg.Containment = e.contain.kind
+	if rl := cfg.Limits.rlimits(e.contain.memoryCgroup()); rl.any() {
+		if e.prefix, err = prlimitPrefix(cfg.PrlimitPath, rl); err != nil {
 			return nil, err
 		}
 	}
@@ -191,7 +225,36 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 			return nil, err
 		}
 	}
+	e.logContainment(cfg.Containment)
 	return e, nil
+}
+
+// logContainment says at start-up which containment is in use, what it
+// guarantees and where memory is enforced, so a weak fallback is visible.
+func (e *CommandExecutor) logContainment(requested Containment) {
+	var memory []string
+	l := e.cfg.Limits
+	if l.MemoryBytes != 0 && e.contain.memoryCgroup() {
+		memory = append(memory, fmt.Sprintf("cgroup limit %d bytes for the whole job", l.MemoryBytes))
+	}
+	if as := l.rlimits(e.contain.memoryCgroup()).AddressSpaceBytes; as != 0 {
+		what := "as configured"
+		if l.AddressSpaceBytes == 0 {
+			what = "last-resort fallback for MemoryBytes: bounds address space, not memory used"
+		}
+		memory = append(memory, fmt.Sprintf("RLIMIT_AS %d bytes per process (%s)", as, what))
+	}
+	if len(memory) == 0 {
+		memory = append(memory, "unlimited")
+	}
+	level := slog.LevelInfo
+	if e.contain.kind != ContainmentCgroup && !e.cfg.UseBwrap {
+		level = slog.LevelWarn
+	}
+	e.log.Log(context.Background(), level, "sandbox: containment",
+		"containment", e.contain.kind.String(), "requested", requested.String(),
+		"detail", e.contain.detail, "bwrap", e.cfg.UseBwrap, "memory", strings.Join(memory, "; "),
+		"guarantees", e.contain.kind.guarantees())
 }
 
 // Config returns the effective configuration (defaults applied).
@@ -217,7 +280,12 @@ func (e *CommandExecutor) Execute(ctx context.Context, job Job) Result {
 	if err := e.prepareDir(dir, artifact, job.Artifact); err != nil {
 		return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
 	}
+	cell, err := e.contain.newCell(e.cfg.Limits)
+	if err != nil {
+		return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
+	}
 	spec := runSpec{
+		cell:      cell,
 		argv:      e.commandLine(dir, artifact),
 		dir:       dir,
 		env:       e.environ(dir, artifact),
@@ -228,6 +296,9 @@ func (e *CommandExecutor) Execute(ctx context.Context, job Job) Result {
 		grace:     e.cfg.KillGrace,
 	}
 	out := runProcess(ctx, spec)
+	if out.cellErr != nil {
+		e.log.Warn("sandbox: containment cleanup", "rollout", job.RolloutID, "err", out.cellErr)
+	}
 	return e.classify(out)
 }
 
@@ -308,8 +379,13 @@ func (e *CommandExecutor) classify(o procOutcome) Result {
 		r.Status, r.Reason = StatusError, fmt.Sprintf("sandbox: start: %v", o.startErr)
 	case o.canceled:
 		r.Status, r.Reason, r.canceled = StatusError, "canceled: "+o.cancelCause.Error(), true
+	case o.oomKills > 0:
+		// Checked before the timeout: a job whose worker was OOM-killed
+		// often hangs waiting for it, and the memory is the real cause.
+		r.Status, r.oom = StatusError, true
+		r.Reason = fmt.Sprintf("out of memory: job exceeded its memory limit of %d bytes (%d process(es) OOM-killed)", e.cfg.Limits.MemoryBytes, o.oomKills)
 	case o.timedOut:
-		r.Status, r.Reason = StatusTimeout, fmt.Sprintf("wall-clock timeout after %s: process group killed", e.cfg.Timeout)
+		r.Status, r.Reason = StatusTimeout, fmt.Sprintf("wall-clock timeout after %s: %s killed", e.cfg.Timeout, e.contain.killScope())
 	default:
 		sig, signaled := o.signal, o.signaled
 		if !signaled && e.cfg.UseBwrap {
@@ -372,7 +448,12 @@ func (e *CommandExecutor) probeBwrap() error {
 		}
 	}
 	argv := append(slices.Clone(e.prefix), bwrapArgs(e.cfg.BwrapPath, dir)...)
+	cell, err := e.contain.newCell(e.cfg.Limits)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBwrapUnusable, err)
+	}
 	o := runProcess(context.Background(), runSpec{
+		cell:      cell,
 		argv:      append(argv, truePath),
 		dir:       dir,
 		env:       e.environ(dir, dir),

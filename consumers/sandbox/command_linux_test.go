@@ -248,12 +248,16 @@ func TestCommandExecutorCancel(t *testing.T) {
 	}
 }
 
-// Without bubblewrap a process that calls setsid leaves the group and cannot
-// be killed by it; the executor must still return promptly (not block on the
-// pipe it holds) and say so. This documents the limit that UseBwrap closes.
+// Under a bare process group (the last-resort containment) a process that
+// calls setsid leaves the group and cannot be killed by it; the executor must
+// still return promptly (not block on the pipe it holds) and say so. This
+// documents the limit that the cgroup and PID-namespace containments close.
 func TestCommandExecutorEscapedProcessDoesNotBlock(t *testing.T) {
 	_, marker := markerEnv(t)
-	e := helperExec(t, marker, func(c *CommandConfig) { c.KillGrace = 100 * time.Millisecond })
+	e := helperExec(t, marker, func(c *CommandConfig) {
+		c.KillGrace = 100 * time.Millisecond
+		c.Containment = ContainmentProcessGroup
+	})
 	start := time.Now()
 	r := e.Execute(context.Background(), job("escape"))
 	pid := grandchildPid(t, r.StderrTail)

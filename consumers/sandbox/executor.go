@@ -1,7 +1,7 @@
 // Package sandbox executes anchor rollouts for real: a pool of exclusive
 // slots in front of an Executor, which is either a CommandExecutor (untrusted
-// code in a separate process group with rlimits, a wall-clock timeout and
-// optional bubblewrap) or a BuiltinExecutor (an in-process task such as the
+// code in a per-job cgroup or PID namespace with limits, a wall-clock
+// timeout and optional bubblewrap) or a BuiltinExecutor (an in-process task such as the
 // demo's). The Kafka stage loop is built on top of this package.
 //
 // Isolation choices, in short:
@@ -9,14 +9,18 @@
 //   - rlimits are applied by wrapping the command in prlimit(1) (util-linux),
 //     which sets them on itself and execs, so they hold from the first
 //     instruction of untrusted code; see prlimitPrefix for the alternatives.
-//   - A job's processes form their own process group. The group is SIGKILLed
-//     on wall-clock expiry and again after the leader exits (while it is still
-//     an unreaped zombie, so the group id cannot be recycled), so forked
-//     children do not outlive their job.
-//   - A process that calls setsid leaves the group and is out of reach of a
-//     bare process group; the executor then stops reading its pipes after
-//     KillGrace and says so in Reason. UseBwrap closes that hole: bubblewrap
-//     runs the job in its own PID namespace, which dies as a whole.
+//   - A job's processes are held by a Containment chosen at start-up (see
+//     its doc): a cgroup per job where the host allows it, else a PID
+//     namespace, else only a process group. The cgroup and the namespace are
+//     killed as a whole at the timeout and again after the main process
+//     exits (while it is still an unreaped zombie, so its pid cannot be
+//     recycled), so no descendant — not even a setsid escapee — outlives
+//     its job; a bare process group cannot stop that, and the executor then
+//     stops reading the escapee's pipes after KillGrace and says so.
+//   - Memory is a cgroup limit for the whole job where available (an OOM
+//     kill is reported as such), else RLIMIT_AS per process.
+//   - UseBwrap adds bubblewrap: no network, read-only root, private /tmp and
+//     a PID namespace of its own.
 //   - Exhausting RLIMIT_CPU is reported as StatusTimeout (not error): it is
 //     the same failure as the wall clock — the rollout used up its time
 //     budget — and PolicyZero should impute 0 for both, as the reference
@@ -74,12 +78,17 @@ type Result struct {
 	ExitCode int
 
 	canceled bool
+	oom      bool
 }
 
 // Canceled reports whether the result is an artefact of the caller's context
 // being canceled (shutdown) rather than a property of the rollout. The stage
 // loop should not publish such results: the rollout will be redelivered.
 func (r Result) Canceled() bool { return r.canceled }
+
+// OOMKilled reports whether the kernel killed a process of the job for
+// exceeding its memory cgroup limit (Status is then StatusError).
+func (r Result) OOMKilled() bool { return r.oom }
 
 // Status classifies a Result.
 type Status int

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The test binary doubles as the untrusted program (GO_WANT_HELPER_PROCESS
@@ -26,7 +29,26 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(helperMain(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if left := leftoverJobCgroups(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "job cgroups not removed: %v\n", left)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// leftoverJobCgroups lists this process's job cgroups still present.
+func leftoverJobCgroups() []string {
+	h, _ := detectCgroups(selfProcFiles)
+	var left []string
+	for _, dir := range []string{h.v2, h.v1Memory, h.v1Pids} {
+		if dir == "" {
+			continue
+		}
+		m, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("wmrl-%d-*", os.Getpid())))
+		left = append(left, m...)
+	}
+	return left
 }
 
 // helperInspect is what the "inspect" mode reports on stderr.
@@ -97,6 +119,55 @@ func helperMain(args []string) int {
 		}
 		fmt.Fprintf(os.Stderr, "grandchild=%d\n", c.Process.Pid)
 		fmt.Println(`{"score": 0.5}`)
+	case "hostile":
+		// hostile PORT MIB: everything a job should not get away with, in
+		// order — a plain child, a setsid + double-fork escapee, a loopback
+		// connection to the test's listener, then MIB MiB of memory.
+		child := exec.Command(self, "sleep")
+		child.Env = os.Environ()
+		if err := child.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "hostile: fork:", err)
+			return 101
+		}
+		// The middle process (new session) starts the escapee and exits at
+		// once, so the escapee is orphaned outside our session and group.
+		mid := exec.Command(self, "spawn-escapee")
+		mid.Env, mid.Stderr = os.Environ(), os.Stderr
+		mid.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := mid.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "hostile: setsid:", err)
+			return 102
+		}
+		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+args[1], 2*time.Second)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "net=refused (%v)\n", err)
+		} else {
+			conn.Close()
+			fmt.Fprintln(os.Stderr, "net=connected")
+		}
+		n, _ := strconv.Atoi(args[2])
+		b := make([]byte, n<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		fmt.Println(`{"score": 0}`)
+	case "escape-sleep":
+		mid := exec.Command(self, "spawn-escapee")
+		mid.Env, mid.Stderr = os.Environ(), os.Stderr
+		mid.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := mid.Run(); err != nil {
+			return 102
+		}
+		time.Sleep(time.Hour)
+	case "spawn-escapee":
+		c := exec.Command(self, "sleep")
+		c.Env = os.Environ()
+		if err := c.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "spawn-escapee:", err)
+			return 103
+		}
+		sid, _ := unix.Getsid(c.Process.Pid)
+		fmt.Fprintf(os.Stderr, "escapee=%d sid=%d\n", c.Process.Pid, sid)
 	case "alloc":
 		n, _ := strconv.Atoi(args[1])
 		b := make([]byte, n<<20)

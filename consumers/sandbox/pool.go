@@ -40,6 +40,8 @@ type Pool struct {
 	onBusy func(int)
 	onDone func(Job, Result)
 	log    *slog.Logger
+	// metrics, once set by instrument, are updated under mu.
+	metrics *poolMetrics
 
 	// Times are nanoseconds since base; epoch starts the stats window.
 	mu        sync.Mutex
@@ -123,7 +125,7 @@ func (p *Pool) runOnSlot(ctx context.Context, job Job) (res Result) {
 			p.log.Error("sandbox: executor panicked", "run", job.RunID, "rollout", job.RolloutID, "panic", r, "stack", string(debug.Stack()))
 			res = Result{Status: StatusError, Reason: fmt.Sprintf("executor panic: %v", r), ExitCode: -1}
 		}
-		p.released(start)
+		p.released(start, res)
 		<-p.slots
 		if p.onDone != nil {
 			p.onDone(job, res)
@@ -141,13 +143,17 @@ func (p *Pool) acquired() int64 {
 	if p.onBusy != nil {
 		p.onBusy(p.busy)
 	}
+	if p.metrics != nil {
+		p.metrics.busy.Set(float64(p.busy))
+	}
 	return now
 }
 
-func (p *Pool) released(start int64) {
+func (p *Pool) released(start int64, res Result) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := int64(time.Since(p.base))
+	held := time.Duration(now - start)
 	start = max(start, p.epoch)
 	p.busy--
 	p.startSum -= start
@@ -155,6 +161,10 @@ func (p *Pool) released(start int64) {
 	p.jobs++
 	if p.onBusy != nil {
 		p.onBusy(p.busy)
+	}
+	if p.metrics != nil {
+		p.metrics.busy.Set(float64(p.busy))
+		p.metrics.done(res, held)
 	}
 }
 

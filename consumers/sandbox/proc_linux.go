@@ -33,6 +33,8 @@ type runSpec struct {
 	stdoutMax int
 	stderrMax int
 	grace     time.Duration
+	// cell holds the job's processes together (nil: process group only).
+	cell jobCell
 }
 
 // procOutcome is what happened to the child, before classification.
@@ -49,15 +51,27 @@ type procOutcome struct {
 	stdout      []byte
 	stderr      []byte
 	pipeHeld    bool
+	oomKills    int   // processes the kernel OOM-killed in the job's cgroup
+	cellErr     error // the containment could not be cleaned up
 }
 
-// runProcess starts the child as leader of a new process group, enforces the
-// wall-clock timeout by SIGKILLing the group, and — after the leader exits
-// but before it is reaped — kills the group again so that forked children
-// cannot outlive the job. Waiting with WNOWAIT first keeps the leader a
-// zombie while we kill, so its pid (the group id) cannot be recycled under us.
+// runProcess starts the child as leader of a new process group inside the
+// job's cell, enforces the wall-clock timeout by killing the cell, and —
+// after the leader exits but before it is reaped — kills the cell again so
+// that forked children cannot outlive the job. Waiting with WNOWAIT first
+// keeps the leader a zombie while we kill, so its pid (the group id) cannot
+// be recycled under us.
 func runProcess(ctx context.Context, s runSpec) (o procOutcome) {
 	o.exitCode = -1
+	cell := s.cell
+	if cell == nil {
+		cell = pgroupCell{}
+	}
+	defer func() {
+		if err := cell.release(); err != nil {
+			o.cellErr = err
+		}
+	}()
 	if err := ctx.Err(); err != nil {
 		o.canceled, o.cancelCause = true, context.Cause(ctx)
 		return o
@@ -88,10 +102,30 @@ func runProcess(ctx context.Context, s runSpec) (o procOutcome) {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: s.runAs.UID, Gid: s.runAs.GID, Groups: []uint32{}}
 	}
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	// A thread that could not leave a job cgroup stays locked, so the
+	// runtime never schedules other work on it.
+	stuck := false
+	defer func() {
+		if !stuck {
+			runtime.UnlockOSThread()
+		}
+	}()
+	leave, err := cell.enter(cmd.SysProcAttr)
+	if err != nil {
+		outW.Close()
+		errW.Close()
+		o.startErr = err
+		return o
+	}
 
 	start := time.Now()
 	err = cmd.Start()
+	if leave != nil {
+		if lerr := leave(); lerr != nil {
+			stuck = true
+			o.cellErr = lerr
+		}
+	}
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -118,16 +152,16 @@ func runProcess(ctx context.Context, s runSpec) (o procOutcome) {
 		case <-exited: // exited at the same moment: not a timeout
 		default:
 			o.timedOut = true
-			killGroup(pid)
+			cell.kill(pid)
 			<-exited
 		}
 	case <-ctx.Done():
 		o.canceled, o.cancelCause = true, context.Cause(ctx)
-		killGroup(pid)
+		cell.kill(pid)
 		<-exited
 	}
 	o.duration = time.Since(start)
-	killGroup(pid)
+	cell.kill(pid)
 	_ = cmd.Wait() // the outcome is read from ProcessState below
 	if ps := cmd.ProcessState; ps != nil {
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
@@ -158,6 +192,7 @@ func runProcess(ctx context.Context, s runSpec) (o procOutcome) {
 		_ = errR.SetReadDeadline(time.Now())
 		<-drained
 	}
+	o.oomKills = cell.oomKills()
 	o.stdout = stdout.Bytes()
 	o.stderr = stderr.Bytes()
 	return o

@@ -28,6 +28,7 @@ type runSpec struct {
 	stdoutMax int
 	stderrMax int
 	grace     time.Duration
+	cell      jobCell
 }
 
 type procOutcome struct {
@@ -43,7 +44,23 @@ type procOutcome struct {
 	stdout      []byte
 	stderr      []byte
 	pipeHeld    bool
+	oomKills    int
+	cellErr     error
 }
+
+type jobCell interface{}
+
+// containment is never detected here: NewCommandExecutor returns
+// ErrUnsupported first.
+type containment struct {
+	kind   Containment
+	detail string
+}
+
+func detectContainment(Containment) (*containment, error) { return nil, ErrUnsupported }
+func (*containment) memoryCgroup() bool                   { return false }
+func (*containment) killScope() string                    { return "" }
+func (*containment) newCell(Limits) (jobCell, error)      { return nil, ErrUnsupported }
 
 func runProcess(context.Context, runSpec) procOutcome {
 	return procOutcome{startErr: ErrUnsupported, exitCode: -1}

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/artifact"
@@ -159,6 +160,14 @@ func NewStage(sc stage.Config, hc HandlerConfig) (*stage.Stage, error) {
 	}
 	if sc.Concurrency == 0 {
 		sc.Concurrency = 2 * hc.Pool.Slots()
+	}
+	// The registry is made here rather than by the runtime so the pool's
+	// wmrl_sandbox_* series are served next to the stage's.
+	if sc.Registry == nil {
+		sc.Registry = prometheus.NewRegistry()
+	}
+	if err := hc.Pool.instrument(sc.Registry); err != nil {
+		return nil, err
 	}
 	return stage.New(sc, h.Handle)
 }

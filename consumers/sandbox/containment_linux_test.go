@@ -1,0 +1,350 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wmrl/wmrl/internal/testenv"
+)
+
+// loopbackListener counts the connections a job manages to open to the host's
+// loopback interface.
+func loopbackListener(t *testing.T) (port string, accepted *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted = new(atomic.Int64)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	_, port, _ = net.SplitHostPort(ln.Addr().String())
+	return port, accepted
+}
+
+// availableContainments is what this host offers, probed independently of
+// the auto choice so every available path is exercised.
+func availableContainments(t *testing.T) map[Containment]bool {
+	t.Helper()
+	out := map[Containment]bool{}
+	for _, c := range containmentOrder {
+		_, err := detectContainment(c)
+		out[c] = err == nil
+		if err != nil && !errors.Is(err, ErrContainmentUnavailable) {
+			t.Fatalf("detect %s: %v", c, err)
+		}
+	}
+	return out
+}
+
+// A job that forks, escapes with setsid and a double fork, connects to the
+// host's loopback and allocates past its memory limit, under every
+// containment this host offers, with and without bubblewrap. The guarantees
+// asserted per path are the ones docs/security.md states.
+func TestCommandExecutorHostileJob(t *testing.T) {
+	avail := availableContainments(t)
+	if testenv.Required() && !avail[ContainmentCgroup] {
+		// CI runs as root on a host with cgroups; without them the strong path is not tested.
+		t.Fatalf("cgroup containment unavailable, its cases would not run")
+	}
+	_, bwrapErr := bwrapWorks(t)
+	tests := []struct {
+		containment Containment
+		bwrap       bool
+		memory      uint64 // Limits.MemoryBytes
+		allocMiB    int
+		escapeLives bool // the setsid escapee outlives the job (documented weakness)
+	}{
+		{containment: ContainmentCgroup, memory: 256 << 20, allocMiB: 1024},
+		{containment: ContainmentCgroup, bwrap: true, memory: 256 << 20, allocMiB: 1024},
+		// RLIMIT_AS fallback: the Go runtime needs room to start, so the limit is larger.
+		{containment: ContainmentPIDNamespace, memory: 2 << 30, allocMiB: 4096},
+		{containment: ContainmentPIDNamespace, bwrap: true, memory: 2 << 30, allocMiB: 4096},
+		{containment: ContainmentProcessGroup, memory: 2 << 30, allocMiB: 4096, escapeLives: true},
+		{containment: ContainmentProcessGroup, bwrap: true, memory: 2 << 30, allocMiB: 4096},
+	}
+	for _, tc := range tests {
+		name := tc.containment.String()
+		if tc.bwrap {
+			name += "+bwrap"
+		}
+		t.Run(name, func(t *testing.T) {
+			if !avail[tc.containment] {
+				t.Skipf("%s not available on this host", tc.containment)
+			}
+			if tc.bwrap && bwrapErr != nil {
+				if testenv.Required() {
+					t.Fatalf("bwrap cannot sandbox here: %v", bwrapErr)
+				}
+				t.Skipf("bwrap unusable: %v", bwrapErr)
+			}
+			memoryCgroup := tc.containment == ContainmentCgroup
+			if raceEnabled && !memoryCgroup {
+				t.Skip("ThreadSanitizer cannot run under RLIMIT_AS, the memory fallback of this containment")
+			}
+			port, accepted := loopbackListener(t)
+			_, marker := markerEnv(t)
+			e := helperExec(t, marker, func(c *CommandConfig) {
+				if tc.bwrap {
+					c.Argv[0] = helperOutsideTmp(t)
+				}
+				c.Containment = tc.containment
+				c.UseBwrap = tc.bwrap
+				c.Limits = Limits{MemoryBytes: tc.memory}
+				c.StderrTail = 64 << 10
+				c.KillGrace = 100 * time.Millisecond
+			})
+			if e.Config().Containment != tc.containment {
+				t.Fatalf("containment %s, asked for %s", e.Config().Containment, tc.containment)
+			}
+			r := e.Execute(context.Background(), job(fmt.Sprintf("hostile %s %d", port, tc.allocMiB)))
+			t.Logf("result: status=%s exit=%d oom=%v reason=%q", r.Status, r.ExitCode, r.OOMKilled(), r.Reason)
+			stderr := r.StderrTail
+			if !strings.Contains(stderr, "escapee=") {
+				t.Fatalf("the escapee was not started, nothing was tested (stderr %q)", lastLines(stderr, 5))
+			}
+
+			// Network: bubblewrap's network namespace has its own loopback, so
+			// the host's listener is unreachable; without it the job shares the
+			// host's network, loopback included.
+			if tc.bwrap {
+				if !strings.Contains(stderr, "net=refused") || accepted.Load() != 0 {
+					t.Errorf("job under bwrap reached the host's loopback (accepted %d, stderr %q)", accepted.Load(), lastLines(stderr, 5))
+				}
+			} else if !strings.Contains(stderr, "net=connected") || !eventually(func() bool { return accepted.Load() == 1 }) {
+				t.Errorf("without bwrap the host's loopback should be reachable (accepted %d, stderr %q)", accepted.Load(), lastLines(stderr, 5))
+			}
+
+			// Memory: a cgroup limit is an OOM kill reported as such; the
+			// RLIMIT_AS fallback makes the allocation fail inside the program.
+			if r.Status != StatusError {
+				t.Errorf("status %s, want error", r.Status)
+			}
+			if memoryCgroup {
+				if !r.OOMKilled() || !strings.HasPrefix(r.Reason, "out of memory: job exceeded its memory limit of 268435456 bytes") {
+					t.Errorf("want an OOM kill, got oom=%v reason %q", r.OOMKilled(), r.Reason)
+				}
+			} else if r.OOMKilled() || !strings.Contains(stderr, "out of memory") {
+				t.Errorf("want the allocation to fail under RLIMIT_AS, got oom=%v reason %q stderr %q", r.OOMKilled(), r.Reason, lastLines(stderr, 3))
+			}
+
+			// Processes: nothing may survive, except the escapee of a bare
+			// process group, which is the weakness this test documents.
+			if tc.escapeLives {
+				pid := escapeePid(t, stderr)
+				if !procAlive(pid) {
+					t.Errorf("escapee %d died; the process-group path is stronger than documented", pid)
+				}
+				_ = killPid(pid)
+			}
+			assertNoLeftovers(t, marker)
+			assertEmptyDir(t, e.Config().TempDir)
+		})
+	}
+}
+
+// helperOutsideTmp copies the test binary to a directory below the package
+// (not under /tmp, which bubblewrap replaces with an empty tmpfs).
+func helperOutsideTmp(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(".", ".helper-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	src, err := os.ReadFile(helperPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := filepath.Abs(filepath.Join(dir, "helper"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// eventually polls cond for up to two seconds.
+func eventually(cond func() bool) bool {
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+func escapeePid(t *testing.T, stderr string) int {
+	t.Helper()
+	var pid, sid int
+	for _, l := range strings.Split(stderr, "\n") {
+		if _, err := fmt.Sscanf(l, "escapee=%d sid=%d", &pid, &sid); err == nil {
+			return pid
+		}
+	}
+	t.Fatalf("no escapee line in %q", stderr)
+	return 0
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// The v1 kill path (no cgroup2 mount: SIGKILL to each listed process until
+// the cgroup is empty) runs here by hiding the cgroup2 mount from detection.
+func TestCommandExecutorCgroupV1Only(t *testing.T) {
+	if !availableContainments(t)[ContainmentCgroup] {
+		t.Skip("cgroup containment not available on this host")
+	}
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept [][]byte
+	for _, l := range bytes.Split(mounts, []byte("\n")) {
+		if !bytes.Contains(l, []byte(" cgroup2 ")) {
+			kept = append(kept, l)
+		}
+	}
+	fake := filepath.Join(t.TempDir(), "mounts")
+	if err := os.WriteFile(fake, bytes.Join(kept, []byte("\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := detectContainmentIn(ContainmentCgroup, procFiles{mounts: fake, cgroup: "/proc/self/cgroup"})
+	if err != nil {
+		t.Skipf("no cgroup v1 memory hierarchy here: %v", err)
+	}
+	if c.cg.v2 != "" || c.cg.v1Memory == "" {
+		t.Fatalf("detection with cgroup2 hidden: %s", c.detail)
+	}
+	port, _ := loopbackListener(t)
+	_, marker := markerEnv(t)
+	e := helperExec(t, marker, func(c *CommandConfig) {
+		c.Limits = Limits{MemoryBytes: 256 << 20}
+		c.StderrTail = 64 << 10
+	})
+	e.contain = c
+	for _, tc := range []struct {
+		name, artifact string
+		timeout        time.Duration
+		want           Status
+		oom            bool
+	}{
+		{name: "escapee and OOM", artifact: "hostile " + port + " 1024", timeout: 10 * time.Second, want: StatusError, oom: true},
+		{name: "escapee at timeout", artifact: "escape-sleep", timeout: 500 * time.Millisecond, want: StatusTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.cfg.Timeout = tc.timeout
+			r := e.Execute(context.Background(), job(tc.artifact))
+			if r.Status != tc.want || r.OOMKilled() != tc.oom {
+				t.Errorf("got %s oom=%v %q, want %s oom=%v", r.Status, r.OOMKilled(), r.Reason, tc.want, tc.oom)
+			}
+			if !strings.Contains(r.StderrTail, "escapee=") {
+				t.Fatalf("escapee not started: %q", lastLines(r.StderrTail, 3))
+			}
+			assertNoLeftovers(t, marker)
+		})
+	}
+}
+
+// Asking for a containment the host cannot give is a start-up error that
+// says why, never a silent fallback.
+func TestContainmentUnavailable(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "mounts")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pf := procFiles{mounts: empty, cgroup: "/proc/self/cgroup"}
+	_, err := detectContainmentIn(ContainmentCgroup, pf)
+	if !errors.Is(err, ErrContainmentUnavailable) || !strings.Contains(err.Error(), "no cgroup2 mount") || !strings.Contains(err.Error(), "no cgroup v1 memory hierarchy") {
+		t.Errorf("cgroup without cgroup mounts: %v", err)
+	}
+	// Auto falls back to the next containment rather than failing.
+	c, err := detectContainmentIn(ContainmentAuto, pf)
+	if err != nil || c.kind == ContainmentCgroup {
+		t.Errorf("auto without cgroup mounts: %v, %v", c, err)
+	}
+	if _, err := NewCommandExecutor(CommandConfig{Argv: []string{"true"}, Containment: "jail"}); !errors.Is(err, ErrUnknownContainment) {
+		t.Errorf("unknown containment: %v", err)
+	}
+}
+
+func TestParseContainment(t *testing.T) {
+	for in, want := range map[string]Containment{"": ContainmentAuto, "auto": ContainmentAuto, " CGROUP ": ContainmentCgroup, "pidns": ContainmentPIDNamespace, "pgroup": ContainmentProcessGroup} {
+		if got, err := ParseContainment(in); err != nil || got != want {
+			t.Errorf("ParseContainment(%q) = %q, %v", in, got, err)
+		}
+	}
+	if _, err := ParseContainment("docker"); !errors.Is(err, ErrUnknownContainment) {
+		t.Errorf("ParseContainment(docker): %v", err)
+	}
+}
+
+// The job's cgroups carry the configured limits and are removed afterwards.
+func TestCgroupJobLimits(t *testing.T) {
+	h, notes := detectCgroups(selfProcFiles)
+	if !h.usable() {
+		t.Skipf("no cgroups here: %v", notes)
+	}
+	j, err := h.newJob(Limits{MemoryBytes: 64 << 20, Processes: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(dir, file string) string {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	memFile := "memory.limit_in_bytes"
+	if j.v2mem {
+		memFile = "memory.max"
+	}
+	if got := read(j.memory, memFile); got != "67108864" {
+		t.Errorf("%s = %s, want 67108864", memFile, got)
+	}
+	pidsDir := ""
+	switch {
+	case h.v2Pids:
+		pidsDir = j.v2
+	case h.v1Pids != "":
+		pidsDir = j.v1[len(j.v1)-1]
+	}
+	if pidsDir != "" {
+		if got := read(pidsDir, "pids.max"); got != "7" {
+			t.Errorf("pids.max = %s, want 7", got)
+		}
+	}
+	dirs := append(slices.Clone(j.v1), j.v2)
+	if err := j.remove(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); d != "" && !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s not removed: %v", d, err)
+		}
+	}
+}
