@@ -156,6 +156,14 @@ func (c *Consumer) onRevoked(_ context.Context, _ *kgo.Client, rs map[string][]i
 	c.log.Info("partitions revoked", "partitions", rs)
 }
 
+// resetAssigned forgets the assignment of a closed session; the next session's callbacks set it.
+func (c *Consumer) resetAssigned() {
+	c.mu.Lock()
+	c.assigned = map[int32]bool{}
+	c.changed = true
+	c.mu.Unlock()
+}
+
 func (c *Consumer) owned() map[int32]bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

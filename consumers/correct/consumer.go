@@ -111,6 +111,27 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := writeScript.Load(ctx, c.cfg.Redis).Err(); err != nil {
 		c.log.Warn("redis script load failed (writes will retry it)", "err", err)
 	}
+	c.healthy.Store(true)
+	defer c.healthy.Store(false)
+	c.log.Info("correction consumer started", "group", c.cfg.Group, "transactional_id", c.cfg.TransactionalID,
+		"instance_id", c.cfg.InstanceID, "mode", c.cfg.Correction.Mode.String(), "redis_prefix", c.cfg.RedisPrefix)
+	var err error
+	for {
+		var reinit bool
+		reinit, err = c.runSession(ctx)
+		if !reinit {
+			break
+		}
+	}
+	c.logProgress("stopped")
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// sessionOpts are the options of the consume-transform-produce session.
+func (c *Consumer) sessionOpts() []kgo.Opt {
 	opts := append(append([]kgo.Opt(nil), c.cfg.KafkaOpts...),
 		kgo.ConsumerGroup(c.cfg.Group),
 		kgo.ConsumeTopics(c.inputs()...),
@@ -133,18 +154,30 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if c.cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(c.cfg.SessionTimeout))
 	}
-	sess, err := kgo.NewGroupTransactSession(opts...)
+	return opts
+}
+
+// runSession runs one transactional session until ctx ends or an error stops it. reinit asks
+// for a new session: the broker fenced this producer's epoch because a transaction of ours timed
+// out during an outage, while this instance still is the group's member (see reclaimable).
+func (c *Consumer) runSession(ctx context.Context) (reinit bool, err error) {
+	sess, err := kgo.NewGroupTransactSession(c.sessionOpts()...)
 	if err != nil {
-		return fmt.Errorf("correct: kafka session: %w", err)
+		return false, fmt.Errorf("correct: kafka session: %w", err)
 	}
-	c.healthy.Store(true)
-	defer c.healthy.Store(false)
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go c.watch(wctx, sess.Client())
-	c.log.Info("correction consumer started", "group", c.cfg.Group, "transactional_id", c.cfg.TransactionalID,
-		"mode", c.cfg.Correction.Mode.String(), "redis_prefix", c.cfg.RedisPrefix)
 	err = c.loop(ctx, sess)
+	if errors.Is(err, errEpochFenced) && c.reclaimable(ctx, sess) {
+		c.log.Warn("the broker fenced this instance's producer epoch after an outage (a transaction timed out); starting a new transactional session", "err", err)
+		// A static member's Close keeps its membership, so the new session takes the same
+		// partitions back without a rebalance; a dynamic member rejoins.
+		sess.Close()
+		c.resetAssigned()
+		c.m.reinits.Inc()
+		return true, nil
+	}
 	// Close leaves the group so a successor gets the partitions without waiting for the
 	// session timeout; buffered inputs of unsealed steps are simply re-read by it. A static
 	// member's leave is a no-op in franz-go, so a deliberate stop (not a fenced one) leaves by
@@ -158,11 +191,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		cancel()
 	}
 	sess.Close()
-	c.logProgress("stopped")
-	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-		return nil
-	}
-	return err
+	return false, err
 }
 
 // pollWait bounds one poll; it is also the delay before an idle consumer notices an assignment.

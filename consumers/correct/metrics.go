@@ -33,6 +33,7 @@ type metrics struct {
 	windowPairs  *prometheus.GaugeVec
 	sealedStep   *prometheus.GaugeVec
 	staleRows    prometheus.Counter
+	reinits      prometheus.Counter
 	trips        atomic.Int64 // mirror of redisTrips for the benchmark
 }
 
@@ -93,13 +94,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		sealedStep: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "wmrl_correct_sealed_step", Help: "Last step sealed in a committed transaction.",
 		}, []string{"run", "stream"}),
+		reinits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wmrl_correct_session_reinits_total", Help: "New transactional sessions after the broker fenced a transaction that timed out during an outage.",
+		}),
 		staleRows: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wmrl_correct_stale_rows_total", Help: "Advantage rows masked as stale (--max-staleness) in committed transactions.",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.deadLetters, m.sealedSteps, m.rows, m.txns, m.rebuilds,
 		m.digestAlarms, m.redisTrips, m.redisErrors, m.redisLost, m.buffered, m.sealLatency, m.lag,
-		m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.staleRows} {
+		m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.staleRows, m.reinits} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -96,7 +96,7 @@ func (c *Consumer) abortTxn(ctx context.Context, sess *kgo.GroupTransactSession,
 			return nil
 		}
 		if isFatalTxnErr(err) {
-			return fmt.Errorf("correct: abort transaction: %w", err)
+			return txnFatal("abort transaction", err)
 		}
 		c.outage.set(err)
 		d := b.next()
@@ -117,6 +117,9 @@ type outageState struct {
 	logged time.Time // last outage log line (rate limit)
 	loaded bool      // state of the owned partitions is loaded (false during a reload)
 	pinged bool      // the cluster answered at least once
+	// disrupted: a cluster error since the last commit; reinits: new sessions since then.
+	disrupted bool
+	reinits   int
 }
 
 func (o *outageState) set(err error) {
@@ -125,10 +128,20 @@ func (o *outageState) set(err error) {
 	if err != nil && o.err == nil {
 		o.since = time.Now()
 	}
+	if err != nil {
+		o.disrupted = true
+	}
 	o.err = err
 	if err == nil {
 		o.pinged = true
 	}
+}
+
+// committed records that a transaction committed: the cluster works, progress was made.
+func (o *outageState) committed() {
+	o.mu.Lock()
+	o.err, o.disrupted, o.reinits, o.pinged = nil, false, 0, true
+	o.mu.Unlock()
 }
 
 func (o *outageState) setLoaded(v bool) {
@@ -207,4 +220,59 @@ func (c *Consumer) watch(ctx context.Context, cl *kgo.Client) {
 		case <-t.C:
 		}
 	}
+}
+
+// errEpochFenced marks a transaction the broker refused because this producer's epoch was bumped:
+// by a successor with the same transactional id (a zombie must stop), or by the broker itself
+// when a transaction of ours outlived its timeout during an outage (we may carry on).
+var errEpochFenced = errors.New("producer epoch fenced")
+
+// txnFatal wraps a transaction error a retry cannot fix, marking epoch fencing as errEpochFenced.
+func txnFatal(op string, err error) error {
+	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
+		return fmt.Errorf("correct: %s: %w: %w", op, errEpochFenced, err)
+	}
+	return fmt.Errorf("correct: %s: %w", op, err)
+}
+
+// maxReinits bounds new sessions without a commit in between, so two instances misconfigured
+// with one transactional id cannot fence each other forever.
+const maxReinits = 3
+
+// reclaimable reports whether a fenced producer may start over: only after an outage (a timed-out
+// transaction is the broker's doing), only while the group still lists this client's member id (a
+// zombie replaced by a successor is no longer listed) and only a few times without progress.
+func (c *Consumer) reclaimable(ctx context.Context, sess *kgo.GroupTransactSession) bool {
+	o := &c.outage
+	o.mu.Lock()
+	disrupted := o.disrupted
+	o.reinits++
+	reinits := o.reinits
+	o.mu.Unlock()
+	if !disrupted {
+		c.log.Error("fenced without an outage: another instance runs with this --transactional-id", "transactional_id", c.cfg.TransactionalID)
+		return false
+	}
+	if reinits > maxReinits {
+		c.log.Error("fenced again after new sessions without a commit in between; stopping", "reinits", reinits-1)
+		return false
+	}
+	member, _ := sess.Client().GroupMetadata()
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	groups, err := kadm.NewClient(sess.Client()).DescribeGroups(dctx, c.cfg.Group)
+	if err == nil {
+		err = groups.Error()
+	}
+	if err != nil {
+		c.log.Error("fenced, and the group cannot be described to tell a timed-out transaction from a successor", "err", err)
+		return false
+	}
+	for _, m := range groups[c.cfg.Group].Members {
+		if member != "" && m.MemberID == member {
+			return true
+		}
+	}
+	c.log.Error("fenced, and this instance is no longer a member of its group: a successor replaced it", "member_id", member)
+	return false
 }

@@ -42,7 +42,7 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 	defer cancel()
 	if err := sess.Begin(); err != nil {
 		if isFatalTxnErr(err) {
-			return fmt.Errorf("correct: begin transaction: %w", err)
+			return txnFatal("begin transaction", err)
 		}
 		// Still in an unconfirmed transaction, or the producer id could not be reloaded yet.
 		return c.abortTxn(ctx, sess, fmt.Errorf("begin transaction: %w", err))
@@ -90,7 +90,7 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 	switch {
 	case err != nil && isFatalTxnErr(err):
 		c.m.txns.WithLabelValues("aborted").Inc()
-		return fmt.Errorf("correct: transaction: %w", err)
+		return txnFatal("transaction", err)
 	case err != nil:
 		// The commit's outcome is unknown (EndTxn failed on the wire) and the client is still in
 		// the transaction: abort it for certain before anything else.
@@ -104,7 +104,7 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 		c.markChanged()
 		return nil
 	}
-	c.outage.set(nil)
+	c.outage.committed()
 	c.m.txns.WithLabelValues("committed").Inc()
 	c.stats.txns++
 	c.stats.dlq += int64(len(dlq))
