@@ -66,3 +66,24 @@ func TestSleepEndsWithContext(t *testing.T) {
 		t.Errorf("sleep did not return at once on a cancelled context")
 	}
 }
+
+func TestTxnFatalMarksEpochFencing(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		fenced bool
+	}{
+		{kerr.ProducerFenced, true},
+		{fmt.Errorf("producer ID has a fatal, unrecoverable error, err: %w", kerr.ProducerFenced), true},
+		{kerr.InvalidProducerEpoch, true},
+		{kerr.TransactionalIDAuthorizationFailed, false},
+		{kerr.InvalidTxnState, false},
+	} {
+		err := txnFatal("begin transaction", tc.err)
+		if got := errors.Is(err, errEpochFenced); got != tc.fenced {
+			t.Errorf("txnFatal(%v): fenced = %v, want %v", tc.err, got, tc.fenced)
+		}
+		if !errors.Is(err, tc.err) {
+			t.Errorf("txnFatal(%v) = %v: the cause is lost", tc.err, err)
+		}
+	}
+}
