@@ -81,12 +81,7 @@ underscores, e.g. WMRL_BROKERS, WMRL_SASL_PASSWORD) or by a YAML file given with
 keys are the option names (brokers: [..], redis: redis://..). Precedence: flag, env, file, default.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyConfig(cmd.Flags(), a.config, os.LookupEnv); err != nil {
-				return err
-			}
-			return a.setupLogger()
-		},
+		PersistentPreRunE: a.preRun,
 	}
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
@@ -114,6 +109,14 @@ keys are the option names (brokers: [..], redis: redis://..). Precedence: flag, 
 		root.AddCommand(fn(a))
 	}
 	return root
+}
+
+// preRun resolves every option (flag, env, file, default) before any command runs.
+func (a *app) preRun(cmd *cobra.Command, _ []string) error {
+	if err := applyConfig(cmd.Flags(), a.config, os.LookupEnv); err != nil {
+		return err
+	}
+	return a.setupLogger()
 }
 
 func (a *app) setupLogger() error {
