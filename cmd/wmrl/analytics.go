@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -93,6 +92,6 @@ func kafkaGoSASL(o conn.Options) (sasl.Mechanism, error) {
 	case conn.SASLScramSHA512:
 		return scram.Mechanism(scram.SHA512, o.SASLUser, o.SASLPassword)
 	default:
-		return nil, fmt.Errorf("sasl-mechanism %q: want %s, %s or %s", o.SASLMechanism, conn.SASLPlain, conn.SASLScramSHA256, conn.SASLScramSHA512)
+		return nil, conn.CheckSASLMechanism(o.SASLMechanism)
 	}
 }

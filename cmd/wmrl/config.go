@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -56,7 +58,11 @@ func applyConfig(fs *pflag.FlagSet, file string, lookup func(string) (string, bo
 	})
 	for _, k := range sortedKeys(values) {
 		if !known[k] && !globalKey(k) {
-			errs = append(errs, fmt.Errorf("config %s: unknown option %q for this command", file, k))
+			err := fmt.Errorf("config %s: unknown option %q for this command", file, k)
+			if s := closest(k, slices.Sorted(maps.Keys(allFlagNames()))); s != "" {
+				err = fmt.Errorf("%w (did you mean %s?)", err, s)
+			}
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

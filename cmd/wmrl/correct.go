@@ -149,6 +149,7 @@ func (o *correctOptions) run(_ *cobra.Command, _ []string) error {
 	cfg.Redis = rdb
 	cfg.Names = a.conn.Names()
 	cfg.Logger = a.log
+	cfg.StartupTimeout = a.startupLeft()
 	c, err := correct.NewConsumer(cfg)
 	if err != nil {
 		return err

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/artifact"
 	"github.com/wmrl/wmrl/internal/stage"
+	"github.com/wmrl/wmrl/internal/topicadmin"
 )
 
 // stageConfig completes the stage configuration that worldmodel and sandbox share: the flags
@@ -16,7 +21,19 @@ func (a *app) stageConfig(member stage.Config, group, metricsAddr string, grace 
 	}
 	member.Group, member.Names, member.KafkaOpts = group, a.conn.Names(), kopts
 	member.MetricsAddr, member.Logger, member.ShutdownGrace = metricsAddr, a.log, grace
+	member.StartupTimeout = a.startupLeft()
 	return member, nil
+}
+
+// requireTopics is the start-up topic check of commands that are not stages (the stages make
+// it in Run): a consumer of a missing topic would otherwise wait for it without a word.
+func (a *app) requireTopics(opts []kgo.Opt, need ...string) error {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	return topicadmin.RequireLayout(a.startupContext(), kadm.NewClient(cl), a.conn.Names(), need)
 }
 
 // artifactResolver opens the claim-check directory, or returns a nil Resolver (not a nil

@@ -51,6 +51,9 @@ func (o *trainOptions) run(_ *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
+	if err := a.requireTopics(opts, a.conn.Names().Advantages()); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
 	ctx, cancel := signalContext()
 	defer cancel()
 	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: o.group, RunID: o.runID, Logger: a.log})
