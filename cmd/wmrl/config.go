@@ -6,7 +6,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -56,7 +55,7 @@ func applyConfig(fs *pflag.FlagSet, file string, lookup func(string) (string, bo
 			}
 		}
 	})
-	for _, k := range sortedKeys(values) {
+	for _, k := range slices.Sorted(maps.Keys(values)) {
 		if !known[k] && !globalKey(k) {
 			err := fmt.Errorf("config %s: unknown option %q for this command", file, k)
 			if s := closest(k, slices.Sorted(maps.Keys(allFlagNames()))); s != "" {
@@ -120,13 +119,4 @@ func readConfigFile(path string) (map[string]string, error) {
 		}
 	}
 	return out, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
