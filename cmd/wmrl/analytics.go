@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -17,10 +16,16 @@ import (
 
 func init() { register(newAnalyticsCmd) }
 
+// analyticsOptions holds analytics' flags; its run method is the command's body.
+type analyticsOptions struct {
+	a                 *app
+	out, group, runID string
+	roll              int
+	groupWait         time.Duration
+}
+
 func newAnalyticsCmd(a *app) *cobra.Command {
-	var out, group, run string
-	var roll int
-	var groupWait time.Duration
+	o := &analyticsOptions{a: a}
 	cmd := &cobra.Command{
 		Use:   "analytics",
 		Short: "Tap advantages and calibration into Parquet files (kafka-go consumer, read_committed)",
@@ -37,39 +42,42 @@ therefore waits up to --group-wait for the group to be empty before joining (a c
 membership expires after 30s) and fails otherwise; if the group rebalances later (another consumer
 joined or left) it exits with an error without committing, and is safe to restart.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if out == "" {
-				return errors.New("--out is required")
-			}
-			mech, err := kafkaGoSASL(a.conn)
-			if err != nil {
-				return err
-			}
-			// The tap is kafka-go; the check with franz-go uses the same brokers and credentials.
-			if _, err := a.kafkaOpts(); err != nil {
-				return err
-			}
-			tc, err := a.conn.TLSConfig()
-			if err != nil {
-				return err
-			}
-			tap, err := analytics.New(analytics.Config{Brokers: a.conn.Seeds(), TLS: tc, SASL: mech, Names: a.conn.Names(),
-				Group: group, GroupWait: groupWait, Dir: out, RollSteps: roll, RunID: run, Logger: a.log})
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			return tap.Run(ctx)
-		},
+		RunE: o.run,
 	}
 	f := cmd.Flags()
-	f.StringVar(&out, "out", "", "directory for the Parquet files (created if missing)")
-	f.StringVar(&group, "group", analytics.DefaultGroup, "consumer group of the tap (one tap per group)")
-	f.DurationVar(&groupWait, "group-wait", analytics.DefaultGroupWait, "how long to wait for the group to be empty before failing")
-	f.IntVar(&roll, "roll-steps", analytics.DefaultRollSteps, "close a run's files after this many steps")
-	f.StringVar(&run, "run", "", "only this run (empty: every run)")
+	f.StringVar(&o.out, "out", "", "directory for the Parquet files (created if missing)")
+	f.StringVar(&o.group, "group", analytics.DefaultGroup, "consumer group of the tap (one tap per group)")
+	f.DurationVar(&o.groupWait, "group-wait", analytics.DefaultGroupWait, "how long to wait for the group to be empty before failing")
+	f.IntVar(&o.roll, "roll-steps", analytics.DefaultRollSteps, "close a run's files after this many steps")
+	f.StringVar(&o.runID, "run", "", "only this run (empty: every run)")
 	return cmd
+}
+
+func (o *analyticsOptions) run(_ *cobra.Command, _ []string) error {
+	a := o.a
+	if o.out == "" {
+		return errors.New("--out is required")
+	}
+	mech, err := kafkaGoSASL(a.conn)
+	if err != nil {
+		return err
+	}
+	// The tap is kafka-go; the check with franz-go uses the same brokers and credentials.
+	if _, err := a.kafkaOpts(); err != nil {
+		return err
+	}
+	tc, err := a.conn.TLSConfig()
+	if err != nil {
+		return err
+	}
+	tap, err := analytics.New(analytics.Config{Brokers: a.conn.Seeds(), TLS: tc, SASL: mech, Names: a.conn.Names(),
+		Group: o.group, GroupWait: o.groupWait, Dir: o.out, RollSteps: o.roll, RunID: o.runID, Logger: a.log})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	return tap.Run(ctx)
 }
 
 // kafkaGoSASL maps the global SASL options onto kafka-go's mechanisms.
@@ -84,6 +92,6 @@ func kafkaGoSASL(o conn.Options) (sasl.Mechanism, error) {
 	case conn.SASLScramSHA512:
 		return scram.Mechanism(scram.SHA512, o.SASLUser, o.SASLPassword)
 	default:
-		return nil, fmt.Errorf("sasl-mechanism %q: want %s, %s or %s", o.SASLMechanism, conn.SASLPlain, conn.SASLScramSHA256, conn.SASLScramSHA512)
+		return nil, conn.CheckSASLMechanism(o.SASLMechanism)
 	}
 }

@@ -1,6 +1,10 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
 
 func init() { register(newBenchCmd) }
 
@@ -17,4 +21,13 @@ func newBenchCmd(a *app) *cobra.Command {
 		cmd.AddCommand(f(a))
 	}
 	return cmd
+}
+
+// belowTarget is a benchmark's verdict: exit status 1, naming the measure, when it missed its
+// target.
+func belowTarget(measure string, got, target float64) error {
+	if got < target {
+		return &exitError{code: 1, err: fmt.Errorf("%s %.3f below target %.2f", measure, got, target)}
+	}
+	return nil
 }

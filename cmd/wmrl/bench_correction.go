@@ -17,13 +17,19 @@ import (
 
 func init() { benchCommands = append(benchCommands, newBenchCorrectionCmd) }
 
+// benchCorrectionOptions holds bench correction's flags; its run method is the command's body.
+type benchCorrectionOptions struct {
+	a          *app
+	cfg        bench.CorrectionConfig
+	correction func() (correction.Config, error)
+	embedded   bool
+	target     float64
+}
+
 func newBenchCorrectionCmd(a *app) *cobra.Command {
-	cfg := bench.CorrectionConfig{
+	o := &benchCorrectionOptions{a: a, cfg: bench.CorrectionConfig{
 		Workload: correct.SynthConfig{Runs: 6, Steps: 120, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1},
-	}
-	var corrCfg func() (correction.Config, error)
-	var embedded bool
-	var target float64
+	}}
 	cmd := &cobra.Command{
 		Use:   "correction",
 		Short: "Correction consumer vs a pass-through transactional consume→produce; Redis round trips; latency",
@@ -35,54 +41,11 @@ reward to its advantages being visible to a read_committed consumer (p50/p99, on
 Uses --brokers and --redis, or an in-process kfake + miniredis with --embedded. Exits 1 when the
 ratio is below --target. The topics are deleted afterwards.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cc, err := corrCfg()
-			if err != nil {
-				return err
-			}
-			cfg.Correction = cc
-			cfg.Logger = a.log.With("bench", "correction")
-			if embedded {
-				kc, err := kfake.NewCluster(kfake.NumBrokers(1))
-				if err != nil {
-					return err
-				}
-				defer kc.Close()
-				mr, err := miniredis.Run()
-				if err != nil {
-					return err
-				}
-				defer mr.Close()
-				cfg.KafkaOpts = []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
-				rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-				defer rdb.Close()
-				cfg.Redis = rdb
-			} else {
-				if cfg.KafkaOpts, err = a.conn.KafkaOpts(); err != nil {
-					return err
-				}
-				rdb, err := a.redis()
-				if err != nil {
-					return err
-				}
-				defer rdb.Close()
-				cfg.Redis = rdb
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			rep, err := bench.Correction(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			fmt.Fprint(a.stdout, rep)
-			if rep.Ratio < target {
-				return &exitError{code: 1, err: fmt.Errorf("ratio %.3f below target %.2f", rep.Ratio, target)}
-			}
-			return nil
-		},
+		RunE: o.run,
 	}
+	cfg := &o.cfg
 	f := cmd.Flags()
-	corrCfg = correctionFlags(f)
+	o.correction = correctionFlags(f)
 	f.IntVar(&cfg.Workload.Runs, "runs", cfg.Workload.Runs, "runs")
 	f.IntVar(&cfg.Workload.Steps, "steps", cfg.Workload.Steps, "steps per run")
 	f.IntVar(&cfg.Workload.Groups, "groups", cfg.Workload.Groups, "groups per step")
@@ -94,8 +57,52 @@ ratio is below --target. The topics are deleted afterwards.`,
 	f.IntVar(&cfg.ChunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload")
 	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correct.DefaultMaxTxnSteps, "while a backlog waits, poll on until this many steps are buffered before one transaction (1: a transaction per poll)")
 	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correct.DefaultMaxTxnLinger, "longest time a backlog's transaction is put off")
-	f.BoolVar(&embedded, "embedded", false, "use an in-process kfake broker and miniredis instead of --brokers/--redis")
+	f.BoolVar(&o.embedded, "embedded", false, "use an in-process kfake broker and miniredis instead of --brokers/--redis")
 	f.BoolVar(&cfg.KeepTopics, "keep-topics", false, "do not delete the benchmark topics")
-	f.Float64Var(&target, "target", 0.8, "minimum ratio of correction to pass-through records/s")
+	f.Float64Var(&o.target, "target", 0.8, "minimum ratio of correction to pass-through records/s")
 	return cmd
+}
+
+func (o *benchCorrectionOptions) run(_ *cobra.Command, _ []string) error {
+	a, cfg := o.a, o.cfg
+	cc, err := o.correction()
+	if err != nil {
+		return err
+	}
+	cfg.Correction = cc
+	cfg.Logger = a.log.With("bench", "correction")
+	if o.embedded {
+		kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return err
+		}
+		defer kc.Close()
+		mr, err := miniredis.Run()
+		if err != nil {
+			return err
+		}
+		defer mr.Close()
+		cfg.KafkaOpts = []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}
+		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		defer rdb.Close()
+		cfg.Redis = rdb
+	} else {
+		if cfg.KafkaOpts, err = a.conn.KafkaOpts(); err != nil {
+			return err
+		}
+		rdb, err := a.redis()
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		cfg.Redis = rdb
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	rep, err := bench.Correction(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(a.stdout, rep)
+	return belowTarget("ratio", rep.Ratio, o.target)
 }

@@ -3,8 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -54,9 +55,13 @@ func applyConfig(fs *pflag.FlagSet, file string, lookup func(string) (string, bo
 			}
 		}
 	})
-	for _, k := range sortedKeys(values) {
+	for _, k := range slices.Sorted(maps.Keys(values)) {
 		if !known[k] && !globalKey(k) {
-			errs = append(errs, fmt.Errorf("config %s: unknown option %q for this command", file, k))
+			err := fmt.Errorf("config %s: unknown option %q for this command", file, k)
+			if s := closest(k, slices.Sorted(maps.Keys(allFlagNames()))); s != "" {
+				err = fmt.Errorf("%w (did you mean %s?)", err, s)
+			}
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
@@ -114,13 +119,4 @@ func readConfigFile(path string) (map[string]string, error) {
 		}
 	}
 	return out, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

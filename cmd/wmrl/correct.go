@@ -85,8 +85,15 @@ func defaultTransactionalID() string {
 	return "wmrl-correct-" + h
 }
 
+// correctOptions holds correct's flags; its run method is the command's body.
+type correctOptions struct {
+	a          *app
+	cfg        correct.Config
+	correction func() (correction.Config, error)
+}
+
 func newCorrectCmd(a *app) *cobra.Command {
-	var cfg correct.Config
+	o := &correctOptions{a: a}
 	cmd := &cobra.Command{
 		Use:   "correct",
 		Short: "Run the stateful correction consumer (exactly-once, Kafka transactions)",
@@ -103,8 +110,10 @@ Every instance needs its own --transactional-id, stable across its restarts: a r
 fences its predecessor's unfinished transaction. SIGTERM finishes the current transaction and
 leaves the group.`,
 		Args: cobra.NoArgs,
+		RunE: o.run,
 	}
-	corrCfg := correctionFlags(cmd.Flags())
+	o.correction = correctionFlags(cmd.Flags())
+	cfg := &o.cfg
 	f := cmd.Flags()
 	f.StringVar(&cfg.Group, "group", correct.DefaultGroup, "consumer group")
 	f.StringVar(&cfg.TransactionalID, "transactional-id", defaultTransactionalID(), "transactional id (unique per instance, stable across restarts)")
@@ -114,36 +123,39 @@ leaves the group.`,
 	f.IntVar(&cfg.KeepStates, "keep-states", correct.DefaultKeepStates, "versioned Redis snapshots kept per run/stream")
 	f.StringVar(&cfg.RedisPrefix, "redis-prefix", correct.DefaultRedisPrefix, "Redis key namespace")
 	f.BoolVar(&cfg.AllowConfigChange, "allow-config-change", false, "continue when stored state was built with other correction settings (its calibration restarts)")
-	f.StringVar(&cfg.MetricsAddr, "metrics-addr", ":9466", "serve Prometheus /metrics and /healthz here (empty: off)")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", ":9466", "serve Prometheus /metrics, /healthz and /readyz here (empty: off)")
+	f.Int64Var(&cfg.MaxStaleness, "max-staleness", 0, "mask (reason stale) the rows of steps whose manifest's policy_step lags the step by more than this many steps; 0: off")
 	f.DurationVar(&cfg.TxnTimeout, "txn-timeout", correct.DefaultTxnTimeout, "broker-side transaction timeout")
 	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correct.DefaultMaxTxnSteps, "while a backlog is being read, seal at most this many steps per transaction (1: one poll per transaction)")
 	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correct.DefaultMaxTxnLinger, "longest a backlog batch waits before its transaction commits (live traffic commits every poll)")
 	f.DurationVar(&cfg.ProgressInterval, "progress-interval", correct.DefaultProgressInterval, "period of the info-level progress line")
-	f.Int64Var(&cfg.MaxStaleness, "max-staleness", 0, "mask (reason stale) the rows of steps whose manifest's policy_step lags the step by more than this many steps; 0: off")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		cc, err := corrCfg()
-		if err != nil {
-			return err
-		}
-		cfg.Correction = cc
-		if cfg.KafkaOpts, err = a.kafkaOpts(); err != nil {
-			return err
-		}
-		rdb, err := a.redis()
-		if err != nil {
-			return err
-		}
-		defer rdb.Close()
-		cfg.Redis = rdb
-		cfg.Names = a.conn.Names()
-		cfg.Logger = a.log
-		c, err := correct.NewConsumer(cfg)
-		if err != nil {
-			return err
-		}
-		ctx, cancel := signalContext()
-		defer cancel()
-		return c.Run(ctx)
-	}
 	return cmd
+}
+
+func (o *correctOptions) run(_ *cobra.Command, _ []string) error {
+	a, cfg := o.a, o.cfg
+	cc, err := o.correction()
+	if err != nil {
+		return err
+	}
+	cfg.Correction = cc
+	if cfg.KafkaOpts, err = a.kafkaOpts(); err != nil {
+		return err
+	}
+	rdb, err := a.redis()
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	cfg.Redis = rdb
+	cfg.Names = a.conn.Names()
+	cfg.Logger = a.log
+	cfg.StartupTimeout = a.startupLeft()
+	c, err := correct.NewConsumer(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	return c.Run(ctx)
 }

@@ -10,12 +10,15 @@ import (
 
 func init() { register(newDashboardCmd) }
 
+// dashboardOptions holds dashboard's flags; its run method is the command's body.
+type dashboardOptions struct {
+	a                   *app
+	listen, redisPrefix string
+	noRedis             bool
+}
+
 func newDashboardCmd(a *app) *cobra.Command {
-	var (
-		listen      string
-		redisPrefix string
-		noRedis     bool
-	)
+	o := &dashboardOptions{a: a}
 	cmd := &cobra.Command{
 		Use:   "dashboard",
 		Short: "Serve a live web page following every run on the topics (read_committed) and Redis",
@@ -26,35 +29,38 @@ Debiasing per step, the IVD anchor weight, fit version and step latency (last re
 consumer-group lag and topic throughput per stage; dead letters by reason. The page updates by
 server-sent events; the JSON endpoints (/api/state, /api/events, /api/maps) are in docs/dashboard.md.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := signalContext()
-			defer cancel()
-			kopts, err := a.conn.KafkaOpts()
-			if err != nil {
-				return err
-			}
-			cfg := dashboard.Config{KafkaOpts: kopts, TopicPrefix: a.conn.TopicPrefix, Logger: a.log,
-				RedisPrefix: func(string) string { return redisPrefix }}
-			if !noRedis {
-				rdb, err := a.redis()
-				if err != nil {
-					return err
-				}
-				defer rdb.Close()
-				cfg.Redis = rdb
-			}
-			srv, err := dashboard.Start(ctx, listen, cfg)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "wmrl dashboard: %s (following %s*; Ctrl-C stops)\n", srv.URL(), cfg.TopicPrefix)
-			<-ctx.Done()
-			return srv.Close()
-		},
+		RunE: o.run,
 	}
 	f := cmd.Flags()
-	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve the page on (host:port)")
-	f.StringVar(&redisPrefix, "redis-prefix", "wmrl", "Redis key namespace of the correction consumer (wmrl correct --redis-prefix)")
-	f.BoolVar(&noRedis, "no-redis", false, "do not read Redis (the page then shows the topics only)")
+	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the page on (host:port)")
+	f.StringVar(&o.redisPrefix, "redis-prefix", "wmrl", "Redis key namespace of the correction consumer (wmrl correct --redis-prefix)")
+	f.BoolVar(&o.noRedis, "no-redis", false, "do not read Redis (the page then shows the topics only)")
 	return cmd
+}
+
+func (o *dashboardOptions) run(_ *cobra.Command, _ []string) error {
+	a := o.a
+	ctx, cancel := signalContext()
+	defer cancel()
+	kopts, err := a.conn.KafkaOpts()
+	if err != nil {
+		return err
+	}
+	cfg := dashboard.Config{KafkaOpts: kopts, TopicPrefix: a.conn.TopicPrefix, Logger: a.log,
+		RedisPrefix: func(string) string { return o.redisPrefix }}
+	if !o.noRedis {
+		rdb, err := a.redis()
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		cfg.Redis = rdb
+	}
+	srv, err := dashboard.Start(ctx, o.listen, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "wmrl dashboard: %s (following %s*; Ctrl-C stops)\n", srv.URL(), cfg.TopicPrefix)
+	<-ctx.Done()
+	return srv.Close()
 }

@@ -20,15 +20,17 @@ import (
 
 func init() { register(newDemoCmd) }
 
+// demoOptions holds demo's flags; its run method is the command's body.
+type demoOptions struct {
+	a               *app
+	cfg             demo.Config
+	quick, external bool
+	out, dashAddr   string
+	linger          time.Duration
+}
+
 func newDemoCmd(a *app) *cobra.Command {
-	cfg := demo.Config{Sim: sim.DefaultConfig(), AnchorFraction: 0.25, Seed: 1, EvalProblems: 4, TargetFraction: sim.DefaultTargetFraction}
-	var (
-		quick    bool
-		external bool
-		out      string
-		dashAddr string
-		linger   time.Duration
-	)
+	o := &demoOptions{a: a, cfg: demo.Config{Sim: sim.DefaultConfig(), AnchorFraction: 0.25, Seed: 1, EvalProblems: 4, TargetFraction: sim.DefaultTargetFraction}}
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole pipeline in one process: real-GRPO vs pure world model vs WMRL",
@@ -46,131 +48,132 @@ real executions; the score is the policy's exact expected true score on held-out
 target is --target-fraction × real-GRPO's final score. The report folder gets report.html, PNG
 plots and CSVs. --quick is a shorter run (30 steps, 2 held-out problems).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := signalContext()
-			defer cancel()
-			if quick {
-				if !cmd.Flags().Changed("steps") {
-					cfg.Sim.Steps = 30
-				}
-				if !cmd.Flags().Changed("eval-problems") {
-					cfg.EvalProblems = 2
-				}
-			}
-			// The stages log every step at info level; in a demo that drowns the progress display,
-			// so they get warnings only unless debug logging was asked for.
-			cfg.Logger = a.log
-			if !a.log.Enabled(ctx, slog.LevelDebug) {
-				cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			}
-			cfg.TopicPrefix = a.conn.TopicPrefix + "demo."
-			where := "embedded Kafka (kfake) + Redis (miniredis)"
-			// Naming a cluster (flag, WMRL_* env or config file) means using it.
-			if cmd.Flags().Changed("brokers") || cmd.Flags().Changed("redis") {
-				external = true
-			}
-			if external {
-				kopts, err := a.kafkaOpts()
-				if err != nil {
-					return err
-				}
-				rdb, err := a.redis()
-				if err != nil {
-					return err
-				}
-				defer rdb.Close()
-				cfg.KafkaOpts, cfg.Redis = kopts, rdb
-				// Fresh topics and Redis keys per demo: a rerun must not meet the sealed state of
-				// an earlier one.
-				id := strconv.FormatInt(time.Now().Unix(), 10)
-				cfg.TopicPrefix += id + "."
-				cfg.RedisPrefix = "wmrl-demo-" + id
-				where = fmt.Sprintf("Kafka %s, Redis %s (topics %s<arm>.*)", strings.Join(a.conn.Brokers, ","), conn.RedactURL(a.conn.RedisURL), cfg.TopicPrefix)
-			}
-			cfg.Arms = demo.Arms(cfg.AnchorFraction)
-			fmt.Fprintf(a.stdout, "wmrl demo: %s\n", where)
-			var dash *dashboard.Server
-			if dashAddr != "" {
-				// The dashboard reads the same topics and Redis as the arms; an embedded Kafka and
-				// Redis are started here so that they outlive the run while the page is open.
-				if !external {
-					emb, err := demo.StartEmbedded()
-					if err != nil {
-						return err
-					}
-					defer emb.Close()
-					cfg.Embedded = emb
-					cfg.KafkaOpts, cfg.Redis = emb.KafkaOpts, emb.Redis
-				}
-				var err error
-				dash, err = dashboard.Start(ctx, dashAddr, dashboard.Config{KafkaOpts: cfg.KafkaOpts, Redis: cfg.Redis,
-					TopicPrefix: cfg.TopicPrefix, RedisPrefix: cfg.RedisPrefixOf, Logger: cfg.Logger})
-				if err != nil {
-					return err
-				}
-				defer dash.Close()
-				fmt.Fprintf(a.stdout, "dashboard: %s\n", dash.URL())
-			}
-			fmt.Fprintf(a.stdout, "arms: real-grpo (all groups executed), pure-wm (none), wmrl (%.0f%% anchors, OD+IVD); %d steps × %d groups × G=%d, seed %d\n",
-				100*cfg.AnchorFraction, cfg.Sim.Steps, cfg.Sim.Groups, cfg.Sim.GroupSize, cfg.Seed)
-			fmt.Fprintf(a.stdout, "building the exact evaluator: %d held-out problems × %d solutions ...\n", cfg.EvalProblems, len(task.EffectiveSolutions()))
-			prog := newProgress(a.stdout, isTerminal(a.stdout), cfg.Arms, cfg.Sim.Steps)
-			cfg.OnStep = prog.step
-			start := time.Now()
-			res, err := demo.Run(ctx, cfg)
-			prog.finish()
+		RunE: o.run,
+	}
+	f := cmd.Flags()
+	f.BoolVar(&o.quick, "quick", false, "short run: 30 steps, 2 held-out problems (explicit --steps/--eval-problems win)")
+	f.BoolVar(&o.external, "external", false, "use the global --brokers/--redis (and TLS/SASL options) instead of the embedded ones; implied when either is set")
+	f.StringVar(&o.out, "out", "wmrl-demo-report", "report folder (empty: no report)")
+	f.StringVar(&o.dashAddr, "dashboard", "", "serve the live dashboard on this address (host:port) during the run, e.g. 127.0.0.1:8080")
+	f.DurationVar(&o.linger, "dashboard-linger", 0, "keep the dashboard up this long after the run (0: until Ctrl-C)")
+	f.IntVar(&o.cfg.Sim.Steps, "steps", o.cfg.Sim.Steps, "training steps")
+	f.IntVar(&o.cfg.Sim.Groups, "groups", o.cfg.Sim.Groups, "groups per step")
+	f.IntVar(&o.cfg.Sim.GroupSize, "group-size", o.cfg.Sim.GroupSize, "rollouts per group (G)")
+	f.Float64Var(&o.cfg.Sim.LR, "lr", o.cfg.Sim.LR, "policy learning rate")
+	f.Float64Var(&o.cfg.AnchorFraction, "anchor-fraction", o.cfg.AnchorFraction, "fraction of groups executed in the wmrl arm")
+	f.Int64Var(&o.cfg.Seed, "seed", o.cfg.Seed, "seed (problems, sampling, world-model draws)")
+	f.IntVar(&o.cfg.EvalProblems, "eval-problems", o.cfg.EvalProblems, "held-out problems of the exact expected score")
+	f.Float64Var(&o.cfg.TargetFraction, "target-fraction", o.cfg.TargetFraction, "target = this × real-GRPO's final score")
+	f.DurationVar(&o.cfg.Sim.ExecOverhead, "exec-overhead", 0, "simulated sandbox start-up per execution (waited out in the slot)")
+	f.IntVar(&o.cfg.SandboxSlots, "sandbox-slots", 2, "exclusive sandbox slots per arm")
+	f.Int32Var(&o.cfg.Partitions, "partitions", 1, "partitions of each arm's topics")
+	f.DurationVar(&o.cfg.StallTimeout, "stall-timeout", 2*time.Minute, "fail when an arm seals no step for this long")
+	wmFlags(f, &o.cfg.Sim.WorldModel)
+	return cmd
+}
+
+func (o *demoOptions) run(cmd *cobra.Command, _ []string) error {
+	a, cfg := o.a, o.cfg
+	ctx, cancel := signalContext()
+	defer cancel()
+	if o.quick {
+		if !cmd.Flags().Changed("steps") {
+			cfg.Sim.Steps = 30
+		}
+		if !cmd.Flags().Changed("eval-problems") {
+			cfg.EvalProblems = 2
+		}
+	}
+	// The stages log every step at info level; in a demo that drowns the progress display,
+	// so they get warnings only unless debug logging was asked for.
+	cfg.Logger = a.log
+	if !a.log.Enabled(ctx, slog.LevelDebug) {
+		cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	cfg.TopicPrefix = a.conn.TopicPrefix + "demo."
+	where := "embedded Kafka (kfake) + Redis (miniredis)"
+	// Naming a cluster (flag, WMRL_* env or config file) means using it.
+	external := o.external || cmd.Flags().Changed("brokers") || cmd.Flags().Changed("redis")
+	if external {
+		kopts, err := a.kafkaOpts()
+		if err != nil {
+			return err
+		}
+		rdb, err := a.redis()
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		cfg.KafkaOpts, cfg.Redis = kopts, rdb
+		// Fresh topics and Redis keys per demo: a rerun must not meet the sealed state of
+		// an earlier one.
+		id := strconv.FormatInt(time.Now().Unix(), 10)
+		cfg.TopicPrefix += id + "."
+		cfg.RedisPrefix = "wmrl-demo-" + id
+		where = fmt.Sprintf("Kafka %s, Redis %s (topics %s<arm>.*)", strings.Join(a.conn.Brokers, ","), conn.RedactURL(a.conn.RedisURL), cfg.TopicPrefix)
+	}
+	cfg.Arms = demo.Arms(cfg.AnchorFraction)
+	fmt.Fprintf(a.stdout, "wmrl demo: %s\n", where)
+	var dash *dashboard.Server
+	if o.dashAddr != "" {
+		// The dashboard reads the same topics and Redis as the arms; an embedded Kafka and
+		// Redis are started here so that they outlive the run while the page is open.
+		if !external {
+			emb, err := demo.StartEmbedded()
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "\nevaluator %s, pipeline %s, total %s\n\n", res.Eval.Round(time.Millisecond),
-				res.Elapsed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-			fmt.Fprintf(a.stdout, "target: %.0f%% of real-GRPO's final score; compute = real executions (one seed, so no CIs)\n", 100*cfg.TargetFraction)
-			if err := sim.WriteTable(a.stdout, res.Summary, cfg.TargetFraction); err != nil {
-				return err
-			}
-			if out != "" {
-				settings := append([][2]string{{"backend", where},
-					{"arms", "real-grpo (every group executed), pure-wm (none), wmrl (anchors, OD + IVD)"},
-					{"anchor fraction (wmrl)", fmt.Sprint(cfg.AnchorFraction)}, {"seed", fmt.Sprint(cfg.Seed)},
-					{"held-out problems", fmt.Sprint(cfg.EvalProblems)}, {"sandbox slots per arm", fmt.Sprint(cfg.SandboxSlots)},
-					{"target", fmt.Sprintf("%.0f%% of real-GRPO's final score", 100*cfg.TargetFraction)}},
-					demo.SimSettings(cfg.Sim)...)
-				settings = append(settings, [2]string{"pipeline time", res.Elapsed.Round(time.Millisecond).String()})
-				files, err := demo.WriteReport(out, demo.Report{Title: "wmrl demo", Settings: settings, Results: res.Results,
-					TargetFraction: cfg.TargetFraction, FinalLine: res.FinalLine})
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(a.stdout, "report: %s (%d files)\n", filepath.Join(out, demo.FileHTML), len(files))
-			}
-			fmt.Fprintln(a.stdout, res.FinalLine)
-			demoHandoff(a.stdout, cfg.Seed, cfg.TopicPrefix, a.conn.Brokers, !external)
-			if dash != nil {
-				return lingerDashboard(ctx, a, dash, linger)
-			}
-			return nil
-		},
+			defer emb.Close()
+			cfg.Embedded = emb
+			cfg.KafkaOpts, cfg.Redis = emb.KafkaOpts, emb.Redis
+		}
+		var err error
+		dash, err = dashboard.Start(ctx, o.dashAddr, dashboard.Config{KafkaOpts: cfg.KafkaOpts, Redis: cfg.Redis,
+			TopicPrefix: cfg.TopicPrefix, RedisPrefix: cfg.RedisPrefixOf, Logger: cfg.Logger})
+		if err != nil {
+			return err
+		}
+		defer dash.Close()
+		fmt.Fprintf(a.stdout, "dashboard: %s\n", dash.URL())
 	}
-	f := cmd.Flags()
-	f.BoolVar(&quick, "quick", false, "short run: 30 steps, 2 held-out problems (explicit --steps/--eval-problems win)")
-	f.BoolVar(&external, "external", false, "use the global --brokers/--redis (and TLS/SASL options) instead of the embedded ones; implied when either is set")
-	f.StringVar(&out, "out", "wmrl-demo-report", "report folder (empty: no report)")
-	f.StringVar(&dashAddr, "dashboard", "", "serve the live dashboard on this address (host:port) during the run, e.g. 127.0.0.1:8080")
-	f.DurationVar(&linger, "dashboard-linger", 0, "keep the dashboard up this long after the run (0: until Ctrl-C)")
-	f.IntVar(&cfg.Sim.Steps, "steps", cfg.Sim.Steps, "training steps")
-	f.IntVar(&cfg.Sim.Groups, "groups", cfg.Sim.Groups, "groups per step")
-	f.IntVar(&cfg.Sim.GroupSize, "group-size", cfg.Sim.GroupSize, "rollouts per group (G)")
-	f.Float64Var(&cfg.Sim.LR, "lr", cfg.Sim.LR, "policy learning rate")
-	f.Float64Var(&cfg.AnchorFraction, "anchor-fraction", cfg.AnchorFraction, "fraction of groups executed in the wmrl arm")
-	f.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed (problems, sampling, world-model draws)")
-	f.IntVar(&cfg.EvalProblems, "eval-problems", cfg.EvalProblems, "held-out problems of the exact expected score")
-	f.Float64Var(&cfg.TargetFraction, "target-fraction", cfg.TargetFraction, "target = this × real-GRPO's final score")
-	f.DurationVar(&cfg.Sim.ExecOverhead, "exec-overhead", 0, "simulated sandbox start-up per execution (waited out in the slot)")
-	f.IntVar(&cfg.SandboxSlots, "sandbox-slots", 2, "exclusive sandbox slots per arm")
-	f.Int32Var(&cfg.Partitions, "partitions", 1, "partitions of each arm's topics")
-	f.DurationVar(&cfg.StallTimeout, "stall-timeout", 2*time.Minute, "fail when an arm seals no step for this long")
-	wmFlags(f, &cfg.Sim.WorldModel)
-	return cmd
+	fmt.Fprintf(a.stdout, "arms: real-grpo (all groups executed), pure-wm (none), wmrl (%.0f%% anchors, OD+IVD); %d steps × %d groups × G=%d, seed %d\n",
+		100*cfg.AnchorFraction, cfg.Sim.Steps, cfg.Sim.Groups, cfg.Sim.GroupSize, cfg.Seed)
+	fmt.Fprintf(a.stdout, "building the exact evaluator: %d held-out problems × %d solutions ...\n", cfg.EvalProblems, len(task.EffectiveSolutions()))
+	prog := newProgress(a.stdout, isTerminal(a.stdout), cfg.Arms, cfg.Sim.Steps)
+	cfg.OnStep = prog.step
+	start := time.Now()
+	res, err := demo.Run(ctx, cfg)
+	prog.finish()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "\nevaluator %s, pipeline %s, total %s\n\n", res.Eval.Round(time.Millisecond),
+		res.Elapsed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(a.stdout, "target: %.0f%% of real-GRPO's final score; compute = real executions (one seed, so no CIs)\n", 100*cfg.TargetFraction)
+	if err := sim.WriteTable(a.stdout, res.Summary, cfg.TargetFraction); err != nil {
+		return err
+	}
+	if o.out != "" {
+		settings := append([][2]string{{"backend", where},
+			{"arms", "real-grpo (every group executed), pure-wm (none), wmrl (anchors, OD + IVD)"},
+			{"anchor fraction (wmrl)", fmt.Sprint(cfg.AnchorFraction)}, {"seed", fmt.Sprint(cfg.Seed)},
+			{"held-out problems", fmt.Sprint(cfg.EvalProblems)}, {"sandbox slots per arm", fmt.Sprint(cfg.SandboxSlots)},
+			{"target", fmt.Sprintf("%.0f%% of real-GRPO's final score", 100*cfg.TargetFraction)}},
+			demo.SimSettings(cfg.Sim)...)
+		settings = append(settings, [2]string{"pipeline time", res.Elapsed.Round(time.Millisecond).String()})
+		files, err := demo.WriteReport(o.out, demo.Report{Title: "wmrl demo", Settings: settings, Results: res.Results,
+			TargetFraction: cfg.TargetFraction, FinalLine: res.FinalLine})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "report: %s (%d files)\n", filepath.Join(o.out, demo.FileHTML), len(files))
+	}
+	fmt.Fprintln(a.stdout, res.FinalLine)
+	demoHandoff(a.stdout, cfg.Seed, cfg.TopicPrefix, a.conn.Brokers, !external)
+	if dash != nil {
+		return lingerDashboard(ctx, a, dash, o.linger)
+	}
+	return nil
 }
 
 // lingerDashboard keeps the dashboard of a finished demo up (its embedded Kafka and Redis too)

@@ -27,30 +27,30 @@ var (
 const defaultGridSteps = 40
 
 // runErrorGrid sweeps the error model's (B, σ) grid and writes error_grid.csv,
-// error_grid.md and the plots into out.
-func runErrorGrid(ctx context.Context, a *app, cfg sim.Config, arms []sim.Arm, seeds []int64, o errorGridOptions,
-	anchorFraction, targetFraction float64, evalProblems, workers int, out string) error {
-	if !o.armsChanged {
-		arms = sim.GridArms(anchorFraction)
+// error_grid.md and the plots into --out; cfg and seeds are simulate's, resolved.
+func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms []sim.Arm, seeds []int64) error {
+	a, g0, out := o.a, o.grid, o.out
+	if !g0.armsChanged {
+		arms = sim.GridArms(o.anchorFraction)
 	}
-	g := sim.ErrorGrid{Config: cfg, Biases: o.biases, Noises: o.noises, Arms: arms, Seeds: seeds,
-		Workers: workers, TargetFraction: targetFraction}
-	for _, b := range o.biases {
-		for _, n := range o.noises {
+	g := sim.ErrorGrid{Config: cfg, Biases: g0.biases, Noises: g0.noises, Arms: arms, Seeds: seeds,
+		Workers: o.workers, TargetFraction: o.targetFraction}
+	for _, b := range g0.biases {
+		for _, n := range g0.noises {
 			if err := (sim.ErrorModel{Bias: b, Noise: n}).Validate(); err != nil {
 				return err
 			}
 		}
 	}
 	start := time.Now()
-	fmt.Fprintf(a.stdout, "eval set: %d held-out problems × %d solutions ...\n", evalProblems, len(task.EffectiveSolutions()))
-	eval, err := sim.Eval(ctx, evalProblems, workers)
+	fmt.Fprintf(a.stdout, "eval set: %d held-out problems × %d solutions ...\n", o.evalProblems, len(task.EffectiveSolutions()))
+	eval, err := sim.Eval(ctx, o.evalProblems, o.workers)
 	if err != nil {
 		return err
 	}
-	cells := len(o.biases) * len(o.noises)
+	cells := len(g0.biases) * len(g0.noises)
 	fmt.Fprintf(a.stdout, "eval set ready in %s; error grid %d cells (B %v × σ %v) × %d arms × %d seeds, %d steps × %d groups × G=%d\n",
-		time.Since(start).Round(time.Millisecond), cells, o.biases, o.noises, len(arms), len(seeds), cfg.Steps, cfg.Groups, cfg.GroupSize)
+		time.Since(start).Round(time.Millisecond), cells, g0.biases, g0.noises, len(arms), len(seeds), cfg.Steps, cfg.Groups, cfg.GroupSize)
 	res, err := g.Run(ctx, eval, func(cell int, p sim.Progress) {
 		fmt.Fprintf(a.stdout, "[cell %d/%d run %2d/%d] %-9s seed %-3d final %.3f executions %5d (%s)\n",
 			cell+1, cells, p.Done, p.Total, p.Result.Arm, p.Result.Seed, p.Result.FinalScore(),

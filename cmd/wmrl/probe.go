@@ -12,27 +12,35 @@ import (
 
 func init() { register(newProbeCmd) }
 
+// probeOptions holds probe's flags; its run method is the command's body.
+type probeOptions struct {
+	a       *app
+	timeout time.Duration
+}
+
 // newProbeCmd is the container healthcheck: the images have no shell or curl, so
 // docker-compose.yml asks the binary itself whether a stage's /healthz or /readyz answers.
 func newProbeCmd(a *app) *cobra.Command {
-	var timeout time.Duration
+	o := &probeOptions{a: a}
 	cmd := &cobra.Command{
 		Use:   "probe URL",
 		Short: "Exit 0 if URL answers 2xx within --timeout (a container healthcheck, e.g. http://127.0.0.1:9466/readyz)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			code, err := probe(ctx, args[0])
-			if err != nil {
-				return &exitError{code: 1, err: err}
-			}
-			fmt.Fprintf(a.stdout, "%s: %d\n", args[0], code)
-			return nil
-		},
+		RunE:  o.run,
 	}
-	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "how long to wait for the answer")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 3*time.Second, "how long to wait for the answer")
 	return cmd
+}
+
+func (o *probeOptions) run(cmd *cobra.Command, args []string) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+	defer cancel()
+	code, err := probe(ctx, args[0])
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	fmt.Fprintf(o.a.stdout, "%s: %d\n", args[0], code)
+	return nil
 }
 
 // probe GETs url and returns the status code, or an error naming it when it is not 2xx.

@@ -13,19 +13,25 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/consumers/correct"
+	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/topics"
 )
 
 func init() { register(newReplayCmd) }
 
+// replayOptions holds replay's flags; its run method is the command's body.
+type replayOptions struct {
+	a                                                          *app
+	runID, toTopic, out, fromOffsets, redisPrefix, statePrefix string
+	fromStep, maxStaleness                                     int64
+	partition                                                  int32
+	chunkBytes, keep                                           int
+	noRedis                                                    bool
+	correction                                                 func() (correction.Config, error)
+}
+
 func newReplayCmd(a *app) *cobra.Command {
-	var (
-		run, toTopic, out, fromOffsets, redisPrefix, statePrefix string
-		fromStep, maxStaleness                                   int64
-		partition                                                int32
-		chunkBytes, keep                                         int
-		noRedis                                                  bool
-	)
+	o := &replayOptions{a: a}
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Re-run correction for one run from the retained input topics and emit its advantages",
@@ -42,119 +48,135 @@ steps=O1,predicted=O2,executed=O3 starts reading the run's partition there inste
 retention has trimmed); the state after step S-1 then comes from the live namespace
 (--state-prefix), which keeps the last --keep-states snapshots.`,
 		Args: cobra.NoArgs,
+		RunE: o.run,
 	}
-	corrCfg := correctionFlags(cmd.Flags())
+	o.correction = correctionFlags(cmd.Flags())
 	f := cmd.Flags()
-	f.StringVar(&run, "run", "", "run id to replay (required)")
-	f.Int64Var(&fromStep, "from-step", 0, "first step to emit")
-	f.StringVar(&fromOffsets, "from-offsets", "", "start offsets on the run's partition: steps=N,predicted=N,executed=N")
-	f.Int32Var(&partition, "partition", -1, "the run's partition (default: hash of the run id, as producers place it)")
-	f.StringVar(&toTopic, "to-topic", "", "produce the advantages to this topic")
-	f.StringVar(&out, "out", "", "write the advantages to this replay file")
-	f.IntVar(&chunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload")
-	f.StringVar(&redisPrefix, "redis-prefix", "", "isolated Redis namespace for the replayed states (default wmrl-replay-<run>-<unix time>)")
-	f.StringVar(&statePrefix, "state-prefix", correct.DefaultRedisPrefix, "the live consumer's Redis namespace (read for --from-offsets)")
-	f.IntVar(&keep, "keep-states", correct.DefaultKeepStates, "snapshots kept per run/stream in the replay namespace")
-	f.BoolVar(&noRedis, "no-redis", false, "do not write replayed states to Redis")
-	f.Int64Var(&maxStaleness, "max-staleness", 0, "the live consumer's --max-staleness (digests match only with the same value)")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if run == "" {
-			return errors.New("--run is required")
-		}
-		if (toTopic == "") == (out == "") {
-			return errors.New("exactly one of --to-topic and --out is required")
-		}
-		names := a.conn.Names()
-		if toTopic == names.Advantages() {
-			return fmt.Errorf("--to-topic %s is the live advantages topic; replaying into it would duplicate rows", toTopic)
-		}
-		cc, err := corrCfg()
-		if err != nil {
-			return err
-		}
-		opts, err := a.kafkaOpts()
-		if err != nil {
-			return err
-		}
-		rc := correct.ReplayConfig{
-			KafkaOpts: opts, Names: names, Run: run, FromStep: fromStep, Correction: cc, MaxStaleness: maxStaleness,
-			StatePrefix: statePrefix, KeepStates: keep, Logger: a.log,
-		}
-		if partition >= 0 {
-			rc.Partition = &partition
-		}
-		if fromOffsets != "" {
-			if rc.FromOffsets, err = parseFromOffsets(fromOffsets, names); err != nil {
-				return err
-			}
-		}
-		if !noRedis || fromOffsets != "" {
-			rdb, err := a.redis()
-			if err != nil {
-				return err
-			}
-			defer rdb.Close()
-			rc.Redis = rdb
-			rc.RedisPrefix = redisPrefix
-			if rc.RedisPrefix == "" {
-				rc.RedisPrefix = fmt.Sprintf("wmrl-replay-%s-%d", run, time.Now().Unix())
-			}
-		}
-		ctx, cancel := signalContext()
-		defer cancel()
+	f.StringVar(&o.runID, "run", "", "run id to replay (required)")
+	f.Int64Var(&o.fromStep, "from-step", 0, "first step to emit")
+	f.StringVar(&o.fromOffsets, "from-offsets", "", "start offsets on the run's partition: steps=N,predicted=N,executed=N")
+	f.Int32Var(&o.partition, "partition", -1, "the run's partition (default: hash of the run id, as producers place it)")
+	f.StringVar(&o.toTopic, "to-topic", "", "produce the advantages to this topic")
+	f.StringVar(&o.out, "out", "", "write the advantages to this replay file")
+	f.IntVar(&o.chunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload")
+	f.StringVar(&o.redisPrefix, "redis-prefix", "", "isolated Redis namespace for the replayed states (default wmrl-replay-<run>-<unix time>)")
+	f.StringVar(&o.statePrefix, "state-prefix", correct.DefaultRedisPrefix, "the live consumer's Redis namespace (read for --from-offsets)")
+	f.IntVar(&o.keep, "keep-states", correct.DefaultKeepStates, "snapshots kept per run/stream in the replay namespace")
+	f.BoolVar(&o.noRedis, "no-redis", false, "do not write replayed states to Redis")
+	f.Int64Var(&o.maxStaleness, "max-staleness", 0, "the live consumer's --max-staleness (digests match only with the same value)")
+	return cmd
+}
 
-		var emit func(int64, []topics.AdvantageRow) error
-		var finish func() error
-		switch {
-		case out != "":
-			fh, err := os.Create(out)
-			if err != nil {
-				return err
-			}
-			defer fh.Close()
-			w := topics.NewReplayWriter(fh)
-			emit = func(_ int64, rows []topics.AdvantageRow) error { return w.WriteRows(rows, chunkBytes) }
-			finish = func() error {
-				if err := w.Flush(); err != nil {
-					return err
-				}
+func (o *replayOptions) run(_ *cobra.Command, _ []string) error {
+	a := o.a
+	if o.runID == "" {
+		return errors.New("--run is required")
+	}
+	if (o.toTopic == "") == (o.out == "") {
+		return errors.New("exactly one of --to-topic and --out is required")
+	}
+	names := a.conn.Names()
+	if o.toTopic == names.Advantages() {
+		return fmt.Errorf("--to-topic %s is the live advantages topic; replaying into it would duplicate rows", o.toTopic)
+	}
+	cc, err := o.correction()
+	if err != nil {
+		return err
+	}
+	opts, err := a.kafkaOpts()
+	if err != nil {
+		return err
+	}
+	rc := correct.ReplayConfig{
+		KafkaOpts: opts, Names: names, Run: o.runID, FromStep: o.fromStep, Correction: cc, MaxStaleness: o.maxStaleness,
+		StatePrefix: o.statePrefix, KeepStates: o.keep, Logger: a.log,
+	}
+	if o.partition >= 0 {
+		rc.Partition = &o.partition
+	}
+	if o.fromOffsets != "" {
+		if rc.FromOffsets, err = parseFromOffsets(o.fromOffsets, names); err != nil {
+			return err
+		}
+	}
+	if !o.noRedis || o.fromOffsets != "" {
+		rdb, err := a.redis()
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		rc.Redis = rdb
+		rc.RedisPrefix = o.redisPrefix
+		if rc.RedisPrefix == "" {
+			rc.RedisPrefix = fmt.Sprintf("wmrl-replay-%s-%d", o.runID, time.Now().Unix())
+		}
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	emit, finish, err := o.emitter(ctx, names)
+	if err != nil {
+		return err
+	}
+	res, err := correct.Replay(ctx, rc, emit)
+	if err != nil {
+		_ = finish(false)
+		return err
+	}
+	if err := finish(true); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "run=%s steps=%d (first %d, last sealed %d) rows=%d digest=%s dead_letters=%d incomplete_steps=%d redis_prefix=%s\n",
+		o.runID, res.Steps, res.FirstStep, res.LastStep, res.Rows, res.Digest, res.DeadLetters, res.Incomplete, rc.RedisPrefix)
+	if res.Incomplete > 0 {
+		a.log.Warn("some steps never completed from the retained inputs", "incomplete", res.Incomplete)
+	}
+	return nil
+}
+
+// emitter returns where replayed steps go: the --out file or the --to-topic topic. finish
+// closes it, flushing the file first when complete is true; call it once, also after a failed
+// replay.
+func (o *replayOptions) emitter(ctx context.Context, names topics.Names) (emit func(int64, []topics.AdvantageRow) error, finish func(complete bool) error, err error) {
+	if o.out != "" {
+		fh, err := os.Create(o.out)
+		if err != nil {
+			return nil, nil, err
+		}
+		w := topics.NewReplayWriter(fh)
+		emit = func(_ int64, rows []topics.AdvantageRow) error { return w.WriteRows(rows, o.chunkBytes) }
+		finish = func(complete bool) error {
+			if !complete {
 				return fh.Close()
 			}
-		default:
-			cl, err := a.kafka(kgo.DefaultProduceTopic(toTopic))
-			if err != nil {
+			if err := w.Flush(); err != nil {
+				fh.Close()
 				return err
 			}
-			defer cl.Close()
-			emit = func(step int64, rows []topics.AdvantageRow) error {
-				recs, err := names.AdvantageRecords(run, "", step, rows, chunkBytes)
-				if err != nil {
-					return err
-				}
-				for _, r := range recs {
-					r.Topic = toTopic
-				}
-				pctx, cancel := context.WithTimeout(ctx, time.Minute)
-				defer cancel()
-				return cl.ProduceSync(pctx, recs...).FirstErr()
-			}
-			finish = func() error { return nil }
+			return fh.Close()
 		}
-		res, err := correct.Replay(ctx, rc, emit)
+		return emit, finish, nil
+	}
+	cl, err := o.a.kafka(kgo.DefaultProduceTopic(o.toTopic))
+	if err != nil {
+		return nil, nil, err
+	}
+	emit = func(step int64, rows []topics.AdvantageRow) error {
+		recs, err := names.AdvantageRecords(o.runID, "", step, rows, o.chunkBytes)
 		if err != nil {
 			return err
 		}
-		if err := finish(); err != nil {
-			return err
+		for _, r := range recs {
+			r.Topic = o.toTopic
 		}
-		fmt.Fprintf(a.stdout, "run=%s steps=%d (first %d, last sealed %d) rows=%d digest=%s dead_letters=%d incomplete_steps=%d redis_prefix=%s\n",
-			run, res.Steps, res.FirstStep, res.LastStep, res.Rows, res.Digest, res.DeadLetters, res.Incomplete, rc.RedisPrefix)
-		if res.Incomplete > 0 {
-			a.log.Warn("some steps never completed from the retained inputs", "incomplete", res.Incomplete)
-		}
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		return cl.ProduceSync(pctx, recs...).FirstErr()
+	}
+	finish = func(bool) error {
+		cl.Close()
 		return nil
 	}
-	return cmd
+	return emit, finish, nil
 }
 
 // parseFromOffsets reads "steps=N,predicted=N,executed=N" (short names or full topic names).

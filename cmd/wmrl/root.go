@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
@@ -30,6 +31,11 @@ type app struct {
 	log       *slog.Logger
 	stdout    io.Writer
 	stderr    io.Writer
+	// startupTimeout is --startup-timeout; startup carries its deadline from option
+	// resolution on, for every check a command makes before it runs.
+	startupTimeout time.Duration
+	startup        context.Context
+	stopStartup    context.CancelFunc
 }
 
 // commandFuncs holds the constructors of the subcommands; each command's file registers itself
@@ -52,6 +58,9 @@ func run(args []string) int {
 	root := newRoot(a)
 	root.SetArgs(args)
 	err := root.Execute()
+	if a.stopStartup != nil {
+		a.stopStartup()
+	}
 	if err == nil {
 		return 0
 	}
@@ -78,18 +87,17 @@ stream of real executions (Online Debiasing + Inverse-Variance Denoising), as Ka
 
 Every global option can also be set by an environment variable WMRL_<OPTION> (dashes become
 underscores, e.g. WMRL_BROKERS, WMRL_SASL_PASSWORD) or by a YAML file given with --config, whose
-keys are the option names (brokers: [..], redis: redis://..). Precedence: flag, env, file, default.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyConfig(cmd.Flags(), a.config, os.LookupEnv); err != nil {
-				return err
-			}
-			return a.setupLogger()
-		},
+keys are the option names (brokers: [..], redis: redis://..). Precedence: flag, env, file, default.
+An unknown WMRL_* variable or config key is an error, so a misspelt option cannot go unnoticed.`,
+		Version:           versionString(),
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		PersistentPreRunE: a.preRun,
 	}
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
+	root.SetVersionTemplate("wmrl version {{.Version}}\n")
+	root.SetFlagErrorFunc(flagError)
 	f := root.PersistentFlags()
 	f.StringVar(&a.config, "config", "", "YAML config file with option values (keys are option names)")
 	f.StringSliceVar(&a.conn.Brokers, "brokers", []string{"127.0.0.1:9092"}, "Kafka seed brokers, comma-separated")
@@ -110,10 +118,46 @@ keys are the option names (brokers: [..], redis: redis://..). Precedence: flag, 
 	f.StringVar(&a.conn.RedisTLSKey, "redis-tls-key", "", "PEM client key for --redis-tls-cert")
 	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
+	f.DurationVar(&a.startupTimeout, "startup-timeout", 30*time.Second, "deadline for the start-up checks (brokers, Redis, topics): a stage that cannot start fails within it")
 	for _, fn := range commandFuncs {
 		root.AddCommand(fn(a))
 	}
 	return root
+}
+
+// preRun resolves every option (flag, env, file, default) before any command runs and starts
+// the start-up deadline.
+func (a *app) preRun(cmd *cobra.Command, _ []string) error {
+	if err := checkEnv(os.Environ(), allFlagNames()); err != nil {
+		return err
+	}
+	if err := applyConfig(cmd.Flags(), a.config, os.LookupEnv); err != nil {
+		return err
+	}
+	if a.startupTimeout <= 0 {
+		return fmt.Errorf("--startup-timeout %v: want > 0", a.startupTimeout)
+	}
+	a.startup, a.stopStartup = context.WithTimeout(context.Background(), a.startupTimeout)
+	return a.setupLogger()
+}
+
+// startupContext carries the start-up deadline (none before preRun, e.g. in tests that call a
+// command's helpers directly).
+func (a *app) startupContext() context.Context {
+	if a.startup == nil {
+		return context.Background()
+	}
+	return a.startup
+}
+
+// startupLeft is what remains of the start-up deadline, for checks that stages make themselves
+// once running; at least a millisecond, since zero means "default" to them.
+func (a *app) startupLeft() time.Duration {
+	dl, ok := a.startupContext().Deadline()
+	if !ok {
+		return 0
+	}
+	return max(time.Until(dl), time.Millisecond)
 }
 
 func (a *app) setupLogger() error {
@@ -131,7 +175,17 @@ func (a *app) setupLogger() error {
 		return fmt.Errorf("--log-format %q: want text or json", a.logFormat)
 	}
 	slog.SetDefault(a.log)
+	// go-redis prints its dial retries to stderr on its own; they belong at debug level, below
+	// the one error line a failed start-up check prints.
+	redis.SetLogger(redisLogger{a.log})
 	return nil
+}
+
+// redisLogger routes go-redis's internal messages to slog at debug level.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
 }
 
 // signalContext is cancelled on SIGINT or SIGTERM so stages can finish in-flight work, commit
@@ -169,12 +223,17 @@ func (a *app) redis() (*redis.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	rdb := redis.NewClient(ro)
-	if err := conn.CheckRedis(context.Background(), rdb); err != nil {
-		_ = rdb.Close()
+	// The check gets a client of its own that honours the start-up deadline: go-redis's dial
+	// and connection set-up otherwise run on their own timeouts (5 s and more).
+	co := *ro
+	co.ContextTimeoutEnabled = true
+	check := redis.NewClient(&co)
+	err = conn.CheckRedis(a.startupContext(), check)
+	_ = check.Close()
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", conn.RedactURL(a.conn.RedisURL), err)
 	}
-	return rdb, nil
+	return redis.NewClient(ro), nil
 }
 
 // kafkaOpts returns the connection options after one metadata round trip (conn.Check): a stage
@@ -184,7 +243,7 @@ func (a *app) kafkaOpts() ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := conn.Check(context.Background(), opts); err != nil {
+	if err := conn.Check(a.startupContext(), opts); err != nil {
 		return nil, err
 	}
 	return opts, nil

@@ -12,24 +12,27 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wmrl/wmrl/consumers/sandbox"
-	"github.com/wmrl/wmrl/internal/artifact"
 	"github.com/wmrl/wmrl/internal/stage"
 )
 
 func init() { register(newSandboxCmd) }
 
+// sandboxOptions holds sandbox's flags; its run method is the command's body.
+type sandboxOptions struct {
+	a                                                                 *app
+	backend, group, metricsAddr, artifactDir, artifactName, onTimeout string
+	addressSpace, memory, fileSize, runAs, containment                string
+	argv                                                              []string
+	env                                                               map[string]string
+	cfg                                                               sandbox.CommandConfig
+	slots, handlers                                                   int
+	grace                                                             time.Duration
+	member                                                            stage.Config
+}
+
 func newSandboxCmd(a *app) *cobra.Command {
-	var (
-		backend, group, metricsAddr, artifactDir, artifactName, onTimeout string
-		addressSpace, memory, fileSize, runAs, containment                string
-		argv                                                              []string
-		env                                                               map[string]string
-		cfg                                                               sandbox.CommandConfig
-		slots, handlers                                                   int
-		grace                                                             time.Duration
-	)
+	o := &sandboxOptions{a: a}
 	defaults := sandbox.DefaultLimits()
-	var member stage.Config
 	cmd := &cobra.Command{
 		Use:   "sandbox",
 		Short: "Execute anchor rollouts in a pool of exclusive slots into rewards.executed",
@@ -43,94 +46,96 @@ its last non-empty line must be a JSON object {"score": <number in [0,1]>}.
 --on-timeout=missing (default) records status timeout without a score, so the rollout is excluded
 from its group; --on-timeout=zero reproduces the reference: status stays timeout, imputed: true,
 score 0. The built-in task's executor runs in 'wmrl demo'.`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if backend == "builtin" {
-				return errors.New("--backend builtin is the demo's task executor: run it with `wmrl demo`")
-			}
-			if backend != "command" {
-				return fmt.Errorf("--backend %q: want command", backend)
-			}
-			var err error
-			if cfg.Argv, err = parseArgv(argv); err != nil {
-				return err
-			}
-			if cfg.Limits.AddressSpaceBytes, err = parseBytes(addressSpace); err != nil {
-				return fmt.Errorf("--address-space: %w", err)
-			}
-			if cfg.Limits.MemoryBytes, err = parseBytes(memory); err != nil {
-				return fmt.Errorf("--memory: %w", err)
-			}
-			if cfg.Containment, err = sandbox.ParseContainment(containment); err != nil {
-				return fmt.Errorf("--containment: %w", err)
-			}
-			if cfg.Limits.FileSizeBytes, err = parseBytes(fileSize); err != nil {
-				return fmt.Errorf("--file-size: %w", err)
-			}
-			if runAs != "" {
-				if cfg.RunAs, err = parseRunAs(runAs); err != nil {
-					return err
-				}
-			}
-			cfg.Env = env
-			cfg.Logger = a.log
-			policy, err := sandbox.ParsePolicy(onTimeout)
-			if err != nil {
-				return fmt.Errorf("--on-timeout: %w", err)
-			}
-			exec, err := sandbox.NewCommandExecutor(cfg)
-			if err != nil {
-				return err
-			}
-			pool, err := sandbox.NewPool(exec, slots, sandbox.WithLogger(a.log))
-			if err != nil {
-				return err
-			}
-			hc := sandbox.HandlerConfig{Pool: pool, Policy: policy, ArtifactName: artifactName}
-			if artifactDir != "" {
-				if hc.Artifacts, err = artifact.NewStore(artifactDir, 0); err != nil {
-					return err
-				}
-			}
-			kopts, err := a.kafkaOpts()
-			if err != nil {
-				return err
-			}
-			member.Group, member.Names, member.KafkaOpts, member.Concurrency = group, a.conn.Names(), kopts, handlers
-			member.MetricsAddr, member.Logger, member.ShutdownGrace = metricsAddr, a.log, grace
-			st, err := sandbox.NewStage(member, hc)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			return st.Run(ctx)
-		},
+		Args: cobra.NoArgs,
+		RunE: o.run,
 	}
+	cfg := &o.cfg
 	f := cmd.Flags()
-	f.StringVar(&backend, "backend", "command", "executor: command (an external program)")
-	f.StringArrayVar(&argv, "argv", nil, `command to run: repeat per argument (--argv python3 --argv {artifact}) or one JSON array (--argv '["python3","{artifact}"]')`)
+	f.StringVar(&o.backend, "backend", "command", "executor: command (an external program)")
+	f.StringArrayVar(&o.argv, "argv", nil, `command to run: repeat per argument (--argv python3 --argv {artifact}) or one JSON array (--argv '["python3","{artifact}"]')`)
 	f.StringSliceVar(&cfg.EnvAllow, "env-allow", nil, "parent environment variables passed to the program (nothing else leaks)")
-	f.StringToStringVar(&env, "env", nil, "fixed environment variables KEY=VALUE (values may use {dir}, {artifact})")
+	f.StringToStringVar(&o.env, "env", nil, "fixed environment variables KEY=VALUE (values may use {dir}, {artifact})")
 	f.DurationVar(&cfg.Timeout, "timeout", sandbox.DefaultTimeout, "wall-clock budget per rollout; the process group is killed on expiry")
 	f.Uint64Var(&cfg.Limits.CPUSeconds, "cpu-seconds", defaults.CPUSeconds, "RLIMIT_CPU per process (0: inherit); exceeding it is a timeout")
-	f.StringVar(&memory, "memory", "4GiB", "memory of the whole job: a cgroup limit (OOM kill reported as such) under --containment cgroup, else RLIMIT_AS per process (0: none)")
-	f.StringVar(&addressSpace, "address-space", "0", "RLIMIT_AS per process on top of --memory, e.g. 4GiB (0: none; breaks programs that reserve address space)")
-	f.StringVar(&containment, "containment", "auto", "how a job's processes are held together: cgroup, pidns, pgroup, or auto (the strongest available; naming one that is unavailable is a start-up error)")
+	f.StringVar(&o.memory, "memory", "4GiB", "memory of the whole job: a cgroup limit (OOM kill reported as such) under --containment cgroup, else RLIMIT_AS per process (0: none)")
+	f.StringVar(&o.addressSpace, "address-space", "0", "RLIMIT_AS per process on top of --memory, e.g. 4GiB (0: none; breaks programs that reserve address space)")
+	f.StringVar(&o.containment, "containment", "auto", "how a job's processes are held together: cgroup, pidns, pgroup, or auto (the strongest available; naming one that is unavailable is a start-up error)")
 	f.Uint64Var(&cfg.Limits.Processes, "max-procs", defaults.Processes, "RLIMIT_NPROC (per UID; enforced only with --run-as, not for root)")
-	f.StringVar(&fileSize, "file-size", "1GiB", "RLIMIT_FSIZE, largest file the program may write (0: inherit)")
+	f.StringVar(&o.fileSize, "file-size", "1GiB", "RLIMIT_FSIZE, largest file the program may write (0: inherit)")
 	f.BoolVar(&cfg.UseBwrap, "bwrap", false, "run inside bubblewrap: no network, read-only root, private /tmp, PID namespace")
-	f.StringVar(&runAs, "run-as", "", "run the program as UID:GID (requires root)")
+	f.StringVar(&o.runAs, "run-as", "", "run the program as UID:GID (requires root)")
 	f.StringVar(&cfg.TempDir, "temp-dir", "", "where job directories are created (default $TMPDIR)")
-	f.IntVar(&slots, "slots", 4, "exclusive execution slots (concurrent jobs)")
-	f.IntVar(&handlers, "handlers", 0, "stage handlers (0: 2×slots, so a slot never waits for a produce acknowledgement)")
-	f.StringVar(&onTimeout, "on-timeout", "missing", "reward of a timed-out rollout: missing (excluded) or zero (the reference)")
-	f.StringVar(&artifactDir, "artifact-dir", "", "claim-check directory shared with the generator, for artifacts sent by reference")
-	f.StringVar(&artifactName, "artifact-name", "", "file name of the artifact in the job directory (default artifact), e.g. solution.py")
-	f.StringVar(&group, "group", "", "consumer group (default wmrl-sandbox)")
-	f.StringVar(&metricsAddr, "metrics-addr", ":9465", "serve /metrics and /healthz here (empty: off)")
-	f.DurationVar(&grace, "shutdown-grace", 30*time.Second, "time running jobs get to finish on shutdown before they are killed and handed back")
-	memberFlags(f, &member)
+	f.IntVar(&o.slots, "slots", 4, "exclusive execution slots (concurrent jobs)")
+	f.IntVar(&o.handlers, "handlers", 0, "stage handlers (0: 2×slots, so a slot never waits for a produce acknowledgement)")
+	f.StringVar(&o.onTimeout, "on-timeout", "missing", "reward of a timed-out rollout: missing (excluded) or zero (the reference)")
+	f.StringVar(&o.artifactDir, "artifact-dir", "", "claim-check directory shared with the generator, for artifacts sent by reference")
+	f.StringVar(&o.artifactName, "artifact-name", "", "file name of the artifact in the job directory (default artifact), e.g. solution.py")
+	f.StringVar(&o.group, "group", "", "consumer group (default wmrl-sandbox)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", ":9465", "serve /metrics and /healthz here (empty: off)")
+	f.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "time running jobs get to finish on shutdown before they are killed and handed back")
+	memberFlags(f, &o.member)
 	return cmd
+}
+
+func (o *sandboxOptions) run(_ *cobra.Command, _ []string) error {
+	a, cfg := o.a, o.cfg
+	if o.backend == "builtin" {
+		return errors.New("--backend builtin is the demo's task executor: run it with `wmrl demo`")
+	}
+	if o.backend != "command" {
+		return fmt.Errorf("--backend %q: want command", o.backend)
+	}
+	var err error
+	if cfg.Argv, err = parseArgv(o.argv); err != nil {
+		return err
+	}
+	if cfg.Limits.MemoryBytes, err = parseBytes(o.memory); err != nil {
+		return fmt.Errorf("--memory: %w", err)
+	}
+	if cfg.Containment, err = sandbox.ParseContainment(o.containment); err != nil {
+		return fmt.Errorf("--containment: %w", err)
+	}
+	if cfg.Limits.AddressSpaceBytes, err = parseBytes(o.addressSpace); err != nil {
+		return fmt.Errorf("--address-space: %w", err)
+	}
+	if cfg.Limits.FileSizeBytes, err = parseBytes(o.fileSize); err != nil {
+		return fmt.Errorf("--file-size: %w", err)
+	}
+	if o.runAs != "" {
+		if cfg.RunAs, err = parseRunAs(o.runAs); err != nil {
+			return err
+		}
+	}
+	cfg.Env = o.env
+	cfg.Logger = a.log
+	policy, err := sandbox.ParsePolicy(o.onTimeout)
+	if err != nil {
+		return fmt.Errorf("--on-timeout: %w", err)
+	}
+	exec, err := sandbox.NewCommandExecutor(cfg)
+	if err != nil {
+		return err
+	}
+	pool, err := sandbox.NewPool(exec, o.slots, sandbox.WithLogger(a.log))
+	if err != nil {
+		return err
+	}
+	hc := sandbox.HandlerConfig{Pool: pool, Policy: policy, ArtifactName: o.artifactName}
+	if hc.Artifacts, err = artifactResolver(o.artifactDir); err != nil {
+		return err
+	}
+	member, err := a.stageConfig(o.member, o.group, o.metricsAddr, o.grace)
+	if err != nil {
+		return err
+	}
+	member.Concurrency = o.handlers
+	st, err := sandbox.NewStage(member, hc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	return st.Run(ctx)
 }
 
 // parseArgv accepts --argv repeated per argument, or a single JSON array of strings.

@@ -29,20 +29,24 @@ func wmFlags(f *pflag.FlagSet, c *task.WorldModelConfig) {
 	f.Float64Var(&c.Gamma, "wm-gamma", c.Gamma, "world model: read-out exponent")
 }
 
+// simulateOptions holds simulate's flags; its run method is the command's body.
+type simulateOptions struct {
+	a              *app
+	cfg            sim.Config
+	arms           []string
+	seeds          int
+	firstSeed      int64
+	anchorFraction float64
+	evalProblems   int
+	targetFraction float64
+	workers        int
+	out            string
+	errorGrid      bool
+	grid           errorGridOptions
+}
+
 func newSimulateCmd(a *app) *cobra.Command {
-	cfg := sim.DefaultConfig()
-	var (
-		arms           []string
-		seeds          int
-		firstSeed      int64
-		anchorFraction float64
-		evalProblems   int
-		targetFraction float64
-		workers        int
-		out            string
-		errorGrid      bool
-		grid           = errorGridOptions{biases: defaultGridBiases, noises: defaultGridNoises}
-	)
+	o := &simulateOptions{a: a, cfg: sim.DefaultConfig(), grid: errorGridOptions{biases: defaultGridBiases, noises: defaultGridNoises}}
 	cmd := &cobra.Command{
 		Use:   "simulate",
 		Short: "Sweep arms × seeds of the WMRL task loop in one process (no Kafka)",
@@ -61,94 +65,98 @@ bands over seeds, steps.csv, summary.csv).
 --error-grid replaces the proxy world model by the paper's error model r̂ = r + b(τ) + ξ and
 sweeps its (bias, noise) grid instead (docs/error_grid.md).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := signalContext()
-			defer cancel()
-			as, err := sim.ArmsByName(arms, anchorFraction)
-			if err != nil {
-				return err
-			}
-			if seeds < 1 {
-				return fmt.Errorf("--seeds %d: want >= 1", seeds)
-			}
-			sw := sim.Sweep{Config: cfg, Arms: as, Workers: workers}
-			for i := range seeds {
-				sw.Seeds = append(sw.Seeds, firstSeed+int64(i))
-			}
-			if err := cfg.Validate(); err != nil {
-				return err
-			}
-			if errorGrid {
-				if !cmd.Flags().Changed("steps") {
-					cfg.Steps = defaultGridSteps
-				}
-				grid.armsChanged = cmd.Flags().Changed("arms")
-				return runErrorGrid(ctx, a, cfg, as, sw.Seeds, grid, anchorFraction, targetFraction, evalProblems, workers, out)
-			}
-			start := time.Now()
-			fmt.Fprintf(a.stdout, "eval set: %d held-out problems × %d solutions ...\n", evalProblems, len(task.EffectiveSolutions()))
-			eval, err := sim.Eval(ctx, evalProblems, workers)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "eval set ready in %s; %d runs (%d arms × seeds %d..%d), %d steps × %d groups × G=%d, lr %g, anchor fraction %g\n",
-				time.Since(start).Round(time.Millisecond), len(as)*seeds, len(as), sw.Seeds[0], sw.Seeds[len(sw.Seeds)-1],
-				cfg.Steps, cfg.Groups, cfg.GroupSize, cfg.LR, anchorFraction)
-			results, err := sw.Run(ctx, eval, func(p sim.Progress) {
-				fmt.Fprintf(a.stdout, "[%3d/%d] %-10s seed %-3d final %.3f executions %6d exec %7.2fs wm %6.2fs (%s)\n",
-					p.Done, p.Total, p.Result.Arm, p.Result.Seed, p.Result.FinalScore(),
-					last(p.Result).Executions, last(p.Result).ExecCompute.Seconds(), last(p.Result).WMCompute.Seconds(),
-					time.Since(start).Round(time.Second))
-			})
-			if err != nil {
-				return err
-			}
-			sums := sim.Summarize(results, targetFraction)
-			fmt.Fprintf(a.stdout, "\ntarget per seed: %.0f%% of real-GRPO's final score; CIs are 95%% (t, n = seeds reaching the target)\n", 100*targetFraction)
-			if err := sim.WriteTable(a.stdout, sums, targetFraction); err != nil {
-				return err
-			}
-			if out != "" {
-				var names []string
-				for _, arm := range as {
-					names = append(names, arm.Name)
-				}
-				settings := append([][2]string{{"arms", strings.Join(names, ", ")},
-					{"seeds", fmt.Sprintf("%d (%d..%d)", seeds, sw.Seeds[0], sw.Seeds[len(sw.Seeds)-1])},
-					{"anchor fraction (anchored arms)", fmt.Sprint(anchorFraction)}, {"held-out problems", fmt.Sprint(evalProblems)},
-					{"target", fmt.Sprintf("%.0f%% of real-GRPO's final score in the same seed", 100*targetFraction)}},
-					demo.SimSettings(cfg)...)
-				files, err := demo.WriteReport(out, demo.Report{Title: "wmrl simulate", Settings: settings, Results: results,
-					TargetFraction: targetFraction})
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(a.stdout, "report: %s (%d files: plots, steps.csv, summary.csv)\n", filepath.Join(out, demo.FileHTML), len(files))
-			}
-			fmt.Fprintf(a.stdout, "done in %s\n", time.Since(start).Round(time.Second))
-			return nil
-		},
+		RunE: o.run,
 	}
+	cfg := &o.cfg
 	f := cmd.Flags()
-	f.StringSliceVar(&arms, "arms", sim.ArmNames(), "arms to run (real-grpo is always added: targets are relative to it)")
-	f.IntVar(&seeds, "seeds", 5, "number of seeds")
-	f.Int64Var(&firstSeed, "seed", 1, "first seed (seeds are seed, seed+1, ...)")
+	f.StringSliceVar(&o.arms, "arms", sim.ArmNames(), "arms to run (real-grpo is always added: targets are relative to it)")
+	f.IntVar(&o.seeds, "seeds", 5, "number of seeds")
+	f.Int64Var(&o.firstSeed, "seed", 1, "first seed (seeds are seed, seed+1, ...)")
 	f.IntVar(&cfg.Steps, "steps", cfg.Steps, "training steps")
 	f.IntVar(&cfg.Groups, "groups", cfg.Groups, "groups per step")
 	f.IntVar(&cfg.GroupSize, "group-size", cfg.GroupSize, "rollouts per group (G)")
 	f.Float64Var(&cfg.LR, "lr", cfg.LR, "policy learning rate")
-	f.Float64Var(&anchorFraction, "anchor-fraction", 0.25, "fraction of groups executed in the anchored arms")
+	f.Float64Var(&o.anchorFraction, "anchor-fraction", 0.25, "fraction of groups executed in the anchored arms")
 	f.DurationVar(&cfg.ExecOverhead, "exec-overhead", 0, "simulated sandbox start-up per execution (accounted, not slept)")
-	f.IntVar(&evalProblems, "eval-problems", 4, "held-out problems of the exact expected score (≈756 executions each, once)")
-	f.Float64Var(&targetFraction, "target-fraction", sim.DefaultTargetFraction, "target = this × real-GRPO's final score of the same seed")
-	f.IntVar(&workers, "workers", 0, "concurrent runs (0 = GOMAXPROCS)")
-	f.StringVar(&out, "out", "simulate-out", "report folder: report.html, plots, steps.csv, summary.csv (empty: none)")
-	f.BoolVar(&errorGrid, "error-grid", false, "sweep the error model r̂ = r + B·b(τ) + σ·ξ over --grid-bias × --grid-noise (docs/error_grid.md); "+
+	f.IntVar(&o.evalProblems, "eval-problems", 4, "held-out problems of the exact expected score (≈756 executions each, once)")
+	f.Float64Var(&o.targetFraction, "target-fraction", sim.DefaultTargetFraction, "target = this × real-GRPO's final score of the same seed")
+	f.IntVar(&o.workers, "workers", 0, "concurrent runs (0 = GOMAXPROCS)")
+	f.StringVar(&o.out, "out", "simulate-out", "report folder: report.html, plots, steps.csv, summary.csv (empty: none)")
+	f.BoolVar(&o.errorGrid, "error-grid", false, "sweep the error model r̂ = r + B·b(τ) + σ·ξ over --grid-bias × --grid-noise (docs/error_grid.md); "+
 		"arms default to real-grpo, pure-wm, none, od, ivd, wmrl, wmrl-cir and steps to 40; writes error_grid.csv, error_grid.md and plots to --out")
-	f.Float64SliceVar(&grid.biases, "grid-bias", defaultGridBiases, "error grid: bias strengths B")
-	f.Float64SliceVar(&grid.noises, "grid-noise", defaultGridNoises, "error grid: noise levels σ")
+	f.Float64SliceVar(&o.grid.biases, "grid-bias", defaultGridBiases, "error grid: bias strengths B")
+	f.Float64SliceVar(&o.grid.noises, "grid-noise", defaultGridNoises, "error grid: noise levels σ")
 	wmFlags(f, &cfg.WorldModel)
 	return cmd
+}
+
+func (o *simulateOptions) run(cmd *cobra.Command, _ []string) error {
+	a, cfg := o.a, o.cfg
+	ctx, cancel := signalContext()
+	defer cancel()
+	as, err := sim.ArmsByName(o.arms, o.anchorFraction)
+	if err != nil {
+		return err
+	}
+	if o.seeds < 1 {
+		return fmt.Errorf("--seeds %d: want >= 1", o.seeds)
+	}
+	sw := sim.Sweep{Config: cfg, Arms: as, Workers: o.workers}
+	for i := range o.seeds {
+		sw.Seeds = append(sw.Seeds, o.firstSeed+int64(i))
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if o.errorGrid {
+		if !cmd.Flags().Changed("steps") {
+			cfg.Steps = defaultGridSteps
+		}
+		o.grid.armsChanged = cmd.Flags().Changed("arms")
+		return o.runErrorGrid(ctx, cfg, as, sw.Seeds)
+	}
+	start := time.Now()
+	fmt.Fprintf(a.stdout, "eval set: %d held-out problems × %d solutions ...\n", o.evalProblems, len(task.EffectiveSolutions()))
+	eval, err := sim.Eval(ctx, o.evalProblems, o.workers)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "eval set ready in %s; %d runs (%d arms × seeds %d..%d), %d steps × %d groups × G=%d, lr %g, anchor fraction %g\n",
+		time.Since(start).Round(time.Millisecond), len(as)*o.seeds, len(as), sw.Seeds[0], sw.Seeds[len(sw.Seeds)-1],
+		cfg.Steps, cfg.Groups, cfg.GroupSize, cfg.LR, o.anchorFraction)
+	results, err := sw.Run(ctx, eval, func(p sim.Progress) {
+		fmt.Fprintf(a.stdout, "[%3d/%d] %-10s seed %-3d final %.3f executions %6d exec %7.2fs wm %6.2fs (%s)\n",
+			p.Done, p.Total, p.Result.Arm, p.Result.Seed, p.Result.FinalScore(),
+			last(p.Result).Executions, last(p.Result).ExecCompute.Seconds(), last(p.Result).WMCompute.Seconds(),
+			time.Since(start).Round(time.Second))
+	})
+	if err != nil {
+		return err
+	}
+	sums := sim.Summarize(results, o.targetFraction)
+	fmt.Fprintf(a.stdout, "\ntarget per seed: %.0f%% of real-GRPO's final score; CIs are 95%% (t, n = seeds reaching the target)\n", 100*o.targetFraction)
+	if err := sim.WriteTable(a.stdout, sums, o.targetFraction); err != nil {
+		return err
+	}
+	if o.out != "" {
+		var names []string
+		for _, arm := range as {
+			names = append(names, arm.Name)
+		}
+		settings := append([][2]string{{"arms", strings.Join(names, ", ")},
+			{"seeds", fmt.Sprintf("%d (%d..%d)", o.seeds, sw.Seeds[0], sw.Seeds[len(sw.Seeds)-1])},
+			{"anchor fraction (anchored arms)", fmt.Sprint(o.anchorFraction)}, {"held-out problems", fmt.Sprint(o.evalProblems)},
+			{"target", fmt.Sprintf("%.0f%% of real-GRPO's final score in the same seed", 100*o.targetFraction)}},
+			demo.SimSettings(cfg)...)
+		files, err := demo.WriteReport(o.out, demo.Report{Title: "wmrl simulate", Settings: settings, Results: results,
+			TargetFraction: o.targetFraction})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "report: %s (%d files: plots, steps.csv, summary.csv)\n", filepath.Join(o.out, demo.FileHTML), len(files))
+	}
+	fmt.Fprintf(a.stdout, "done in %s\n", time.Since(start).Round(time.Second))
+	return nil
 }
 
 func last(r sim.Result) sim.StepRecord {

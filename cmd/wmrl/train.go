@@ -13,10 +13,16 @@ import (
 
 func init() { register(newTrainCmd) }
 
+// trainOptions holds train's flags; its run method is the command's body.
+type trainOptions struct {
+	a            *app
+	runID, group string
+	printTable   bool
+	maxSteps     int
+}
+
 func newTrainCmd(a *app) *cobra.Command {
-	var run, group string
-	var printTable bool
-	var maxSteps int
+	o := &trainOptions{a: a}
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "Consume fused advantages step by step and acknowledge them (a trainer without a model)",
@@ -26,51 +32,57 @@ that were shown. Without --print it prints one summary line per step (rows, mask
 |advantage| over rows that count, mean anchor weight); with --print the step's rows as a table.
 A real trainer uses the same code through the sinks/trainer package (Stream.Next / Step.Ack).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if maxSteps < 0 {
-				return fmt.Errorf("--max-steps %d must be >= 0", maxSteps)
-			}
-			opts, err := a.kafkaOpts()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: group, RunID: run, Logger: a.log})
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			for n := 0; maxSteps == 0 || n < maxSteps; n++ {
-				st, err := s.Next(ctx)
-				if err != nil {
-					if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-						break
-					}
-					return err
-				}
-				if err := showStep(a, st, printTable); err != nil {
-					return err
-				}
-				if err := st.Ack(ctx); err != nil {
-					if errors.Is(err, context.Canceled) {
-						break
-					}
-					return err
-				}
-			}
-			stats := s.Stats()
-			a.log.Info("train done", "steps", stats.Steps, "rows", stats.Rows, "duplicates", stats.Duplicates,
-				"skipped", stats.Skipped, "abandoned", stats.Abandoned)
-			return nil
-		},
+		RunE: o.run,
 	}
 	f := cmd.Flags()
-	f.StringVar(&run, "run", "", "run id to consume (empty: every run)")
-	f.StringVar(&group, "group", trainer.DefaultGroup, "consumer group")
-	f.BoolVar(&printTable, "print", false, "print every step as a table of its rows")
-	f.IntVar(&maxSteps, "max-steps", 0, "stop after this many steps (0: run until interrupted)")
+	f.StringVar(&o.runID, "run", "", "run id to consume (empty: every run)")
+	f.StringVar(&o.group, "group", trainer.DefaultGroup, "consumer group")
+	f.BoolVar(&o.printTable, "print", false, "print every step as a table of its rows")
+	f.IntVar(&o.maxSteps, "max-steps", 0, "stop after this many steps (0: run until interrupted)")
 	return cmd
+}
+
+func (o *trainOptions) run(_ *cobra.Command, _ []string) error {
+	a := o.a
+	if o.maxSteps < 0 {
+		return fmt.Errorf("--max-steps %d must be >= 0", o.maxSteps)
+	}
+	opts, err := a.kafkaOpts()
+	if err != nil {
+		return err
+	}
+	if err := a.requireTopics(opts, a.conn.Names().Advantages()); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: o.group, RunID: o.runID, Logger: a.log})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for n := 0; o.maxSteps == 0 || n < o.maxSteps; n++ {
+		st, err := s.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				break
+			}
+			return err
+		}
+		if err := showStep(a, st, o.printTable); err != nil {
+			return err
+		}
+		if err := st.Ack(ctx); err != nil {
+			if errors.Is(err, context.Canceled) {
+				break
+			}
+			return err
+		}
+	}
+	stats := s.Stats()
+	a.log.Info("train done", "steps", stats.Steps, "rows", stats.Rows, "duplicates", stats.Duplicates,
+		"skipped", stats.Skipped, "abandoned", stats.Abandoned)
+	return nil
 }
 
 func showStep(a *app, st *trainer.Step, table bool) error {

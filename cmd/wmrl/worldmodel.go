@@ -9,20 +9,23 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wmrl/wmrl/consumers/worldmodel"
-	"github.com/wmrl/wmrl/internal/artifact"
 	"github.com/wmrl/wmrl/internal/stage"
 )
 
 func init() { register(newWorldModelCmd) }
 
+// worldModelOptions holds worldmodel's flags; its run method is the command's body.
+type worldModelOptions struct {
+	a                                                      *app
+	backend, group, metricsAddr, artifactDir, templateFile string
+	cfg                                                    worldmodel.OpenAIConfig
+	concurrency                                            int
+	grace                                                  time.Duration
+	member                                                 stage.Config
+}
+
 func newWorldModelCmd(a *app) *cobra.Command {
-	var (
-		backend, group, metricsAddr, artifactDir, templateFile string
-		cfg                                                    worldmodel.OpenAIConfig
-		concurrency                                            int
-		grace                                                  time.Duration
-	)
-	var member stage.Config
+	o := &worldModelOptions{a: a}
 	cmd := &cobra.Command{
 		Use:   "worldmodel",
 		Short: "Score every rollout with a world model (OpenAI-compatible server) into rewards.predicted",
@@ -32,53 +35,15 @@ each has --request-timeout and is retried with jittered backoff on 429, 5xx and 
 other 4xx. Offsets are committed only below the lowest unfinished rollout, so a crash redoes work
 but never skips it. Bad input records go to the dead-letter topic. The API key comes from
 WMRL_WM_API_KEY or OPENAI_API_KEY. The built-in task's proxy world model runs in 'wmrl demo'.`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if backend == "builtin" {
-				return errors.New("--backend builtin is the demo's proxy world model: run it with `wmrl demo`")
-			}
-			if backend != "openai" {
-				return fmt.Errorf("--backend %q: want openai", backend)
-			}
-			if templateFile != "" {
-				b, err := os.ReadFile(templateFile)
-				if err != nil {
-					return fmt.Errorf("--prompt-template: %w", err)
-				}
-				cfg.PromptTemplate = string(b)
-			}
-			cfg.APIKey = worldmodel.APIKeyFromEnv(os.Getenv)
-			cfg.MaxIdleConnsPerHost = concurrency
-			cfg.Logger = a.log
-			scorer, err := worldmodel.NewOpenAIScorer(cfg)
-			if err != nil {
-				return err
-			}
-			hc := worldmodel.HandlerConfig{Scorer: scorer, Concurrency: concurrency, Model: cfg.Model, Logger: a.log}
-			if artifactDir != "" {
-				if hc.Artifacts, err = artifact.NewStore(artifactDir, 0); err != nil {
-					return err
-				}
-			}
-			kopts, err := a.kafkaOpts()
-			if err != nil {
-				return err
-			}
-			member.Group, member.Names, member.KafkaOpts, member.MetricsAddr, member.Logger, member.ShutdownGrace =
-				group, a.conn.Names(), kopts, metricsAddr, a.log, grace
-			st, err := worldmodel.NewStage(member, hc)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			return st.Run(ctx)
-		},
+		Args: cobra.NoArgs,
+		RunE: o.run,
 	}
+	cfg := &o.cfg
 	f := cmd.Flags()
-	f.StringVar(&backend, "backend", "openai", "world model: openai (an OpenAI-compatible server)")
+	f.StringVar(&o.backend, "backend", "openai", "world model: openai (an OpenAI-compatible server)")
 	f.StringVar(&cfg.BaseURL, "base-url", "http://127.0.0.1:8000/v1", "API root including /v1; requests go to <base-url>/chat/completions")
 	f.StringVar(&cfg.Model, "model", "", "served model name")
-	f.IntVar(&concurrency, "concurrency", 32, "scoring requests in flight")
+	f.IntVar(&o.concurrency, "concurrency", 32, "scoring requests in flight")
 	f.DurationVar(&cfg.Timeout, "request-timeout", worldmodel.DefaultTimeout, "per-request timeout")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", worldmodel.DefaultMaxAttempts, "tries per rollout, first included")
 	f.DurationVar(&cfg.BaseBackoff, "base-backoff", worldmodel.DefaultBaseBackoff, "first retry delay (doubles, jittered)")
@@ -86,11 +51,50 @@ WMRL_WM_API_KEY or OPENAI_API_KEY. The built-in task's proxy world model runs in
 	f.Float64Var(&cfg.Temperature, "temperature", 0, "sampling temperature (0: as repeatable as the server allows)")
 	f.IntVar(&cfg.MaxTokens, "max-tokens", 0, "reply length cap (0: server default; reasoning models need room)")
 	f.StringVar(&cfg.SystemPrompt, "system-prompt", "", "system message")
-	f.StringVar(&templateFile, "prompt-template", "", "file with a text/template for the user message (default: built in)")
-	f.StringVar(&artifactDir, "artifact-dir", "", "claim-check directory shared with the generator, for artifacts sent by reference")
-	f.StringVar(&group, "group", "", "consumer group (default wmrl-worldmodel)")
-	f.StringVar(&metricsAddr, "metrics-addr", ":9464", "serve /metrics and /healthz here (empty: off)")
-	f.DurationVar(&grace, "shutdown-grace", 30*time.Second, "time in-flight requests get to finish on shutdown")
-	memberFlags(f, &member)
+	f.StringVar(&o.templateFile, "prompt-template", "", "file with a text/template for the user message (default: built in)")
+	f.StringVar(&o.artifactDir, "artifact-dir", "", "claim-check directory shared with the generator, for artifacts sent by reference")
+	f.StringVar(&o.group, "group", "", "consumer group (default wmrl-worldmodel)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", ":9464", "serve /metrics and /healthz here (empty: off)")
+	f.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "time in-flight requests get to finish on shutdown")
+	memberFlags(f, &o.member)
 	return cmd
+}
+
+func (o *worldModelOptions) run(_ *cobra.Command, _ []string) error {
+	a, cfg := o.a, o.cfg
+	if o.backend == "builtin" {
+		return errors.New("--backend builtin is the demo's proxy world model: run it with `wmrl demo`")
+	}
+	if o.backend != "openai" {
+		return fmt.Errorf("--backend %q: want openai", o.backend)
+	}
+	if o.templateFile != "" {
+		b, err := os.ReadFile(o.templateFile)
+		if err != nil {
+			return fmt.Errorf("--prompt-template: %w", err)
+		}
+		cfg.PromptTemplate = string(b)
+	}
+	cfg.APIKey = worldmodel.APIKeyFromEnv(os.Getenv)
+	cfg.MaxIdleConnsPerHost = o.concurrency
+	cfg.Logger = a.log
+	scorer, err := worldmodel.NewOpenAIScorer(cfg)
+	if err != nil {
+		return err
+	}
+	hc := worldmodel.HandlerConfig{Scorer: scorer, Concurrency: o.concurrency, Model: cfg.Model, Logger: a.log}
+	if hc.Artifacts, err = artifactResolver(o.artifactDir); err != nil {
+		return err
+	}
+	member, err := a.stageConfig(o.member, o.group, o.metricsAddr, o.grace)
+	if err != nil {
+		return err
+	}
+	st, err := worldmodel.NewStage(member, hc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	return st.Run(ctx)
 }

@@ -55,6 +55,8 @@ type Config struct {
 	InstanceID string
 	// SessionTimeout is the group session timeout (default: franz-go's, 45s).
 	SessionTimeout time.Duration
+	// StartupTimeout bounds the start-up check that the topics exist (default 30s).
+	StartupTimeout time.Duration
 	// Correction is the math configuration; its zero value means correction.DefaultConfig().
 	Correction correction.Config
 	// ChunkBytes bounds one Arrow payload on the advantages topic (default topics.DefaultChunkBytes).

@@ -21,7 +21,11 @@ func (c *Consumer) checkTopics(ctx context.Context) error {
 		return fmt.Errorf("correct: kafka client: %w", err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	d := c.cfg.StartupTimeout
+	if d <= 0 {
+		d = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	n := c.cfg.Names
 	need := []string{n.Steps(), n.Predicted(), n.Executed(), n.Advantages(), n.Calibration(), n.DLQ()}

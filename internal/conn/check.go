@@ -17,9 +17,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// CheckTimeout bounds Check and CheckRedis: long enough for a slow cluster to answer one
-// request, short enough that a misconfigured stage fails while its operator still watches.
+// CheckTimeout bounds Check when ctx has no deadline: long enough for a slow cluster to answer
+// one request, short enough that a misconfigured stage fails while its operator still watches.
 const CheckTimeout = 15 * time.Second
+
+// withDeadline bounds ctx by d unless the caller already set a deadline (the CLI's start-up
+// deadline), and returns the time the check has, for the hint of a timeout.
+func withDeadline(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc, time.Duration) {
+	if dl, ok := ctx.Deadline(); ok {
+		ctx, cancel := context.WithCancel(ctx)
+		return ctx, cancel, time.Until(dl).Round(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	return ctx, cancel, d
+}
 
 // Check makes one metadata round trip with opts. A long-running stage would otherwise retry a
 // wrong password, an untrusted certificate or plaintext against a TLS listener forever without
@@ -30,16 +41,16 @@ func Check(ctx context.Context, opts []kgo.Opt) error {
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
+	ctx, cancel, limit := withDeadline(ctx, CheckTimeout)
 	defer cancel()
 	if _, err = kadm.NewClient(cl).BrokerMetadata(ctx); err != nil {
-		return fmt.Errorf("kafka: %s: %w", kafkaHint(err), err)
+		return fmt.Errorf("kafka: %s: %w", kafkaHint(err, limit), err)
 	}
 	return nil
 }
 
 // kafkaHint says in operator terms what a failed first request most likely means.
-func kafkaHint(err error) string {
+func kafkaHint(err error, limit time.Duration) string {
 	var unknownCA x509.UnknownAuthorityError
 	var hostname x509.HostnameError
 	var invalid x509.CertificateInvalidError
@@ -65,25 +76,26 @@ func kafkaHint(err error) string {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "nothing listens at the seed brokers: check --brokers"
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Sprintf("no broker answered within %v: check --brokers, and --tls for a TLS listener", CheckTimeout)
+		return fmt.Sprintf("no broker answered within %v: check --brokers, and --tls for a TLS listener", limit)
 	}
 	return "the brokers could not be reached"
 }
 
-// RedisCheckTimeout bounds CheckRedis; a healthy Redis answers PING in well under a millisecond.
+// RedisCheckTimeout bounds CheckRedis when ctx has no deadline; a healthy Redis answers PING in
+// well under a millisecond.
 const RedisCheckTimeout = 8 * time.Second
 
 // CheckRedis sends one PING, with the same purpose as Check.
 func CheckRedis(ctx context.Context, rdb *redis.Client) error {
-	ctx, cancel := context.WithTimeout(ctx, RedisCheckTimeout)
+	ctx, cancel, limit := withDeadline(ctx, RedisCheckTimeout)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis: %s: %w", redisHint(err, rdb.Options().TLSConfig != nil), err)
+		return fmt.Errorf("redis: %s: %w", redisHint(err, rdb.Options().TLSConfig != nil, limit), err)
 	}
 	return nil
 }
 
-func redisHint(err error, useTLS bool) string {
+func redisHint(err error, useTLS bool, limit time.Duration) string {
 	var unknownCA x509.UnknownAuthorityError
 	var hostname x509.HostnameError
 	var recordHeader tls.RecordHeaderError
@@ -105,9 +117,9 @@ func redisHint(err error, useTLS bool) string {
 		return "nothing listens there: check the host and port of --redis"
 	case errors.Is(err, context.DeadlineExceeded) && useTLS:
 		// A plaintext Redis reads a TLS ClientHello as an unfinished inline command and waits.
-		return fmt.Sprintf("no TLS handshake within %v: if the server speaks plaintext, use redis://", RedisCheckTimeout)
+		return fmt.Sprintf("no TLS handshake within %v: if the server speaks plaintext, use redis://", limit)
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Sprintf("no answer within %v: if it is a TLS port, use rediss://", RedisCheckTimeout)
+		return fmt.Sprintf("no answer within %v: if it is a TLS port, use rediss://", limit)
 	}
 	return "the server could not be reached"
 }

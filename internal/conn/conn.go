@@ -101,9 +101,23 @@ func (o Options) Seeds() []string {
 	return seeds
 }
 
+// CheckSASLMechanism returns nil for an empty or supported mechanism, else an error listing the
+// supported ones, so an unsupported mechanism (GSSAPI, OAUTHBEARER) is not mistaken for a
+// missing user name.
+func CheckSASLMechanism(m string) error {
+	switch strings.ToUpper(m) {
+	case "", SASLPlain, SASLScramSHA256, SASLScramSHA512:
+		return nil
+	}
+	return fmt.Errorf("--sasl-mechanism %s is not supported: use %s, %s or %s", m, SASLPlain, SASLScramSHA256, SASLScramSHA512)
+}
+
 func (o Options) saslMechanism() (sasl.Mechanism, error) {
 	if o.SASLMechanism == "" {
 		return nil, nil
+	}
+	if err := CheckSASLMechanism(o.SASLMechanism); err != nil {
+		return nil, err
 	}
 	if o.SASLUser == "" {
 		return nil, fmt.Errorf("sasl-mechanism %s needs --sasl-user", o.SASLMechanism)
@@ -116,7 +130,7 @@ func (o Options) saslMechanism() (sasl.Mechanism, error) {
 	case SASLScramSHA512:
 		return scram.Auth{User: o.SASLUser, Pass: o.SASLPassword}.AsSha512Mechanism(), nil
 	default:
-		return nil, fmt.Errorf("sasl-mechanism %q: want one of %s, %s, %s", o.SASLMechanism, SASLPlain, SASLScramSHA256, SASLScramSHA512)
+		return nil, CheckSASLMechanism(o.SASLMechanism)
 	}
 }
 

@@ -58,6 +58,9 @@ type Config struct {
 	// partitions (0: franz-go's default, 45s). With InstanceID it bounds the pause after a crash
 	// whose instance does not come back.
 	SessionTimeout time.Duration
+	// StartupTimeout bounds Run's check that the topics exist (default 30s), so a stage started
+	// before `wmrl topics create` fails within its operator's start-up deadline.
+	StartupTimeout time.Duration
 }
 
 // Stage runs one Handler over a consumer group.
@@ -162,7 +165,11 @@ func (s *Stage) Run(ctx context.Context) error {
 		defer srv.Stop()
 	}
 	// A missing input topic would otherwise mean polling for ever without a word.
-	tctx, cancelCheck := context.WithTimeout(ctx, startupTimeout)
+	check := s.cfg.StartupTimeout
+	if check <= 0 {
+		check = startupTimeout
+	}
+	tctx, cancelCheck := context.WithTimeout(ctx, check)
 	err := topicadmin.RequireLayout(tctx, kadm.NewClient(s.cl), s.cfg.Names, s.cfg.Topics)
 	cancelCheck()
 	if err != nil {
@@ -278,7 +285,7 @@ poll:
 	return runErr
 }
 
-// startupTimeout bounds Run's check that the input topics exist.
+// startupTimeout is the default of Config.StartupTimeout.
 const startupTimeout = 30 * time.Second
 
 // produceAckGrace is how long shutdown still waits, after the grace period, for acknowledgements

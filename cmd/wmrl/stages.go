@@ -1,0 +1,46 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/internal/artifact"
+	"github.com/wmrl/wmrl/internal/stage"
+	"github.com/wmrl/wmrl/internal/topicadmin"
+)
+
+// stageConfig completes the stage configuration that worldmodel and sandbox share: the flags
+// they both have and the connection, after the start-up check of the brokers.
+func (a *app) stageConfig(member stage.Config, group, metricsAddr string, grace time.Duration) (stage.Config, error) {
+	kopts, err := a.kafkaOpts()
+	if err != nil {
+		return member, err
+	}
+	member.Group, member.Names, member.KafkaOpts = group, a.conn.Names(), kopts
+	member.MetricsAddr, member.Logger, member.ShutdownGrace = metricsAddr, a.log, grace
+	member.StartupTimeout = a.startupLeft()
+	return member, nil
+}
+
+// requireTopics is the start-up topic check of commands that are not stages (the stages make
+// it in Run): a consumer of a missing topic would otherwise wait for it without a word.
+func (a *app) requireTopics(opts []kgo.Opt, need ...string) error {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	return topicadmin.RequireLayout(a.startupContext(), kadm.NewClient(cl), a.conn.Names(), need)
+}
+
+// artifactResolver opens the claim-check directory, or returns a nil Resolver (not a nil
+// *artifact.Store inside one) when dir is empty, so stages see "no store" as nil.
+func artifactResolver(dir string) (artifact.Resolver, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	return artifact.NewStore(dir, 0)
+}
