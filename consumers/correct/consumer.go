@@ -94,15 +94,15 @@ func (c *Consumer) inputs() []string {
 // group) or a non-retryable error occurs (fenced by another instance with the same
 // transactional id, a config change, an unreadable changelog).
 func (c *Consumer) Run(ctx context.Context) error {
+	if err := c.checkTopics(ctx); err != nil {
+		return err
+	}
 	if c.cfg.MetricsAddr != "" {
 		srv, err := health.Serve(c.cfg.MetricsAddr, c.cfg.Registry, c.live, c.ready, c.log)
 		if err != nil {
 			return fmt.Errorf("correct: %w", err)
 		}
 		defer srv.Stop()
-	}
-	if err := c.checkTopics(ctx); err != nil {
-		return err
 	}
 	if err := c.fencePredecessor(ctx); err != nil {
 		return err

@@ -154,6 +154,8 @@ type CommandExecutor struct {
 	rng      scoreRange
 	envAllow []string
 	log      *slog.Logger
+	// requested is the containment asked for (ContainmentAuto unless named).
+	requested Containment
 }
 
 // NewCommandExecutor validates cfg, applies defaults and checks that the
@@ -196,7 +198,7 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	e := &CommandExecutor{cfg: cfg, rng: rng, log: cfg.Logger}
+	e := &CommandExecutor{cfg: cfg, rng: rng, log: cfg.Logger, requested: cfg.Containment}
 	e.argv = slices.Clone(cfg.Argv)
 	if !strings.Contains(e.argv[0], "{") {
 		p, err := exec.LookPath(e.argv[0])
@@ -225,13 +227,14 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 			return nil, err
 		}
 	}
-	e.logContainment(cfg.Containment)
 	return e, nil
 }
 
-// logContainment says at start-up which containment is in use, what it
-// guarantees and where memory is enforced, so a weak fallback is visible.
-func (e *CommandExecutor) logContainment(requested Containment) {
+// LogContainment says which containment is in use, what it guarantees and
+// where memory is enforced, so a weak fallback is visible. The sandbox stage
+// calls it once its start-up checks passed, so a failed start stays one line.
+func (e *CommandExecutor) LogContainment() {
+	requested := e.requested
 	var memory []string
 	l := e.cfg.Limits
 	if l.MemoryBytes != 0 && e.contain.memoryCgroup() {

@@ -169,5 +169,14 @@ func NewStage(sc stage.Config, hc HandlerConfig) (*stage.Stage, error) {
 	if err := hc.Pool.instrument(sc.Registry); err != nil {
 		return nil, err
 	}
+	if lc, ok := hc.Pool.exec.(interface{ LogContainment() }); ok {
+		started := sc.Started
+		sc.Started = func() {
+			lc.LogContainment()
+			if started != nil {
+				started()
+			}
+		}
+	}
 	return stage.New(sc, h.Handle)
 }

@@ -61,6 +61,9 @@ type Config struct {
 	// StartupTimeout bounds Run's check that the topics exist (default 30s), so a stage started
 	// before `wmrl topics create` fails within its operator's start-up deadline.
 	StartupTimeout time.Duration
+	// Started, if set, is called once the start-up checks passed, before the first poll: what a
+	// stage logs about how it will run belongs there, so a failed start stays one line.
+	Started func()
 }
 
 // Stage runs one Handler over a consumer group.
@@ -174,6 +177,9 @@ func (s *Stage) Run(ctx context.Context) error {
 	cancelCheck()
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", s.cfg.Name, err)
+	}
+	if s.cfg.Started != nil {
+		s.cfg.Started()
 	}
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
