@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
@@ -22,6 +23,7 @@ type analyticsOptions struct {
 	out, group, runID string
 	roll              int
 	groupWait         time.Duration
+	metricsAddr       string
 }
 
 func newAnalyticsCmd(a *app) *cobra.Command {
@@ -50,6 +52,7 @@ joined or left) it exits with an error without committing, and is safe to restar
 	f.DurationVar(&o.groupWait, "group-wait", analytics.DefaultGroupWait, "how long to wait for the group to be empty before failing")
 	f.IntVar(&o.roll, "roll-steps", analytics.DefaultRollSteps, "close a run's files after this many steps")
 	f.StringVar(&o.runID, "run", "", "only this run (empty: every run)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz here, e.g. :9468 (empty: off)")
 	return cmd
 }
 
@@ -63,7 +66,8 @@ func (o *analyticsOptions) run(_ *cobra.Command, _ []string) error {
 		return err
 	}
 	// The tap is kafka-go; the check with franz-go uses the same brokers and credentials.
-	if _, err := a.kafkaOpts(); err != nil {
+	kopts, err := a.kafkaOpts()
+	if err != nil {
 		return err
 	}
 	tc, err := a.conn.TLSConfig()
@@ -77,6 +81,18 @@ func (o *analyticsOptions) run(_ *cobra.Command, _ []string) error {
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
+	reg := prometheus.NewRegistry()
+	if err := registerTapMetrics(reg, tap); err != nil {
+		return err
+	}
+	probe := &sinkProbe{}
+	stop, err := serveSink(ctx, o.metricsAddr, reg, probe, kopts, a.log)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	probe.running.Store(true)
+	defer probe.running.Store(false)
 	return tap.Run(ctx)
 }
 

@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/internal/stage"
 
 	"github.com/wmrl/wmrl/sinks/trainer"
 )
@@ -19,6 +23,7 @@ type trainOptions struct {
 	runID, group string
 	printTable   bool
 	maxSteps     int
+	metricsAddr  string
 }
 
 func newTrainCmd(a *app) *cobra.Command {
@@ -39,6 +44,7 @@ A real trainer uses the same code through the sinks/trainer package (Stream.Next
 	f.StringVar(&o.group, "group", trainer.DefaultGroup, "consumer group")
 	f.BoolVar(&o.printTable, "print", false, "print every step as a table of its rows")
 	f.IntVar(&o.maxSteps, "max-steps", 0, "stop after this many steps (0: run until interrupted)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz here, e.g. :9467 (empty: off)")
 	return cmd
 }
 
@@ -56,6 +62,20 @@ func (o *trainOptions) run(_ *cobra.Command, _ []string) error {
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
+	reg := prometheus.NewRegistry()
+	m, err := newTrainMetrics(reg)
+	if err != nil {
+		return err
+	}
+	probe := &sinkProbe{}
+	stop, err := serveSink(ctx, o.metricsAddr, reg, probe, opts, a.log)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	probe.running.Store(true)
+	defer probe.running.Store(false)
+	opts = append(opts[:len(opts):len(opts)], kgo.WithHooks(stage.KafkaMetrics(reg, "train")...))
 	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: o.group, RunID: o.runID, Logger: a.log})
 	if err != nil {
 		return err
@@ -78,6 +98,9 @@ func (o *trainOptions) run(_ *cobra.Command, _ []string) error {
 			}
 			return err
 		}
+		m.steps.Inc()
+		m.rows.Add(float64(len(st.Rows)))
+		m.lastStep.Set(float64(st.Step))
 	}
 	stats := s.Stats()
 	a.log.Info("train done", "steps", stats.Steps, "rows", stats.Rows, "duplicates", stats.Duplicates,
