@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"runtime/pprof"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -24,6 +26,7 @@ func newBenchCorrectionCmd(a *app) *cobra.Command {
 	var corrCfg func() (correction.Config, error)
 	var embedded bool
 	var target float64
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "correction",
 		Short: "Correction consumer vs a pass-through transactional consume→produce; Redis round trips; latency",
@@ -70,6 +73,17 @@ ratio is below --target. The topics are deleted afterwards.`,
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("cpu profile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			rep, err := bench.Correction(ctx, cfg)
 			if err != nil {
 				return err
@@ -96,6 +110,7 @@ ratio is below --target. The topics are deleted afterwards.`,
 	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correct.DefaultMaxTxnLinger, "longest time a backlog's transaction is put off")
 	f.BoolVar(&embedded, "embedded", false, "use an in-process kfake broker and miniredis instead of --brokers/--redis")
 	f.BoolVar(&cfg.KeepTopics, "keep-topics", false, "do not delete the benchmark topics")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole benchmark to this file (go tool pprof)")
 	f.Float64Var(&target, "target", 0.8, "minimum ratio of correction to pass-through records/s")
 	return cmd
 }
