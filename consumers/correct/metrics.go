@@ -19,6 +19,7 @@ type metrics struct {
 	digestAlarms prometheus.Counter
 	redisTrips   prometheus.Counter
 	redisErrors  prometheus.Counter
+	redisLost    prometheus.Counter
 	buffered     prometheus.Gauge
 	sealLatency  prometheus.Histogram
 	trips        atomic.Int64 // mirror of redisTrips for the benchmark
@@ -54,6 +55,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wmrl_correct_redis_errors_total", Help: "Failed Redis snapshot writes or loads (the changelog stays authoritative).",
 		}),
+		redisLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wmrl_correct_redis_state_lost_total",
+			Help: "(run, stream) states Redis was found not to hold although it should (its data was lost): on assignment, or when a step's predecessor is missing; each is rewritten in full.",
+		}),
 		buffered: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wmrl_correct_buffered_steps", Help: "Unsealed steps held in memory.",
 		}),
@@ -63,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.deadLetters, m.sealedSteps, m.rows, m.txns, m.rebuilds,
-		m.digestAlarms, m.redisTrips, m.redisErrors, m.buffered, m.sealLatency} {
+		m.digestAlarms, m.redisTrips, m.redisErrors, m.redisLost, m.buffered, m.sealLatency} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
