@@ -2,6 +2,7 @@ package correction
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"testing"
 )
@@ -98,6 +99,9 @@ func TestHeadAndChunksReassemble(t *testing.T) {
 				}
 				if !bytes.Equal(back.Encode(), st.Encode()) {
 					t.Fatalf("step %d: reassembled state differs", i)
+				}
+				if st.Digest() != sha256.Sum256(st.Encode()) {
+					t.Fatalf("step %d: Digest is not the SHA-256 of Encode", i)
 				}
 				// The reassembled state carries on exactly like the original.
 				if i == 60 {

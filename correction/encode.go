@@ -100,7 +100,24 @@ func (s *State) appendTail(b []byte) []byte {
 
 // Digest is the SHA-256 of Encode(): a content address for snapshots and a
 // replay check.
-func (s *State) Digest() [32]byte { return sha256.Sum256(s.Encode()) }
+//
+// It streams Encode's layout through the hash in pieces instead of materialising it, since it
+// runs for every sealed step on a window of up to Window pairs.
+func (s *State) Digest() [32]byte {
+	h := sha256.New()
+	var buf [4096]byte
+	h.Write(s.appendPrefix(buf[:0]))
+	const per = len(buf) / 16
+	for i := 0; i < s.win.len(); i += per {
+		h.Write(s.win.appendRange(buf[:0], i, min(i+per, s.win.len())))
+	}
+	b := s.appendFit(buf[:0], true)
+	b = s.appendTail(b)
+	h.Write(b)
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum
+}
 
 // decoder reads fixed-width little-endian fields, remembering the first
 // truncation so call sites stay linear.

@@ -21,7 +21,7 @@ func init() { benchCommands = append(benchCommands, newBenchCorrectionCmd) }
 
 func newBenchCorrectionCmd(a *app) *cobra.Command {
 	cfg := bench.CorrectionConfig{
-		Workload: correct.SynthConfig{Runs: 6, Steps: 120, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1},
+		Workload: correct.SynthConfig{Runs: 6, Steps: 1000, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1},
 	}
 	var corrCfg func() (correction.Config, error)
 	var embedded bool
@@ -108,6 +108,7 @@ ratio is below --target. The topics are deleted afterwards.`,
 	f.IntVar(&cfg.ChunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload")
 	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correct.DefaultMaxTxnSteps, "while a backlog waits, poll on until this many steps are buffered before one transaction (1: a transaction per poll)")
 	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correct.DefaultMaxTxnLinger, "longest time a backlog's transaction is put off")
+	f.Int32Var(&cfg.FetchMaxPartitionBytes, "fetch-max-partition-bytes", 1<<20, "bytes one fetch returns per partition, both consumers (1 MiB: the Kafka and franz-go default)")
 	f.BoolVar(&embedded, "embedded", false, "use an in-process kfake broker and miniredis instead of --brokers/--redis")
 	f.BoolVar(&cfg.KeepTopics, "keep-topics", false, "do not delete the benchmark topics")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole benchmark to this file (go tool pprof)")

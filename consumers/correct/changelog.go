@@ -193,3 +193,22 @@ func windowFromChunks(head []byte, chunk func(slot int, number uint64) (topics.C
 	}
 	return win, nil
 }
+
+// RebuildFromChangelog reads the given partitions of the calibration topic and rebuilds every
+// (run, stream) state they hold, as the consumer does on assignment (without Redis), each checked
+// against its snapshot's digest. It serves benchmarks and tools.
+func RebuildFromChangelog(ctx context.Context, kafkaOpts []kgo.Opt, names topics.Names, parts []int32, timeout time.Duration, log *slog.Logger) ([]*correction.State, error) {
+	got, err := readChangelog(ctx, kafkaOpts, names.Calibration(), parts, timeout, log)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*correction.State, 0, len(got))
+	for _, e := range got {
+		st, _, err := e.stateOf()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}

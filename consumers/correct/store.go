@@ -487,7 +487,9 @@ func sealedWrites(done []*sealed) ([]calWrite, map[string][]string) {
 	newStreams := map[string][]string{}
 	for _, s := range done {
 		for i := range s.snaps {
-			ws = append(ws, calWrite{snap: &s.snaps[i], chunks: s.chunks[i], st: s.states[i]})
+			// A stream's first step has no predecessor in Redis; its chunks are its whole window.
+			fresh := slices.Contains(s.newStream, s.snaps[i].Stream)
+			ws = append(ws, calWrite{snap: &s.snaps[i], chunks: s.chunks[i], st: s.states[i], full: fresh})
 		}
 		if len(s.newStream) > 0 {
 			newStreams[s.run] = append(newStreams[s.run], s.newStream...)
