@@ -33,8 +33,12 @@ func newBenchCorrectionCmd(a *app) *cobra.Command {
 		Long: `Writes a synthetic workload (manifests, predicted and executed rewards) to fresh topics, then in
 one run on the same broker measures records/s of (1) a pass-through transactional consume→produce
 of those records and (2) the correction consumer over the same records; Redis round trips per
-sealed step (counted with a go-redis hook, startup excluded); and the latency from a step's last
-reward to its advantages being visible to a read_committed consumer (p50/p99, one step at a time).
+sealed step (counted with a go-redis hook, startup excluded); the calibration topic's log size on
+the broker per sealed (run, stream) step; the time and heap to rebuild every state from that
+changelog; the process CPU time of each phase; and the latency from a step's last reward to its
+advantages being visible to a read_committed consumer (p50/p99, one step at a time). The default
+workload (1000 steps, 16 anchor pairs per run and step) fills the 5000-pair window by step 313,
+so the steady state of a full window is what is measured.
 Uses --brokers and --redis, or an in-process kfake + miniredis with --embedded. Exits 1 when the
 ratio is below --target. The topics are deleted afterwards.`,
 		Args: cobra.NoArgs,

@@ -44,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "wmrl_correct_transactions_total", Help: "Transactions by outcome: committed or aborted.",
 		}, []string{"result"}),
 		rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wmrl_correct_state_rebuilds_total", Help: "(run, stream) states taken from the changelog instead of Redis, by reason: missing, behind, ahead, mismatch, corrupt.",
+			Name: "wmrl_correct_state_rebuilds_total", Help: "(run, stream) states Redis did not hold as the changelog does on assignment, repaired from the changelog, by reason: missing, behind, ahead, mismatch.",
 		}, []string{"reason"}),
 		digestAlarms: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wmrl_correct_redis_digest_mismatch_total", Help: "ALARM: Redis held different content for an already sealed (run, stream, step).",
