@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -102,6 +103,9 @@ func DecodeCalibrationChunkValue(value []byte, chunkPairs uint64) (CalibrationCh
 		Step: int64(le.Uint64(value[12:])), Chunk: le.Uint64(value[20:]), First: le.Uint64(value[28:]),
 		Pairs: value[fixed:]}
 	n := uint64(len(c.Pairs) / 16)
+	if chunkPairs == 0 || c.Chunk >= math.MaxUint64/chunkPairs-1 {
+		return bad("chunk", c.Chunk, "out of range")
+	}
 	if len(c.Pairs)%16 != 0 || c.First < c.Chunk*chunkPairs || c.First+n > (c.Chunk+1)*chunkPairs {
 		return bad("pairs", len(c.Pairs), fmt.Sprintf("pairs from %d do not fit chunk %d", c.First, c.Chunk))
 	}
