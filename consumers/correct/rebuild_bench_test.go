@@ -82,6 +82,7 @@ func BenchmarkRebuildFromChangelog1000(b *testing.B) {
 		var with, without runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&with)
+		runtime.KeepAlive(states)
 		states = nil
 		runtime.GC()
 		runtime.ReadMemStats(&without)

@@ -99,6 +99,11 @@ func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
 	sort.Strings(fresh)
 
 	out := &sealed{run: rb.id, part: rb.part, step: v, newStream: fresh, lastInput: b.lastInput}
+	nrows := 0
+	for _, g := range b.manifest.Groups {
+		nrows += g.Size
+	}
+	out.rows = make([]topics.AdvantageRow, 0, nrows)
 	next := make(map[string]*correction.State, len(streams))
 	for _, s := range streams {
 		prev := rb.states[s]
