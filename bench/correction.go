@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -36,8 +37,8 @@ type CorrectionConfig struct {
 	Logger       *slog.Logger
 	// KeepTopics leaves the benchmark's topics in place.
 	KeepTopics bool
-	// FetchMaxPartitionBytes bounds one fetch per partition (both consumers), so that the backlog
-	// is consumed in many polls and transactions as in a streaming pipeline (default 64 KiB).
+	// FetchMaxPartitionBytes bounds one fetch per partition (both consumers); default 1 MiB, the
+	// Kafka and franz-go consumer default.
 	FetchMaxPartitionBytes int32
 	// MaxTxnSteps and MaxTxnLinger are passed to the correction consumer (correct.Config).
 	MaxTxnSteps  int
@@ -60,6 +61,18 @@ type CorrectionReport struct {
 	LatencySamples     int
 	PassThroughElapsed time.Duration
 	CorrectionElapsed  time.Duration
+	// PassThroughCPU and CorrectionCPU are the process's CPU time (user + system) during each phase.
+	PassThroughCPU time.Duration
+	CorrectionCPU  time.Duration
+	// CalibrationBytes is the size of the calibration topic's log on the broker after the
+	// throughput phase; per sealed (run, stream) step it is CalibrationBytesPerStep.
+	CalibrationBytes        int64
+	CalibrationBytesPerStep float64
+	// RebuildStreams (run, stream) states were rebuilt from the calibration topic in RebuildTime,
+	// growing the live heap by RebuildHeapBytes.
+	RebuildStreams   int
+	RebuildTime      time.Duration
+	RebuildHeapBytes int64
 }
 
 func (r CorrectionReport) String() string {
@@ -68,6 +81,11 @@ func (r CorrectionReport) String() string {
 	fmt.Fprintf(&b, "pass-through txn consume→produce  %10.0f records/s  (%v)\n", r.PassThroughPerSec, r.PassThroughElapsed.Round(time.Millisecond))
 	fmt.Fprintf(&b, "correction consumer               %10.0f records/s  (%v)\n", r.CorrectionPerSec, r.CorrectionElapsed.Round(time.Millisecond))
 	fmt.Fprintf(&b, "ratio correction / pass-through   %10.3f\n", r.Ratio)
+	fmt.Fprintf(&b, "calibration bytes per sealed (run, stream) step: %.0f  (broker log %d bytes)\n", r.CalibrationBytesPerStep, r.CalibrationBytes)
+	fmt.Fprintf(&b, "rebuild from the changelog: %d (run, stream) states in %v, live heap +%.1f MiB\n",
+		r.RebuildStreams, r.RebuildTime.Round(time.Millisecond), float64(r.RebuildHeapBytes)/(1<<20))
+	fmt.Fprintf(&b, "process CPU: correction %.2fs, pass-through %.2fs (ratio %.2f)\n",
+		r.CorrectionCPU.Seconds(), r.PassThroughCPU.Seconds(), r.CorrectionCPU.Seconds()/r.PassThroughCPU.Seconds())
 	fmt.Fprintf(&b, "sealed steps %d in %d transactions; Redis round trips %d: %.3f per sealed step, %.3f per transaction\n",
 		r.SealedSteps, r.Transactions, r.RedisTrips, r.TripsPerStep, r.TripsPerTxn)
 	fmt.Fprintf(&b, "latency last reward → advantages visible (read_committed), %d steps: p50 %v  p99 %v\n",
@@ -91,7 +109,7 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 		cfg.Correction = correction.DefaultConfig()
 	}
 	if cfg.FetchMaxPartitionBytes == 0 {
-		cfg.FetchMaxPartitionBytes = 64 << 10
+		cfg.FetchMaxPartitionBytes = 1 << 20
 	}
 	consumeOpts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...), kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes))
 	prefix := fmt.Sprintf("wmrl-bench-%d.", time.Now().UnixNano())
@@ -132,9 +150,11 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 	cfg.Logger.Info("bench: inputs written", "records", len(recs), "prefix", prefix)
 
 	// Phase 1: pass-through.
+	cpu0 := cpuTime()
 	if rep.PassThroughElapsed, err = passThrough(ctx, consumeOpts, names, passTopic, prefix+"pass", len(recs)); err != nil {
 		return rep, fmt.Errorf("pass-through: %w", err)
 	}
+	rep.PassThroughCPU = cpuTime() - cpu0
 	rep.PassThroughPerSec = float64(len(recs)) / rep.PassThroughElapsed.Seconds()
 
 	// Phase 2: the correction consumer over the same records, then the latency phase.
@@ -181,6 +201,7 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	cpu0 = cpuTime()
 	runErr := make(chan error, 1)
 	go func() { runErr <- c.Run(cctx) }()
 	select {
@@ -190,6 +211,7 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 	case <-ctx.Done():
 		return rep, ctx.Err()
 	}
+	rep.CorrectionCPU = cpuTime() - cpu0
 	mu.Lock()
 	rep.CorrectionElapsed = lastSeal.Sub(first)
 	rep.SealedSteps, rep.Transactions = sealed, txns
@@ -214,6 +236,10 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 	}
 	cancel()
 	if err := <-runErr; err != nil && !errors.Is(err, context.Canceled) {
+		return rep, err
+	}
+	// After the consumer stopped, so that its buffers do not blur the heap measurement.
+	if err := changelogCost(ctx, &rep, adm, cfg, consumeOpts, names); err != nil {
 		return rep, err
 	}
 	return rep, nil
@@ -382,4 +408,45 @@ func (p *latencyProbe) run(ctx context.Context, cfg CorrectionConfig, names topi
 		out = append(out, time.Since(t0))
 	}
 	return out, nil
+}
+
+// changelogCost measures the calibration topic's log size on the broker and the time and heap it
+// takes to rebuild every (run, stream) state from it.
+func changelogCost(ctx context.Context, rep *CorrectionReport, adm *kadm.Client, cfg CorrectionConfig, opts []kgo.Opt, names topics.Names) error {
+	parts := make([]int32, cfg.Partitions)
+	for i := range parts {
+		parts[i] = int32(i)
+	}
+	var set kadm.TopicsSet
+	set.Add(names.Calibration(), parts...)
+	dirs, err := adm.DescribeAllLogDirs(ctx, set)
+	if err != nil {
+		return fmt.Errorf("calibration log size: %w", err)
+	}
+	dirs.Each(func(d kadm.DescribedLogDir) {
+		for _, p := range d.Topics[names.Calibration()] {
+			rep.CalibrationBytes += p.Size
+		}
+	})
+	rep.CalibrationBytesPerStep = float64(rep.CalibrationBytes) / float64(rep.SealedSteps*max(cfg.Workload.Streams, 1))
+	start := time.Now()
+	states, err := correct.RebuildFromChangelog(ctx, opts, names, parts, 2*time.Minute, cfg.Logger)
+	if err != nil {
+		return fmt.Errorf("rebuild from the changelog: %w", err)
+	}
+	rep.RebuildTime = time.Since(start)
+	rep.RebuildStreams = len(states)
+	rep.RebuildHeapBytes = retainedBy(func() { states = nil })
+	return nil
+}
+
+// retainedBy returns how much the live heap shrinks when release drops the references it holds.
+func retainedBy(release func()) int64 {
+	var with, without runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&with)
+	release()
+	runtime.GC()
+	runtime.ReadMemStats(&without)
+	return int64(with.HeapAlloc) - int64(without.HeapAlloc)
 }

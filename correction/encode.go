@@ -48,7 +48,14 @@ const maxIDLen = 1 << 16
 func (s *State) Encode() []byte {
 	size := len(stateMagic) + 2 + configEncodedLen + 1 + 32 + 8 + len(s.run) + len(s.stream) +
 		8*4 + 16*s.win.len() + 16 + 16*len(s.fitX) + 8*4 + 1
-	b := make([]byte, 0, size)
+	b := s.appendPrefix(make([]byte, 0, size))
+	b = s.win.appendRange(b, 0, s.win.len())
+	b = s.appendFit(b, true)
+	return s.appendTail(b)
+}
+
+// appendPrefix writes Encode's fields up to and including the window length n.
+func (s *State) appendPrefix(b []byte) []byte {
 	le := binary.LittleEndian
 	b = append(b, stateMagic...)
 	b = le.AppendUint16(b, encodingVersion(s.cfg))
@@ -61,12 +68,16 @@ func (s *State) Encode() []byte {
 	b = le.AppendUint64(b, uint64(s.sealed))
 	b = le.AppendUint64(b, s.totalPairs)
 	b = le.AppendUint64(b, s.pending)
-	b = le.AppendUint64(b, uint64(s.win.len()))
-	s.win.each(func(p pair) {
-		b = le.AppendUint64(b, math.Float64bits(p.x))
-		b = le.AppendUint64(b, math.Float64bits(p.y))
-	})
+	return le.AppendUint64(b, uint64(s.win.len()))
+}
+
+// appendFit writes the fit version and, if withMap, the breakpoints (else a count of 0).
+func (s *State) appendFit(b []byte, withMap bool) []byte {
+	le := binary.LittleEndian
 	b = le.AppendUint64(b, s.version)
+	if !withMap {
+		return le.AppendUint64(b, 0)
+	}
 	b = le.AppendUint64(b, uint64(len(s.fitX)))
 	for _, v := range s.fitX {
 		b = le.AppendUint64(b, math.Float64bits(v))
@@ -74,17 +85,39 @@ func (s *State) Encode() []byte {
 	for _, v := range s.fitY {
 		b = le.AppendUint64(b, math.Float64bits(v))
 	}
+	return b
+}
+
+// appendTail writes the estimator fields that close Encode's layout.
+func (s *State) appendTail(b []byte) []byte {
+	le := binary.LittleEndian
 	b = le.AppendUint64(b, math.Float64bits(s.ewma))
 	b = le.AppendUint64(b, s.groups)
 	b = le.AppendUint64(b, s.skipped)
 	b = le.AppendUint64(b, math.Float64bits(s.c))
-	b = append(b, boolByte(s.frozen))
-	return b
+	return append(b, boolByte(s.frozen))
 }
 
 // Digest is the SHA-256 of Encode(): a content address for snapshots and a
 // replay check.
-func (s *State) Digest() [32]byte { return sha256.Sum256(s.Encode()) }
+//
+// It streams Encode's layout through the hash in pieces instead of materialising it, since it
+// runs for every sealed step on a window of up to Window pairs.
+func (s *State) Digest() [32]byte {
+	h := sha256.New()
+	var buf [4096]byte
+	h.Write(s.appendPrefix(buf[:0]))
+	const per = len(buf) / 16
+	for i := 0; i < s.win.len(); i += per {
+		h.Write(s.win.appendRange(buf[:0], i, min(i+per, s.win.len())))
+	}
+	b := s.appendFit(buf[:0], true)
+	b = s.appendTail(b)
+	h.Write(b)
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum
+}
 
 // decoder reads fixed-width little-endian fields, remembering the first
 // truncation so call sites stay linear.

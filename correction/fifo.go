@@ -1,6 +1,10 @@
 package correction
 
-import "slices"
+import (
+	"encoding/binary"
+	"math"
+	"slices"
+)
 
 // chunkSize is the number of pairs per FIFO chunk (8 KiB).
 const chunkSize = 512
@@ -77,4 +81,32 @@ func (f *fifo) pairs() []pair {
 	out := make([]pair, 0, f.n)
 	f.each(func(p pair) { out = append(out, p) })
 	return out
+}
+
+// appendRange appends the pairs at positions [i, j) (0 = oldest) as
+// little-endian x, y float64 bits, the layout of Encode's window.
+func (f *fifo) appendRange(b []byte, i, j int) []byte {
+	le := binary.LittleEndian
+	b = slices.Grow(b, 16*(j-i))
+	pos := 0
+	for k, c := range f.chunks {
+		if k == 0 {
+			c = c[f.off:]
+		}
+		if pos+len(c) <= i {
+			pos += len(c)
+			continue
+		}
+		lo := max(i-pos, 0)
+		hi := min(j-pos, len(c))
+		for _, p := range c[lo:hi] {
+			b = le.AppendUint64(b, math.Float64bits(p.x))
+			b = le.AppendUint64(b, math.Float64bits(p.y))
+		}
+		pos += len(c)
+		if pos >= j {
+			break
+		}
+	}
+	return b
 }

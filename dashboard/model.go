@@ -271,7 +271,9 @@ func (r *runModel) view() (steps []Step, maps []Map) {
 			}
 		}
 		steps = append(steps, st)
-		if n := len(maps); n == 0 || maps[n-1].FitVersion != s.FitVersion {
+		// Snapshots carry the breakpoints only every few steps (a fitted map without them is
+		// not shown rather than shown as the identity).
+		if n := len(maps); (n == 0 || maps[n-1].FitVersion != s.FitVersion) && (s.FitVersion == 0 || len(s.BreakX) > 0) {
 			maps = append(maps, Map{Step: v, FitVersion: s.FitVersion, X: orEmpty(s.BreakX), Y: orEmpty(s.BreakY)})
 		}
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"runtime/pprof"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -24,11 +26,12 @@ type benchCorrectionOptions struct {
 	correction func() (correction.Config, error)
 	embedded   bool
 	target     float64
+	cpuProfile string
 }
 
 func newBenchCorrectionCmd(a *app) *cobra.Command {
 	o := &benchCorrectionOptions{a: a, cfg: bench.CorrectionConfig{
-		Workload: correct.SynthConfig{Runs: 6, Steps: 120, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1},
+		Workload: correct.SynthConfig{Runs: 6, Steps: 1000, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1},
 	}}
 	cmd := &cobra.Command{
 		Use:   "correction",
@@ -57,6 +60,8 @@ ratio is below --target. The topics are deleted afterwards.`,
 	f.IntVar(&cfg.ChunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload")
 	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correct.DefaultMaxTxnSteps, "while a backlog waits, poll on until this many steps are buffered before one transaction (1: a transaction per poll)")
 	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correct.DefaultMaxTxnLinger, "longest time a backlog's transaction is put off")
+	f.Int32Var(&cfg.FetchMaxPartitionBytes, "fetch-max-partition-bytes", 1<<20, "bytes one fetch returns per partition, both consumers (1 MiB: the Kafka and franz-go default)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole benchmark to this file (go tool pprof)")
 	f.BoolVar(&o.embedded, "embedded", false, "use an in-process kfake broker and miniredis instead of --brokers/--redis")
 	f.BoolVar(&cfg.KeepTopics, "keep-topics", false, "do not delete the benchmark topics")
 	f.Float64Var(&o.target, "target", 0.8, "minimum ratio of correction to pass-through records/s")
@@ -99,6 +104,17 @@ func (o *benchCorrectionOptions) run(_ *cobra.Command, _ []string) error {
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	rep, err := bench.Correction(ctx, cfg)
 	if err != nil {
 		return err

@@ -2,8 +2,6 @@ package correct
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
@@ -14,9 +12,10 @@ import (
 	"github.com/wmrl/wmrl/topics"
 )
 
-// reload forgets all in-memory state and rebuilds it for the owned partitions: the changelog
-// says which step each (run, stream) sealed last and its digest; Redis supplies that exact state
-// when it matches, the snapshot's own bytes otherwise (and Redis is repaired).
+// reload forgets all in-memory state and rebuilds it for the owned partitions from the changelog
+// (each (run, stream)'s latest snapshot and its window chunks), checking every state against the
+// snapshot's digest. Redis is then compared with the changelog and repaired where it is missing,
+// behind, ahead or different.
 func (c *Consumer) reload(ctx context.Context) error {
 	c.waitRedis()
 	parts := slices.Sorted(maps.Keys(c.owned()))
@@ -28,49 +27,21 @@ func (c *Consumer) reload(ctx context.Context) error {
 	}
 	keys := slices.Sorted(maps.Keys(got))
 	want := make([]*topics.CalibrationSnapshot, len(keys))
-	for i, k := range keys {
-		s := got[k].snap
-		want[i] = &s
-	}
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	fromRedis, rerr := c.store.load(lctx, want)
-	if rerr != nil {
-		c.m.redisErrors.Inc()
-		c.log.Warn("redis state load failed; using the changelog's snapshots", "err", rerr)
-	}
 	byRun := map[string][]*correction.State{}
 	partOf := map[string]int32{}
-	var repair []*topics.CalibrationSnapshot
-	rebuilt := 0
-	for i, sn := range want {
-		var l loaded
-		if fromRedis != nil {
-			l = fromRedis[i]
-		}
-		reason := redisVerdict(sn, l)
-		enc := l.state
-		if reason != "" {
-			enc = sn.State
-			c.m.rebuilds.WithLabelValues(reason).Inc()
-			if reason == "missing" {
-				c.m.redisLost.Inc()
-				c.log.Warn("redis lost the state of a stream (flushed or replaced?); rebuilt from the changelog", "run", sn.RunID, "stream", sn.Stream, "step", sn.Step)
-			}
-			rebuilt++
-			repair = append(repair, sn)
-			c.log.Info("state rebuilt from the changelog", "run", sn.RunID, "stream", sn.Stream, "step", sn.Step, "reason", reason)
-		}
-		if sum := sha256.Sum256(enc); hex.EncodeToString(sum[:]) != sn.Digest {
-			return fmt.Errorf("%w: snapshot %s/%s step %d: state bytes do not match its digest", ErrChangelog, sn.RunID, sn.Stream, sn.Step)
-		}
-		st, err := correction.DecodeState(enc)
+	rewrite := map[string][]string{}
+	ws := make([]calWrite, len(keys))
+	for i, k := range keys {
+		e := got[k]
+		sn := &e.snap
+		want[i] = sn
+		st, legacy, err := e.stateOf()
 		if err != nil {
-			return fmt.Errorf("%w: snapshot %s/%s step %d: %w", ErrChangelog, sn.RunID, sn.Stream, sn.Step, err)
+			return err
 		}
-		if st.Run() != sn.RunID || st.Stream() != sn.Stream || st.SealedStep() != sn.Step {
-			return fmt.Errorf("%w: snapshot %s/%s step %d holds state of %s/%s step %d", ErrChangelog,
-				sn.RunID, sn.Stream, sn.Step, st.Run(), st.Stream(), st.SealedStep())
+		ws[i] = calWrite{snap: sn, st: st, full: true}
+		if legacy {
+			rewrite[sn.RunID] = append(rewrite[sn.RunID], sn.Stream)
 		}
 		if sn.ConfigHash != c.eng.hash {
 			if !c.cfg.AllowConfigChange {
@@ -84,29 +55,72 @@ func (c *Consumer) reload(ctx context.Context) error {
 					return fmt.Errorf("correct: restart calibration of %s/%s: %w", sn.RunID, sn.Stream, err)
 				}
 			}
+			rewrite[sn.RunID] = append(rewrite[sn.RunID], sn.Stream)
 		}
 		byRun[sn.RunID] = append(byRun[sn.RunID], st)
-		partOf[sn.RunID] = got[keys[i]].part
+		partOf[sn.RunID] = e.part
 	}
 	for run, states := range byRun {
 		if err := c.eng.install(run, partOf[run], states); err != nil {
 			return err
 		}
-	}
-	if len(repair) > 0 {
-		res, err := c.store.writeForce(lctx, repair)
-		if err != nil {
-			c.m.redisErrors.Inc()
-			c.log.Warn("redis repair failed", "err", err)
-		} else {
-			c.alarms(res)
+		rb := c.eng.runs[run]
+		rb.rewrite = map[string]bool{}
+		for _, s := range rewrite[run] {
+			rb.rewrite[s] = true
 		}
 	}
-	c.log.Info("state loaded", "partitions", parts, "streams", len(want), "runs", len(byRun), "rebuilt_from_changelog", rebuilt, "took", time.Since(start).Round(time.Millisecond))
+	rebuilt := c.repairRedis(ctx, want, ws)
+	c.log.Info("state loaded", "partitions", parts, "streams", len(want), "runs", len(byRun), "redis_repaired", rebuilt, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
-// redisVerdict says why Redis cannot supply sn's state ("" when it can).
+// repairRedis compares Redis with the changelog's states and rewrites, with whole windows and
+// the runs' streams sets, every (run, stream) it does not hold as the changelog does. It returns
+// how many it rewrote; Redis failures are logged and counted, never fatal.
+func (c *Consumer) repairRedis(ctx context.Context, want []*topics.CalibrationSnapshot, ws []calWrite) int {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	fromRedis, err := c.store.load(lctx, want)
+	if err != nil {
+		c.m.redisErrors.Inc()
+		c.log.Warn("redis state load failed; not repairing it now", "err", err)
+		return 0
+	}
+	var repair []calWrite
+	streams := map[string][]string{}
+	lost := 0
+	for i, sn := range want {
+		reason := redisVerdict(sn, fromRedis[i])
+		if reason == "" {
+			continue
+		}
+		if fromRedis[i].head == nil && !fromRedis[i].has {
+			lost++
+		}
+		c.m.rebuilds.WithLabelValues(reason).Inc()
+		repair = append(repair, ws[i])
+		streams[sn.RunID] = append(streams[sn.RunID], sn.Stream)
+		c.log.Info("redis state repaired from the changelog", "run", sn.RunID, "stream", sn.Stream, "step", sn.Step, "reason", reason)
+	}
+	if lost > 0 {
+		c.m.redisLost.Add(float64(lost))
+		c.log.Warn("redis holds nothing for (run, stream)s the changelog has: its data was lost", "streams", lost)
+	}
+	if len(repair) == 0 {
+		return 0
+	}
+	res, err := c.store.writeForce(lctx, repair, streams)
+	if err != nil {
+		c.m.redisErrors.Inc()
+		c.log.Warn("redis repair failed", "err", err)
+		return 0
+	}
+	c.alarms(res)
+	return len(repair)
+}
+
+// redisVerdict says why Redis does not hold sn's state as the changelog does ("" when it does).
 func redisVerdict(sn *topics.CalibrationSnapshot, l loaded) string {
 	switch {
 	case l.head == nil && !l.has:
@@ -118,8 +132,7 @@ func redisVerdict(sn *topics.CalibrationSnapshot, l loaded) string {
 	case !l.has:
 		return "missing"
 	}
-	sum := sha256.Sum256(l.state)
-	if hex.EncodeToString(sum[:]) != sn.Digest {
+	if string(l.state) != string(redisValue(sn)) {
 		return "mismatch"
 	}
 	return ""

@@ -1,7 +1,6 @@
 package correct
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -384,64 +383,5 @@ func TestConsumerConfigChangeStops(t *testing.T) {
 	defer cancel()
 	if err := c.Run(ctx); !errors.Is(err, ErrConfigChanged) {
 		t.Fatalf("Run with another config: %v, want ErrConfigChanged", err)
-	}
-}
-
-func TestRedisDigestAlarm(t *testing.T) {
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer rdb.Close()
-	s := NewStore(rdb, "p", 2)
-	ctx := context.Background()
-	snap := func(step int64, state string) *topics.CalibrationSnapshot {
-		return &topics.CalibrationSnapshot{RunID: "r", Stream: "s", Step: step, State: []byte(state), Digest: "d" + state}
-	}
-	for _, tc := range []struct {
-		name string
-		sn   *topics.CalibrationSnapshot
-		want int64
-	}{
-		{"first write", snap(0, "a"), 0},
-		{"identical rewrite", snap(0, "a"), 1},
-		{"different content", snap(0, "b"), 2},
-		{"next step", snap(1, "c"), 0},
-		{"third step trims", snap(2, "d"), 0},
-	} {
-		res, err := s.write(ctx, []*topics.CalibrationSnapshot{tc.sn}, map[string][]string{"r": {"s"}})
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		if res[0].status != tc.want {
-			t.Fatalf("%s: status %d, want %d", tc.name, res[0].status, tc.want)
-		}
-	}
-	if b, _ := s.ReadState(ctx, "r", "s", 1); !bytes.Equal(b, []byte("c")) {
-		t.Fatalf("state 1 = %q", b)
-	}
-	if _, err := s.ReadState(ctx, "r", "s", 0); !errors.Is(err, redis.Nil) {
-		t.Fatalf("state 0 should be trimmed (keep 2): %v", err)
-	}
-	h, err := s.ReadHead(ctx, "r", "s")
-	if err != nil || h.SealedStep != 2 || h.Digest != "dd" {
-		t.Fatalf("head %+v %v", h, err)
-	}
-	// A repair replaces content the changelog proved wrong.
-	if res, err := s.writeForce(ctx, []*topics.CalibrationSnapshot{snap(2, "e")}); err != nil || res[0].status != 3 {
-		t.Fatalf("forced repair: %+v %v", res, err)
-	}
-	if b, _ := s.ReadState(ctx, "r", "s", 2); !bytes.Equal(b, []byte("e")) {
-		t.Fatalf("state 2 after repair = %q", b)
-	}
-	// An older step never moves the head back.
-	if _, err := s.write(ctx, []*topics.CalibrationSnapshot{snap(1, "c")}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if h, _ := s.ReadHead(ctx, "r", "s"); h.SealedStep != 2 {
-		t.Fatalf("head moved back to %d", h.SealedStep)
-	}
-	for _, k := range []string{s.HeadKey("r", "s"), s.StateKey("r", "s", 2), s.StepsKey("r", "s")} {
-		if !bytes.Contains([]byte(k), []byte("{r/s}")) {
-			t.Fatalf("key %s lacks the {run/stream} hash tag", k)
-		}
 	}
 }

@@ -55,34 +55,56 @@
 // # State: changelog and Redis
 //
 // The calibration topic is the source of truth (it commits atomically with outputs and offsets).
+// It carries what each sealed step changed, so its cost is O(change), not O(window): per
+// (run, stream) and step, the window chunks the step's new anchor pairs fell into
+// (topics.CalibrationChunk: the pairs with absolute index in chunk c of correction.ChunkPairs,
+// key run_id/stream/slot with slot = c mod correction.ChunkSlots(window), so compaction keeps
+// exactly the live window's chunks), then the snapshot (key run_id/stream) whose state is the
+// head (correction.State.EncodeHead: scalars, and the breakpoints only when the window does not
+// determine them). Snapshots carry BreakX/BreakY for dashboards every mapEvery (64) steps only.
+// A stream's first step, and the first step after a state was taken from a snapshot holding the
+// full encoding (written before this form existed) or restarted for a config change, writes every
+// chunk of its window. The snapshot's digest is the SHA-256 of the full state encoding, as before.
+//
 // On every assignment the consumer reads the owned calibration partitions (read_committed) to
-// their stable end, learns each (run, stream)'s latest sealed step and digest, loads exactly that
-// step from Redis and verifies the digest, and otherwise takes the snapshot's own state bytes
-// (wmrl_correct_state_rebuilds_total{reason=missing|behind|ahead|mismatch}) and repairs Redis.
+// their stable end, takes each (run, stream)'s latest snapshot and the latest chunk of every slot,
+// joins head and chunks (correction.AssembleState) and checks the digest; a snapshot holding a
+// full encoding is read as it is. Then Redis is compared with the changelog and repaired with
+// whole windows where it is missing, behind, ahead or different
+// (wmrl_correct_state_rebuilds_total{reason}); a (run, stream) Redis holds nothing of counts as
+// lost data (wmrl_correct_redis_state_lost_total) and the run's streams set is re-added.
 // A state built with another correction config stops the consumer (ErrConfigChanged) unless
 // Config.AllowConfigChange is set.
 //
 // Redis is written after the transaction commits, so it is never ahead of committed output,
-// in one round trip per transaction (a pipeline of one Lua script per (run, stream)). The write
-// runs on its own goroutine, overlapping the next poll; at most one is in flight, and it is
-// joined before state is loaded from Redis and before Run returns. Writes are idempotent; different content for an existing step is an alarm
-// (wmrl_correct_redis_digest_mismatch_total and an error log) and is not overwritten.
+// in one round trip per transaction (a pipeline of one Lua script per (run, stream) and step).
+// The write runs on its own goroutine, overlapping the next poll; at most one is in flight, and
+// it is joined before state is reloaded and before Run returns. Writes are idempotent; different
+// content for an existing step is an alarm (wmrl_correct_redis_digest_mismatch_total and an error
+// log) and is not overwritten. A step whose predecessor Redis does not hold (it lost its data) is
+// refused by the script and written again with its whole window, and the streams set re-added,
+// in a second round trip (wmrl_correct_redis_state_lost_total).
 //
 // # Redis key layout
 //
 // With prefix P (Config.RedisPrefix, default "wmrl"), run R and stream S — ids never contain
 // '/', '{' or '}' — every key of one (run, stream) shares the hash tag {R/S}:
 //
-//	P:{R/S}:head        hash: sealed_step, digest (hex SHA-256 of the state bytes),
+//	P:{R/S}:head        hash: sealed_step, digest (hex SHA-256 of the state encoding),
 //	                    config_hash (hex correction.Config.Hash), fit_version, anchor_weight,
-//	                    pairs, fit (JSON {"x":[..],"y":[..]}: the calibration map's breakpoints,
-//	                    linear interpolation, clipped at the ends; empty = identity)
-//	P:{R/S}:state:<v>   string: correction.State.Encode() sealed after step v (last K kept)
+//	                    pairs; fit (JSON {"x":[..],"y":[..]}: breakpoints, linear interpolation,
+//	                    clipped at the ends) and fit_step, from the latest snapshot carrying them
+//	P:{R/S}:state:<v>   string: the raw 32-byte digest, then correction.State.EncodeHead() of the
+//	                    state sealed after step v (last K kept)
+//	P:{R/S}:chunk:<c>   string: window chunk c (topics.EncodeCalibrationChunk), kept while a
+//	                    kept step's window reaches it
 //	P:{R/S}:steps       sorted set of the kept steps v (score v)
+//	P:{R/S}:lows        sorted set: kept step v scored by the oldest chunk of its window
+//	P:{R/S}:chunks      sorted set of the stored chunk numbers
 //	P:{R}:streams       set of the run's streams
 //
-// A reader of the current fit: HGETALL P:{R/S}:head, then (for the full state) GET
-// P:{R/S}:state:<sealed_step> and check its SHA-256 against digest.
+// A reader of a state: Store.ReadState (GET state:<v>, then the chunks its head names, joined
+// with correction.AssembleState and checked against the digest).
 //
 // # Replay
 //

@@ -106,6 +106,10 @@ type runBuf struct {
 	sealed int64
 	states map[string]*correction.State
 	steps  map[int64]*stepBuf
+	// rewrite names the streams whose next snapshot must carry every window chunk: their
+	// changelog holds no chunks yet (state taken from a snapshot of the full encoding, or
+	// restarted for a config change).
+	rewrite map[string]bool
 }
 
 // sealed is one step's output, ready to be produced.
@@ -115,6 +119,8 @@ type sealed struct {
 	step      int64
 	rows      []topics.AdvantageRow
 	snaps     []topics.CalibrationSnapshot // one per stream, sorted by stream
+	chunks    [][]topics.CalibrationChunk  // per snapshot: the window chunks its step changed
+	states    []*correction.State          // per snapshot: the sealed state (read-only)
 	newStream []string                     // streams first seen in this step
 	lastInput time.Time
 	staleRows int // rows masked as stale (MaxStaleness)

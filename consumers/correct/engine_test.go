@@ -398,8 +398,8 @@ func TestEngineLateStreamFastForward(t *testing.T) {
 	if d := topics.DigestRows(rowsOf(got)); d != want {
 		t.Fatalf("digest %s, want %s", d, want)
 	}
-	st, err := correction.DecodeState(got[2].snaps[1].State)
-	if err != nil || st.SealedStep() != 2 || st.Stream() != "stream1" {
+	st, legacy, err := changelogOf(got, 2)[string(topics.CalibrationKey(got[2].run, "stream1"))].stateOf()
+	if err != nil || legacy || st.SealedStep() != 2 || st.Stream() != "stream1" {
 		t.Fatalf("fast-forwarded state: %v sealed %d", err, st.SealedStep())
 	}
 }
@@ -416,6 +416,7 @@ func TestEngineInstallResumes(t *testing.T) {
 	e2 := testEngine(t, correction.DefaultConfig())
 	byRun := map[string][]*correction.State{}
 	var rows []topics.AdvantageRow
+	log := changelogOf(all, 2)
 	for _, s := range all {
 		if s.step > 2 {
 			continue
@@ -423,7 +424,7 @@ func TestEngineInstallResumes(t *testing.T) {
 		rows = append(rows, s.rows...)
 		if s.step == 2 {
 			for _, sn := range s.snaps {
-				st, err := correction.DecodeState(sn.State)
+				st, _, err := log[string(topics.CalibrationKey(sn.RunID, sn.Stream))].stateOf()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -537,4 +538,28 @@ func TestEngineRejectsMiskeyedRecords(t *testing.T) {
 	if d.Reason != "invalid-field:key" {
 		t.Fatalf("reason %q, want invalid-field:key (%s)", d.Reason, d.Error)
 	}
+}
+
+// changelogOf is the compacted changelog of the sealed steps up to upTo: per (run, stream) the
+// latest snapshot and the latest chunk of every slot, as readChangelog collects them.
+func changelogOf(all []*sealed, upTo int64) map[string]*changelogState {
+	out := map[string]*changelogState{}
+	for _, s := range all {
+		if s.step > upTo {
+			continue
+		}
+		for i, sn := range s.snaps {
+			key := string(topics.CalibrationKey(sn.RunID, sn.Stream))
+			e := out[key]
+			if e == nil {
+				e = &changelogState{chunks: map[int]topics.CalibrationChunk{}}
+				out[key] = e
+			}
+			for _, ch := range s.chunks[i] {
+				e.chunks[ch.Slot] = ch
+			}
+			e.snap, e.part = sn, s.part
+		}
+	}
+	return out
 }

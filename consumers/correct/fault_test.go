@@ -3,6 +3,8 @@ package correct
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -333,14 +335,29 @@ func TestFaultRedisFlushAll(t *testing.T) {
 	if rebuilt < 1 {
 		t.Fatalf("state_rebuilds_total{reason=missing} = %v after FLUSHALL and restart", rebuilt)
 	}
-	// Redis was repaired and kept up: every (run, stream) head is at the last step.
+	if lost := scrape(t, cc.MetricsAddr, `wmrl_correct_redis_state_lost_total`); lost < 1 {
+		t.Fatalf("redis_state_lost_total = %v after FLUSHALL and restart", lost)
+	}
+	// Redis was repaired and kept up: every (run, stream) head is at the last step, the state
+	// assembled from its head and chunks has the head's digest, and the streams sets are back.
 	store := NewStore(rdb, cc.RedisPrefix, 4)
 	for r := 0; r < faultWorkload.Runs; r++ {
+		run := fmt.Sprintf("r-%d", r)
+		if streams, err := store.Streams(ctx, run); err != nil || len(streams) != faultWorkload.Streams {
+			t.Fatalf("streams set of %s after FLUSHALL: %v %v", run, streams, err)
+		}
 		for s := 0; s < faultWorkload.Streams; s++ {
-			run, stream := fmt.Sprintf("r-%d", r), fmt.Sprintf("stream%d", s)
+			stream := fmt.Sprintf("stream%d", s)
 			h, err := store.ReadHead(ctx, run, stream)
 			if err != nil || h.SealedStep != int64(faultWorkload.Steps-1) {
 				t.Fatalf("head %s/%s: %+v %v", run, stream, h, err)
+			}
+			b, err := store.ReadState(ctx, run, stream, h.SealedStep)
+			if err != nil {
+				t.Fatalf("state %s/%s: %v", run, stream, err)
+			}
+			if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != h.Digest {
+				t.Fatalf("state %s/%s does not match the head's digest", run, stream)
 			}
 		}
 	}

@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "wmrl_correct_transactions_total", Help: "Transactions by outcome: committed or aborted.",
 		}, []string{"result"}),
 		rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wmrl_correct_state_rebuilds_total", Help: "(run, stream) states taken from the changelog instead of Redis, by reason: missing, behind, ahead, mismatch, corrupt.",
+			Name: "wmrl_correct_state_rebuilds_total", Help: "(run, stream) states Redis did not hold as the changelog does on assignment, repaired from the changelog, by reason: missing, behind, ahead, mismatch.",
 		}, []string{"reason"}),
 		digestAlarms: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wmrl_correct_redis_digest_mismatch_total", Help: "ALARM: Redis held different content for an already sealed (run, stream, step).",
@@ -68,7 +68,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "wmrl_correct_redis_errors_total", Help: "Failed Redis snapshot writes or loads (the changelog stays authoritative).",
 		}),
 		redisLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wmrl_correct_redis_state_lost_total", Help: "(run, stream) states Redis no longer held though the changelog had them (a flushed or replaced Redis); each is rebuilt from the changelog.",
+			Name: "wmrl_correct_redis_state_lost_total",
+			Help: "(run, stream) states Redis was found not to hold although it should (its data was lost): on assignment, or when a step's predecessor is missing; each is rewritten in full.",
 		}),
 		buffered: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wmrl_correct_buffered_steps", Help: "Unsealed steps held in memory.",

@@ -128,6 +128,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 		store = NewStore(cfg.Redis, cfg.RedisPrefix, cfg.KeepStates)
 	}
 	dig := topics.NewDigest()
+	written := map[string]bool{}
 	flush := func() error {
 		done, err := eng.sealReady()
 		if err != nil {
@@ -137,11 +138,13 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 		for _, s := range done {
 			res.LastStep = s.step
 			if store != nil {
-				snaps := make([]*topics.CalibrationSnapshot, len(s.snaps))
-				for i := range s.snaps {
-					snaps[i] = &s.snaps[i]
+				ws, _ := sealedWrites([]*sealed{s})
+				for i := range ws {
+					// A replay namespace starts empty: each stream's first write carries its window.
+					ws[i].full = !written[ws[i].snap.Stream]
+					written[ws[i].snap.Stream] = true
 				}
-				if _, err := store.write(ctx, snaps, map[string][]string{s.run: s.newStream}); err != nil {
+				if _, err := store.write(ctx, ws, map[string][]string{s.run: s.newStream}); err != nil {
 					return fmt.Errorf("%w: %w", ErrReplay, err)
 				}
 			}

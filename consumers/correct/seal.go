@@ -1,7 +1,6 @@
 package correct
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"maps"
@@ -101,6 +100,11 @@ func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
 	sort.Strings(fresh)
 
 	out := &sealed{run: rb.id, part: rb.part, step: v, newStream: fresh, lastInput: b.lastInput}
+	nrows := 0
+	for _, g := range b.manifest.Groups {
+		nrows += g.Size
+	}
+	out.rows = make([]topics.AdvantageRow, 0, nrows)
 	next := make(map[string]*correction.State, len(streams))
 	for _, s := range streams {
 		prev := rb.states[s]
@@ -112,6 +116,7 @@ func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
 				}
 			}
 		}
+		prevTotal := prev.TotalPairs()
 		rows, st, err := e.corr.Correct(prev, correction.Step{Run: rb.id, Stream: s, Step: v, Groups: byStream[s]})
 		if err != nil {
 			return nil, fmt.Errorf("correct run %s stream %s step %d: %w", rb.id, s, v, err)
@@ -134,16 +139,24 @@ func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
 			biasRaw /= float64(pairs)
 			biasCal /= float64(pairs)
 		}
-		enc := st.Encode()
-		sum := sha256.Sum256(enc)
-		bx, by := st.Breakpoints()
+		sum := st.Digest()
+		var bx, by []float64
+		if v%mapEvery == 0 {
+			bx, by = st.Breakpoints()
+		}
 		out.snaps = append(out.snaps, topics.CalibrationSnapshot{
 			RunID: rb.id, Stream: s, Step: v,
 			FitVersion: st.FitVersion(), Pairs: st.Pairs(), ConfigHash: e.hash,
-			Digest: hex.EncodeToString(sum[:]), State: enc,
+			Digest: hex.EncodeToString(sum[:]), State: st.EncodeHead(),
 			BreakX: bx, BreakY: by, AnchorWeight: st.AnchorWeight(),
 			BiasBefore: biasRaw, BiasAfter: biasCal, StepPairs: pairs,
 		})
+		if rb.rewrite[s] {
+			prevTotal = 0
+			delete(rb.rewrite, s)
+		}
+		out.chunks = append(out.chunks, windowChunks(st, prevTotal))
+		out.states = append(out.states, st)
 		next[s] = st
 	}
 	topics.SortRows(out.rows)

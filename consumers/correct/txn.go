@@ -226,14 +226,5 @@ func (c *Consumer) stepRecords(s *sealed) ([]*kgo.Record, error) {
 	for _, r := range recs {
 		r.Partition = s.part
 	}
-	for i := range s.snaps {
-		sn := &s.snaps[i]
-		r, err := c.cfg.Names.CalibrationRecord(*sn)
-		if err != nil {
-			return nil, fmt.Errorf("correct: calibration run %s stream %s step %d: %w", s.run, sn.Stream, s.step, err)
-		}
-		r.Partition = s.part
-		recs = append(recs, r)
-	}
-	return recs, nil
+	return calibrationRecords(c.cfg.Names, s, recs)
 }

@@ -284,6 +284,11 @@ func (t *Tap) handle(ctx context.Context, m kafka.Message) error {
 			}
 		}
 	case t.calTopic:
+		if topics.IsCalibrationChunk(&kgo.Record{Key: m.Key}) {
+			// A window chunk of a correction state, not a snapshot.
+			t.asm.Offsets().Consumed(pos)
+			return nil
+		}
 		snap, err := topics.DecodeCalibration(m.Value)
 		if err != nil {
 			t.count(func(s *Stats) { s.Skipped++ })

@@ -1,0 +1,170 @@
+package correct
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// sealedStates returns the states of one (run, stream) sealed after steps 0..n−1 of a workload
+// with 12 anchor pairs per step and a 300-pair window, so the window fills and slides.
+func sealedStates(t *testing.T, n int) []*correction.State {
+	t.Helper()
+	cfg := correction.DefaultConfig()
+	cfg.Window, cfg.MinPairs = 300, 20
+	c, err := correction.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := c.NewState("r", "s")
+	var out []*correction.State
+	for v := range n {
+		var groups []correction.Group
+		for g := range 3 {
+			grp := correction.Group{ID: fmt.Sprintf("g%d", g), Anchor: g < 2}
+			for k := range 6 {
+				x := float64((v*7+g*5+k*3)%20) / 20
+				grp.Rollouts = append(grp.Rollouts, correction.Rollout{ID: fmt.Sprintf("r%d", k),
+					Predicted: correction.Reward{Score: x, OK: true}, Executed: correction.Reward{Score: x * x, OK: true}})
+			}
+			groups = append(groups, grp)
+		}
+		_, next, err := c.Correct(st, correction.Step{Run: "r", Stream: "s", Step: int64(v), Groups: groups})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = next
+		out = append(out, st)
+	}
+	return out
+}
+
+// storeWrite is the write a consumer makes for state st sealed after prev.
+func storeWrite(st, prev *correction.State, full bool) calWrite {
+	var prevTotal uint64
+	if prev != nil {
+		prevTotal = prev.TotalPairs()
+	}
+	d := st.Digest()
+	sn := &topics.CalibrationSnapshot{RunID: st.Run(), Stream: st.Stream(), Step: st.SealedStep(), State: st.EncodeHead(),
+		Digest: hex.EncodeToString(d[:]), FitVersion: st.FitVersion(), Pairs: st.Pairs()}
+	return calWrite{snap: sn, chunks: windowChunks(st, prevTotal), st: st, full: full}
+}
+
+func TestStoreDeltaWrites(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	const keep = 3
+	s := NewStore(rdb, "p", keep)
+	ctx := context.Background()
+	states := sealedStates(t, 60)
+	write := func(w calWrite, force bool) int64 {
+		t.Helper()
+		var res []writeOutcome
+		var err error
+		if force {
+			res, err = s.writeForce(ctx, []calWrite{w}, map[string][]string{"r": {"s"}})
+		} else {
+			res, err = s.write(ctx, []calWrite{w}, map[string][]string{"r": {"s"}})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].status
+	}
+	for v, st := range states {
+		var prev *correction.State
+		if v > 0 {
+			prev = states[v-1]
+		}
+		if got := write(storeWrite(st, prev, v == 0), false); got != statusWritten {
+			t.Fatalf("step %d: status %d", v, got)
+		}
+	}
+	last := len(states) - 1
+	for v := last - keep + 1; v <= last; v++ {
+		b, err := s.ReadState(ctx, "r", "s", int64(v))
+		if err != nil {
+			t.Fatalf("state %d: %v", v, err)
+		}
+		if !bytes.Equal(b, states[v].Encode()) {
+			t.Fatalf("state %d read back differs from the sealed state", v)
+		}
+	}
+	if _, err := s.ReadState(ctx, "r", "s", int64(last-keep)); !errors.Is(err, redis.Nil) {
+		t.Fatalf("state %d should be trimmed (keep %d): %v", last-keep, keep, err)
+	}
+	// Only the chunks the kept steps' windows reach are left.
+	first, _ := states[last-keep+1].WindowSpan()
+	for _, k := range mr.Keys() {
+		if i := strings.LastIndex(k, ":chunk:"); i >= 0 {
+			if c, _ := strconv.ParseUint(k[i+len(":chunk:"):], 10, 64); c < first/correction.ChunkPairs {
+				t.Fatalf("chunk key %s outlived every kept window (oldest needed %d)", k, first/correction.ChunkPairs)
+			}
+		}
+	}
+	h, err := s.ReadHead(ctx, "r", "s")
+	if err != nil || h.SealedStep != int64(last) || h.Digest != storeWrite(states[last], nil, false).snap.Digest {
+		t.Fatalf("head %+v %v", h, err)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		w     calWrite
+		force bool
+		want  int64
+	}{
+		{"identical rewrite", storeWrite(states[last], states[last-1], false), false, statusIdentical},
+		{"older step never moves the head back", storeWrite(states[last-keep-1], states[last-keep-2], false), false, statusIdentical},
+		{"different content for a kept step", storeWrite(states[last-2], states[last-3], false), false, statusDiffers},
+		{"forced repair", storeWrite(states[last-2], states[last-3], true), true, statusRepaired},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := tc.w
+			if tc.want >= statusDiffers {
+				// Different content: another state of a kept step.
+				w.snap.State = states[last-1].EncodeHead()
+			}
+			if got := write(w, tc.force); got != tc.want {
+				t.Fatalf("status %d, want %d", got, tc.want)
+			}
+		})
+	}
+	if h, _ := s.ReadHead(ctx, "r", "s"); h.SealedStep != int64(last-2) {
+		t.Fatalf("a forced repair sets the head to the changelog's step: %d", h.SealedStep)
+	}
+
+	// Redis loses its data: a delta write is refused, a whole-window write restores the state.
+	mr.FlushAll()
+	next := sealedStates(t, len(states)+1)[len(states)]
+	if got := write(storeWrite(next, states[last], false), false); got != statusNoBase {
+		t.Fatalf("delta write after FLUSHALL: status %d, want %d", got, statusNoBase)
+	}
+	if got := write(storeWrite(next, states[last], true), false); got != statusWritten {
+		t.Fatalf("whole-window write after FLUSHALL: status %d", got)
+	}
+	b, err := s.ReadState(ctx, "r", "s", next.SealedStep())
+	if err != nil || !bytes.Equal(b, next.Encode()) {
+		t.Fatalf("state after the whole-window write: %v", err)
+	}
+	if streams, _ := s.Streams(ctx, "r"); len(streams) != 1 {
+		t.Fatalf("streams set %v", streams)
+	}
+	for _, k := range []string{s.HeadKey("r", "s"), s.StateKey("r", "s", 2), s.StepsKey("r", "s")} {
+		if !strings.Contains(k, "{r/s}") {
+			t.Fatalf("key %s lacks the {run/stream} hash tag", k)
+		}
+	}
+}
