@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -24,6 +25,7 @@ type trainOptions struct {
 	printTable   bool
 	maxSteps     int
 	metricsAddr  string
+	session      time.Duration
 }
 
 func newTrainCmd(a *app) *cobra.Command {
@@ -44,6 +46,7 @@ A real trainer uses the same code through the sinks/trainer package (Stream.Next
 	f.StringVar(&o.group, "group", trainer.DefaultGroup, "consumer group")
 	f.BoolVar(&o.printTable, "print", false, "print every step as a table of its rows")
 	f.IntVar(&o.maxSteps, "max-steps", 0, "stop after this many steps (0: run until interrupted)")
+	f.DurationVar(&o.session, "session-timeout", 0, "group session timeout: how long a crashed trainer holds its partitions (0: franz-go's 45s)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz here, e.g. :9467 (empty: off)")
 	return cmd
 }
@@ -76,6 +79,9 @@ func (o *trainOptions) run(_ *cobra.Command, _ []string) error {
 	probe.running.Store(true)
 	defer probe.running.Store(false)
 	opts = append(opts[:len(opts):len(opts)], kgo.WithHooks(stage.KafkaMetrics(reg, "train")...))
+	if o.session > 0 {
+		opts = append(opts, kgo.SessionTimeout(o.session))
+	}
 	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: o.group, RunID: o.runID, Logger: a.log})
 	if err != nil {
 		return err
