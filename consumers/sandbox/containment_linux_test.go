@@ -162,11 +162,19 @@ func TestCommandExecutorHostileJob(t *testing.T) {
 	}
 }
 
-// helperOutsideTmp copies the test binary to a directory below the package
-// (not under /tmp, which bubblewrap replaces with an empty tmpfs).
+// helperOutsideTmp copies the test binary to a directory outside /tmp, which
+// bubblewrap replaces with an empty tmpfs: the user's cache directory, since the
+// checkout itself may live under /tmp (a CI clone does).
 func helperOutsideTmp(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp(".", ".helper-")
+	base, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(base, "wmrl-sandbox-helper-")
 	if err != nil {
 		t.Fatal(err)
 	}

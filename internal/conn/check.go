@@ -17,14 +17,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// CheckTimeout bounds Check when ctx has no deadline: long enough for a slow cluster to answer
+// CheckTimeout bounds Check (a caller's earlier deadline wins): long enough for a slow cluster to answer
 // one request, short enough that a misconfigured stage fails while its operator still watches.
 const CheckTimeout = 15 * time.Second
 
-// withDeadline bounds ctx by d unless the caller already set a deadline (the CLI's start-up
-// deadline), and returns the time the check has, for the hint of a timeout.
+// withDeadline bounds ctx by d or the caller's deadline (the CLI's start-up deadline), whichever
+// comes first, and returns the time the check has, for the hint of a timeout. A later caller
+// deadline does not stretch a check: a plaintext Redis reads a TLS ClientHello as an unfinished
+// command and never answers, so only the bound ends that wait.
 func withDeadline(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc, time.Duration) {
-	if dl, ok := ctx.Deadline(); ok {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		ctx, cancel := context.WithCancel(ctx)
 		return ctx, cancel, time.Until(dl).Round(time.Millisecond)
 	}
@@ -81,7 +83,7 @@ func kafkaHint(err error, limit time.Duration) string {
 	return "the brokers could not be reached"
 }
 
-// RedisCheckTimeout bounds CheckRedis when ctx has no deadline; a healthy Redis answers PING in
+// RedisCheckTimeout bounds CheckRedis (a caller's earlier deadline wins); a healthy Redis answers PING in
 // well under a millisecond.
 const RedisCheckTimeout = 8 * time.Second
 
