@@ -120,29 +120,27 @@ func TestChaos(t *testing.T) {
 	base := h.run(t, scenario{name: "baseline"})
 	t.Logf("chaos %s: %d rollouts per scenario, baseline digest %s", mode, h.expected(), base.digest)
 	type row struct {
-		name        string
-		lost, dup   int
-		digestEqual bool
-		stall       time.Duration
+		name string
+		res  result
 	}
-	results := []row{{"baseline", base.lost, base.dup, true, base.stall}}
+	results := []row{{"baseline", base}}
 	for _, sc := range scenarios {
 		if len(only) > 0 && !only[sc.name] {
 			continue
 		}
-		res := h.run(t, sc)
-		results = append(results, row{sc.name, res.lost, res.dup, res.digest == base.digest, res.stall})
+		results = append(results, row{sc.name, h.run(t, sc)})
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%-20s %6s %6s %-8s %s\n", "scenario", "lost", "dup", "digest", "longest stall")
+	fmt.Fprintf(&b, "\n%-20s %6s %6s %9s %8s %-8s %s\n", "scenario", "lost", "dup", "snap-lost", "snap-dup", "digest", "longest stall")
 	for _, r := range results {
 		d := "equal"
-		if !r.digestEqual {
+		if r.res.digest != base.digest {
 			d = "DIFFERS"
 		}
-		fmt.Fprintf(&b, "%-20s %6d %6d %-8s %v\n", r.name, r.lost, r.dup, d, r.stall.Round(100*time.Millisecond))
-		if r.lost != 0 || r.dup != 0 || !r.digestEqual {
-			t.Errorf("%s: lost=%d dup=%d digest=%s", r.name, r.lost, r.dup, d)
+		fmt.Fprintf(&b, "%-20s %6d %6d %9d %8d %-8s %v\n", r.name, r.res.lost, r.res.dup, r.res.calLost, r.res.calDup, d,
+			r.res.stall.Round(100*time.Millisecond))
+		if r.res.lost != 0 || r.res.dup != 0 || r.res.calLost != 0 || r.res.calDup != 0 || d != "equal" {
+			t.Errorf("%s: lost=%d dup=%d snapshots lost=%d dup=%d digest=%s", r.name, r.res.lost, r.res.dup, r.res.calLost, r.res.calDup, d)
 		}
 	}
 	t.Log(b.String())
@@ -248,8 +246,10 @@ func (h *harness) writeInput() {
 // result is what the checker found for one scenario.
 type result struct {
 	lost, dup int
-	digest    string
-	stall     time.Duration
+	// calLost, calDup count calibration snapshots: one per sealed step is expected.
+	calLost, calDup int
+	digest          string
+	stall           time.Duration
 }
 
 // runCtx is one scenario's pipeline: its topic prefix, groups and processes.
@@ -297,12 +297,22 @@ func (h *harness) run(t *testing.T, sc scenario) result {
 			res.dup += c - 1
 		}
 	}
+	heads := r.countHeads()
+	for v := int64(0); v < int64(r.h.size.steps); v++ {
+		switch c := heads[v]; {
+		case c == 0:
+			res.calLost++
+		case c > 1:
+			res.calDup += c - 1
+		}
+	}
 	res.digest = strings.TrimSpace(r.wmrl(2*time.Minute, "digest", "--run", runID))
 	res.stall = r.longestStall(faultStart, faultEnd, sc.outage)
 	for _, p := range r.procs {
 		p.terminate(t, 60*time.Second)
 	}
-	t.Logf("%s: %d rows checked in %v, lost=%d dup=%d, stall %v", sc.name, want, time.Since(start).Round(time.Second), res.lost, res.dup, res.stall.Round(100*time.Millisecond))
+	t.Logf("%s: %d rows and %d calibration snapshots checked in %v, lost=%d dup=%d, snapshots lost=%d dup=%d, stall %v",
+		sc.name, want, r.h.size.steps, time.Since(start).Round(time.Second), res.lost, res.dup, res.calLost, res.calDup, res.stall.Round(100*time.Millisecond))
 	return res
 }
 
@@ -438,17 +448,62 @@ func (r *runCtx) follow() (stop func()) {
 // count reads the whole advantages topic once more and counts every row by rollout index,
 // without de-duplicating.
 func (r *runCtx) count() map[int]int {
+	counts := map[int]int{}
+	total := 0
+	r.readAll(topics.NewNames(r.prefix).Advantages(), func(rec *kgo.Record) {
+		rows, err := topics.DecodeAdvantages(rec.Value)
+		if err != nil {
+			r.h.t.Errorf("%s: undecodable advantages record %d: %v", r.name, rec.Offset, err)
+			return
+		}
+		for _, row := range rows {
+			k, ok := r.index(row)
+			if !ok {
+				r.h.t.Errorf("%s: unexpected row %s/%d/%s", r.name, row.RunID, row.Step, row.RolloutID)
+				continue
+			}
+			counts[k]++
+			total++
+		}
+	})
+	if total < r.h.expected() {
+		r.h.t.Logf("%s: counted %d rows of %d", r.name, total, r.h.expected())
+	}
+	return counts
+}
+
+// countHeads counts the committed calibration snapshots (heads, not window chunks) per step of
+// the run's one stream: every sealed step must have exactly one, whatever the faults.
+func (r *runCtx) countHeads() map[int64]int {
+	heads := map[int64]int{}
+	r.readAll(topics.NewNames(r.prefix).Calibration(), func(rec *kgo.Record) {
+		if topics.IsCalibrationChunk(rec) {
+			return
+		}
+		sn, err := topics.DecodeCalibration(rec.Value)
+		if err != nil {
+			r.h.t.Errorf("%s: undecodable calibration record %d: %v", r.name, rec.Offset, err)
+			return
+		}
+		if sn.RunID != runID {
+			r.h.t.Errorf("%s: calibration snapshot of unexpected run %s", r.name, sn.RunID)
+			return
+		}
+		heads[sn.Step]++
+	})
+	return heads
+}
+
+// readAll reads topic read_committed from its start until it has been idle for 5 s.
+func (r *runCtx) readAll(topic string, fn func(*kgo.Record)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	topic := topics.NewNames(r.prefix).Advantages()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(r.h.brokers), kgo.ConsumeTopics(topic),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		r.h.t.Fatal(err)
 	}
 	defer cl.Close()
-	counts := map[int]int{}
-	total := 0
 	idle := time.Now()
 	for time.Since(idle) < 5*time.Second && ctx.Err() == nil {
 		pctx, pc := context.WithTimeout(ctx, time.Second)
@@ -456,26 +511,9 @@ func (r *runCtx) count() map[int]int {
 		pc()
 		fs.EachRecord(func(rec *kgo.Record) {
 			idle = time.Now()
-			rows, err := topics.DecodeAdvantages(rec.Value)
-			if err != nil {
-				r.h.t.Errorf("%s: undecodable advantages record %d: %v", r.name, rec.Offset, err)
-				return
-			}
-			for _, row := range rows {
-				k, ok := r.index(row)
-				if !ok {
-					r.h.t.Errorf("%s: unexpected row %s/%d/%s", r.name, row.RunID, row.Step, row.RolloutID)
-					continue
-				}
-				counts[k]++
-				total++
-			}
+			fn(rec)
 		})
 	}
-	if total < r.h.expected() {
-		r.h.t.Logf("%s: counted %d rows of %d", r.name, total, r.h.expected())
-	}
-	return counts
 }
 
 // index maps a row to its rollout index k (the generator names rollouts "<step>-g<j>-<i>").
