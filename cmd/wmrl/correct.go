@@ -107,8 +107,11 @@ snapshots under <redis-prefix>:{run/stream}:… for fast loads and for other ser
 'go doc github.com/wmrl/wmrl/consumers/correct' for the key layout).
 
 Every instance needs its own --transactional-id, stable across its restarts: a restarted instance
-fences its predecessor's unfinished transaction. SIGTERM finishes the current transaction and
-leaves the group.`,
+fences its predecessor's unfinished transaction. It is also the default --instance-id (static
+group membership), so a restarted instance takes its partitions back without a rebalance. SIGTERM
+finishes the current transaction and leaves the group. Broker and Redis outages are ridden out in
+place (the transaction is aborted, state rebuilt from the changelog once the broker answers);
+/readyz is non-200 meanwhile.`,
 		Args: cobra.NoArgs,
 		RunE: o.run,
 	}
@@ -117,7 +120,7 @@ leaves the group.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.Group, "group", correct.DefaultGroup, "consumer group")
 	f.StringVar(&cfg.TransactionalID, "transactional-id", defaultTransactionalID(), "transactional id (unique per instance, stable across restarts)")
-	f.StringVar(&cfg.InstanceID, "instance-id", "", "static group member id (stable per instance): a restart takes its partitions back at once")
+	f.StringVar(&cfg.InstanceID, "instance-id", "", "static group member id (stable per instance): a restart takes its partitions back at once (default: the --transactional-id, itself from the host/pod name; set it empty for dynamic membership)")
 	f.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "group session timeout (default 45s)")
 	f.IntVar(&cfg.ChunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload on the advantages topic")
 	f.IntVar(&cfg.KeepStates, "keep-states", correct.DefaultKeepStates, "versioned Redis snapshots kept per run/stream")
@@ -132,8 +135,12 @@ leaves the group.`,
 	return cmd
 }
 
-func (o *correctOptions) run(_ *cobra.Command, _ []string) error {
+func (o *correctOptions) run(cmd *cobra.Command, _ []string) error {
 	a, cfg := o.a, o.cfg
+	if !cmd.Flags().Changed("instance-id") {
+		// Both ids are unique per instance and stable across its restarts, so one can be the other.
+		cfg.InstanceID = cfg.TransactionalID
+	}
 	cc, err := o.correction()
 	if err != nil {
 		return err
