@@ -24,12 +24,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/testenv"
-	"github.com/wmrl/wmrl/internal/topicadmin"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -171,24 +169,7 @@ func newFaultEnv(t *testing.T, wl SynthConfig) *faultEnv {
 	redisURL := testenv.Redis(t)
 	prefix := testenv.Name(t) + "."
 	names := topics.NewNames(prefix)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	plan := topicadmin.DefaultPlan(names)
-	plan.RetentionMS = 3600 * 1000
-	if _, err := topicadmin.Create(ctx, adm, plan); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_, _ = adm.DeleteTopics(ctx, names.All()...)
-		cl.Close()
-	})
+	brokerTopics(t, seeds, names)
 	wl.RunPrefix = "r"
 	steps, err := Synthesize(names, wl)
 	if err != nil {

@@ -6,12 +6,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/testenv"
-	"github.com/wmrl/wmrl/internal/topicadmin"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -152,24 +150,7 @@ func TestConsumerMasksStaleStepsOnBroker(t *testing.T) {
 	defer rdb.Close()
 	prefix := testenv.Name(t) + "."
 	names := topics.NewNames(prefix)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	plan := topicadmin.DefaultPlan(names)
-	plan.RetentionMS = 3600 * 1000
-	if _, err := topicadmin.Create(ctx, adm, plan); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_, _ = adm.DeleteTopics(ctx, names.All()...)
-		cl.Close()
-	})
+	brokerTopics(t, seeds, names)
 
 	wl := SynthConfig{Runs: 1, Steps: 3, Groups: 2, GroupSize: 4, AnchorEvery: 2, Seed: 5, RunPrefix: "stale"}
 	steps, err := Synthesize(names, wl)
