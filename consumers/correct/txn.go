@@ -125,6 +125,9 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 		c.stats.steps++
 		c.stats.rows += int64(len(s.rows))
 		c.log.Debug("step sealed", "run", s.run, "step", s.step, "rows", len(s.rows), "streams", len(s.snaps))
+		if s.staleRows > 0 {
+			c.log.Info("step masked as stale (--max-staleness)", "run", s.run, "step", s.step, "rows", s.staleRows, "max_staleness", c.cfg.MaxStaleness)
+		}
 		infos = append(infos, SealedStep{Run: s.run, Step: s.step, Rows: len(s.rows), LastInput: s.lastInput})
 	}
 	// Redis only after the commit, so it is never ahead of committed output.
