@@ -145,6 +145,16 @@ func (c *Corrector) Correct(prev *State, step Step) ([]Row, *State, error) {
 		next.sorted = slices.Clone(next.sorted)
 		next.sortedOwned = true
 	}
+	next.sums, next.sumsValid = prev.sums, prev.sumsValid
+	if !prev.sumsValid || next.totalPairs != prev.totalPairs {
+		// next's window is prev's with pairs appended: the chunks that did not change keep
+		// their hashes.
+		var from []chunkSum
+		if prev.sumsValid {
+			from = prev.sums
+		}
+		next.sums, next.sumsValid = next.chunkSums(from), true
+	}
 	return rows, next, nil
 }
 
