@@ -71,7 +71,11 @@ func (s *State) mapFromWindow() bool { return s.version > 0 && s.pending == 0 }
 // where the window pairs belong.
 func (s *State) EncodeHead() []byte {
 	withMap := !s.mapFromWindow()
-	b := make([]byte, 0, 256+16*len(s.fitX))
+	size := 256
+	if withMap {
+		size += 16 * len(s.fitX)
+	}
+	b := make([]byte, 0, size)
 	b = append(b, headMagic...)
 	b = binary.LittleEndian.AppendUint16(b, HeadEncodingVersion)
 	var flags byte

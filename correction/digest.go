@@ -3,6 +3,7 @@ package correction
 import (
 	"crypto/sha256"
 	"fmt"
+	"sync"
 )
 
 // DigestVersion names a definition of the state digest. Both are functions of Encode's bytes,
@@ -44,18 +45,22 @@ func (s *State) Digest() [32]byte {
 	if !s.sumsValid {
 		sums = s.chunkSums(nil)
 	}
-	h := sha256.New()
-	var buf [512]byte
-	h.Write([]byte(chunkedTag))
-	h.Write(s.appendPrefix(buf[:0]))
+	bp := digestBufs.Get().(*[]byte)
+	b := append((*bp)[:0], chunkedTag...)
+	b = s.appendPrefix(b)
 	for i := range sums {
-		h.Write(sums[i].sum[:])
+		b = append(b, sums[i].sum[:]...)
 	}
-	h.Write(s.appendTail(s.appendFit(buf[:0], true)))
-	var out [32]byte
-	h.Sum(out[:0])
+	b = s.appendTail(s.appendFit(b, true))
+	out := sha256.Sum256(b)
+	*bp = b
+	digestBufs.Put(bp)
 	return out
 }
+
+// digestBufs holds the buffers Digest assembles its hash input in (a few KiB: the head's fields,
+// a hash per window chunk and the breakpoints).
+var digestBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // DigestAs returns the state's digest under definition v.
 func (s *State) DigestAs(v DigestVersion) ([32]byte, error) {

@@ -39,6 +39,8 @@ type State struct {
 	// immutable once set, so a clone may share them; any change to the window clears them.
 	sums      []chunkSum
 	sumsValid bool
+
+	retired bool // handed to CorrectRetire: never advanced again
 }
 
 // newState returns the empty state of a (run, stream) for a validated cfg:
@@ -95,6 +97,6 @@ func (s *State) clone() *State {
 	n.win = s.win.clone()
 	n.spare = nil
 	n.sortedOwned = false
-	n.sums, n.sumsValid = nil, false
+	n.sums, n.sumsValid, n.retired = nil, false, false
 	return &n
 }

@@ -117,10 +117,13 @@ func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
 			}
 		}
 		prevTotal := prev.TotalPairs()
-		rows, st, err := e.corr.Correct(prev, correction.Step{Run: rb.id, Stream: s, Step: v, Groups: byStream[s]})
+		// The engine keeps only the newest state of a stream (older ones are read for Redis
+		// writes, never advanced), so prev hands its buffers on.
+		rows, st, err := e.corr.CorrectRetire(prev, correction.Step{Run: rb.id, Stream: s, Step: v, Groups: byStream[s]}, e.rows[:0])
 		if err != nil {
 			return nil, fmt.Errorf("correct run %s stream %s step %d: %w", rb.id, s, v, err)
 		}
+		e.rows = rows
 		var pairs int
 		var biasRaw, biasCal float64
 		for i := range rows {
