@@ -145,6 +145,8 @@ type engine struct {
 	deadLettered int
 	// rows is seal's scratch for the correction core's rows, which it converts at once.
 	rows []correction.Row
+	// rollouts is seal's scratch for the correction core's input.
+	rollouts []correction.Rollout
 }
 
 func newEngine(corr *correction.Corrector, names topics.Names, m *metrics) *engine {
