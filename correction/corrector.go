@@ -19,6 +19,8 @@ var (
 	ErrInvalidStep = errors.New("correction: invalid step")
 	// ErrNilState: Correct was given a nil previous state.
 	ErrNilState = errors.New("correction: nil state")
+	// ErrRetired: the state was handed to CorrectRetire, which took its buffers for advancing.
+	ErrRetired = errors.New("correction: state retired by CorrectRetire")
 )
 
 // Reward is one score or its absence. OK=false means missing or failed
@@ -145,7 +147,63 @@ func (c *Corrector) Correct(prev *State, step Step) ([]Row, *State, error) {
 		next.sorted = slices.Clone(next.sorted)
 		next.sortedOwned = true
 	}
+	next.carrySums(prev)
 	return rows, next, nil
+}
+
+// CorrectRetire is Correct for a caller that never advances prev again, like the correction
+// consumer, which keeps only the newest state of a stream: next takes over prev's buffers for the
+// sorted window and the window's last chunk, so a chain of steps stops copying window-sized
+// buffers per step; the rows are appended to dst, as Advance does. prev stays readable (Encode,
+// EncodeHead, Digest, its window, fit and Calibrate), but Correct, Advance and CorrectRetire of
+// prev return ErrRetired from then on. On error prev is not retired.
+func (c *Corrector) CorrectRetire(prev *State, step Step, dst []Row) ([]Row, *State, error) {
+	if prev == nil {
+		return dst, nil, ErrNilState
+	}
+	if err := c.check(prev, step); err != nil {
+		return dst, nil, err
+	}
+	next := prev.clone()
+	// prev's spare is a buffer prev never reads; the merge of prev's sorted view writes into it.
+	next.spare = prev.spare
+	// The window is append-only: next appends to the last chunk past the pairs prev reads.
+	// (What next wrote there before an error, prev overwrites when it appends again.)
+	owned := prev.win.tailOwned
+	next.win.tailOwned, prev.win.tailOwned = owned, false
+	rows, err := c.Advance(next, step, dst)
+	if err != nil {
+		prev.win.tailOwned = owned
+		return rows, nil, err
+	}
+	switch {
+	case next.sortedOwned && prev.sortedOwned && next.Config().Mode == ModeDefault:
+		// Merged into a buffer of its own: prev's sorted view is next's spare for the next step.
+		next.spare = prev.sorted
+	case next.sortedOwned:
+		next.spare = nil
+	case next.sorted != nil && prev.sortedOwned:
+		// No pairs were added: next shares prev's sorted view, which prev gives up.
+		next.sortedOwned, next.spare = true, nil
+	case next.sorted != nil:
+		next.sorted, next.sortedOwned, next.spare = slices.Clone(next.sorted), true, nil
+	}
+	prev.sorted, prev.spare, prev.sortedOwned, prev.retired = nil, nil, false, true
+	next.carrySums(prev)
+	return rows, next, nil
+}
+
+// carrySums sets s's chunk hashes from prev's, the state s was made from by appending pairs:
+// the chunks that did not change keep their hashes.
+func (s *State) carrySums(prev *State) {
+	s.sums, s.sumsValid = prev.sums, prev.sumsValid
+	if !prev.sumsValid || s.totalPairs != prev.totalPairs {
+		var from []chunkSum
+		if prev.sumsValid {
+			from = prev.sums
+		}
+		s.sums, s.sumsValid = s.chunkSums(from), true
+	}
 }
 
 // Advance is Correct without the copy: it folds step into st in place and
@@ -269,6 +327,9 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 }
 
 func (c *Corrector) check(st *State, step Step) error {
+	if st.retired {
+		return ErrRetired
+	}
 	if st.cfgHash != c.hash {
 		return ErrConfigMismatch
 	}

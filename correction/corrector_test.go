@@ -1,6 +1,7 @@
 package correction
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -460,5 +461,65 @@ func TestCorrectConcurrentReaders(t *testing.T) {
 		if d != digests[0] {
 			t.Fatal("concurrent Correct calls disagree")
 		}
+	}
+}
+
+// TestCorrectRetire: a chain of CorrectRetire gives the rows and states of a chain of Correct
+// (the buffers it hands on never leak between states), a retired state stays readable as it was
+// and refuses to advance, and a failed CorrectRetire retires nothing.
+func TestCorrectRetire(t *testing.T) {
+	small := func(cfg Config) Config { cfg.Window, cfg.MinPairs = 300, 40; return cfg }
+	centred := small(DefaultConfig())
+	centred.Map = MapCentred
+	for name, cfg := range map[string]Config{
+		"default": small(DefaultConfig()), "reference": small(ReferenceConfig()), "centred": centred, "default_5000": DefaultConfig(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := mustNew(t, cfg)
+			a, b := c.NewState("run-0", "main"), c.NewState("run-0", "main")
+			steps := simulate("run-0", "main", 150, 5)
+			var scratch []Row // reused for the rows, as the consumer does
+			var retired []*State
+			var encs [][]byte
+			for i, s := range steps {
+				if i%40 == 7 {
+					s.Groups = nil // an empty step: no merge, the sorted view is handed on as it is
+				}
+				ra, na, err := c.Correct(a, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before := b.Encode()
+				if _, _, err := c.CorrectRetire(b, Step{Run: "run-0", Stream: "main", Step: s.Step + 1}, nil); !errors.Is(err, ErrOutOfOrder) {
+					t.Fatalf("step %d: out-of-order CorrectRetire: %v", i, err)
+				}
+				rb, nb, err := c.CorrectRetire(b, s, scratch[:0])
+				if err != nil {
+					t.Fatalf("step %d: a failed CorrectRetire retired the state: %v", i, err)
+				}
+				if fmt.Sprint(ra) != fmt.Sprint(rb) || !bytes.Equal(na.Encode(), nb.Encode()) || na.Digest() != nb.Digest() {
+					t.Fatalf("step %d: CorrectRetire diverges from Correct", i)
+				}
+				if !bytes.Equal(b.Encode(), before) || b.Digest() != a.Digest() {
+					t.Fatalf("step %d: the retired state changed", i)
+				}
+				if _, _, err := c.Correct(b, steps[min(i+1, len(steps)-1)]); !errors.Is(err, ErrRetired) {
+					t.Fatalf("step %d: Correct of a retired state: %v", i, err)
+				}
+				if _, err := c.Advance(b, s, nil); !errors.Is(err, ErrRetired) {
+					t.Fatalf("step %d: Advance of a retired state: %v", i, err)
+				}
+				retired = append(retired, b)
+				encs = append(encs, before)
+				a, b, scratch = na, nb, rb
+			}
+			// Later steps appended to the window chunks the retired states share; what they
+			// read is untouched.
+			for i, st := range retired {
+				if !bytes.Equal(st.Encode(), encs[i]) {
+					t.Fatalf("retired state of step %d changed later", i)
+				}
+			}
+		})
 	}
 }

@@ -11,7 +11,7 @@ import (
 // window alone determines them), and the window pairs are addressed by
 // their absolute index, so a sealed step only has to write the head and
 // the chunks its new pairs fell into. AssembleState joins them back into a
-// state whose Encode — and so Digest — is the original's.
+// state whose Encode — and so its digest — is the original's.
 
 // ChunkPairs is the number of window pairs per changelog chunk: chunk c
 // holds the pairs with absolute index in [c·ChunkPairs, (c+1)·ChunkPairs).
@@ -26,8 +26,11 @@ func ChunkSlots(window int) int { return (window+ChunkPairs-1)/ChunkPairs + 2 }
 // headMagic opens every encoded head; HeadEncodingVersion follows it.
 const headMagic = "WMRLCHD\x00"
 
-// HeadEncodingVersion is the version of EncodeHead's layout.
-const HeadEncodingVersion uint16 = 1
+// HeadEncodingVersion is the version EncodeHead writes. The layout of
+// versions 1 and 2 is the same; the version says which digest definition
+// the head is recorded with (HeadDigestVersion): version 1 heads, written
+// before DigestChunked existed, carry DigestFlat digests.
+const HeadEncodingVersion uint16 = 2
 
 const headFitIncluded = 1
 
@@ -68,7 +71,11 @@ func (s *State) mapFromWindow() bool { return s.version > 0 && s.pending == 0 }
 // where the window pairs belong.
 func (s *State) EncodeHead() []byte {
 	withMap := !s.mapFromWindow()
-	b := make([]byte, 0, 256+16*len(s.fitX))
+	size := 256
+	if withMap {
+		size += 16 * len(s.fitX)
+	}
+	b := make([]byte, 0, size)
 	b = append(b, headMagic...)
 	b = binary.LittleEndian.AppendUint16(b, HeadEncodingVersion)
 	var flags byte
@@ -95,8 +102,8 @@ func headParts(head []byte) (flags byte, prefix, rest []byte, err error) {
 	if len(head) < fixed {
 		return 0, nil, nil, fmt.Errorf("%w: head of %d bytes", ErrTruncated, len(head))
 	}
-	if v := binary.LittleEndian.Uint16(head[len(headMagic):]); v != HeadEncodingVersion {
-		return 0, nil, nil, fmt.Errorf("%w: head version %d (this build reads %d)", ErrUnsupportedVersion, v, HeadEncodingVersion)
+	if v := binary.LittleEndian.Uint16(head[len(headMagic):]); v < 1 || v > HeadEncodingVersion {
+		return 0, nil, nil, fmt.Errorf("%w: head version %d (this build reads 1..%d)", ErrUnsupportedVersion, v, HeadEncodingVersion)
 	}
 	flags = head[len(headMagic)+2]
 	if flags > headFitIncluded {
@@ -108,6 +115,19 @@ func headParts(head []byte) (flags byte, prefix, rest []byte, err error) {
 		return 0, nil, nil, fmt.Errorf("%w: head split %d of %d bytes", ErrCorruptState, split, len(body))
 	}
 	return flags, body[:split], body[split:], nil
+}
+
+// HeadDigestVersion returns the digest definition the digest recorded with
+// head was computed under: DigestFlat for version 1 heads, DigestChunked for
+// version 2.
+func HeadDigestVersion(head []byte) (DigestVersion, error) {
+	if _, _, _, err := headParts(head); err != nil {
+		return 0, err
+	}
+	if binary.LittleEndian.Uint16(head[len(headMagic):]) == 1 {
+		return DigestFlat, nil
+	}
+	return DigestChunked, nil
 }
 
 // HeadWindow returns the window span a head describes: the absolute index
@@ -138,8 +158,8 @@ func HeadWindow(head []byte) (first uint64, n int, window int, err error) {
 
 // AssembleState joins a head (EncodeHead) and its window pairs (oldest
 // first, as AppendWindow writes them) into the state, refitting the map
-// when the head left it out. The caller checks the result's Digest against
-// the digest recorded with the head.
+// when the head left it out. The caller checks the result's digest under
+// HeadDigestVersion(head) against the digest recorded with the head.
 func AssembleState(head, window []byte) (*State, error) {
 	flags, prefix, rest, err := headParts(head)
 	if err != nil {

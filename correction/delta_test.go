@@ -3,6 +3,7 @@ package correction
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"testing"
 )
@@ -100,8 +101,13 @@ func TestHeadAndChunksReassemble(t *testing.T) {
 				if !bytes.Equal(back.Encode(), st.Encode()) {
 					t.Fatalf("step %d: reassembled state differs", i)
 				}
-				if st.Digest() != sha256.Sum256(st.Encode()) {
-					t.Fatalf("step %d: Digest is not the SHA-256 of Encode", i)
+				if flat, _ := st.DigestAs(DigestFlat); flat != sha256.Sum256(st.Encode()) {
+					t.Fatalf("step %d: the flat digest is not the SHA-256 of Encode", i)
+				}
+				// The digest Correct carried forward chunk by chunk is the one a state
+				// hashing its whole window computes, and the definition's.
+				if d := st.Digest(); d != back.Digest() || d != chunkedDigestSpec(t, st.Encode(), len(st.appendPrefix(nil))) {
+					t.Fatalf("step %d: incremental digest differs from the whole-window one", i)
 				}
 				// The reassembled state carries on exactly like the original.
 				if i == 60 {
@@ -111,6 +117,16 @@ func TestHeadAndChunksReassemble(t *testing.T) {
 					_, b, errB := c.Correct(back, more)
 					if errA != nil || errB != nil || a.Digest() != b.Digest() {
 						t.Fatal("reassembled state advances differently")
+					}
+					// A second branch from st must not see the first branch's chunk hashes.
+					other := simulate("run-0", "main", 1, 7)[0]
+					other.Step = more.Step
+					_, o, err := c.Correct(st, other)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if o.Digest() != chunkedDigestSpec(t, o.Encode(), len(o.appendPrefix(nil))) || o.Digest() == a.Digest() {
+						t.Fatal("branching from one state mixed up chunk hashes")
 					}
 				}
 			}
@@ -157,6 +173,73 @@ func TestAssembleStateErrors(t *testing.T) {
 			}
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// chunkedDigestSpec computes DigestChunked from an encoding whose window pairs start at byte
+// split, straight from its definition: SHA-256 of the tag, the bytes before the window, the
+// SHA-256 of each ChunkPairs-aligned run of window pairs (by absolute index), the bytes after.
+func chunkedDigestSpec(t *testing.T, enc []byte, split int) [32]byte {
+	t.Helper()
+	st, err := DecodeState(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, n := st.WindowSpan()
+	h := sha256.New()
+	h.Write([]byte("WMRLCDG\x02"))
+	h.Write(enc[:split])
+	win := enc[split : split+16*n]
+	for i := 0; i < n; {
+		j := i + 1
+		for j < n && (first+uint64(j))%ChunkPairs != 0 {
+			j++
+		}
+		sum := sha256.Sum256(win[16*i : 16*j])
+		h.Write(sum[:])
+		i = j
+	}
+	h.Write(enc[split+16*n:])
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// TestHeadDigestVersion: a head says which digest definition it was recorded with, and a version
+// 1 head (same layout, written before DigestChunked) still assembles.
+func TestHeadDigestVersion(t *testing.T) {
+	c := mustNew(t, DefaultConfig())
+	_, st := run(t, c, simulate("run-0", "main", 10, 3))
+	head := st.EncodeHead()
+	win := st.AppendWindow(nil, 0, st.TotalPairs())
+	v1 := bytes.Clone(head)
+	binary.LittleEndian.PutUint16(v1[len(headMagic):], 1)
+	v0 := bytes.Clone(head)
+	binary.LittleEndian.PutUint16(v0[len(headMagic):], 0)
+	for _, tc := range []struct {
+		name string
+		head []byte
+		want DigestVersion
+		err  error
+	}{
+		{"current", head, DigestChunked, nil},
+		{"version 1", v1, DigestFlat, nil},
+		{"version 0", v0, 0, ErrUnsupportedVersion},
+		{"full encoding", st.Encode(), 0, ErrBadMagic},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := HeadDigestVersion(tc.head)
+			if !errors.Is(err, tc.err) || v != tc.want {
+				t.Fatalf("got %v, %v; want %v, %v", v, err, tc.want, tc.err)
+			}
+			if err != nil {
+				return
+			}
+			back, err := AssembleState(tc.head, win)
+			if err != nil || !bytes.Equal(back.Encode(), st.Encode()) {
+				t.Fatalf("assemble: %v", err)
 			}
 		})
 	}

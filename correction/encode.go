@@ -1,7 +1,6 @@
 package correction
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -38,7 +37,8 @@ const maxIDLen = 1 << 16
 
 // Encode returns the versioned, deterministic binary encoding of s (little
 // endian, fixed-width fields, window oldest first). Equal states encode to
-// equal bytes, so the encoding — and Digest — identify a state's content.
+// equal bytes, so the encoding — and Digest, a function of it — identify a
+// state's content.
 //
 // Layout v1: magic[8] version u16 | config (see appendConfig; v2 adds the
 // map kind u8 at its end) | config
@@ -96,27 +96,6 @@ func (s *State) appendTail(b []byte) []byte {
 	b = le.AppendUint64(b, s.skipped)
 	b = le.AppendUint64(b, math.Float64bits(s.c))
 	return append(b, boolByte(s.frozen))
-}
-
-// Digest is the SHA-256 of Encode(): a content address for snapshots and a
-// replay check.
-//
-// It streams Encode's layout through the hash in pieces instead of materialising it, since it
-// runs for every sealed step on a window of up to Window pairs.
-func (s *State) Digest() [32]byte {
-	h := sha256.New()
-	var buf [4096]byte
-	h.Write(s.appendPrefix(buf[:0]))
-	const per = len(buf) / 16
-	for i := 0; i < s.win.len(); i += per {
-		h.Write(s.win.appendRange(buf[:0], i, min(i+per, s.win.len())))
-	}
-	b := s.appendFit(buf[:0], true)
-	b = s.appendTail(b)
-	h.Write(b)
-	var sum [32]byte
-	h.Sum(sum[:0])
-	return sum
 }
 
 // decoder reads fixed-width little-endian fields, remembering the first

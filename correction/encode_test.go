@@ -70,34 +70,50 @@ func TestStateRoundTrip(t *testing.T) {
 	}
 }
 
+// TestStateDigestsGolden pins both digest definitions: the flat one must never change (version
+// 1 heads and full encodings in old changelogs are checked with it), and neither may the chunked
+// one without a new DigestVersion.
 func TestStateDigestsGolden(t *testing.T) {
-	path := filepath.Join("testdata", "state_digests.json")
-	got := map[string]string{}
-	for name, st := range goldenStates(t) {
-		d := st.Digest()
-		got[name] = hex.EncodeToString(d[:])
+	for _, tc := range []struct {
+		file string
+		v    DigestVersion
+	}{{"state_digests.json", DigestFlat}, {"state_digests_chunked.json", DigestChunked}} {
+		t.Run(tc.file, func(t *testing.T) {
+			path := filepath.Join("testdata", tc.file)
+			got := map[string]string{}
+			for name, st := range goldenStates(t) {
+				d, err := st.DigestAs(tc.v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got[name] = hex.EncodeToString(d[:])
+			}
+			if *update {
+				b, _ := json.MarshalIndent(got, "", "  ")
+				if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want map[string]string
+			if err := json.Unmarshal(raw, &want); err != nil {
+				t.Fatal(err)
+			}
+			if len(want) != len(got) {
+				t.Fatalf("golden has %d states, test builds %d", len(want), len(got))
+			}
+			for name, d := range got {
+				if want[name] != d {
+					t.Errorf("%s: digest %s, golden %s (encoding or math changed; bump StateEncodingVersion or the digest version, or run -update if intended)", name, d, want[name])
+				}
+			}
+		})
 	}
-	if *update {
-		b, _ := json.MarshalIndent(got, "", "  ")
-		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want map[string]string
-	if err := json.Unmarshal(raw, &want); err != nil {
-		t.Fatal(err)
-	}
-	if len(want) != len(got) {
-		t.Fatalf("golden has %d states, test builds %d", len(want), len(got))
-	}
-	for name, d := range got {
-		if want[name] != d {
-			t.Errorf("%s: digest %s, golden %s (encoding or math changed; bump StateEncodingVersion or run -update if intended)", name, d, want[name])
-		}
+	if _, err := goldenStates(t)["empty_default"].DigestAs(3); !errors.Is(err, ErrUnsupportedVersion) {
+		t.Fatalf("digest version 3: %v", err)
 	}
 }
 

@@ -166,8 +166,11 @@ func getScratch(n int) *fitScratch {
 	return sc
 }
 
+// grow makes room for n points, doubling, so that a window filling a few pairs per step does
+// not reallocate at every refit.
 func (sc *fitScratch) grow(n int) {
 	if cap(sc.bM) < n {
+		n = max(n, 2*cap(sc.bM))
 		sc.bStart = make([]int32, n)
 		sc.bW = make([]float64, n)
 		sc.bM = make([]float64, n)

@@ -110,6 +110,7 @@ func (c *Corrector) advanceReference(st *State, step Step, dst []Row) []Row {
 // pushReference is OnlineDebiaser.push: append one pair (evicting the
 // oldest beyond Window), count it, and refit if due.
 func (st *State) pushReference(p pair) {
+	st.sums, st.sumsValid = nil, false
 	if st.win.len() == st.cfg.Window {
 		st.win.pop()
 	}

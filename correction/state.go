@@ -34,6 +34,13 @@ type State struct {
 	skipped uint64  // anchor groups skipped (var(s) < 1e-9 or < 2 pairs)
 	c       float64 // weight coefficient: w = clip(1 + c·ewma, 1, cap)
 	frozen  bool
+
+	// Chunk hashes of the window for Digest (valid only if sumsValid): set by Correct,
+	// immutable once set, so a clone may share them; any change to the window clears them.
+	sums      []chunkSum
+	sumsValid bool
+
+	retired bool // handed to CorrectRetire: never advanced again
 }
 
 // newState returns the empty state of a (run, stream) for a validated cfg:
@@ -90,5 +97,6 @@ func (s *State) clone() *State {
 	n.win = s.win.clone()
 	n.spare = nil
 	n.sortedOwned = false
+	n.sums, n.sumsValid, n.retired = nil, false, false
 	return &n
 }

@@ -9,6 +9,7 @@ func (s *State) addPairs(ps []pair) {
 	if len(ps) == 0 {
 		return
 	}
+	s.sums, s.sumsValid = nil, false
 	W := s.cfg.Window
 	var evicted []pair
 	for _, p := range ps {

@@ -2,6 +2,7 @@ package topics
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 
@@ -115,12 +116,25 @@ func ValidateAdvantages(rows []AdvantageRow) error {
 		group string
 		id    string
 	}
+	// Rows whose keys strictly increase (the consumer's canonical order, mostly) cannot hold a
+	// duplicate, so the map is only built for rows in another order.
+	increasing := true
+	for i := range rows {
+		if err := rows[i].Validate(); err != nil {
+			return fmt.Errorf("advantages row %d: %w", i, err)
+		}
+		if increasing && i > 0 {
+			a, b := &rows[i-1], &rows[i]
+			increasing = cmp.Or(cmp.Compare(a.RunID, b.RunID), cmp.Compare(a.Step, b.Step),
+				cmp.Compare(a.GroupID, b.GroupID), cmp.Compare(a.RolloutID, b.RolloutID)) < 0
+		}
+	}
+	if increasing {
+		return nil
+	}
 	seen := make(map[key]int, len(rows))
 	for i := range rows {
 		r := &rows[i]
-		if err := r.Validate(); err != nil {
-			return fmt.Errorf("advantages row %d: %w", i, err)
-		}
 		k := key{r.RunID, r.Step, r.GroupID, r.RolloutID}
 		if j, dup := seen[k]; dup {
 			return fmt.Errorf("advantages row %d: %w", i, &FieldError{
@@ -164,64 +178,6 @@ func ArrowSchemaFor(id string) *arrow.Schema { return arrowSchemaFor(id) }
 
 func encodeAdvantages(rows []AdvantageRow) ([]byte, error) {
 	return encodeAdvantagesAs(rows, AdvantageSchemaID(rows))
-}
-
-// encodeAdvantagesAs encodes rows with the columns of schema id (which must fit the rows).
-func encodeAdvantagesAs(rows []AdvantageRow, id string) ([]byte, error) {
-	schema := arrowSchemaFor(id)
-	v2 := id == SchemaAdvantagesV2
-	mem := memory.NewGoAllocator()
-	b := array.NewRecordBuilder(mem, schema)
-	defer b.Release()
-	b.Reserve(len(rows))
-	str := func(i int) *array.StringBuilder { return b.Field(i).(*array.StringBuilder) }
-	f64 := func(i int) *array.Float64Builder { return b.Field(i).(*array.Float64Builder) }
-	for i := range rows {
-		r := &rows[i]
-		str(colRunID).Append(r.RunID)
-		str(colStream).Append(r.Stream)
-		b.Field(colStep).(*array.Int64Builder).Append(r.Step)
-		str(colGroupID).Append(r.GroupID)
-		str(colRolloutID).Append(r.RolloutID)
-		str(colPolicyVersion).Append(r.PolicyVersion)
-		str(colSource).Append(string(r.Source))
-		if r.PredictedOK {
-			f64(colPredicted).Append(r.Predicted)
-		} else {
-			f64(colPredicted).AppendNull()
-		}
-		f64(colCalibrated).Append(r.Calibrated)
-		if r.ExecutedOK {
-			f64(colExecuted).Append(r.Executed)
-		} else {
-			f64(colExecuted).AppendNull()
-		}
-		f64(colUsed).Append(r.Used)
-		f64(colAdvantage).Append(r.Advantage)
-		f64(colWeight).Append(r.Weight)
-		b.Field(colMask).(*array.BooleanBuilder).Append(r.Mask)
-		b.Field(colCalibrationVersion).(*array.Uint64Builder).Append(r.CalibrationVersion)
-		if v2 {
-			if r.StalenessOK {
-				b.Field(colStaleness).(*array.Int64Builder).Append(r.Staleness)
-			} else {
-				b.Field(colStaleness).(*array.Int64Builder).AppendNull()
-			}
-			str(colMaskReason).Append(string(r.MaskReason))
-		}
-	}
-	rec := b.NewRecordBatch()
-	defer rec.Release()
-	var buf bytes.Buffer
-	w := ipc.NewWriter(&buf, ipc.WithSchema(schema), ipc.WithAllocator(mem))
-	if err := w.Write(rec); err != nil {
-		_ = w.Close()
-		return nil, fmt.Errorf("encode advantages: %w", err)
-	}
-	if err := w.Close(); err != nil {
-		return nil, fmt.Errorf("encode advantages: %w", err)
-	}
-	return buf.Bytes(), nil
 }
 
 // DecodeAdvantages strictly decodes an Arrow IPC stream of advantage rows: the schema must carry
@@ -408,7 +364,7 @@ func chunkAdvantages(rows []AdvantageRow, maxBytes int) ([]advantageChunk, error
 	}
 	// One schema for the whole step, so every chunk of it has the same columns.
 	id := AdvantageSchemaID(rows)
-	empty, err := encodeAdvantagesAs(nil, id)
+	empty, err := advCodecFor(id).empty()
 	if err != nil {
 		return nil, err
 	}
@@ -416,7 +372,8 @@ func chunkAdvantages(rows []AdvantageRow, maxBytes int) ([]advantageChunk, error
 		if len(empty) > maxBytes {
 			return nil, fmt.Errorf("chunk advantages: an empty batch needs %d bytes, limit %d: %w", len(empty), maxBytes, ErrTooLarge)
 		}
-		return []advantageChunk{{empty, 0, id}}, nil
+		// A copy: the cached payload must not be handed out.
+		return []advantageChunk{{bytes.Clone(empty), 0, id}}, nil
 	}
 	if whole, err := encodeAdvantagesAs(rows, id); err != nil {
 		return nil, err

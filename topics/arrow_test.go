@@ -333,3 +333,15 @@ func TestDecodePyarrowStream(t *testing.T) {
 		t.Fatalf("pyarrow stream decodes to\n%+v", rows)
 	}
 }
+
+// BenchmarkChunkAdvantages is the correction consumer's per-step encode: one step's rows (64, as
+// in `wmrl bench correction`) chunked at DefaultChunkBytes.
+func BenchmarkChunkAdvantages(b *testing.B) {
+	rows := manyRows(64)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ChunkAdvantages(rows, DefaultChunkBytes); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -113,10 +113,28 @@ func DecodeStep(b []byte) (StepManifest, error) {
 	return m, nil
 }
 
+// Pools of the values the reward decoders fill: decodeJSON takes them as `any`, so a local would
+// be a heap allocation per record.
+var (
+	predictedPool = sync.Pool{New: func() any { return new(PredictedReward) }}
+	executedPool  = sync.Pool{New: func() any { return new(ExecutedReward) }}
+)
+
+// decodePooled is decodeJSON into a zeroed value from pool, returned by value.
+func decodePooled[T any](pool *sync.Pool, b []byte, kind, want string) (T, error) {
+	p := pool.Get().(*T)
+	err := decodeJSON(b, kind, want, p)
+	v := *p
+	var zero T
+	*p = zero
+	pool.Put(p)
+	return v, err
+}
+
 // DecodePredicted strictly decodes and validates a world-model reward.
 func DecodePredicted(b []byte) (PredictedReward, error) {
-	var p PredictedReward
-	if err := decodeJSON(b, "predicted", SchemaPredicted, &p); err != nil {
+	p, err := decodePooled[PredictedReward](&predictedPool, b, "predicted", SchemaPredicted)
+	if err != nil {
 		return PredictedReward{}, err
 	}
 	if err := p.Validate(); err != nil {
@@ -127,8 +145,8 @@ func DecodePredicted(b []byte) (PredictedReward, error) {
 
 // DecodeExecuted strictly decodes and validates a sandbox reward.
 func DecodeExecuted(b []byte) (ExecutedReward, error) {
-	var e ExecutedReward
-	if err := decodeJSON(b, "executed", SchemaExecuted, &e); err != nil {
+	e, err := decodePooled[ExecutedReward](&executedPool, b, "executed", SchemaExecuted)
+	if err != nil {
 		return ExecutedReward{}, err
 	}
 	if err := e.Validate(); err != nil {

@@ -11,7 +11,17 @@ import (
 // BenchmarkEngine measures the consumer's CPU path without Kafka: decode, buffer, dedupe,
 // seal (correction core) and row conversion, per input record.
 func BenchmarkEngine(b *testing.B) {
-	steps, err := Synthesize(testNames, SynthConfig{Runs: 4, Steps: 20, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, Seed: 1})
+	benchEngine(b, SynthConfig{Runs: 4, Steps: 20, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, Seed: 1})
+}
+
+// BenchmarkEngineLong is one run of `wmrl bench correction`'s workload (1000 steps), whose
+// windows fill and slide, as the bench's do.
+func BenchmarkEngineLong(b *testing.B) {
+	benchEngine(b, SynthConfig{Runs: 1, Steps: 1000, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1})
+}
+
+func benchEngine(b *testing.B, wl SynthConfig) {
+	steps, err := Synthesize(testNames, wl)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package correct
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -134,7 +133,6 @@ func readChangelog(ctx context.Context, opts []kgo.Opt, topic string, parts []in
 // chunk form): such a state's chunks are not in the changelog yet.
 func (e *changelogState) stateOf() (st *correction.State, legacy bool, err error) {
 	sn := &e.snap
-	var enc []byte
 	if correction.IsHead(sn.State) {
 		win, err := windowFromChunks(sn.State, func(slot int, _ uint64) (topics.CalibrationChunk, bool) {
 			ch, ok := e.chunks[slot]
@@ -146,14 +144,17 @@ func (e *changelogState) stateOf() (st *correction.State, legacy bool, err error
 		if st, err = correction.AssembleState(sn.State, win); err != nil {
 			return nil, false, fmt.Errorf("%w: snapshot %s/%s step %d: %w", ErrChangelog, sn.RunID, sn.Stream, sn.Step, err)
 		}
-		enc = st.Encode()
 	} else {
-		legacy, enc = true, sn.State
-		if st, err = correction.DecodeState(enc); err != nil {
+		legacy = true
+		if st, err = correction.DecodeState(sn.State); err != nil {
 			return nil, false, fmt.Errorf("%w: snapshot %s/%s step %d: %w", ErrChangelog, sn.RunID, sn.Stream, sn.Step, err)
 		}
 	}
-	if sum := sha256.Sum256(enc); hex.EncodeToString(sum[:]) != sn.Digest {
+	sum, err := recordedDigest(st, sn.State)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: snapshot %s/%s step %d: %w", ErrChangelog, sn.RunID, sn.Stream, sn.Step, err)
+	}
+	if hex.EncodeToString(sum[:]) != sn.Digest {
 		return nil, false, fmt.Errorf("%w: snapshot %s/%s step %d: state bytes do not match its digest", ErrChangelog, sn.RunID, sn.Stream, sn.Step)
 	}
 	if st.Run() != sn.RunID || st.Stream() != sn.Stream || st.SealedStep() != sn.Step {
@@ -161,6 +162,20 @@ func (e *changelogState) stateOf() (st *correction.State, legacy bool, err error
 			sn.RunID, sn.Stream, sn.Step, st.Run(), st.Stream(), st.SealedStep())
 	}
 	return st, legacy, nil
+}
+
+// recordedDigest returns st's digest under the definition its recorded form rec was written
+// with: a full encoding (written before heads existed) and a version 1 head carry the SHA-256 of
+// the full encoding, a newer head the chunked digest (correction.HeadDigestVersion).
+func recordedDigest(st *correction.State, rec []byte) ([32]byte, error) {
+	v := correction.DigestFlat
+	if correction.IsHead(rec) {
+		var err error
+		if v, err = correction.HeadDigestVersion(rec); err != nil {
+			return [32]byte{}, err
+		}
+	}
+	return st.DigestAs(v)
 }
 
 // windowFromChunks collects the window pairs a head names from its chunks; chunk(slot, number)

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"slices"
@@ -21,8 +24,9 @@ import (
 
 // TestChangelogRebuildOnBroker writes a changelog to a real broker as the consumer does — first in
 // the full-encoding form written before heads and chunks existed, then (from migrateAt, whose
-// records carry every window chunk) heads and changed chunks — and rebuilds every (run, stream)
-// from it: the states must be the sealed ones byte for byte, at both points.
+// records carry every window chunk) version 1 heads with the flat digest and changed chunks, then
+// (from chunkedAt) current heads with the chunked digest — and rebuilds every (run, stream) from
+// it: the states must be the sealed ones byte for byte, at all three points.
 func TestChangelogRebuildOnBroker(t *testing.T) {
 	seeds := testenv.Kafka(t)
 	names := topics.NewNames(testenv.Name(t) + ".")
@@ -56,9 +60,10 @@ func TestChangelogRebuildOnBroker(t *testing.T) {
 	}
 	// Steps in time order, as one consumer of both runs would produce them.
 	slices.SortStableFunc(all, func(a, b *sealed) int { return cmp.Compare(a.step, b.step) })
-	const migrateAt = 40
+	const migrateAt, chunkedAt = 30, 60
 	final := map[string]*correction.State{}
 	atMigrate := map[string]*correction.State{}
+	atChunked := map[string]*correction.State{}
 	var deltaBytes, deltaSteps int
 	for _, s := range all {
 		var recs []*kgo.Record
@@ -66,6 +71,7 @@ func TestChangelogRebuildOnBroker(t *testing.T) {
 		case s.step < migrateAt:
 			for i, sn := range s.snaps {
 				sn.State = s.states[i].Encode() // the form written before heads existed
+				sn.Digest = flatDigest(t, s.states[i])
 				r, err := names.CalibrationRecord(sn)
 				if err != nil {
 					t.Fatal(err)
@@ -80,6 +86,14 @@ func TestChangelogRebuildOnBroker(t *testing.T) {
 					c.chunks[i] = windowChunks(s.states[i], 0)
 				}
 			}
+			if s.step < chunkedAt {
+				// Version 1 heads with the flat digest, as written before the chunked digest.
+				c.snaps = slices.Clone(s.snaps)
+				for i := range c.snaps {
+					c.snaps[i].State = v1Head(c.snaps[i].State)
+					c.snaps[i].Digest = flatDigest(t, s.states[i])
+				}
+			}
 			if recs, err = calibrationRecords(names, &c, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -89,6 +103,9 @@ func TestChangelogRebuildOnBroker(t *testing.T) {
 			final[key] = s.states[i]
 			if s.step == migrateAt-1 {
 				atMigrate[key] = s.states[i]
+			}
+			if s.step == chunkedAt-1 {
+				atChunked[key] = s.states[i]
 			}
 		}
 		if s.step > migrateAt {
@@ -105,6 +122,9 @@ func TestChangelogRebuildOnBroker(t *testing.T) {
 		}
 		if s.step == migrateAt-1 && s.run == "run-1" {
 			checkRebuild(t, seeds, names, atMigrate, true)
+		}
+		if s.step == chunkedAt-1 && s.run == "run-1" {
+			checkRebuild(t, seeds, names, atChunked, false)
 		}
 	}
 	if final["run-0/stream0"].Pairs() != cfg.Window {
@@ -141,4 +161,19 @@ func checkRebuild(t *testing.T, seeds []string, names topics.Names, want map[str
 			t.Fatalf("%s: rebuilt state differs (legacy %v, want %v)", key, wasLegacy, legacy)
 		}
 	}
+}
+
+// flatDigest is the hex digest a snapshot of st carried before the chunked digest: the SHA-256 of
+// the full encoding.
+func flatDigest(t *testing.T, st *correction.State) string {
+	t.Helper()
+	d := sha256.Sum256(st.Encode())
+	return hex.EncodeToString(d[:])
+}
+
+// v1Head returns head as a version 1 head: the same layout, recorded with the flat digest.
+func v1Head(head []byte) []byte {
+	b := bytes.Clone(head)
+	binary.LittleEndian.PutUint16(b[len("WMRLCHD\x00"):], 1)
+	return b
 }

@@ -64,7 +64,10 @@
 // determine them). Snapshots carry BreakX/BreakY for dashboards every mapEvery (64) steps only.
 // A stream's first step, and the first step after a state was taken from a snapshot holding the
 // full encoding (written before this form existed) or restarted for a config change, writes every
-// chunk of its window. The snapshot's digest is the SHA-256 of the full state encoding, as before.
+// chunk of its window. The snapshot's digest is correction.State.Digest (a two-level SHA-256 over
+// the head's fields and the hash of each window chunk, so sealing costs O(change) there too);
+// snapshots written before it (full encodings and version 1 heads) carry the SHA-256 of the full
+// state encoding and are checked with that definition (correction.HeadDigestVersion).
 //
 // On every assignment the consumer reads the owned calibration partitions (read_committed) to
 // their stable end, takes each (run, stream)'s latest snapshot and the latest chunk of every slot,
@@ -90,7 +93,7 @@
 // With prefix P (Config.RedisPrefix, default "wmrl"), run R and stream S — ids never contain
 // '/', '{' or '}' — every key of one (run, stream) shares the hash tag {R/S}:
 //
-//	P:{R/S}:head        hash: sealed_step, digest (hex SHA-256 of the state encoding),
+//	P:{R/S}:head        hash: sealed_step, digest (hex, the snapshot's state digest),
 //	                    config_hash (hex correction.Config.Hash), fit_version, anchor_weight,
 //	                    pairs; fit (JSON {"x":[..],"y":[..]}: breakpoints, linear interpolation,
 //	                    clipped at the ends) and fit_step, from the latest snapshot carrying them

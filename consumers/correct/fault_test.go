@@ -3,7 +3,6 @@ package correct
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -337,7 +336,11 @@ func TestFaultRedisFlushAll(t *testing.T) {
 			if err != nil {
 				t.Fatalf("state %s/%s: %v", run, stream, err)
 			}
-			if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != h.Digest {
+			st, err := correction.DecodeState(b)
+			if err != nil {
+				t.Fatalf("state %s/%s: %v", run, stream, err)
+			}
+			if sum := st.Digest(); hex.EncodeToString(sum[:]) != h.Digest {
 				t.Fatalf("state %s/%s does not match the head's digest", run, stream)
 			}
 		}

@@ -74,9 +74,17 @@ func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
 	v := b.step
 	stale := stalenessOf(b.manifest, e.maxStaleness)
 	byStream := map[string][]correction.Group{}
+	// The correction core reads the rollouts only while it runs, so one scratch holds them all.
+	total := 0
+	for _, g := range b.manifest.Groups {
+		total += len(b.pred[g.GroupID].order)
+	}
+	all := slices.Grow(e.rollouts[:0], total)
 	for _, g := range b.manifest.Groups {
 		p := b.pred[g.GroupID]
-		grp := correction.Group{ID: g.GroupID, Anchor: g.Anchor, Rollouts: make([]correction.Rollout, 0, len(p.order))}
+		at := len(all)
+		all = all[:at+len(p.order)]
+		grp := correction.Group{ID: g.GroupID, Anchor: g.Anchor, Rollouts: all[at : at : at+len(p.order)]}
 		for _, rid := range p.order {
 			pr := p.byID[rid]
 			r := correction.Rollout{ID: rid, Predicted: correction.Reward{Score: pr.score, OK: pr.ok}, Stale: stale.masked}
@@ -88,6 +96,7 @@ func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
 		}
 		byStream[g.Stream] = append(byStream[g.Stream], grp)
 	}
+	e.rollouts = all
 	streams := slices.Collect(maps.Keys(rb.states))
 	var fresh []string
 	for s := range byStream {
@@ -117,10 +126,13 @@ func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
 			}
 		}
 		prevTotal := prev.TotalPairs()
-		rows, st, err := e.corr.Correct(prev, correction.Step{Run: rb.id, Stream: s, Step: v, Groups: byStream[s]})
+		// The engine keeps only the newest state of a stream (older ones are read for Redis
+		// writes, never advanced), so prev hands its buffers on.
+		rows, st, err := e.corr.CorrectRetire(prev, correction.Step{Run: rb.id, Stream: s, Step: v, Groups: byStream[s]}, e.rows[:0])
 		if err != nil {
 			return nil, fmt.Errorf("correct run %s stream %s step %d: %w", rb.id, s, v, err)
 		}
+		e.rows = rows
 		var pairs int
 		var biasRaw, biasCal float64
 		for i := range rows {

@@ -391,11 +391,14 @@ func (s *Store) ReadState(ctx context.Context, run, stream string, step int64) (
 	if err != nil {
 		return nil, fmt.Errorf("redis state of %s/%s step %d: %w", run, stream, step, err)
 	}
-	enc := st.Encode()
-	if sum := sha256.Sum256(enc); string(sum[:]) != string(v[:sha256.Size]) {
+	sum, err := recordedDigest(st, head)
+	if err != nil {
+		return nil, fmt.Errorf("redis state of %s/%s step %d: %w", run, stream, step, err)
+	}
+	if string(sum[:]) != string(v[:sha256.Size]) {
 		return nil, fmt.Errorf("redis state of %s/%s step %d: assembled state does not match its digest", run, stream, step)
 	}
-	return enc, nil
+	return st.Encode(), nil
 }
 
 // Streams lists the streams recorded for run.

@@ -168,3 +168,39 @@ func TestStoreDeltaWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreReadsVersion1Heads: Redis written before the chunked digest holds version 1 heads with
+// the flat digest; they must still read back, and a digest of the wrong definition must not pass.
+func TestStoreReadsVersion1Heads(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	s := NewStore(rdb, "p", 3)
+	ctx := context.Background()
+	states := sealedStates(t, 40)
+	for _, tc := range []struct {
+		name   string
+		step   int
+		digest func(*correction.State) string
+		ok     bool
+	}{
+		{"flat digest", 30, func(st *correction.State) string { return flatDigest(t, st) }, true},
+		{"chunked digest on a version 1 head", 39, func(st *correction.State) string { d := st.Digest(); return hex.EncodeToString(d[:]) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := states[tc.step]
+			w := storeWrite(st, nil, true)
+			w.snap.State, w.snap.Digest = v1Head(w.snap.State), tc.digest(st)
+			if res, err := s.write(ctx, []calWrite{w}, map[string][]string{"r": {"s"}}); err != nil || res[0].status != statusWritten {
+				t.Fatalf("write: %v %v", res, err)
+			}
+			b, err := s.ReadState(ctx, "r", "s", int64(tc.step))
+			if tc.ok != (err == nil) {
+				t.Fatalf("read: %v, want success %v", err, tc.ok)
+			}
+			if tc.ok && !bytes.Equal(b, st.Encode()) {
+				t.Fatal("state read back differs")
+			}
+		})
+	}
+}
