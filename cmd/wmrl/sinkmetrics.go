@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -43,9 +42,6 @@ func (p *sinkProbe) ready() error {
 	return nil
 }
 
-// sinkPingInterval is how often a sink's probe pings its cluster.
-const sinkPingInterval = 2 * time.Second
-
 // watch pings the cluster with a client of its own until ctx ends.
 func (p *sinkProbe) watch(ctx context.Context, opts []kgo.Opt) {
 	cl, err := kgo.NewClient(opts...)
@@ -54,22 +50,7 @@ func (p *sinkProbe) watch(ctx context.Context, opts []kgo.Opt) {
 		return
 	}
 	defer cl.Close()
-	t := time.NewTicker(sinkPingInterval)
-	defer t.Stop()
-	for {
-		pctx, cancel := context.WithTimeout(ctx, sinkPingInterval)
-		err := cl.Ping(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		p.cluster.Store(&err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	health.Watch(ctx, cl, func(_ context.Context, err error) { p.cluster.Store(&err) })
 }
 
 // serveSink serves /metrics from reg and the probe's /healthz and /readyz on addr (empty: off)

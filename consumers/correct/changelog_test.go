@@ -13,12 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/testenv"
-	"github.com/wmrl/wmrl/internal/topicadmin"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -35,19 +33,9 @@ func TestChangelogRebuildOnBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	adm := kadm.NewClient(cl)
+	brokerTopics(t, seeds, names)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	plan := topicadmin.DefaultPlan(names)
-	plan.RetentionMS = 3600 * 1000
-	if _, err := topicadmin.Create(ctx, adm, plan); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer dcancel()
-		_, _ = adm.DeleteTopics(dctx, names.All()...)
-	})
 
 	cfg := correction.DefaultConfig()
 	cfg.Window, cfg.MinPairs = 300, 20

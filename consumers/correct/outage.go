@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/internal/health"
 	"github.com/wmrl/wmrl/internal/stage"
 )
 
@@ -193,33 +194,15 @@ func (c *Consumer) ready() error {
 	return nil
 }
 
-// pingInterval is how often watch pings the cluster and refreshes the lag gauge.
-const pingInterval = 2 * time.Second
-
-// watch pings the cluster (ApiVersions on a live connection, so cached metadata cannot hide an
-// outage) and refreshes the consumer-lag gauge until ctx ends.
+// watch pings the cluster and refreshes the consumer-lag gauge until ctx ends.
 func (c *Consumer) watch(ctx context.Context, cl *kgo.Client) {
 	adm := kadm.NewClient(cl)
-	t := time.NewTicker(pingInterval)
-	defer t.Stop()
-	for {
-		pctx, cancel := context.WithTimeout(ctx, pingInterval)
-		err := cl.Ping(pctx)
-		if ctx.Err() != nil {
-			cancel()
-			return
-		}
+	health.Watch(ctx, cl, func(pctx context.Context, err error) {
 		c.outage.set(err)
 		if err == nil {
 			stage.RefreshLag(pctx, adm, c.cfg.Group, c.inputs(), c.m.lag)
 		}
-		cancel()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // errEpochFenced marks a transaction the broker refused because this producer's epoch was bumped:

@@ -9,12 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/testenv"
-	"github.com/wmrl/wmrl/internal/topicadmin"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -32,18 +30,8 @@ func BenchmarkRebuildFromChangelog1000(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer cl.Close()
-	adm := kadm.NewClient(cl)
+	brokerTopics(b, seeds, names)
 	ctx := context.Background()
-	plan := topicadmin.DefaultPlan(names)
-	plan.RetentionMS = 3600 * 1000
-	if _, err := topicadmin.Create(ctx, adm, plan); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_, _ = adm.DeleteTopics(dctx, names.All()...)
-	})
 	corr, err := correction.New(correction.DefaultConfig())
 	if err != nil {
 		b.Fatal(err)

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/internal/health"
 )
 
 // readiness is what /readyz reports: the stage runs, its cluster answered recently and it holds
@@ -80,32 +81,15 @@ func (s *Stage) Ready() error {
 	return s.ready.check()
 }
 
-// pingInterval is how often watch pings the cluster and refreshes the lag gauge.
-const pingInterval = 2 * time.Second
-
 // watch pings the cluster and refreshes the consumer-lag gauge until ctx ends.
 func (s *Stage) watch(ctx context.Context) {
 	adm := kadm.NewClient(s.cl)
-	t := time.NewTicker(pingInterval)
-	defer t.Stop()
-	for {
-		pctx, cancel := context.WithTimeout(ctx, pingInterval)
-		err := s.cl.Ping(pctx) // ApiVersions on a live connection: metadata could come from cache
-		if ctx.Err() != nil {
-			cancel()
-			return
-		}
+	health.Watch(ctx, s.cl, func(pctx context.Context, err error) {
 		s.ready.cluster(err)
 		if err == nil {
 			RefreshLag(pctx, adm, s.cfg.Group, s.cfg.Topics, s.metrics.lag)
 		}
-		cancel()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // leaveStatic removes a static member from its group on a graceful stop. A static member's
