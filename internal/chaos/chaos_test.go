@@ -7,12 +7,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/testenv"
@@ -405,14 +408,69 @@ func (r *runCtx) waitRows(n int, limit time.Duration) {
 			}
 		}
 		if time.Now().After(deadline) {
-			var logs strings.Builder
-			for name, p := range r.procs {
-				fmt.Fprintf(&logs, "--- %s (last lines)\n%s\n", name, p.tail(15))
-			}
-			r.h.t.Fatalf("%s: %d of %d rows after %v\n%s", r.name, r.rowsNow(), n, limit, logs.String())
+			r.h.t.Fatalf("%s: %d of %d rows after %v\n%s", r.name, r.rowsNow(), n, limit, r.diagnose())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// diagnose describes a stuck pipeline, most telling last (CI keeps only the end of the output):
+// each stage's notable log lines (progress lines are repetitive, only the last is kept), then the
+// correct group's members with their assignments and its committed input offsets against the
+// end offsets.
+func (r *runCtx) diagnose() string {
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(r.procs)) {
+		p := r.procs[name]
+		state := "running"
+		select {
+		case <-p.done:
+			state = fmt.Sprint(p.cmd.ProcessState)
+		default:
+		}
+		fmt.Fprintf(&b, "--- %s (%s)\n%s\n", name, state, p.notable(8))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.h.brokers))
+	if err != nil {
+		return b.String() + "group: " + err.Error()
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	group := r.prefix + "correct"
+	groups, err := adm.DescribeGroups(ctx, group)
+	if err != nil {
+		fmt.Fprintf(&b, "--- group %s: describe: %v\n", group, err)
+	}
+	for _, g := range groups {
+		fmt.Fprintf(&b, "--- group %s: state %s, protocol %s, err %v\n", g.Group, g.State, g.Protocol, g.Err)
+		for _, m := range g.Members {
+			inst := ""
+			if m.InstanceID != nil {
+				inst = *m.InstanceID
+			}
+			var parts []string
+			if ca, ok := m.Assigned.AsConsumer(); ok {
+				for _, t := range ca.Topics {
+					parts = append(parts, fmt.Sprintf("%s%v", strings.TrimPrefix(t.Topic, r.prefix), t.Partitions))
+				}
+			}
+			fmt.Fprintf(&b, "    member %s instance %s host %s: %s\n", m.MemberID, inst, m.ClientHost, strings.Join(parts, " "))
+		}
+	}
+	lag, err := adm.Lag(ctx, group)
+	if err != nil {
+		fmt.Fprintf(&b, "--- lag: %v\n", err)
+		return b.String()
+	}
+	for _, gl := range lag {
+		for _, l := range gl.Lag.Sorted() {
+			fmt.Fprintf(&b, "    %s/%d committed %d end %d lag %d err %v\n", strings.TrimPrefix(l.Topic, r.prefix), l.Partition,
+				l.Commit.At, l.End.Offset, l.Lag, l.Err)
+		}
+	}
+	return b.String()
 }
 
 // follow reads the advantages topic read_committed in the background, counting rows and noting
@@ -596,6 +654,25 @@ func (p *proc) terminate(t *testing.T, limit time.Duration) {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+}
+
+// notable is the last n log lines that are not periodic progress lines, then the last progress
+// line.
+func (p *proc) notable(n int) string {
+	var keep []string
+	last := ""
+	for _, l := range strings.Split(strings.TrimSpace(p.out.String()), "\n") {
+		if strings.Contains(l, `"msg":"progress"`) {
+			last = l
+			continue
+		}
+		keep = append(keep, l)
+	}
+	keep = keep[max(0, len(keep)-n):]
+	if last != "" {
+		keep = append(keep, last)
+	}
+	return strings.Join(keep, "\n")
 }
 
 func (p *proc) tail(n int) string {
