@@ -94,7 +94,7 @@ var scenarios = []scenario{
 		z.mayExit = true
 		_ = z.cmd.Process.Signal(syscall.SIGSTOP)
 		r.start("correct-2", r.correctArgs("a")...)
-		r.waitRows(r.rowsNow()+64, 2*time.Minute)
+		r.waitMore(64, 2*time.Minute)
 		_ = z.cmd.Process.Signal(syscall.SIGCONT)
 		select {
 		case <-z.done:
@@ -104,9 +104,9 @@ var scenarios = []scenario{
 	}},
 	{name: "scale-correct", fault: func(h *harness, r *runCtx) {
 		r.start("correct-b", r.correctArgs("b")...)
-		r.waitRows(r.rowsNow()+64, 2*time.Minute)
+		r.waitMore(64, 2*time.Minute)
 		r.start("correct-c", r.correctArgs("c")...)
-		r.waitRows(r.rowsNow()+64, 2*time.Minute)
+		r.waitMore(64, 2*time.Minute)
 		r.procs["correct-b"].terminate(h.t, 60*time.Second)
 	}},
 }
@@ -159,7 +159,10 @@ type harness struct {
 	redis                       *redis.Client
 	wm                          *httptest.Server
 	argv                        string
-	input                       string
+	// inputs are the workload's two halves (steps [0, steps/2) and the rest): the second is
+	// published just before the fault, so that a fault always meets work still to do (a backlog
+	// can otherwise be sealed in one transaction before the fault begins).
+	inputs [2]string
 }
 
 func newHarness(t *testing.T, sz size) *harness {
@@ -190,7 +193,7 @@ func newHarness(t *testing.T, sz size) *harness {
 	}
 	argv, _ := json.Marshal([]string{"/bin/sh", script, "{artifact}"})
 	h.argv = string(argv)
-	h.input = filepath.Join(dir, "rollouts.jsonl")
+	h.inputs = [2]string{filepath.Join(dir, "rollouts-1.jsonl"), filepath.Join(dir, "rollouts-2.jsonl")}
 	h.writeInput()
 	return h
 }
@@ -229,10 +232,10 @@ func (h *harness) killRedis() { h.killPidfile(filepath.Join(h.local, "redis", "r
 // writeInput writes the JSONL workload: scores are functions of the rollout's index, so every
 // scenario sees the same rewards and the digest can be compared.
 func (h *harness) writeInput() {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+	var bufs [2]bytes.Buffer
 	k := 0
 	for s := 0; s < h.size.steps; s++ {
+		enc := json.NewEncoder(&bufs[min(1, s/(h.size.steps/2))])
 		for j := 0; j < h.size.groups; j++ {
 			for i := 0; i < h.size.rollouts; i++ {
 				art := fmt.Sprintf(`{"k":%d,"wm":%.2f,"exec":%.2f}`, k, float64((k*7)%19)/20, float64((k*11+3)%17)/20)
@@ -241,8 +244,10 @@ func (h *harness) writeInput() {
 			}
 		}
 	}
-	if err := os.WriteFile(h.input, buf.Bytes(), 0o600); err != nil {
-		h.t.Fatal(err)
+	for i, f := range h.inputs {
+		if err := os.WriteFile(f, bufs[i].Bytes(), 0o600); err != nil {
+			h.t.Fatal(err)
+		}
 	}
 }
 
@@ -273,16 +278,21 @@ func (h *harness) run(t *testing.T, sc scenario) result {
 	start := time.Now()
 	r := &runCtx{h: h, name: sc.name, prefix: "chaos." + sc.name + ".", procs: map[string]*proc{}, readyz: map[string]string{}}
 	r.wmrl(2*time.Minute, "topics", "create", "--partitions", "3")
-	r.wmrl(5*time.Minute, "generate", "--backend", "jsonl", "--input", h.input, "--run-id", runID, "--anchor-fraction", "0.25")
+	r.generate(0)
 	r.start("worldmodel", r.worldmodelArgs()...)
 	r.start("sandbox", r.sandboxArgs()...)
 	r.start("correct", r.correctArgs("a")...)
 	stopFollow := r.follow()
 	want := h.expected()
-	var faultStart, faultEnd time.Time
+	r.waitRows(want/4, 5*time.Minute)
+	// The stall is measured from here: before, the second half was not published yet.
+	more := time.Now()
+	r.generate(1)
+	var faultEnd time.Time
 	if sc.fault != nil {
-		r.waitRows(want/4, 5*time.Minute)
-		faultStart = time.Now()
+		if got := r.rowsNow(); got >= want {
+			t.Fatalf("%s: all %d rows arrived before the fault; it would test nothing", sc.name, got)
+		}
 		sc.fault(h, r)
 		faultEnd = time.Now()
 	}
@@ -310,13 +320,18 @@ func (h *harness) run(t *testing.T, sc scenario) result {
 		}
 	}
 	res.digest = strings.TrimSpace(r.wmrl(2*time.Minute, "digest", "--run", runID))
-	res.stall = r.longestStall(faultStart, faultEnd, sc.outage)
+	res.stall = r.longestStall(more, faultEnd, sc.outage)
 	for _, p := range r.procs {
 		p.terminate(t, 60*time.Second)
 	}
 	t.Logf("%s: %d rows and %d calibration snapshots checked in %v, lost=%d dup=%d, snapshots lost=%d dup=%d, stall %v",
 		sc.name, want, r.h.size.steps, time.Since(start).Round(time.Second), res.lost, res.dup, res.calLost, res.calDup, res.stall.Round(100*time.Millisecond))
 	return res
+}
+
+// generate publishes half i of the workload.
+func (r *runCtx) generate(i int) {
+	r.wmrl(5*time.Minute, "generate", "--backend", "jsonl", "--input", r.h.inputs[i], "--run-id", runID, "--anchor-fraction", "0.25")
 }
 
 func (r *runCtx) global() []string {
@@ -366,7 +381,7 @@ func (r *runCtx) killRestart(name string, n int) {
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
 		<-p.done
 		r.start(name, p.args...)
-		r.waitRows(min(r.rowsNow()+r.h.expected()/8, r.h.expected()), 5*time.Minute)
+		r.waitMore(r.h.expected()/8, 5*time.Minute)
 	}
 }
 
@@ -393,6 +408,12 @@ func (r *runCtx) waitReady(id string, want bool, limit time.Duration) {
 }
 
 func (r *runCtx) rowsNow() int { return int(r.rows.Load()) }
+
+// waitMore waits for n more rows, or for the rest when fewer remain (a batch may have sealed the
+// whole backlog meanwhile).
+func (r *runCtx) waitMore(n int, limit time.Duration) {
+	r.waitRows(min(r.rowsNow()+n, r.h.expected()), limit)
+}
 
 func (r *runCtx) waitRows(n int, limit time.Duration) {
 	deadline := time.Now().Add(limit)
@@ -588,22 +609,22 @@ func (r *runCtx) index(row topics.AdvantageRow) (int, bool) {
 	return (int(row.Step)*r.h.size.groups+j)*r.h.size.rollouts + i, true
 }
 
-// longestStall is the longest gap between row arrivals from the fault's start to the end of the
-// run; a deliberate outage's own duration is not counted.
+// longestStall is the longest time without a row arriving while input was waiting: from when the
+// second half was published (from) to the end of the run. A deliberate outage's own duration (up
+// to to) is not counted.
 func (r *runCtx) longestStall(from, to time.Time, outage bool) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var longest time.Duration
 	for i := 1; i < len(r.arrivals); i++ {
-		a, b := r.arrivals[i-1], r.arrivals[i]
-		if !from.IsZero() && b.Before(from) {
+		a, b := maxTime(r.arrivals[i-1], from), r.arrivals[i]
+		if b.Before(from) {
 			continue
 		}
-		gap := b.Sub(a)
-		if outage && a.Before(to) {
-			gap = b.Sub(maxTime(a, to)) // the gap after the service is back
+		if outage {
+			a = maxTime(a, to) // the gap after the service is back
 		}
-		longest = max(longest, gap)
+		longest = max(longest, b.Sub(a))
 	}
 	return longest
 }
