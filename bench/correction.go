@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -151,7 +152,10 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 
 	// Phase 1: pass-through.
 	cpu0 := cpuTime()
-	if rep.PassThroughElapsed, err = passThrough(ctx, consumeOpts, names, passTopic, prefix+"pass", len(recs)); err != nil {
+	pprof.Do(ctx, pprof.Labels("phase", "passthrough"), func(ctx context.Context) {
+		rep.PassThroughElapsed, err = passThrough(ctx, consumeOpts, names, passTopic, prefix+"pass", len(recs))
+	})
+	if err != nil {
 		return rep, fmt.Errorf("pass-through: %w", err)
 	}
 	rep.PassThroughCPU = cpuTime() - cpu0
@@ -203,7 +207,9 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 	defer cancel()
 	cpu0 = cpuTime()
 	runErr := make(chan error, 1)
-	go func() { runErr <- c.Run(cctx) }()
+	// The label follows every goroutine the consumer starts (its Kafka client's too), so that
+	// `go tool pprof -tagfocus phase=correction` shows this phase alone.
+	go pprof.Do(cctx, pprof.Labels("phase", "correction"), func(ctx context.Context) { runErr <- c.Run(ctx) })
 	select {
 	case <-phaseDone:
 	case err := <-runErr:

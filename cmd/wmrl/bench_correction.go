@@ -61,7 +61,7 @@ ratio is below --target. The topics are deleted afterwards.`,
 	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correct.DefaultMaxTxnSteps, "while a backlog waits, poll on until this many steps are buffered before one transaction (1: a transaction per poll)")
 	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correct.DefaultMaxTxnLinger, "longest time a backlog's transaction is put off")
 	f.Int32Var(&cfg.FetchMaxPartitionBytes, "fetch-max-partition-bytes", 1<<20, "bytes one fetch returns per partition, both consumers (1 MiB: the Kafka and franz-go default)")
-	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole benchmark to this file (go tool pprof)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole benchmark to this file; samples carry phase=passthrough or phase=correction (go tool pprof -tagfocus phase=correction)")
 	f.BoolVar(&o.embedded, "embedded", false, "use an in-process kfake broker and miniredis instead of --brokers/--redis")
 	f.BoolVar(&cfg.KeepTopics, "keep-topics", false, "do not delete the benchmark topics")
 	f.Float64Var(&o.target, "target", 0.8, "minimum ratio of correction to pass-through records/s")
