@@ -110,20 +110,20 @@ type StepManifest struct {
 // Key: run_id. Topic: rewards.predicted.
 type PredictedReward struct {
 	Schema        string `json:"schema"`
-	RunID         string `json:"run_id"`
+	RunID         string `json:"run_id" wmrl:"intern"`
 	Step          int64  `json:"step"`
-	GroupID       string `json:"group_id"`
+	GroupID       string `json:"group_id" wmrl:"intern"`
 	RolloutID     string `json:"rollout_id"`
-	Stream        string `json:"stream"`
-	PolicyVersion string `json:"policy_version"`
+	Stream        string `json:"stream" wmrl:"intern"`
+	PolicyVersion string `json:"policy_version" wmrl:"intern"`
 	Anchor        bool   `json:"anchor"`
 	// Score is in [ScoreMin,ScoreMax]; nil (absent in JSON) unless Status is ok.
 	Score  *float64 `json:"score,omitempty"`
-	Status Status   `json:"status"`
+	Status Status   `json:"status" wmrl:"intern"`
 	// Reason explains a failure; required when Status is not ok.
 	Reason string `json:"reason,omitempty"`
 	// Model, Attempts and LatencyMS describe the scoring call (informational).
-	Model     string    `json:"model,omitempty"`
+	Model     string    `json:"model,omitempty" wmrl:"intern"`
 	Attempts  int       `json:"attempts,omitempty"`
 	LatencyMS float64   `json:"latency_ms,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -135,17 +135,17 @@ type PredictedReward struct {
 // rewards.executed.
 type ExecutedReward struct {
 	Schema        string `json:"schema"`
-	RunID         string `json:"run_id"`
+	RunID         string `json:"run_id" wmrl:"intern"`
 	Step          int64  `json:"step"`
-	GroupID       string `json:"group_id"`
+	GroupID       string `json:"group_id" wmrl:"intern"`
 	RolloutID     string `json:"rollout_id"`
-	Stream        string `json:"stream"`
-	PolicyVersion string `json:"policy_version"`
+	Stream        string `json:"stream" wmrl:"intern"`
+	PolicyVersion string `json:"policy_version" wmrl:"intern"`
 	// Score is in [ScoreMin,ScoreMax]; present iff Status is ok or Imputed is set.
 	Score *float64 `json:"score,omitempty"`
 	// Imputed marks a policy score for a failed execution; it requires a non-ok Status.
 	Imputed bool   `json:"imputed,omitempty"`
-	Status  Status `json:"status"`
+	Status  Status `json:"status" wmrl:"intern"`
 	// Reason explains a failure; required when Status is not ok.
 	Reason string `json:"reason,omitempty"`
 	// ExitCode, DurationMS and StderrTail (<= MaxStderrTail) describe the sandbox run.

@@ -68,6 +68,9 @@ type fastPlan struct {
 	typ  reflect.Type
 	bits int
 	elem *fastPlan // pointer, slice and map element
+	// intern: a string field tagged `wmrl:"intern"` (a value most records repeat, such as a run
+	// id), decoded through the intern table instead of a new allocation each time.
+	intern bool
 	// struct only: fields in declaration order (which is also encoding order) and the index of
 	// the field named "schema", or -1.
 	fields      []fastField
@@ -169,7 +172,9 @@ func buildPlan(t reflect.Type, depth int) *fastPlan {
 			if name == "schema" {
 				p.schemaField = len(p.fields)
 			}
-			p.fields = append(p.fields, fastField{name: name, index: i, plan: buildPlan(f.Type, depth+1)})
+			fp := buildPlan(f.Type, depth+1) // a fresh plan: the intern flag is the field's alone
+			fp.intern = fp.kind == fkString && f.Tag.Get("wmrl") == "intern"
+			p.fields = append(p.fields, fastField{name: name, index: i, plan: fp})
 		}
 		p.kind = fkStruct
 	}
@@ -392,7 +397,11 @@ func (d *fastDec) value(p *fastPlan, rv reflect.Value, depth int) bool {
 			return false
 		}
 		if plain {
-			rv.SetString(string(span[1 : len(span)-1]))
+			if p.intern {
+				rv.SetString(intern(span[1 : len(span)-1]))
+			} else {
+				rv.SetString(string(span[1 : len(span)-1]))
+			}
 			return true
 		}
 		return json.Unmarshal(span, rv.Addr().Interface()) == nil
