@@ -75,6 +75,9 @@ func checkText(s string, max int, multiline bool) string {
 	if len(s) > max {
 		return fmt.Sprintf("longer than %d bytes", max)
 	}
+	if printableASCII(s) {
+		return ""
+	}
 	if !utf8.ValidString(s) {
 		return "not valid UTF-8"
 	}
@@ -84,6 +87,17 @@ func checkText(s string, max int, multiline bool) string {
 		}
 	}
 	return ""
+}
+
+// printableASCII is checkText's fast path: the labels and ids of nearly every record are plain
+// printable ASCII, which needs neither UTF-8 decoding nor a Unicode table.
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // checker accumulates the first failure of a record's validation; the rules read as a list.

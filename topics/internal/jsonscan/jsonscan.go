@@ -6,13 +6,16 @@ package jsonscan
 import (
 	"encoding"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // MaxDepth bounds JSON nesting; no record nests deeper than 3, so anything deep is hostile.
@@ -26,14 +29,15 @@ const MaxDepth = 16
 // parses with the same strconv and base64 calls, and escaped strings, created_at and
 // any string with invalid UTF-8 it hands to encoding/json (or time.Time.UnmarshalJSON) itself.
 func Decode(b []byte, want string, v any) bool {
-	rv := reflect.ValueOf(v).Elem()
+	pv := reflect.ValueOf(v)
+	rv := pv.Elem()
 	p := planFor(rv.Type())
 	if p.kind != fkStruct || p.schemaField < 0 {
 		return false
 	}
 	d := fastDec{b: b, want: want}
 	d.ws()
-	ok := d.object(p, rv, 1, true)
+	ok := d.object(p, pv.UnsafePointer(), 1, true)
 	if ok {
 		d.ws()
 		ok = d.i == len(b) && d.schemaOK
@@ -77,10 +81,12 @@ type fastPlan struct {
 	schemaField int
 }
 
+// fastField is one struct field; the decoder writes it at offset from the struct's address, as a
+// value of the type its plan was built for, which is what keeps those writes type-safe.
 type fastField struct {
-	name  string
-	index int
-	plan  *fastPlan
+	name   string
+	offset uintptr
+	plan   *fastPlan
 }
 
 var (
@@ -174,7 +180,7 @@ func buildPlan(t reflect.Type, depth int) *fastPlan {
 			}
 			fp := buildPlan(f.Type, depth+1) // a fresh plan: the intern flag is the field's alone
 			fp.intern = fp.kind == fkString && f.Tag.Get("wmrl") == "intern"
-			p.fields = append(p.fields, fastField{name: name, index: i, plan: fp})
+			p.fields = append(p.fields, fastField{name: name, offset: f.Offset, plan: fp})
 		}
 		p.kind = fkStruct
 	}
@@ -210,6 +216,16 @@ func (d *fastDec) str() (span []byte, plain, ok bool) {
 	}
 	d.i++
 	plain, ascii := true, true
+	// Eight bytes at a time while none of them ends the string or needs a closer look: the
+	// common run of plain ASCII costs a load and a few arithmetic operations per word.
+	for d.i+8 <= len(d.b) {
+		m := special(binary.LittleEndian.Uint64(d.b[d.i:]))
+		if m != 0 {
+			d.i += bits.TrailingZeros64(m) >> 3 // the first such byte; the loop below looks at it
+			break
+		}
+		d.i += 8
+	}
 	for d.i < len(d.b) {
 		c := d.b[d.i]
 		switch {
@@ -233,6 +249,20 @@ func (d *fastDec) str() (span []byte, plain, ok bool) {
 		}
 	}
 	return nil, false, false
+}
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// special marks with its high bit each byte of w (little-endian) that is a quote, a backslash, a
+// control character or not ASCII. Bytes above the first marked one may be marked wrongly (a
+// borrow), so only the lowest mark is exact, which is all str uses.
+func special(w uint64) uint64 {
+	zero := func(x uint64) uint64 { return (x - ones) &^ x & highs }
+	ctl := (w - ones*0x20) &^ w & highs // bytes below 0x20
+	return zero(w^(ones*'"')) | zero(w^(ones*'\\')) | ctl | w&highs
 }
 
 // number scans a number with JSON's grammar and reports whether it is an integer literal.
@@ -286,8 +316,8 @@ func (d *fastDec) literal(word string) bool {
 	return true
 }
 
-// object decodes an object at d.i into rv, a struct or map value described by p.
-func (d *fastDec) object(p *fastPlan, rv reflect.Value, depth int, top bool) bool {
+// object decodes an object at d.i into the struct or map at ptr, described by p.
+func (d *fastDec) object(p *fastPlan, ptr unsafe.Pointer, depth int, top bool) bool {
 	if depth > MaxDepth || d.i >= len(d.b) || d.b[d.i] != '{' {
 		return false
 	}
@@ -298,6 +328,10 @@ func (d *fastDec) object(p *fastPlan, rv reflect.Value, depth int, top bool) boo
 		return true
 	}
 	var seen uint64
+	var rv reflect.Value // the map, for fkMap
+	if p.kind == fkMap {
+		rv = reflect.NewAt(p.typ, ptr).Elem()
+	}
 	next := 0 // fields usually arrive in declaration order: try the next one first
 	for {
 		key, plain, ok := d.str()
@@ -329,15 +363,15 @@ func (d *fastDec) object(p *fastPlan, rv reflect.Value, depth int, top bool) boo
 			}
 			seen |= 1 << f
 			next = f + 1
-			fv := rv.Field(p.fields[f].index)
+			fp := unsafe.Add(ptr, p.fields[f].offset)
 			if top && f == p.schemaField {
 				span, plain, ok := d.str()
 				if !ok || !plain || string(span[1:len(span)-1]) != d.want || p.fields[f].plan.kind != fkString {
 					return false
 				}
-				fv.SetString(d.want)
+				*(*string)(fp) = d.want
 				d.schemaOK = true
-			} else if !d.value(p.fields[f].plan, fv, depth+1) {
+			} else if !d.value(p.fields[f].plan, fp, depth+1) {
 				return false
 			}
 		case fkMap:
@@ -351,11 +385,11 @@ func (d *fastDec) object(p *fastPlan, rv reflect.Value, depth int, top bool) boo
 			if rv.MapIndex(k).IsValid() {
 				return false
 			}
-			ev := reflect.New(p.typ.Elem()).Elem()
-			if !d.value(p.elem, ev, depth+1) {
+			ev := reflect.New(p.typ.Elem())
+			if !d.value(p.elem, ev.UnsafePointer(), depth+1) {
 				return false
 			}
-			rv.SetMapIndex(k, ev)
+			rv.SetMapIndex(k, ev.Elem())
 		default:
 			return false
 		}
@@ -376,8 +410,8 @@ func (d *fastDec) object(p *fastPlan, rv reflect.Value, depth int, top bool) boo
 	}
 }
 
-// value decodes the value at d.i into rv, described by p.
-func (d *fastDec) value(p *fastPlan, rv reflect.Value, depth int) bool {
+// value decodes the value at d.i into the variable at ptr, of the type p describes.
+func (d *fastDec) value(p *fastPlan, ptr unsafe.Pointer, depth int) bool {
 	if d.i >= len(d.b) {
 		return false
 	}
@@ -385,7 +419,7 @@ func (d *fastDec) value(p *fastPlan, rv reflect.Value, depth int) bool {
 	if c == 'n' {
 		switch p.kind {
 		case fkPointer, fkSlice, fkMap, fkBytes:
-			rv.SetZero()
+			reflect.NewAt(p.typ, ptr).Elem().SetZero()
 			return d.literal("null")
 		}
 		return false
@@ -398,23 +432,23 @@ func (d *fastDec) value(p *fastPlan, rv reflect.Value, depth int) bool {
 		}
 		if plain {
 			if p.intern {
-				rv.SetString(intern(span[1 : len(span)-1]))
+				*(*string)(ptr) = intern(span[1 : len(span)-1])
 			} else {
-				rv.SetString(string(span[1 : len(span)-1]))
+				*(*string)(ptr) = string(span[1 : len(span)-1])
 			}
 			return true
 		}
-		return json.Unmarshal(span, rv.Addr().Interface()) == nil
+		return json.Unmarshal(span, reflect.NewAt(p.typ, ptr).Interface()) == nil
 	case fkTime:
 		span, _, ok := d.str()
-		return ok && rv.Addr().Interface().(*time.Time).UnmarshalJSON(span) == nil
+		return ok && (*time.Time)(ptr).UnmarshalJSON(span) == nil
 	case fkBytes:
 		span, plain, ok := d.str()
 		if !ok {
 			return false
 		}
 		if !plain {
-			return json.Unmarshal(span, rv.Addr().Interface()) == nil
+			return json.Unmarshal(span, reflect.NewAt(p.typ, ptr).Interface()) == nil
 		}
 		s := span[1 : len(span)-1]
 		out := make([]byte, base64.StdEncoding.DecodedLen(len(s)))
@@ -422,15 +456,15 @@ func (d *fastDec) value(p *fastPlan, rv reflect.Value, depth int) bool {
 		if err != nil {
 			return false
 		}
-		rv.SetBytes(out[:n])
+		*(*[]byte)(ptr) = out[:n]
 		return true
 	case fkBool:
 		switch {
 		case c == 't' && d.literal("true"):
-			rv.SetBool(true)
+			*(*bool)(ptr) = true
 			return true
 		case c == 'f' && d.literal("false"):
-			rv.SetBool(false)
+			*(*bool)(ptr) = false
 			return true
 		}
 		return false
@@ -443,7 +477,16 @@ func (d *fastDec) value(p *fastPlan, rv reflect.Value, depth int) bool {
 		if err != nil {
 			return false
 		}
-		rv.SetInt(n)
+		switch p.bits {
+		case 8:
+			*(*int8)(ptr) = int8(n)
+		case 16:
+			*(*int16)(ptr) = int16(n)
+		case 32:
+			*(*int32)(ptr) = int32(n)
+		default:
+			*(*int64)(ptr) = n
+		}
 		return true
 	case fkUint:
 		lit, integer, ok := d.number()
@@ -454,7 +497,16 @@ func (d *fastDec) value(p *fastPlan, rv reflect.Value, depth int) bool {
 		if err != nil {
 			return false
 		}
-		rv.SetUint(n)
+		switch p.bits {
+		case 8:
+			*(*uint8)(ptr) = uint8(n)
+		case 16:
+			*(*uint16)(ptr) = uint16(n)
+		case 32:
+			*(*uint32)(ptr) = uint32(n)
+		default:
+			*(*uint64)(ptr) = n
+		}
 		return true
 	case fkFloat:
 		lit, _, ok := d.number()
@@ -465,28 +517,33 @@ func (d *fastDec) value(p *fastPlan, rv reflect.Value, depth int) bool {
 		if err != nil {
 			return false
 		}
-		rv.SetFloat(f)
+		if p.bits == 32 {
+			*(*float32)(ptr) = float32(f)
+		} else {
+			*(*float64)(ptr) = f
+		}
 		return true
 	case fkPointer:
 		nv := reflect.New(p.typ.Elem())
-		if !d.value(p.elem, nv.Elem(), depth) {
+		if !d.value(p.elem, nv.UnsafePointer(), depth) {
 			return false
 		}
-		rv.Set(nv)
+		*(*unsafe.Pointer)(ptr) = nv.UnsafePointer()
 		return true
 	case fkStruct:
-		return d.object(p, rv, depth, false)
+		return d.object(p, ptr, depth, false)
 	case fkMap:
 		if c != '{' {
 			return false
 		}
-		rv.Set(reflect.MakeMap(p.typ))
-		return d.object(p, rv, depth, false)
+		reflect.NewAt(p.typ, ptr).Elem().Set(reflect.MakeMap(p.typ))
+		return d.object(p, ptr, depth, false)
 	case fkSlice:
 		if c != '[' || depth > MaxDepth {
 			return false
 		}
 		d.i++
+		rv := reflect.NewAt(p.typ, ptr).Elem()
 		s := reflect.MakeSlice(p.typ, 0, 0)
 		d.ws()
 		if d.i < len(d.b) && d.b[d.i] == ']' {
@@ -496,7 +553,7 @@ func (d *fastDec) value(p *fastPlan, rv reflect.Value, depth int) bool {
 		}
 		for {
 			s = reflect.Append(s, reflect.Zero(p.typ.Elem()))
-			if !d.value(p.elem, s.Index(s.Len()-1), depth+1) {
+			if !d.value(p.elem, s.Index(s.Len()-1).Addr().UnsafePointer(), depth+1) {
 				return false
 			}
 			d.ws()
