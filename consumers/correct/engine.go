@@ -143,10 +143,8 @@ type engine struct {
 	dlq  map[tp][]deadLetter
 	// deadLettered counts records judged bad since the engine was made.
 	deadLettered int
-	// rows is seal's scratch for the correction core's rows, which it converts at once.
-	rows []correction.Row
-	// rollouts is seal's scratch for the correction core's input.
-	rollouts []correction.Rollout
+	// scratch holds one sealScratch per sealing goroutine.
+	scratch []*sealScratch
 }
 
 func newEngine(corr *correction.Corrector, names topics.Names, m *metrics) *engine {

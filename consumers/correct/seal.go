@@ -4,8 +4,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"sort"
+	"sync"
+	"sync/atomic"
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/topics"
@@ -47,30 +50,86 @@ func (e *engine) complete(b *stepBuf) bool {
 	return ok
 }
 
-// sealReady seals, per run in run-id order, every step that is next in line and complete.
+// sealReady seals, per run in run-id order, every step that is next in line and complete. Runs
+// are independent (each holds its own states), so with several runs they are sealed on all cores;
+// the output keeps run-id order, so results do not depend on the split.
 func (e *engine) sealReady() ([]*sealed, error) {
-	var out []*sealed
+	type job struct {
+		rb    *runBuf
+		steps []*stepBuf
+		out   []*sealed
+		err   error
+	}
+	var jobs []*job
 	for _, id := range slices.Sorted(maps.Keys(e.runs)) {
 		rb := e.runs[id]
-		for {
-			b := rb.steps[rb.sealed+1]
+		var steps []*stepBuf
+		// complete reads (and dead-letters from) one step's buffers alone, so the whole line
+		// can be judged before any of it is sealed.
+		for v := rb.sealed + 1; ; v++ {
+			b := rb.steps[v]
 			if b == nil || !e.complete(b) {
 				break
 			}
-			s, err := e.seal(rb, b)
+			steps = append(steps, b)
+		}
+		if len(steps) > 0 {
+			jobs = append(jobs, &job{rb: rb, steps: steps})
+		}
+	}
+	run := func(j *job, sc *sealScratch) {
+		for _, b := range j.steps {
+			s, err := e.seal(j.rb, b, sc)
 			if err != nil {
-				return out, err
+				j.err = err
+				return
 			}
-			out = append(out, s)
+			j.out = append(j.out, s)
+		}
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(jobs))
+	for len(e.scratch) < max(workers, 1) {
+		e.scratch = append(e.scratch, new(sealScratch))
+	}
+	if workers < 2 {
+		for _, j := range jobs {
+			run(j, e.scratch[0])
+		}
+	} else {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := int(next.Add(1) - 1); i < len(jobs); i = int(next.Add(1) - 1) {
+					run(jobs[i], e.scratch[w])
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	var out []*sealed
+	for _, j := range jobs {
+		out = append(out, j.out...)
+		if j.err != nil {
+			return out, j.err
 		}
 	}
 	return out, nil
 }
 
+// sealScratch is one sealing goroutine's reusable buffers for the correction core's input
+// rollouts and output rows, which seal converts at once.
+type sealScratch struct {
+	rollouts []correction.Rollout
+	rows     []correction.Row
+}
+
 // seal runs the correction core for every stream of the run at step b.step and advances the run.
 // Streams without groups in this step advance with an empty step; a stream first seen now is
 // fast-forwarded from an empty state through empty steps 0..step−1, which is deterministic.
-func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
+func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) {
 	v := b.step
 	stale := stalenessOf(b.manifest, e.maxStaleness)
 	byStream := map[string][]correction.Group{}
@@ -79,7 +138,7 @@ func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
 	for _, g := range b.manifest.Groups {
 		total += len(b.pred[g.GroupID].order)
 	}
-	all := slices.Grow(e.rollouts[:0], total)
+	all := slices.Grow(sc.rollouts[:0], total)
 	for _, g := range b.manifest.Groups {
 		p := b.pred[g.GroupID]
 		at := len(all)
@@ -96,7 +155,7 @@ func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
 		}
 		byStream[g.Stream] = append(byStream[g.Stream], grp)
 	}
-	e.rollouts = all
+	sc.rollouts = all
 	streams := slices.Collect(maps.Keys(rb.states))
 	var fresh []string
 	for s := range byStream {
@@ -128,11 +187,11 @@ func (e *engine) seal(rb *runBuf, b *stepBuf) (*sealed, error) {
 		prevTotal := prev.TotalPairs()
 		// The engine keeps only the newest state of a stream (older ones are read for Redis
 		// writes, never advanced), so prev hands its buffers on.
-		rows, st, err := e.corr.CorrectRetire(prev, correction.Step{Run: rb.id, Stream: s, Step: v, Groups: byStream[s]}, e.rows[:0])
+		rows, st, err := e.corr.CorrectRetire(prev, correction.Step{Run: rb.id, Stream: s, Step: v, Groups: byStream[s]}, sc.rows[:0])
 		if err != nil {
 			return nil, fmt.Errorf("correct run %s stream %s step %d: %w", rb.id, s, v, err)
 		}
-		e.rows = rows
+		sc.rows = rows
 		var pairs int
 		var biasRaw, biasCal float64
 		for i := range rows {
