@@ -80,15 +80,18 @@ func (c *advCodec) encode(rows []AdvantageRow) ([]byte, error) {
 	}
 	e, _ := c.pool.Get().(*advEncoder)
 	if e == nil {
-		mem := memory.NewGoAllocator()
+		mem := new(reuseAllocator)
 		e = &advEncoder{b: array.NewRecordBuilder(mem, c.schema)}
 		e.w = ipc.NewWriter(&e.buf, ipc.WithSchema(c.schema), ipc.WithAllocator(mem))
 	}
 	c.fill(e.b, rows)
 	rec := e.b.NewRecordBatch()
-	defer rec.Release()
 	e.buf.Reset()
-	if err := e.w.Write(rec); err != nil {
+	err = e.w.Write(rec)
+	// Released before the encoder goes back to the pool: its buffers return to e's allocator,
+	// which only the goroutine holding e may touch.
+	rec.Release()
+	if err != nil {
 		// The writer is failed for good; the encoder is dropped.
 		return nil, fmt.Errorf("encode advantages: %w", err)
 	}

@@ -58,16 +58,25 @@ func checkID(s string) string {
 		return fmt.Sprintf("longer than %d bytes", MaxIDLen)
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case c == '.', c == '_', c == '-', c == ':', c == '@', c == '+':
-		default:
-			return fmt.Sprintf("character %q at byte %d not allowed in an id (allowed: A-Z a-z 0-9 . _ - : @ +)", rune(c), i)
+		if !idByte[s[i]] {
+			return fmt.Sprintf("character %q at byte %d not allowed in an id (allowed: A-Z a-z 0-9 . _ - : @ +)", rune(s[i]), i)
 		}
 	}
 	return ""
 }
+
+// idByte marks the bytes an id may hold; a table, because every id of every record is checked.
+var idByte = func() (t [256]bool) {
+	for c := range 256 {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+			t[c] = true
+		case c == '.', c == '_', c == '-', c == ':', c == '@', c == '+':
+			t[c] = true
+		}
+	}
+	return t
+}()
 
 // checkText checks an optional free-form string: valid UTF-8, no control characters except
 // tab/newline when multiline, at most max bytes.
