@@ -59,14 +59,6 @@ func EncodeExecuted(e ExecutedReward) ([]byte, error) {
 	return encodeJSON(&e)
 }
 
-// EncodeCalibration validates s and marshals it as JSON (empty Schema → SchemaCalibration).
-func EncodeCalibration(s CalibrationSnapshot) ([]byte, error) {
-	if s.Schema == "" {
-		s.Schema = SchemaCalibration
-	}
-	return encodeJSON(&s)
-}
-
 // encodeJSON writes compact JSON without HTML escaping (prompts and artifacts are code, and
 // `\u003c` helps nobody); the bytes are deterministic for equal input.
 func encodeJSON(v validator) ([]byte, error) {
@@ -155,10 +147,16 @@ func DecodeExecuted(b []byte) (ExecutedReward, error) {
 	return e, nil
 }
 
-// DecodeCalibration strictly decodes and validates a calibration snapshot.
+// DecodeCalibration strictly decodes and validates a calibration snapshot: binary (v2, by its
+// magic) or JSON (v1).
 func DecodeCalibration(b []byte) (CalibrationSnapshot, error) {
 	var s CalibrationSnapshot
-	if err := decodeJSON(b, "calibration", SchemaCalibration, &s); err != nil {
+	if isBinaryCalibration(b) {
+		var err error
+		if s, err = decodeCalibrationBinary(b); err != nil {
+			return CalibrationSnapshot{}, err
+		}
+	} else if err := decodeJSON(b, "calibration", SchemaCalibration, &s); err != nil {
 		return CalibrationSnapshot{}, err
 	}
 	if len(s.BreakX) == 0 {
@@ -166,6 +164,9 @@ func DecodeCalibration(b []byte) (CalibrationSnapshot, error) {
 	}
 	if len(s.BreakY) == 0 {
 		s.BreakY = nil
+	}
+	if len(s.State) == 0 {
+		s.State = nil
 	}
 	if err := s.Validate(); err != nil {
 		return CalibrationSnapshot{}, err
@@ -187,7 +188,7 @@ func DecodeAny(schema string, b []byte) (any, error) {
 		return DecodePredicted(b)
 	case SchemaExecuted:
 		return DecodeExecuted(b)
-	case SchemaCalibration:
+	case SchemaCalibration, SchemaCalibrationV2:
 		return DecodeCalibration(b)
 	case SchemaAdvantages, SchemaAdvantagesV2:
 		return DecodeAdvantages(b)

@@ -31,6 +31,8 @@ func TestJSONRoundTrip(t *testing.T) {
 	check("executed", func() ([]byte, error) { return EncodeExecuted(e) }, func(b []byte) (any, error) { return DecodeExecuted(b) }, e)
 	check("imputed", func() ([]byte, error) { return EncodeExecuted(i) }, func(b []byte) (any, error) { return DecodeExecuted(b) }, i)
 	check("calibration", func() ([]byte, error) { return EncodeCalibration(c) }, func(b []byte) (any, error) { return DecodeCalibration(b) }, c)
+	c1 := sampleCalibrationV1()
+	check("calibration v1", func() ([]byte, error) { return encodeCalibrationV1(c1) }, func(b []byte) (any, error) { return DecodeCalibration(b) }, c1)
 }
 
 func TestEncodeFillsSchema(t *testing.T) {
@@ -135,7 +137,7 @@ func TestDecodeNestedFieldNames(t *testing.T) {
 			t.Errorf("%s: got %v, want field %s", tt.in, err, tt.field)
 		}
 	}
-	c, err := EncodeCalibration(sampleCalibration())
+	c, err := encodeCalibrationV1(sampleCalibration())
 	if err != nil {
 		t.Fatal(err)
 	}

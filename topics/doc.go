@@ -1,5 +1,6 @@
 // Package topics is the wire contract of wmrl: topic names, versioned record types, their codecs
-// (JSON for the small records, Arrow IPC for advantage batches), strict validation, standard
+// (JSON for the small records, Arrow IPC for advantage batches, a little-endian binary layout for
+// the calibration topic's snapshots and window chunks), strict validation, standard
 // headers, ready-to-produce franz-go records, a dead-letter writer and the anchor hash.
 //
 // Every decoder is strict because a record that slips through half-valid corrupts the

@@ -53,7 +53,7 @@ func sampleImputed() ExecutedReward {
 
 func sampleCalibration() CalibrationSnapshot {
 	return CalibrationSnapshot{
-		Schema: SchemaCalibration, RunID: "r1", Stream: "mle", Step: 3, FitVersion: 2, Pairs: 48,
+		Schema: SchemaCalibrationV2, RunID: "r1", Stream: "mle", Step: 3, FitVersion: 2, Pairs: 48,
 		ConfigHash: "cfg-1a2b", Digest: "sha256:9f86d081884c7d65", State: []byte{0, 1, 2, 250, 251},
 		BreakX: []float64{0.05, 0.35, 0.8}, BreakY: []float64{0.1, 0.3, 0.3}, AnchorWeight: 1.75,
 		BiasBefore: 0.125, BiasAfter: -0.0078125, StepPairs: 16, CreatedAt: t0,
@@ -114,4 +114,18 @@ func sampleAdvantagesV2() []AdvantageRow {
 	}
 	rows[len(rows)-2].MaskReason = MaskStale
 	return rows
+}
+
+// encodeCalibrationV1 writes s as a v1 (JSON) snapshot, as the code before v2 did, for the tests
+// of the v1 reader; nothing outside the tests writes v1.
+func encodeCalibrationV1(s CalibrationSnapshot) ([]byte, error) {
+	s.Schema = SchemaCalibration
+	return encodeJSON(&s)
+}
+
+// sampleCalibrationV1 is sampleCalibration as a v1 reader returns it.
+func sampleCalibrationV1() CalibrationSnapshot {
+	s := sampleCalibration()
+	s.Schema = SchemaCalibration
+	return s
 }

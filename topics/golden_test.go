@@ -66,7 +66,9 @@ func validGolden() []struct {
 		{"predicted.json", SchemaPredicted, p, func() ([]byte, error) { return EncodePredicted(p) }},
 		{"executed.json", SchemaExecuted, e, func() ([]byte, error) { return EncodeExecuted(e) }},
 		{"executed_imputed.json", SchemaExecuted, i, func() ([]byte, error) { return EncodeExecuted(i) }},
-		{"calibration.json", SchemaCalibration, c, func() ([]byte, error) { return EncodeCalibration(c) }},
+		{"calibration.bin", SchemaCalibrationV2, c, func() ([]byte, error) { return EncodeCalibration(c) }},
+		// v1 is read, not written: its golden file pins what the v1 reader must still accept.
+		{"calibration.json", SchemaCalibration, sampleCalibrationV1(), func() ([]byte, error) { return encodeCalibrationV1(c) }},
 	}
 }
 
@@ -90,7 +92,10 @@ func invalidGolden(t *testing.T) []invalidCase {
 	pr := enc(func() ([]byte, error) { return EncodePredicted(samplePredicted()) })
 	ex := enc(func() ([]byte, error) { return EncodeExecuted(sampleExecuted()) })
 	im := enc(func() ([]byte, error) { return EncodeExecuted(sampleImputed()) })
-	ca := enc(func() ([]byte, error) { return EncodeCalibration(sampleCalibration()) })
+	ca := enc(func() ([]byte, error) { return encodeCalibrationV1(sampleCalibration()) })
+	cb := enc(func() ([]byte, error) { return EncodeCalibration(sampleCalibration()) })
+	decreasing := sampleCalibration()
+	decreasing.BreakY = []float64{0.1, 0.3, 0.2}
 	rep := func(s, old, new string) []byte {
 		if !strings.Contains(s, old) {
 			t.Fatalf("fixture lacks %q", old)
@@ -115,6 +120,10 @@ func invalidGolden(t *testing.T) []invalidCase {
 		{"step_policy_step_as_string.json", SchemaStep, "invalid-field:policy_step", rep(sp, `"policy_step":1`, `"policy_step":"1"`)},
 		{"calibration_decreasing_fit.json", SchemaCalibration, "invalid-field:break_y[2]", rep(ca, `[0.1,0.3,0.3]`, `[0.1,0.3,0.2]`)},
 		{"calibration_truncated.json", SchemaCalibration, "malformed-json", []byte(ca[:len(ca)/2])},
+		{"calibration_decreasing_fit.bin", SchemaCalibrationV2, "invalid-field:break_y[2]", appendCalibration(nil, &decreasing)},
+		{"calibration_truncated.bin", SchemaCalibrationV2, "malformed-binary", []byte(cb[:len(cb)-1])},
+		{"calibration_trailing.bin", SchemaCalibrationV2, "malformed-binary", []byte(cb + "\x00")},
+		{"calibration_huge_count.bin", SchemaCalibrationV2, "malformed-binary", rep(cb, "\x03\x00\x00\x00\x9a", "\xff\xff\xff\x7f\x9a")},
 	}
 }
 
@@ -124,8 +133,11 @@ func TestGolden(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", g.file, err)
 		}
-		goldenFile(t, g.file, append(b, '\n'))
-		got, err := DecodeAny(g.schema, append(b, '\n'))
+		if strings.HasSuffix(g.file, ".json") {
+			b = append(b, '\n')
+		}
+		goldenFile(t, g.file, b)
+		got, err := DecodeAny(g.schema, b)
 		if err != nil {
 			t.Fatalf("%s: %v", g.file, err)
 		}
@@ -215,7 +227,7 @@ func writeSeeds(t *testing.T, invalid []invalidCase, arrows, arrowsV2 []byte) {
 	}
 	targets := map[string]string{
 		SchemaRollout: "FuzzDecodeRollout", SchemaStep: "FuzzDecodeStep", SchemaPredicted: "FuzzDecodePredicted",
-		SchemaExecuted: "FuzzDecodeExecuted", SchemaCalibration: "FuzzDecodeCalibration",
+		SchemaExecuted: "FuzzDecodeExecuted", SchemaCalibration: "FuzzDecodeCalibration", SchemaCalibrationV2: "FuzzDecodeCalibration",
 	}
 	for _, g := range validGolden() {
 		b, _ := g.encode()

@@ -35,12 +35,19 @@ const (
 const (
 	ContentTypeJSON  = "application/json"
 	ContentTypeArrow = "application/vnd.apache.arrow.stream"
+	// ContentTypeBinary marks the calibration topic's binary values (snapshot v2 and window
+	// chunks), whose layouts EncodeCalibration and EncodeCalibrationChunk document.
+	ContentTypeBinary = "application/octet-stream"
 )
 
-// ContentTypeFor returns the content type of a schema's values: Arrow for advantages, JSON else.
+// ContentTypeFor returns the content type of a schema's values: Arrow for advantages, binary for
+// the calibration topic's v2 snapshots and window chunks, JSON else.
 func ContentTypeFor(schema string) string {
-	if IsAdvantageSchema(schema) {
+	switch {
+	case IsAdvantageSchema(schema):
 		return ContentTypeArrow
+	case schema == SchemaCalibrationV2, schema == SchemaCalibrationChunk:
+		return ContentTypeBinary
 	}
 	return ContentTypeJSON
 }

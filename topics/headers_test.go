@@ -20,8 +20,11 @@ func TestHeaders(t *testing.T) {
 			t.Errorf("%s = %q, %v; want %q", k, got, ok, v)
 		}
 	}
-	if ct, _ := HeaderValue(Headers(SchemaAdvantages, "r1", 0), HeaderContentType); ct != ContentTypeArrow {
-		t.Errorf("advantages content type %q", ct)
+	for schema, want := range map[string]string{SchemaAdvantages: ContentTypeArrow, SchemaAdvantagesV2: ContentTypeArrow,
+		SchemaCalibrationV2: ContentTypeBinary, SchemaCalibrationChunk: ContentTypeBinary, SchemaCalibration: ContentTypeJSON} {
+		if ct, _ := HeaderValue(Headers(schema, "r1", 0), HeaderContentType); ct != want {
+			t.Errorf("%s content type %q, want %q", schema, ct, want)
+		}
 	}
 	if _, ok := HeaderValue(hs, "nope"); ok {
 		t.Error("found a missing header")

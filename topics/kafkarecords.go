@@ -14,7 +14,7 @@ func (n Names) RolloutRecord(r Rollout) (*kgo.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	return jsonRecord(n.Rollouts(), SchemaRollout, r.RunID, r.Step, r.Stream, b), nil
+	return keyedRecord(n.Rollouts(), SchemaRollout, r.RunID, r.Step, r.Stream, b), nil
 }
 
 // StepRecord encodes m as a record for the steps topic, keyed by run_id.
@@ -23,7 +23,7 @@ func (n Names) StepRecord(m StepManifest) (*kgo.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	return jsonRecord(n.Steps(), SchemaStep, m.RunID, m.Step, "", b), nil
+	return keyedRecord(n.Steps(), SchemaStep, m.RunID, m.Step, "", b), nil
 }
 
 // PredictedRecord encodes p as a record for the predicted-rewards topic, keyed by run_id.
@@ -32,7 +32,7 @@ func (n Names) PredictedRecord(p PredictedReward) (*kgo.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	return jsonRecord(n.Predicted(), SchemaPredicted, p.RunID, p.Step, p.Stream, b), nil
+	return keyedRecord(n.Predicted(), SchemaPredicted, p.RunID, p.Step, p.Stream, b), nil
 }
 
 // ExecutedRecord encodes e as a record for the executed-rewards topic, keyed by run_id.
@@ -41,7 +41,7 @@ func (n Names) ExecutedRecord(e ExecutedReward) (*kgo.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	return jsonRecord(n.Executed(), SchemaExecuted, e.RunID, e.Step, e.Stream, b), nil
+	return keyedRecord(n.Executed(), SchemaExecuted, e.RunID, e.Step, e.Stream, b), nil
 }
 
 // CalibrationRecord encodes s as a record for the compacted calibration topic, keyed by
@@ -51,12 +51,13 @@ func (n Names) CalibrationRecord(s CalibrationSnapshot) (*kgo.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := jsonRecord(n.Calibration(), SchemaCalibration, s.RunID, s.Step, s.Stream, b)
+	r := keyedRecord(n.Calibration(), SchemaCalibrationV2, s.RunID, s.Step, s.Stream, b)
 	r.Key = CalibrationKey(s.RunID, s.Stream)
 	return r, nil
 }
 
-func jsonRecord(topic, schema, run string, step int64, stream string, value []byte) *kgo.Record {
+// keyedRecord is a record keyed by run with the standard headers (and wmrl-stream if stream is set).
+func keyedRecord(topic, schema, run string, step int64, stream string, value []byte) *kgo.Record {
 	var extra []kgo.RecordHeader
 	if stream != "" {
 		extra = append(extra, Header(HeaderStream, stream))

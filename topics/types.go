@@ -15,7 +15,12 @@ const (
 	// keep producing v1 bytes that older readers accept; a reader that knows only v1 refuses a v2
 	// batch as an unknown schema instead of misreading it.
 	SchemaAdvantagesV2 = "wmrl.advantages.v2"
-	SchemaCalibration  = "wmrl.calibration.v1"
+	// SchemaCalibration is the JSON calibration snapshot, its state head in base64. It is still
+	// read (a changelog written before v2 rebuilds), never written.
+	SchemaCalibration = "wmrl.calibration.v1"
+	// SchemaCalibrationV2 is the binary calibration snapshot (EncodeCalibration's layout): the
+	// same fields, the state head as raw bytes.
+	SchemaCalibrationV2 = "wmrl.calibration.v2"
 )
 
 // Status is the outcome of scoring one rollout. Every rollout gets exactly one reward record per

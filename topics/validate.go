@@ -366,7 +366,9 @@ func (e *ExecutedReward) Validate() error {
 // fit (break_x and break_y of equal length, both non-decreasing, within [ScoreMin,ScoreMax]).
 func (s *CalibrationSnapshot) Validate() error {
 	c := checker{kind: "calibration", kv: [4]string{"run", s.RunID, "stream", s.Stream}}
-	c.schema(s.Schema, SchemaCalibration)
+	if s.Schema != SchemaCalibration {
+		c.schema(s.Schema, SchemaCalibrationV2)
+	}
 	c.id("run_id", s.RunID)
 	c.id("stream", s.Stream)
 	c.step(s.Step)

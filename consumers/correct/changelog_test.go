@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"slices"
@@ -21,7 +22,8 @@ import (
 )
 
 // TestChangelogRebuildOnBroker writes a changelog to a real broker as the consumer does — first in
-// the full-encoding form written before heads and chunks existed, then (from migrateAt, whose
+// the full-encoding form written before heads and chunks existed (JSON v1 snapshots, the state in
+// base64, as then), then (from migrateAt, whose
 // records carry every window chunk) version 1 heads with the flat digest and changed chunks, then
 // (from chunkedAt) current heads with the chunked digest — and rebuilds every (run, stream) from
 // it: the states must be the sealed ones byte for byte, at all three points.
@@ -60,11 +62,7 @@ func TestChangelogRebuildOnBroker(t *testing.T) {
 			for i, sn := range s.snaps {
 				sn.State = s.states[i].Encode() // the form written before heads existed
 				sn.Digest = flatDigest(t, s.states[i])
-				r, err := names.CalibrationRecord(sn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				recs = append(recs, r)
+				recs = append(recs, v1CalibrationRecord(t, names, sn))
 			}
 		default:
 			c := *s
@@ -164,4 +162,21 @@ func v1Head(head []byte) []byte {
 	b := bytes.Clone(head)
 	binary.LittleEndian.PutUint16(b[len("WMRLCHD\x00"):], 1)
 	return b
+}
+
+// v1CalibrationRecord is sn as the consumer produced it before binary snapshots: a JSON value
+// (encoding/json writes the struct's v1 form: field order, base64 state, RFC 3339 time) under
+// schema wmrl.calibration.v1.
+func v1CalibrationRecord(t *testing.T, names topics.Names, sn topics.CalibrationSnapshot) *kgo.Record {
+	t.Helper()
+	sn.Schema = topics.SchemaCalibration
+	b, err := json.Marshal(sn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topics.DecodeCalibration(b); err != nil {
+		t.Fatalf("the v1 fixture does not decode: %v", err)
+	}
+	return &kgo.Record{Topic: names.Calibration(), Key: topics.CalibrationKey(sn.RunID, sn.Stream), Value: b,
+		Headers: topics.Headers(topics.SchemaCalibration, sn.RunID, sn.Step, topics.Header(topics.HeaderStream, sn.Stream))}
 }

@@ -140,8 +140,8 @@ def valid_records() -> dict[str, tuple[str, object]]:
                 created_at=T1,
             ),
         ),
-        "calibration.json": (
-            c.SCHEMA_CALIBRATION,
+        "calibration.bin": (
+            c.SCHEMA_CALIBRATION_V2,
             CalibrationSnapshot(
                 run_id="py-run_1",
                 stream="mle",
@@ -282,7 +282,8 @@ def build() -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     manifest: dict[str, object] = {"valid": {}, "invalid": {}}
     for name, (schema, rec) in valid_records().items():
-        files[name] = encode_record(rec) + b"\n"  # type: ignore[arg-type]
+        # JSON files end with a newline, as Go's golden files do; binary ones are the value alone.
+        files[name] = encode_record(rec) + (b"\n" if name.endswith(".json") else b"")  # type: ignore[arg-type]
         manifest["valid"][name] = schema  # type: ignore[index]
     for name, (schema, data, why) in invalid_records().items():
         files[f"invalid/{name}"] = data

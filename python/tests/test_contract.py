@@ -7,6 +7,7 @@ golden_python.py builds now (topics/python_contract_test.go decodes them with th
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import golden_python
@@ -31,7 +32,7 @@ VALID = [
     ("predicted.json", "wmrl.reward.predicted.v1"),
     ("executed.json", "wmrl.reward.executed.v1"),
     ("executed_imputed.json", "wmrl.reward.executed.v1"),
-    ("calibration.json", "wmrl.calibration.v1"),
+    ("calibration.bin", "wmrl.calibration.v2"),
     ("step_policy_step.json", "wmrl.step.v1"),
 ]
 
@@ -44,7 +45,31 @@ def golden_rows(golden: Path) -> list[AdvantageRow]:
 def test_go_records_decode_and_reencode_byte_for_byte(golden: Path, name: str, schema: str) -> None:
     raw = (golden / name).read_bytes()
     rec = decode_record(schema, raw)
-    assert encode_record(rec) + b"\n" == raw
+    assert encode_record(rec) + (b"\n" if name.endswith(".json") else b"") == raw
+
+
+def test_go_v1_calibration_still_reads(golden: Path) -> None:
+    """A v1 (JSON) snapshot, as written before v2, decodes to the v2 golden's value and re-encodes
+    as v2, byte for byte what Go writes."""
+    v1 = decode_record("wmrl.calibration.v1", (golden / "calibration.json").read_bytes())
+    v2_raw = (golden / "calibration.bin").read_bytes()
+    v2 = decode_record("wmrl.calibration.v2", v2_raw)
+    assert v1.schema == "wmrl.calibration.v1"
+    assert replace(v1, schema=v2.schema) == v2
+    assert encode_record(v1) == v2_raw
+
+
+def test_calibration_binary_errors_match_go() -> None:
+    snap = golden_python.valid_records()["calibration.bin"][1]
+    raw = encode_record(snap)  # type: ignore[arg-type]
+    for bad, want in [
+        (raw[:-1], "malformed-binary"),
+        (raw + b"\0", "malformed-binary"),
+        (raw[:20], "malformed-binary"),
+    ]:
+        with pytest.raises(WmrlError) as ei:
+            decode_record("wmrl.calibration.v2", bad)
+        assert reason(ei.value) == want
 
 
 def test_go_invalid_records_fail_with_go_reason(golden: Path) -> None:

@@ -18,7 +18,10 @@ SCHEMA_ADVANTAGES: Final = "wmrl.advantages.v1"
 # v1 plus the staleness and mask_reason columns; written only when a row uses them.
 SCHEMA_ADVANTAGES_V2: Final = "wmrl.advantages.v2"
 ADVANTAGE_SCHEMAS: Final = (SCHEMA_ADVANTAGES, SCHEMA_ADVANTAGES_V2)
+# v1 is the JSON calibration snapshot (state in base64): read, never written. v2 is binary.
 SCHEMA_CALIBRATION: Final = "wmrl.calibration.v1"
+SCHEMA_CALIBRATION_V2: Final = "wmrl.calibration.v2"
+SCHEMA_CALIBRATION_CHUNK: Final = "wmrl.calibration.chunk.v1"
 
 # Status values of reward records and Source values of advantage rows.
 STATUS_OK: Final = "ok"
@@ -42,6 +45,7 @@ HEADER_ROWS: Final = "wmrl-rows"
 
 CONTENT_TYPE_JSON: Final = "application/json"
 CONTENT_TYPE_ARROW: Final = "application/vnd.apache.arrow.stream"
+CONTENT_TYPE_BINARY: Final = "application/octet-stream"
 
 # Arrow schema-metadata key carrying the schema id (topics/arrow.go).
 ARROW_SCHEMA_KEY: Final = "wmrl-schema"
@@ -74,8 +78,13 @@ SUFFIX_DLQ: Final = "dlq.v1"
 
 
 def content_type_for(schema: str) -> str:
-    """Arrow for advantages, JSON for every other record (topics.ContentTypeFor)."""
-    return CONTENT_TYPE_ARROW if schema in ADVANTAGE_SCHEMAS else CONTENT_TYPE_JSON
+    """Arrow for advantages, binary for calibration v2 snapshots and window chunks, JSON else
+    (topics.ContentTypeFor)."""
+    if schema in ADVANTAGE_SCHEMAS:
+        return CONTENT_TYPE_ARROW
+    if schema in (SCHEMA_CALIBRATION_V2, SCHEMA_CALIBRATION_CHUNK):
+        return CONTENT_TYPE_BINARY
+    return CONTENT_TYPE_JSON
 
 
 def topic_name(suffix: str, prefix: str = DEFAULT_PREFIX) -> str:

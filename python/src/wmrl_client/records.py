@@ -13,15 +13,16 @@ import hashlib
 import math
 import numbers
 import re
+import struct
 import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from . import _json as j
 from . import contract as c
-from .errors import CONFLICT, INVALID, TOO_LARGE, UNKNOWN_SCHEMA, FieldError, SchemaVersionError
+from .errors import CONFLICT, INVALID, TOO_LARGE, UNKNOWN_SCHEMA, FieldError, MalformedError, SchemaVersionError
 
 
 def _now() -> datetime:
@@ -131,9 +132,12 @@ class ExecutedReward:
 
 @dataclass(kw_only=True)
 class CalibrationSnapshot:
-    """The correction state of one (run, stream) sealed after step; keyed run_id/stream."""
+    """The correction state of one (run, stream) sealed after step; keyed run_id/stream.
 
-    schema: str = c.SCHEMA_CALIBRATION
+    Written as the binary v2 snapshot (``encode_record``); the JSON v1 form is still read.
+    """
+
+    schema: str = c.SCHEMA_CALIBRATION_V2
     run_id: str = ""
     stream: str = ""
     step: int = 0
@@ -346,6 +350,8 @@ _BY_SCHEMA: dict[str, tuple[type, j.Spec]] = {
     c.SCHEMA_CALIBRATION: (CalibrationSnapshot, CALIBRATION_SPEC),
 }
 _SCHEMA_OF: dict[type, str] = {cls: schema for schema, (cls, _) in _BY_SCHEMA.items()}
+# A calibration snapshot is written as v2 (binary); the JSON spec above reads v1.
+_SCHEMA_OF[CalibrationSnapshot] = c.SCHEMA_CALIBRATION_V2
 
 
 def schema_of(record: Record) -> str:
@@ -357,25 +363,33 @@ def schema_of(record: Record) -> str:
 
 
 def encode_record(record: Record) -> bytes:
-    """Validate a record and encode it as the JSON Go's Encode* functions produce, byte for byte.
+    """Validate a record and encode it as Go's Encode* functions do, byte for byte: JSON, or the
+    binary v2 layout for a CalibrationSnapshot.
 
     An empty schema is filled in; any other schema than the type's own is refused
-    (SchemaVersionError), because the type alone decides the wire schema.
+    (SchemaVersionError), because the type alone decides the wire schema. A calibration snapshot
+    read as v1 is written as v2, as Go's EncodeCalibration does.
     """
     schema = schema_of(record)
-    if record.schema == "":
+    if record.schema == "" or (isinstance(record, CalibrationSnapshot) and record.schema == c.SCHEMA_CALIBRATION):
         record = replace(record, schema=schema)
     record.validate()
+    if isinstance(record, CalibrationSnapshot):
+        return _encode_calibration(record)
     spec = _BY_SCHEMA[schema][1]
     return j.encode(record, spec, type(record).__name__)
 
 
 def decode_record(schema: str, b: bytes) -> Record:
-    """Strictly decode and validate the JSON record named by schema (the wmrl-schema header)."""
+    """Strictly decode and validate the record named by schema (the wmrl-schema header)."""
     if schema in c.ADVANTAGE_SCHEMAS:
         raise SchemaVersionError(
             c.HEADER_SCHEMA, schema, "a JSON record schema", "advantages are Arrow: use decode_advantages"
         )
+    if schema == c.SCHEMA_CALIBRATION_V2:
+        snap = _decode_calibration(b)
+        snap.validate()
+        return snap
     entry = _BY_SCHEMA.get(schema)
     if entry is None:
         raise FieldError("", c.HEADER_SCHEMA, schema, "no decoder for this schema", UNKNOWN_SCHEMA)
@@ -409,6 +423,110 @@ def advantage_row_from_json(obj: Mapping[str, Any]) -> AdvantageRow:
 def encode_advantage_rows_json(rows: list[AdvantageRow]) -> str:
     """Rows as a JSON array with Go's field order and float formatting (one object per line)."""
     return "[\n" + ",\n".join(j.encode_obj(r, ADVANTAGE_SPEC) for r in rows) + "\n]\n"
+
+
+# ---- binary calibration snapshot (topics/calibsnap.go) ----------------------------------------
+
+_SNAP_MAGIC = b"WMRLCAL\x02"
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _encode_calibration(s: CalibrationSnapshot) -> bytes:
+    """The v2 layout of topics.EncodeCalibration: magic | run_id, stream, config_hash, digest
+    (u16 length + UTF-8) | step i64 | fit_version, pairs, step_pairs u64 | anchor_weight,
+    bias_before, bias_after f64 | created_at seconds i64, nanoseconds u32 | n u32, n break_x f64,
+    n break_y f64 | state (u32 length + bytes); little endian."""
+    out = bytearray(_SNAP_MAGIC)
+    for v in (s.run_id, s.stream, s.config_hash, s.digest):
+        raw = v.encode()
+        out += struct.pack("<H", len(raw)) + raw
+    delta = s.created_at - _UNIX_EPOCH
+    sec = delta.days * 86400 + delta.seconds
+    out += struct.pack(
+        "<qQQQdddqI",
+        s.step,
+        s.fit_version,
+        s.pairs,
+        s.step_pairs,
+        s.anchor_weight,
+        s.bias_before,
+        s.bias_after,
+        sec,
+        delta.microseconds * 1000,
+    )
+    out += struct.pack(f"<I{len(s.break_x)}d{len(s.break_y)}d", len(s.break_x), *s.break_x, *s.break_y)
+    state = bytes(s.state or b"")
+    out += struct.pack("<I", len(state)) + state
+    if len(out) > c.MAX_RECORD_BYTES:
+        raise FieldError(
+            _record_name("calibration", "run", s.run_id, "stream", s.stream),
+            "state",
+            len(state),
+            f"snapshot of {len(out)} bytes exceeds {c.MAX_RECORD_BYTES}",
+            TOO_LARGE,
+        )
+    return bytes(out)
+
+
+def _decode_calibration(b: bytes) -> CalibrationSnapshot:
+    """Parse a v2 snapshot (unvalidated), with the errors topics.DecodeCalibration gives."""
+    if len(b) > c.MAX_RECORD_BYTES:
+        raise FieldError("calibration", "value", len(b), f"exceeds {c.MAX_RECORD_BYTES} bytes", TOO_LARGE)
+    if not b.startswith(_SNAP_MAGIC):
+        raise MalformedError("binary", "calibration: not a v2 snapshot (magic)")
+    pos = len(_SNAP_MAGIC)
+
+    def take(n: int) -> bytes:
+        nonlocal pos
+        if n > len(b) - pos:
+            raise MalformedError("binary", "calibration: value ends early")
+        v = b[pos : pos + n]
+        pos += n
+        return v
+
+    def text() -> str:
+        # Invalid UTF-8 survives as lone surrogates, which validation refuses as Go's does.
+        return take(struct.unpack("<H", take(2))[0]).decode("utf-8", errors="surrogateescape")
+
+    run_id, stream, config_hash, digest = text(), text(), text(), text()
+    step, fit_version, pairs, step_pairs, aw, bb, ba, sec, nsec = struct.unpack("<qQQQdddqI", take(68))
+    (n,) = struct.unpack("<I", take(4))
+    if n > (len(b) - pos) // 16:
+        raise MalformedError("binary", "calibration: value ends early")
+    breaks = struct.unpack(f"<{2 * n}d", take(16 * n))
+    (m,) = struct.unpack("<I", take(4))
+    state = take(m)
+    if pos != len(b):
+        raise MalformedError("binary", f"calibration: {len(b) - pos} bytes after the state")
+    record = _record_name("calibration", "run", run_id, "stream", stream)
+    if pairs > 2**31 - 1:
+        raise FieldError(record, "pairs", pairs, "out of range")
+    if step_pairs > 2**31 - 1:
+        raise FieldError(record, "step_pairs", step_pairs, "out of range")
+    if nsec >= 10**9:
+        raise FieldError(record, "created_at", nsec, "nanoseconds out of range")
+    try:
+        created_at = _UNIX_EPOCH + timedelta(seconds=sec, microseconds=nsec // 1000)
+    except OverflowError:
+        raise FieldError(record, "created_at", sec, "out of the range of a Python datetime") from None
+    return CalibrationSnapshot(
+        schema=c.SCHEMA_CALIBRATION_V2,
+        run_id=run_id,
+        stream=stream,
+        step=step,
+        fit_version=fit_version,
+        pairs=pairs,
+        config_hash=config_hash,
+        digest=digest,
+        state=state or None,
+        break_x=list(breaks[:n]),
+        break_y=list(breaks[n:]),
+        anchor_weight=aw,
+        bias_before=bb,
+        bias_after=ba,
+        step_pairs=step_pairs,
+        created_at=created_at,
+    )
 
 
 # ---- validation (topics/validate.go) ---------------------------------------------------------
@@ -717,7 +835,8 @@ def _validate_calibration(s: CalibrationSnapshot) -> None:
     name = _record_name("calibration", "run", s.run_id, "stream", s.stream)
     _check_types(s, CALIBRATION_SPEC, name)
     ch = _Checker(name)
-    ch.schema(s.schema, c.SCHEMA_CALIBRATION)
+    if s.schema != c.SCHEMA_CALIBRATION:
+        ch.schema(s.schema, c.SCHEMA_CALIBRATION_V2)
     ch.id("run_id", s.run_id)
     ch.id("stream", s.stream)
     ch.step(s.step)
