@@ -2,9 +2,10 @@ package topics
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
-	"errors"
 	"fmt"
+	"io"
 	"math"
 	"time"
 )
@@ -12,9 +13,6 @@ import (
 // snapMagic opens a binary (v2) calibration snapshot. A v1 snapshot is a JSON object, so its
 // first byte is '{' and the two never collide.
 const snapMagic = "WMRLCAL\x02"
-
-// errSnapTruncated is the cause of every malformed-binary error for a value that ends early.
-var errSnapTruncated = errors.New("value ends early")
 
 // EncodeCalibration validates s and encodes it as a binary (v2) snapshot. An empty or v1 Schema
 // becomes SchemaCalibrationV2: the value is written in the newest layout whatever it was read
@@ -42,24 +40,18 @@ func EncodeCalibration(s CalibrationSnapshot) ([]byte, error) {
 // appendCalibration appends s's v2 encoding to b without validating it (EncodeCalibration does).
 func appendCalibration(b []byte, s *CalibrationSnapshot) []byte {
 	le := binary.LittleEndian
-	str := func(b []byte, v string) []byte { return append(le.AppendUint16(b, uint16(len(v))), v...) }
-	f64 := func(b []byte, v float64) []byte { return le.AppendUint64(b, math.Float64bits(v)) }
 	b = append(b, snapMagic...)
-	b = str(str(str(str(b, s.RunID), s.Stream), s.ConfigHash), s.Digest)
-	b = le.AppendUint64(b, uint64(s.Step))
-	b = le.AppendUint64(b, s.FitVersion)
-	b = le.AppendUint64(b, uint64(s.Pairs))
-	b = le.AppendUint64(b, uint64(s.StepPairs))
-	b = f64(f64(f64(b, s.AnchorWeight), s.BiasBefore), s.BiasAfter)
-	b = le.AppendUint64(b, uint64(s.CreatedAt.Unix()))
-	b = le.AppendUint32(b, uint32(s.CreatedAt.Nanosecond()))
+	for _, v := range []string{s.RunID, s.Stream, s.ConfigHash, s.Digest} {
+		b = append(le.AppendUint16(b, uint16(len(v))), v...)
+	}
+	// binary.Append fails only for types without a fixed size; these all have one.
+	b, _ = binary.Append(b, le, snapFixed{Step: s.Step, FitVersion: s.FitVersion,
+		Pairs: uint64(s.Pairs), StepPairs: uint64(s.StepPairs),
+		AnchorWeight: s.AnchorWeight, BiasBefore: s.BiasBefore, BiasAfter: s.BiasAfter,
+		Sec: s.CreatedAt.Unix(), Nsec: uint32(s.CreatedAt.Nanosecond())})
 	b = le.AppendUint32(b, uint32(len(s.BreakX)))
-	for _, x := range s.BreakX {
-		b = f64(b, x)
-	}
-	for _, y := range s.BreakY {
-		b = f64(b, y)
-	}
+	b, _ = binary.Append(b, le, s.BreakX)
+	b, _ = binary.Append(b, le, s.BreakY)
 	b = le.AppendUint32(b, uint32(len(s.State)))
 	return append(b, s.State...)
 }
@@ -67,57 +59,13 @@ func appendCalibration(b []byte, s *CalibrationSnapshot) []byte {
 // isBinaryCalibration reports whether b is a v2 snapshot (by its magic).
 func isBinaryCalibration(b []byte) bool { return bytes.HasPrefix(b, []byte(snapMagic)) }
 
-// snapReader reads decodeCalibrationBinary's fields, remembering the first shortfall so the
-// decoder reads straight through.
-type snapReader struct {
-	b   []byte
-	err error
-}
-
-func (r *snapReader) take(n int) []byte {
-	if r.err != nil || n > len(r.b) {
-		r.err = errSnapTruncated
-		return nil
-	}
-	v := r.b[:n]
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *snapReader) u16() uint16 {
-	if v := r.take(2); v != nil {
-		return binary.LittleEndian.Uint16(v)
-	}
-	return 0
-}
-
-func (r *snapReader) u32() uint32 {
-	if v := r.take(4); v != nil {
-		return binary.LittleEndian.Uint32(v)
-	}
-	return 0
-}
-
-func (r *snapReader) u64() uint64 {
-	if v := r.take(8); v != nil {
-		return binary.LittleEndian.Uint64(v)
-	}
-	return 0
-}
-
-func (r *snapReader) f64() float64 { return math.Float64frombits(r.u64()) }
-
-func (r *snapReader) str() string { return string(r.take(int(r.u16()))) }
-
-// count reads a u32 element count and checks that size bytes per element remain, so a corrupt
-// count cannot make the decoder allocate.
-func (r *snapReader) count(size int) int {
-	n := int(r.u32())
-	if r.err == nil && n > len(r.b)/size {
-		r.err = errSnapTruncated
-		return 0
-	}
-	return n
+// snapFixed is the fixed-width middle of the v2 layout, read in one binary.Read.
+type snapFixed struct {
+	Step                                int64
+	FitVersion, Pairs, StepPairs        uint64
+	AnchorWeight, BiasBefore, BiasAfter float64
+	Sec                                 int64
+	Nsec                                uint32
 }
 
 // decodeCalibrationBinary decodes a v2 snapshot; the caller validates it.
@@ -126,44 +74,70 @@ func decodeCalibrationBinary(b []byte) (CalibrationSnapshot, error) {
 		return CalibrationSnapshot{}, &FieldError{Record: "calibration", Field: "value", Value: len(b),
 			Reason: fmt.Sprintf("exceeds %d bytes", MaxRecordBytes), Err: ErrTooLarge}
 	}
-	r := snapReader{b: b[len(snapMagic):]}
+	le := binary.LittleEndian
+	r := bytes.NewReader(b[len(snapMagic):])
+	var err error
+	// read fills v unless an earlier read failed; the first failure is kept.
+	read := func(v any) {
+		if err == nil {
+			err = binary.Read(r, le, v)
+		}
+	}
+	// str and count read a length; one beyond the bytes left is a truncation, never an
+	// allocation.
+	str := func() string {
+		var n uint16
+		read(&n)
+		if err != nil || int(n) > r.Len() {
+			err = cmp.Or(err, io.ErrUnexpectedEOF)
+			return ""
+		}
+		v := make([]byte, n)
+		read(v)
+		return string(v)
+	}
+	count := func(size int) int {
+		var n uint32
+		read(&n)
+		if err == nil && int64(n)*int64(size) > int64(r.Len()) {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return 0
+		}
+		return int(n)
+	}
 	s := CalibrationSnapshot{Schema: SchemaCalibrationV2}
-	s.RunID, s.Stream, s.ConfigHash, s.Digest = r.str(), r.str(), r.str(), r.str()
-	s.Step = int64(r.u64())
-	s.FitVersion = r.u64()
-	pairs, stepPairs := r.u64(), r.u64()
-	s.AnchorWeight, s.BiasBefore, s.BiasAfter = r.f64(), r.f64(), r.f64()
-	sec, nsec := int64(r.u64()), r.u32()
-	n := r.count(16)
-	if n > 0 {
+	s.RunID, s.Stream, s.ConfigHash, s.Digest = str(), str(), str(), str()
+	var f snapFixed
+	read(&f)
+	if n := count(16); n > 0 {
 		s.BreakX, s.BreakY = make([]float64, n), make([]float64, n)
-		for i := range s.BreakX {
-			s.BreakX[i] = r.f64()
-		}
-		for i := range s.BreakY {
-			s.BreakY[i] = r.f64()
-		}
+		read(s.BreakX)
+		read(s.BreakY)
 	}
-	if st := r.take(r.count(1)); len(st) > 0 {
-		s.State = bytes.Clone(st)
+	if n := count(1); n > 0 {
+		s.State = make([]byte, n)
+		read(s.State)
 	}
-	if r.err != nil {
-		return CalibrationSnapshot{}, malformed("binary", fmt.Errorf("calibration: %w", r.err))
+	if err != nil {
+		return CalibrationSnapshot{}, malformed("binary", fmt.Errorf("calibration: value ends early: %w", err))
 	}
-	if len(r.b) > 0 {
-		return CalibrationSnapshot{}, malformed("binary", fmt.Errorf("calibration: %d bytes after the state", len(r.b)))
+	if r.Len() > 0 {
+		return CalibrationSnapshot{}, malformed("binary", fmt.Errorf("calibration: %d bytes after the state", r.Len()))
 	}
 	record := recordName("calibration", "run", s.RunID, "stream", s.Stream)
-	if pairs > math.MaxInt32 {
-		return CalibrationSnapshot{}, &FieldError{Record: record, Field: "pairs", Value: pairs, Reason: "out of range"}
+	if f.Pairs > math.MaxInt32 {
+		return CalibrationSnapshot{}, &FieldError{Record: record, Field: "pairs", Value: f.Pairs, Reason: "out of range"}
 	}
-	if stepPairs > math.MaxInt32 {
-		return CalibrationSnapshot{}, &FieldError{Record: record, Field: "step_pairs", Value: stepPairs, Reason: "out of range"}
+	if f.StepPairs > math.MaxInt32 {
+		return CalibrationSnapshot{}, &FieldError{Record: record, Field: "step_pairs", Value: f.StepPairs, Reason: "out of range"}
 	}
-	if nsec >= 1e9 {
-		return CalibrationSnapshot{}, &FieldError{Record: record, Field: "created_at", Value: nsec, Reason: "nanoseconds out of range"}
+	if f.Nsec >= 1e9 {
+		return CalibrationSnapshot{}, &FieldError{Record: record, Field: "created_at", Value: f.Nsec, Reason: "nanoseconds out of range"}
 	}
-	s.Pairs, s.StepPairs = int(pairs), int(stepPairs)
-	s.CreatedAt = time.Unix(sec, int64(nsec)).UTC()
+	s.Step, s.FitVersion, s.Pairs, s.StepPairs = f.Step, f.FitVersion, int(f.Pairs), int(f.StepPairs)
+	s.AnchorWeight, s.BiasBefore, s.BiasAfter = f.AnchorWeight, f.BiasBefore, f.BiasAfter
+	s.CreatedAt = time.Unix(f.Sec, int64(f.Nsec)).UTC()
 	return s, nil
 }
