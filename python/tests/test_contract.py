@@ -157,3 +157,15 @@ def test_python_invalid_cases_fail_in_python_with_recorded_reason() -> None:
         with pytest.raises(WmrlError) as ei:
             decode_record(schema, data)
         assert reason(ei.value) == want, f"{name}: {ei.value}"
+
+
+def test_content_types_match_go() -> None:
+    """topics.ContentTypeFor: Arrow for advantages, binary for the calibration topic's v2
+    snapshots and window chunks, JSON for the rest (v1 snapshots included)."""
+    from wmrl_client import contract as c
+
+    assert c.content_type_for(c.SCHEMA_ADVANTAGES) == c.content_type_for(c.SCHEMA_ADVANTAGES_V2) == c.CONTENT_TYPE_ARROW
+    assert c.content_type_for(c.SCHEMA_CALIBRATION_V2) == c.CONTENT_TYPE_BINARY
+    assert c.content_type_for(c.SCHEMA_CALIBRATION_CHUNK) == c.CONTENT_TYPE_BINARY
+    assert c.content_type_for(c.SCHEMA_CALIBRATION) == c.CONTENT_TYPE_JSON
+    assert c.content_type_for(c.SCHEMA_ROLLOUT) == c.CONTENT_TYPE_JSON
