@@ -27,7 +27,7 @@ const (
 
 var _ memory.Allocator = (*reuseAllocator)(nil)
 
-// class is the size class of a buffer of n bytes: log2 of its capacity.
+// reuseClass is the size class of a buffer of n bytes: log2 of its capacity.
 func reuseClass(n int) int {
 	if n <= 1<<minReuseClass {
 		return minReuseClass

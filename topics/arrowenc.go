@@ -74,25 +74,40 @@ func encodeAdvantagesAs(rows []AdvantageRow, id string) ([]byte, error) {
 }
 
 func (c *advCodec) encode(rows []AdvantageRow) ([]byte, error) {
+	e, _ := c.pool.Get().(*advEncoder)
+	if e == nil {
+		e = c.newEncoder()
+	}
+	out, err := c.encodeWith(e, rows)
+	if err != nil {
+		// The writer may be failed for good; the encoder is dropped.
+		return nil, err
+	}
+	c.pool.Put(e)
+	return out, nil
+}
+
+// newEncoder returns an encoder whose builder and writer share one reuseAllocator.
+func (c *advCodec) newEncoder() *advEncoder {
+	mem := new(reuseAllocator)
+	e := &advEncoder{b: array.NewRecordBuilder(mem, c.schema)}
+	e.w = ipc.NewWriter(&e.buf, ipc.WithSchema(c.schema), ipc.WithAllocator(mem))
+	return e
+}
+
+// encodeWith encodes rows with e, which the caller holds alone.
+func (c *advCodec) encodeWith(e *advEncoder, rows []AdvantageRow) ([]byte, error) {
 	head, err := c.head()
 	if err != nil {
 		return nil, err
-	}
-	e, _ := c.pool.Get().(*advEncoder)
-	if e == nil {
-		mem := new(reuseAllocator)
-		e = &advEncoder{b: array.NewRecordBuilder(mem, c.schema)}
-		e.w = ipc.NewWriter(&e.buf, ipc.WithSchema(c.schema), ipc.WithAllocator(mem))
 	}
 	c.fill(e.b, rows)
 	rec := e.b.NewRecordBatch()
 	e.buf.Reset()
 	err = e.w.Write(rec)
-	// Released before the encoder goes back to the pool: its buffers return to e's allocator,
-	// which only the goroutine holding e may touch.
+	// Released before e is handed on: its buffers return to e's allocator.
 	rec.Release()
 	if err != nil {
-		// The writer is failed for good; the encoder is dropped.
 		return nil, fmt.Errorf("encode advantages: %w", err)
 	}
 	batch := e.buf.Bytes()
@@ -103,9 +118,7 @@ func (c *advCodec) encode(rows []AdvantageRow) ([]byte, error) {
 		batch, e.started = batch[len(head):], true
 	}
 	out := make([]byte, 0, len(head)+len(batch)+len(arrowEOS))
-	out = append(append(append(out, head...), batch...), arrowEOS...)
-	c.pool.Put(e)
-	return out, nil
+	return append(append(append(out, head...), batch...), arrowEOS...), nil
 }
 
 // fill appends rows to b, which must be empty.

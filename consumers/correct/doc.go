@@ -63,7 +63,8 @@
 // wmrl.calibration.v2, topics.EncodeCalibration) whose state is the head
 // (correction.State.EncodeHead: scalars, and the breakpoints only when the window does not
 // determine them). Snapshots written as JSON (wmrl.calibration.v1, the state in base64) are still
-// read; the next step of their stream writes v2. Snapshots carry BreakX/BreakY for dashboards every mapEvery (64) steps only.
+// read; the next step of their stream writes v2. Snapshots carry BreakX/BreakY for dashboards
+// every mapEvery (64) steps only.
 // A stream's first step, and the first step after a state was taken from a snapshot holding the
 // full encoding (written before this form existed) or restarted for a config change, writes every
 // chunk of its window. The snapshot's digest is correction.State.Digest (a two-level SHA-256 over
