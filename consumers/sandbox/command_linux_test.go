@@ -23,6 +23,10 @@ func helperExec(t *testing.T, marker string, mut func(*CommandConfig)) *CommandE
 		// stderr tail instead of pages of goroutine dumps.
 		Env:     map[string]string{helperEnv: "1", "WMRL_TEST_MARKER": marker, "GOTRACEBACK": "none"},
 		TempDir: t.TempDir(),
+		// These tests are about containment, limits and classification:
+		// the job runs as the stage (the hostile suite covers the jail).
+		AllowWeakContainment: true,
+		RunAs:                stageRunAs(),
 	}
 	if mut != nil {
 		mut(&cfg)
@@ -160,10 +164,10 @@ func TestMarkerScannerSeesRunningJob(t *testing.T) {
 
 func TestCommandExecutorEnvironmentAndDir(t *testing.T) {
 	t.Setenv("WMRL_TEST_SECRET", "hunter2")
-	t.Setenv("WMRL_TEST_ALLOWED", "yes")
+	t.Setenv("SANDBOX_TEST_ALLOWED", "yes")
 	_, marker := markerEnv(t)
 	e := helperExec(t, marker, func(c *CommandConfig) {
-		c.EnvAllow = []string{"WMRL_TEST_ALLOWED", "WMRL_TEST_UNSET"}
+		c.EnvAllow = []string{"SANDBOX_TEST_ALLOWED", "SANDBOX_TEST_UNSET"}
 		c.Env["WMRL_TEST_JOBDIR"] = PlaceholderDir
 		c.Limits = Limits{CPUSeconds: 30}
 	})
@@ -183,18 +187,18 @@ func TestCommandExecutorEnvironmentAndDir(t *testing.T) {
 	if _, ok := env["WMRL_TEST_SECRET"]; ok {
 		t.Errorf("secret leaked into child env")
 	}
-	if _, ok := env["WMRL_TEST_UNSET"]; ok {
+	if _, ok := env["SANDBOX_TEST_UNSET"]; ok {
 		t.Errorf("unset allowlisted variable appeared")
 	}
 	want := map[string]string{
-		"WMRL_TEST_ALLOWED": "yes",
-		"PATH":              DefaultPath,
-		"HOME":              got.Cwd,
-		"TMPDIR":            got.Cwd,
-		"WMRL_TEST_JOBDIR":  got.Cwd,
-		helperEnv:           "1",
-		"WMRL_TEST_MARKER":  marker,
-		"GOTRACEBACK":       "none",
+		"SANDBOX_TEST_ALLOWED": "yes",
+		"PATH":                 DefaultPath,
+		"HOME":                 got.Cwd,
+		"TMPDIR":               got.Cwd,
+		"WMRL_TEST_JOBDIR":     got.Cwd,
+		helperEnv:              "1",
+		"WMRL_TEST_MARKER":     marker,
+		"GOTRACEBACK":          "none",
 	}
 	for k, v := range want {
 		if env[k] != v {
@@ -316,6 +320,9 @@ func TestCommandExecutorSIGXCPU(t *testing.T) {
 		Limits:  Limits{CPUSeconds: 1},
 		Env:     map[string]string{"WMRL_TEST_MARKER": marker},
 		TempDir: t.TempDir(),
+		// Weak on purpose: the CPU limit is under test, not the jail.
+		AllowWeakContainment: true,
+		RunAs:                stageRunAs(),
 	})
 	if err != nil {
 		t.Fatal(err)
