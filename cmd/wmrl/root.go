@@ -96,7 +96,12 @@ stream of real executions (Online Debiasing + Inverse-Variance Denoising), as Ka
 Every global option can also be set by an environment variable WMRL_<OPTION> (dashes become
 underscores, e.g. WMRL_BROKERS, WMRL_SASL_PASSWORD) or by a YAML file given with --config, whose
 keys are the option names (brokers: [..], redis: redis://..). Precedence: flag, env, file, default.
-An unknown WMRL_* variable or config key is an error, so a misspelt option cannot go unnoticed.`,
+An unknown WMRL_* variable or config key is an error, so a misspelt option cannot go unnoticed.
+
+Credentials are best read from files (--sasl-password-file, --redis-password-file, and
+worldmodel's --wm-api-key-file, generate's --policy-api-key-file). Once the options are read, the
+credential variables are removed from the environment (children do not inherit them) and, on
+Linux, the process is non-dumpable (other processes of its uid cannot read its environment).`,
 		Version:           versionString(),
 		SilenceUsage:      true,
 		SilenceErrors:     true,
