@@ -26,7 +26,8 @@ const (
 // still reads it, and finds the secrets there although the stage has unset them: Unsetenv does
 // not clear the block the kernel set up at execve. A dumpable process of the same uid with the
 // same environment is read by the same reader, so the refusal is the flag's doing. As non-root
-// the test can only run the same-uid cases.
+// the test can only run the same-uid cases. The same binary first serves the start-up errors of
+// bad credential files (testSecretFileExit).
 func TestStageEnvironHidden(t *testing.T) {
 	root := os.Geteuid() == 0
 	stageUID := os.Getuid()
@@ -34,6 +35,7 @@ func TestStageEnvironHidden(t *testing.T) {
 		stageUID = nobodyUID
 	}
 	bin := publicBinary(t)
+	t.Run("credential file errors", func(t *testing.T) { testSecretFileExit(t, bin) })
 	password := fmt.Sprintf("sasl-s3cret-%d", time.Now().UnixNano())
 	env := []string{"PATH=/usr/bin:/bin", "WMRL_SASL_PASSWORD=" + password, "WMRL_REDIS=redis://:redis-" + password + "@127.0.0.1:1/0"}
 
@@ -122,6 +124,48 @@ func TestStageEnvironHidden(t *testing.T) {
 				t.Fatalf("uid %d read the stage's environ (%d bytes, secret included: %v)", r.uid, len(out), strings.Contains(string(out), password))
 			case !r.readable && !strings.Contains(stderr.String(), "Permission denied"):
 				t.Fatalf("uid %d: want permission denied, got %v: %s", r.uid, err, stderr.String())
+			}
+		})
+	}
+}
+
+// testSecretFileExit runs the binary with bad credential files: each start fails with exit
+// status 2 and exactly one line naming the option and the file, before any connection.
+func testSecretFileExit(t *testing.T, bin string) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	absent := filepath.Join(dir, "absent")
+	tests := []struct {
+		name string
+		args []string
+		env  []string
+		want string
+	}{
+		{"missing sasl file", []string{"train", "--sasl-password-file", absent}, nil,
+			"wmrl: --sasl-password-file " + absent + ": no such file or directory"},
+		{"empty redis file", []string{"correct", "--redis-password-file", empty}, nil,
+			"wmrl: --redis-password-file " + empty + ": file is empty"},
+		{"value and file", []string{"worldmodel", "--model", "m", "--wm-api-key-file", empty}, []string{"WMRL_WM_API_KEY=k"},
+			"wmrl: --wm-api-key-file " + empty + ": credential given twice: WMRL_WM_API_KEY is set too; give one of them"},
+		{"file from env", []string{"generate", "--run-id", "r"}, []string{"WMRL_POLICY_API_KEY_FILE=" + absent},
+			"wmrl: --policy-api-key-file " + absent + ": no such file or directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(bin, append(tt.args, "--brokers", "127.0.0.1:1", "--startup-timeout", "2s")...)
+			cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, tt.env...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			code := -1
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+			if got := strings.TrimSuffix(stderr.String(), "\n"); code != 2 || got != tt.want {
+				t.Fatalf("exit %d (%v), stderr %q; want exit 2 and %q", code, err, got, tt.want)
 			}
 		})
 	}
