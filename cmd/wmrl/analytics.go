@@ -52,7 +52,7 @@ joined or left) it exits with an error without committing, and is safe to restar
 	f.DurationVar(&o.groupWait, "group-wait", analytics.DefaultGroupWait, "how long to wait for the group to be empty before failing")
 	f.IntVar(&o.roll, "roll-steps", analytics.DefaultRollSteps, "close a run's files after this many steps")
 	f.StringVar(&o.runID, "run", "", "only this run (empty: every run)")
-	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz here, e.g. :9468 (empty: off)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9468 (:9468 for every interface; empty: off)")
 	return cmd
 }
 

@@ -20,12 +20,9 @@ import (
 
 func init() { register(newGenerateCmd) }
 
-// Environment variables holding the policy server's API key, in order of precedence; a
-// wmrl-specific one first so a shell's OpenAI key does not leak to a self-hosted server.
-const (
-	envPolicyAPIKey = "WMRL_POLICY_API_KEY"
-	envOpenAIAPIKey = "OPENAI_API_KEY"
-)
+// envPolicyAPIKey holds the policy server's API key; it comes before OPENAI_API_KEY so a shell's
+// OpenAI key does not leak to a self-hosted server.
+const envPolicyAPIKey = "WMRL_POLICY_API_KEY"
 
 // generateOptions holds generate's flags; its run method is the command's body.
 type generateOptions struct {
@@ -55,8 +52,8 @@ and divided by 2^53. Artifacts above --inline-max bytes go by reference into --a
 Backends:
   openai  an OpenAI-compatible policy server (vLLM, SGLang): --base-url, --model, --prompts FILE
           (JSONL lines {"prompt": "...", "stream": "..."}); n=--group-size completions per prompt,
-          --groups-per-step prompts per step, --steps steps. Key from WMRL_POLICY_API_KEY or
-          OPENAI_API_KEY.
+          --groups-per-step prompts per step, --steps steps. Key from --policy-api-key-file,
+          WMRL_POLICY_API_KEY or OPENAI_API_KEY.
   jsonl   rollouts from --input FILE (or - for stdin), one JSON object per line (see docs/stages.md):
           {"step": 0, "group_id": "q1", "prompt": "...", "artifact": "..."} or a full rollout record.
 The built-in task's policy is not a backend here: it learns from the advantages, so only
@@ -83,7 +80,8 @@ wmrl_generate_paused_seconds_total.`,
 	f.StringVar(&o.input, "input", "", "jsonl: input file, - for stdin")
 	f.Int64Var(&o.maxAhead, "max-steps-ahead", 0, "hold a step back while it is this many steps ahead of the slowest trainer (0: no bound)")
 	f.StringSliceVar(&o.trainerGroups, "trainer-group", nil, "consumer group of a trainer of this run (repeatable; needed with --max-steps-ahead)")
-	f.StringVar(&o.metricsAddr, "metrics-addr", "", "with --max-steps-ahead: serve Prometheus /metrics here (empty: off)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "with --max-steps-ahead: serve Prometheus /metrics here, e.g. 127.0.0.1:9469 (empty: off)")
+	f.String("policy-api-key-file", "", "openai: file holding the policy server's API key, instead of WMRL_POLICY_API_KEY (trailing line breaks removed)")
 	f.StringVar(&o.promptsFile, "prompts", "", "openai: prompts JSONL file")
 	f.StringVar(&o.oa.BaseURL, "base-url", "http://127.0.0.1:8000/v1", "openai: API root including /v1")
 	f.StringVar(&o.oa.Model, "model", "", "openai: served model name")
@@ -161,10 +159,7 @@ func (o *generateOptions) newBackend() (b producers.Backend, closeInput func(), 
 		if err != nil {
 			return nil, closeInput, fmt.Errorf("--prompts %s: %w", o.promptsFile, err)
 		}
-		oa.APIKey = os.Getenv(envPolicyAPIKey)
-		if oa.APIKey == "" {
-			oa.APIKey = os.Getenv(envOpenAIAPIKey)
-		}
+		oa.APIKey = o.a.keys.pol()
 		oa.Logger = o.a.log
 		b, err = producers.NewOpenAI(oa)
 		return b, closeInput, err

@@ -80,7 +80,7 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.StringVar(&o.artifactDir, "artifact-dir", "", "claim-check directory shared with the generator, for artifacts sent by reference")
 	f.StringVar(&o.artifactName, "artifact-name", "", "file name of the artifact in the job directory (default artifact), e.g. solution.py")
 	f.StringVar(&o.group, "group", "", "consumer group (default wmrl-sandbox)")
-	f.StringVar(&o.metricsAddr, "metrics-addr", ":9465", "serve /metrics and /healthz here (empty: off)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9465", "serve /metrics and /healthz here (:9465 for every interface; empty: off)")
 	f.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "time running jobs get to finish on shutdown before they are killed and handed back")
 	memberFlags(f, &o.member)
 	return cmd

@@ -47,7 +47,7 @@ A real trainer uses the same code through the sinks/trainer package (Stream.Next
 	f.BoolVar(&o.printTable, "print", false, "print every step as a table of its rows")
 	f.IntVar(&o.maxSteps, "max-steps", 0, "stop after this many steps (0: run until interrupted)")
 	f.DurationVar(&o.session, "session-timeout", 0, "group session timeout: how long a crashed trainer holds its partitions (0: franz-go's 45s)")
-	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz here, e.g. :9467 (empty: off)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9467 (:9467 for every interface; empty: off)")
 	return cmd
 }
 

@@ -34,7 +34,7 @@ or a failure (timeout, error, invalid) with its reason. Up to --concurrency requ
 each has --request-timeout and is retried with jittered backoff on 429, 5xx and timeouts, never on
 other 4xx. Offsets are committed only below the lowest unfinished rollout, so a crash redoes work
 but never skips it. Bad input records go to the dead-letter topic. The API key comes from
-WMRL_WM_API_KEY or OPENAI_API_KEY. The built-in task's proxy world model runs in 'wmrl demo'.`,
+--wm-api-key-file, WMRL_WM_API_KEY or OPENAI_API_KEY. The built-in task's proxy world model runs in 'wmrl demo'.`,
 		Args: cobra.NoArgs,
 		RunE: o.run,
 	}
@@ -54,7 +54,8 @@ WMRL_WM_API_KEY or OPENAI_API_KEY. The built-in task's proxy world model runs in
 	f.StringVar(&o.templateFile, "prompt-template", "", "file with a text/template for the user message (default: built in)")
 	f.StringVar(&o.artifactDir, "artifact-dir", "", "claim-check directory shared with the generator, for artifacts sent by reference")
 	f.StringVar(&o.group, "group", "", "consumer group (default wmrl-worldmodel)")
-	f.StringVar(&o.metricsAddr, "metrics-addr", ":9464", "serve /metrics and /healthz here (empty: off)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", "serve /metrics and /healthz here (:9464 for every interface; empty: off)")
+	f.String("wm-api-key-file", "", "file holding the world model server's API key, instead of WMRL_WM_API_KEY (trailing line breaks removed)")
 	f.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "time in-flight requests get to finish on shutdown")
 	memberFlags(f, &o.member)
 	return cmd
@@ -75,7 +76,7 @@ func (o *worldModelOptions) run(_ *cobra.Command, _ []string) error {
 		}
 		cfg.PromptTemplate = string(b)
 	}
-	cfg.APIKey = worldmodel.APIKeyFromEnv(os.Getenv)
+	cfg.APIKey = a.keys.wm()
 	cfg.MaxIdleConnsPerHost = o.concurrency
 	cfg.Logger = a.log
 	scorer, err := worldmodel.NewOpenAIScorer(cfg)
