@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -17,9 +19,69 @@ type deadLetter struct {
 
 func (e *engine) deadLetter(rec *kgo.Record, k kind, err error) {
 	key := tp{rec.Topic, rec.Partition}
+	if e.undeliverable[key][rec.Offset] {
+		// Its dead letter was refused for good before (see markUndeliverable): skip the record.
+		e.m.record(k, resultUndeliverable)
+		return
+	}
 	e.dlq[key] = append(e.dlq[key], deadLetter{off: rec.Offset, rec: e.dlqw.Record(rec, err)})
 	e.deadLettered++
 	e.m.record(k, resultDLQ)
+}
+
+// markUndeliverable remembers that the dead letter of the record at src/off was refused for good
+// (stage.Undeliverable): when the record is judged again after the abort that refusal caused, it is
+// skipped instead of dead-lettered, so one record costs at most one aborted transaction per
+// process instead of an abort loop. The set survives reset (it is about input, not state) and is
+// not persisted: after a restart the record costs one more abort. It only grows on a DLQ topic
+// configured below the bounded dead-letter size, so it stays small.
+func (e *engine) markUndeliverable(src tp, off int64) {
+	if e.undeliverable[src] == nil {
+		e.undeliverable[src] = map[int64]bool{}
+	}
+	e.undeliverable[src][off] = true
+}
+
+// refusedDeadLetter is a dead letter the broker or client refused for good, and why.
+type refusedDeadLetter struct {
+	src  tp
+	off  int64
+	size int // key, value and headers
+	err  error
+}
+
+// refused reads the source of a dead letter produced by this consumer whose produce failed with
+// an error no retry can fix; ok is false for other records and errors.
+func (c *Consumer) refused(r *kgo.Record, err error) (refusedDeadLetter, bool) {
+	if r.Topic != c.cfg.Names.DLQ() || !stage.Undeliverable(err) {
+		return refusedDeadLetter{}, false
+	}
+	d, perr := topics.ParseDeadLetter(r)
+	if perr != nil {
+		return refusedDeadLetter{}, false
+	}
+	size := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		size += len(h.Key) + len(h.Value)
+	}
+	return refusedDeadLetter{src: tp{d.SourceTopic, d.SourcePartition}, off: d.SourceOffset, size: size, err: err}, true
+}
+
+// skipRefused marks the source of the largest refused dead letter to be skipped from now on,
+// with an error log line and wmrl_correct_dead_letters_undeliverable_total. Only one per abort:
+// the broker refuses a whole batch when it is too large, so the small dead letters batched with
+// a large one fail with it and must get their chance in the redo. Each abort still skips one
+// record, so a DLQ that refuses everything cannot loop either.
+func (c *Consumer) skipRefused(rs []refusedDeadLetter) {
+	if len(rs) == 0 {
+		return
+	}
+	r := slices.MaxFunc(rs, func(a, b refusedDeadLetter) int { return a.size - b.size })
+	c.eng.markUndeliverable(r.src, r.off)
+	c.m.undeliverable.Inc()
+	c.log.Error("dead letter refused by Kafka; its source record will be skipped without a dead letter",
+		"topic", r.src.topic, "partition", r.src.part, "offset", r.off, "dead_letter_bytes", r.size,
+		"refused_in_transaction", len(rs), "err", r.err)
 }
 
 func conflict(format string, args ...any) error {

@@ -32,6 +32,9 @@ const (
 	resultSealed    = "sealed_duplicate" // for a step the run has already sealed (re-read after a restart)
 	resultDLQ       = "dead_letter"
 	resultForeign   = "foreign_topic"
+	// resultUndeliverable: bad, but its dead letter was refused for good; skipped (see
+	// markUndeliverable).
+	resultUndeliverable = "dead_letter_undeliverable"
 )
 
 // tp is a topic partition.
@@ -141,6 +144,8 @@ type engine struct {
 
 	runs map[string]*runBuf
 	dlq  map[tp][]deadLetter
+	// undeliverable holds input records whose dead letter Kafka refused for good; kept by reset.
+	undeliverable map[tp]map[int64]bool
 	// deadLettered counts records judged bad since the engine was made.
 	deadLettered int
 	// scratch holds one sealScratch per sealing goroutine.
@@ -158,6 +163,8 @@ func newEngine(corr *correction.Corrector, names topics.Names, m *metrics) *engi
 		hash:  hex.EncodeToString(h[:]),
 		runs:  map[string]*runBuf{},
 		dlq:   map[tp][]deadLetter{},
+
+		undeliverable: map[tp]map[int64]bool{},
 	}
 }
 
