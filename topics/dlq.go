@@ -44,15 +44,16 @@ const (
 // only builds the record: the caller produces it, inside its transaction when it has one, so a
 // record is either processed or dead-lettered, exactly once.
 type DeadLetterWriter struct {
-	names    Names
-	stage    string
-	maxValue int
+	names      Names
+	stage      string
+	maxValue   int
+	maxHeaders int
 }
 
 // NewDeadLetterWriter returns a writer for the stage named stage (e.g. "worldmodel"), writing to
 // names.DLQ(), copying values of at most DefaultDLQMaxValueBytes.
 func NewDeadLetterWriter(names Names, stage string) *DeadLetterWriter {
-	return &DeadLetterWriter{names: names, stage: stage, maxValue: DefaultDLQMaxValueBytes}
+	return &DeadLetterWriter{names: names, stage: stage, maxValue: DefaultDLQMaxValueBytes, maxHeaders: MaxDLQHeaderBytes}
 }
 
 // WithMaxValueBytes returns a copy of w that copies values of at most n bytes (n ≤ 0: none); a
@@ -60,6 +61,15 @@ func NewDeadLetterWriter(names Names, stage string) *DeadLetterWriter {
 func (w *DeadLetterWriter) WithMaxValueBytes(n int) *DeadLetterWriter {
 	c := *w
 	c.maxValue = max(n, 0)
+	return &c
+}
+
+// Minimal returns a copy of w whose dead letters carry no value and no source headers, only
+// their descriptions (a few hundred bytes with the key): the fallback when Kafka refused a full
+// dead letter.
+func (w *DeadLetterWriter) Minimal() *DeadLetterWriter {
+	c := *w
+	c.maxValue, c.maxHeaders = 0, 0
 	return &c
 }
 
@@ -72,7 +82,7 @@ func (w *DeadLetterWriter) WithMaxValueBytes(n int) *DeadLetterWriter {
 // retention counts from the failure, not from the original write.
 //
 // A key over MaxDLQKeyBytes, a value over the writer's bound or source headers over
-// MaxDLQHeaderBytes are left out (nil key or value, no source headers); HeaderDLQOmitted lists
+// MaxDLQHeaderBytes (0 for Minimal) are left out (nil key or value, no source headers); HeaderDLQOmitted lists
 // them and, per part, wmrl-dlq-<part>-bytes gives its original size and, for key and value,
 // wmrl-dlq-<part>-sha256 its hex SHA-256. These headers follow the fixed DLQ headers.
 func (w *DeadLetterWriter) Record(src *kgo.Record, err error) *kgo.Record {
@@ -88,7 +98,7 @@ func (w *DeadLetterWriter) Record(src *kgo.Record, err error) *kgo.Record {
 		value = nil
 	}
 	srcHeaders := src.Headers
-	if n := headerBytes(srcHeaders); n > MaxDLQHeaderBytes {
+	if n := headerBytes(srcHeaders); n > w.maxHeaders {
 		omitted = append(omitted, OmittedHeaders)
 		extra = append(extra, Header(dlqPartHeader(OmittedHeaders, "bytes"), strconv.Itoa(n)))
 		srcHeaders = nil

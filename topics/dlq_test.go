@@ -161,3 +161,21 @@ func TestDeadLetterWriterBoundsParts(t *testing.T) {
 		})
 	}
 }
+
+func TestDeadLetterWriterMinimal(t *testing.T) {
+	w := NewDeadLetterWriter(NewNames(""), "sandbox").Minimal()
+	src := &kgo.Record{Topic: "in", Key: []byte("r1"), Value: []byte("v"), Headers: []kgo.RecordHeader{Header("h", "x")}}
+	d, err := ParseDeadLetter(w.Record(src, ErrInvalid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Value != nil || len(d.Headers) != 0 || string(d.Key) != "r1" || len(d.Omitted) != 2 ||
+		d.Omitted[0].Part != OmittedValue || d.Omitted[1].Part != OmittedHeaders {
+		t.Errorf("minimal dead letter %+v", d)
+	}
+	// Nothing to leave out: nothing listed.
+	d, _ = ParseDeadLetter(w.Record(&kgo.Record{Topic: "in"}, ErrInvalid))
+	if len(d.Omitted) != 0 {
+		t.Errorf("empty record: omitted %+v", d.Omitted)
+	}
+}
