@@ -19,27 +19,33 @@ type deadLetter struct {
 
 func (e *engine) deadLetter(rec *kgo.Record, k kind, err error) {
 	key := tp{rec.Topic, rec.Partition}
-	if e.undeliverable[key][rec.Offset] {
-		// Its dead letter was refused for good before (see markUndeliverable): skip the record.
+	w := e.dlqw
+	switch e.undeliverable[key][rec.Offset] {
+	case 0:
+	case 1: // its dead letter was refused once: send it without value and source headers
+		w = w.Minimal()
+	default: // refused even so: skip the record (see markUndeliverable)
 		e.m.record(k, resultUndeliverable)
 		return
 	}
-	e.dlq[key] = append(e.dlq[key], deadLetter{off: rec.Offset, rec: e.dlqw.Record(rec, err)})
+	e.dlq[key] = append(e.dlq[key], deadLetter{off: rec.Offset, rec: w.Record(rec, err)})
 	e.deadLettered++
 	e.m.record(k, resultDLQ)
 }
 
-// markUndeliverable remembers that the dead letter of the record at src/off was refused for good
-// (stage.Undeliverable): when the record is judged again after the abort that refusal caused, it is
-// skipped instead of dead-lettered, so one record costs at most one aborted transaction per
-// process instead of an abort loop. The set survives reset (it is about input, not state) and is
-// not persisted: after a restart the record costs one more abort. It only grows on a DLQ topic
-// configured below the bounded dead-letter size, so it stays small.
-func (e *engine) markUndeliverable(src tp, off int64) {
+// markUndeliverable notes that the dead letter of the record at src/off was refused for good
+// (stage.Undeliverable) and returns how often: when the record is judged again after the abort
+// that refusal caused, its dead letter is sent without value and source headers
+// (DeadLetterWriter.Minimal) after one refusal and the record is skipped after two, so one record
+// costs at most two aborted transactions per process instead of an abort loop. The set survives
+// reset (it is about input, not state) and is not persisted: after a restart the record costs the
+// same again. It only grows on a DLQ topic configured below the bounded dead-letter size.
+func (e *engine) markUndeliverable(src tp, off int64) int {
 	if e.undeliverable[src] == nil {
-		e.undeliverable[src] = map[int64]bool{}
+		e.undeliverable[src] = map[int64]int{}
 	}
-	e.undeliverable[src][off] = true
+	e.undeliverable[src][off]++
+	return e.undeliverable[src][off]
 }
 
 // refusedDeadLetter is a dead letter the broker or client refused for good, and why.
@@ -67,21 +73,25 @@ func (c *Consumer) refused(r *kgo.Record, err error) (refusedDeadLetter, bool) {
 	return refusedDeadLetter{src: tp{d.SourceTopic, d.SourcePartition}, off: d.SourceOffset, size: size, err: err}, true
 }
 
-// skipRefused marks the source of the largest refused dead letter to be skipped from now on,
-// with an error log line and wmrl_correct_dead_letters_undeliverable_total. Only one per abort:
-// the broker refuses a whole batch when it is too large, so the small dead letters batched with
-// a large one fail with it and must get their chance in the redo. Each abort still skips one
-// record, so a DLQ that refuses everything cannot loop either.
+// skipRefused escalates the largest refused dead letter (see markUndeliverable): minimal next
+// time, or, refused as such, its source skipped with an error log line and
+// wmrl_correct_dead_letters_undeliverable_total. Only one per abort: the broker refuses a whole
+// batch when it is too large, so the small dead letters batched with a large one fail with it
+// and must get their chance in the redo. Each abort still escalates one record, so a DLQ that
+// refuses everything cannot loop either.
 func (c *Consumer) skipRefused(rs []refusedDeadLetter) {
 	if len(rs) == 0 {
 		return
 	}
 	r := slices.MaxFunc(rs, func(a, b refusedDeadLetter) int { return a.size - b.size })
-	c.eng.markUndeliverable(r.src, r.off)
+	args := []any{"topic", r.src.topic, "partition", r.src.part, "offset", r.off, "dead_letter_bytes", r.size,
+		"refused_in_transaction", len(rs), "err", r.err}
+	if c.eng.markUndeliverable(r.src, r.off) == 1 {
+		c.log.Warn("dead letter refused by Kafka; it will be sent without value and source headers", args...)
+		return
+	}
 	c.m.undeliverable.Inc()
-	c.log.Error("dead letter refused by Kafka; its source record will be skipped without a dead letter",
-		"topic", r.src.topic, "partition", r.src.part, "offset", r.off, "dead_letter_bytes", r.size,
-		"refused_in_transaction", len(rs), "err", r.err)
+	c.log.Error("dead letter refused by Kafka even without value and headers; its source record will be skipped without one", args...)
 }
 
 func conflict(format string, args ...any) error {
