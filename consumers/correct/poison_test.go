@@ -90,7 +90,7 @@ func readDeadLetters(t *testing.T, seeds []string, topic string, want int, timeo
 // it is dead-lettered exactly once.
 func TestPoisonRecordDoesNotStall(t *testing.T) {
 	cases := []struct {
-		name string
+		name   string
 		poison []byte
 		// dlqMaxMessageBytes, when set, lowers the DLQ topic's max.message.bytes below the
 		// dead letter of the poison record, so Kafka refuses it.
