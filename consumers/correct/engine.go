@@ -32,6 +32,9 @@ const (
 	resultSealed    = "sealed_duplicate" // for a step the run has already sealed (re-read after a restart)
 	resultDLQ       = "dead_letter"
 	resultForeign   = "foreign_topic"
+	// resultUndeliverable: bad, but its dead letter was refused for good twice; skipped (see
+	// markUndeliverable).
+	resultUndeliverable = "dead_letter_undeliverable"
 )
 
 // tp is a topic partition.
@@ -141,6 +144,8 @@ type engine struct {
 
 	runs map[string]*runBuf
 	dlq  map[tp][]deadLetter
+	// undeliverable counts, per input record, the refusals of its dead letter; kept by reset.
+	undeliverable map[tp]map[int64]int
 	// deadLettered counts records judged bad since the engine was made.
 	deadLettered int
 	// scratch holds one sealScratch per sealing goroutine.
@@ -158,6 +163,8 @@ func newEngine(corr *correction.Corrector, names topics.Names, m *metrics) *engi
 		hash:  hex.EncodeToString(h[:]),
 		runs:  map[string]*runBuf{},
 		dlq:   map[tp][]deadLetter{},
+
+		undeliverable: map[tp]map[int64]int{},
 	}
 }
 

@@ -12,13 +12,15 @@ type metrics struct {
 	commitErrors prometheus.Counter
 	lag          *prometheus.GaugeVec
 	deadLetters  *prometheus.CounterVec
+	// undeliverable: inputs skipped because Kafka refused their dead letter for good.
+	undeliverable prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
 	labels := prometheus.Labels{"stage": stage}
 	m := &metrics{
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wmrl_stage_records_total", Help: "Input records by outcome: ok, dead_letter, handed_back, produce_failed.", ConstLabels: labels,
+			Name: "wmrl_stage_records_total", Help: "Input records by outcome: ok, dead_letter, skipped (dead letter refused), handed_back, produce_failed.", ConstLabels: labels,
 		}, []string{"result"}),
 		produced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wmrl_stage_produced_total", Help: "Output records produced.", ConstLabels: labels,
@@ -37,8 +39,11 @@ func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wmrl_stage_dead_letters_total", Help: "Input records sent to the dead-letter topic, by the DLQ reason header (e.g. malformed-json, invalid-field:run_id).", ConstLabels: labels,
 		}, []string{"reason"}),
+		undeliverable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wmrl_stage_dead_letters_undeliverable_total", Help: "ERROR: input records skipped because Kafka refused their dead letter for good (e.g. MESSAGE_TOO_LARGE).", ConstLabels: labels,
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.records, m.produced, m.inflight, m.latency, m.commitErrors, m.lag, m.deadLetters} {
+	for _, c := range []prometheus.Collector{m.records, m.produced, m.inflight, m.latency, m.commitErrors, m.lag, m.deadLetters, m.undeliverable} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -332,20 +332,101 @@ func (s *Stage) handle(ctx context.Context, r *kgo.Record, release func()) {
 		done("handed_back")
 		return
 	}
-	result := "ok"
 	if err != nil {
-		result = "dead_letter"
-		reason := topics.Reason(err)
-		s.log.Warn("bad record to dead-letter topic", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason, "err", err)
-		outs = []*kgo.Record{s.dlq.Record(r, err)}
-		s.metrics.deadLetters.WithLabelValues(reason).Inc()
+		s.logDeadLetter(r, err)
+		s.produceDeadLetter(r, err, 0, start, done)
+		return
 	}
 	if len(outs) == 0 {
 		s.track.finish(r.Topic, r.Partition, r.Offset)
 		s.metrics.latency.Observe(time.Since(start).Seconds())
-		done(result)
+		done("ok")
 		return
 	}
+	s.produce(r, outs, start, done, func(perr error) bool {
+		if perr == nil {
+			done("ok")
+			return true
+		}
+		if !Undeliverable(perr) {
+			return false
+		}
+		// Not from within the promise: Produce may block on a full buffer.
+		err := outputRefused{perr}
+		s.logDeadLetter(r, err)
+		go s.produceDeadLetter(r, err, 0, start, done)
+		return true
+	})
+}
+
+// logDeadLetter logs and counts a bad input.
+func (s *Stage) logDeadLetter(r *kgo.Record, err error) {
+	reason := topics.Reason(err)
+	s.log.Warn("bad record to dead-letter topic", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason, "err", err)
+	s.metrics.deadLetters.WithLabelValues(reason).Inc()
+}
+
+// smallDeadLetter is the size up to which a refused dead letter is first sent again as it is:
+// the broker refuses a whole batch when it is too large, so a small dead letter batched with a
+// large one fails with it without being at fault.
+const smallDeadLetter = 16 << 10
+
+// produceDeadLetter produces r's dead letter. When Kafka refuses it for good (Undeliverable) it
+// tries again (attempt 1): as it is when small, else without value and source headers
+// (DeadLetterWriter.Minimal); then minimal (attempt 2); a minimal dead letter refused too skips r
+// with an error log and wmrl_stage_dead_letters_undeliverable_total. Either way the stage moves
+// on: a poison record never stops it, and a restart never meets it again.
+func (s *Stage) produceDeadLetter(r *kgo.Record, err error, attempt int, start time.Time, done func(string)) {
+	w := s.dlq
+	if dl := s.dlq.Record(r, err); attempt >= 2 || attempt == 1 && recordBytes(dl) > smallDeadLetter {
+		w = s.dlq.Minimal()
+		attempt = max(attempt, 2)
+	}
+	s.produce(r, []*kgo.Record{w.Record(r, err)}, start, done, func(perr error) bool {
+		switch {
+		case perr == nil:
+			done("dead_letter")
+		case !Undeliverable(perr):
+			return false
+		case attempt < 2:
+			s.log.Warn("dead letter refused by Kafka; sending it again, smaller if it is large",
+				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "attempt", attempt+1, "err", perr)
+			go s.produceDeadLetter(r, err, attempt+1, start, done)
+		default:
+			s.log.Error("dead letter refused by Kafka even without value and headers; the input record is skipped without one",
+				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", perr)
+			s.metrics.undeliverable.Inc()
+			s.track.finish(r.Topic, r.Partition, r.Offset)
+			done("skipped")
+		}
+		return true
+	})
+}
+
+func recordBytes(r *kgo.Record) int {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// ErrOutputRefused marks an input whose outputs Kafka refused for good (stage.Undeliverable, e.g.
+// an output over the topic's max.message.bytes); the input is dead-lettered with reason
+// "output-refused" instead of stopping the stage on it again after every restart.
+var ErrOutputRefused = errors.New("outputs refused by Kafka")
+
+type outputRefused struct{ err error }
+
+func (e outputRefused) Error() string     { return fmt.Sprintf("%v: %v", ErrOutputRefused, e.err) }
+func (e outputRefused) Unwrap() []error   { return []error{ErrOutputRefused, e.err} }
+func (e outputRefused) DLQReason() string { return "output-refused" }
+
+// produce produces outs for input r and, once every one is acknowledged, calls settle with the
+// first error (nil: all delivered). On success r is finished before settle; settle returns
+// whether it took care of a failure. A failure it leaves hands r back, ends it with done and
+// stops the stage (or, after the shutdown grace, only hands it back).
+func (s *Stage) produce(r *kgo.Record, outs []*kgo.Record, start time.Time, done func(string), settle func(error) bool) {
 	var (
 		pending  atomic.Int64
 		errOnce  sync.Once
@@ -359,22 +440,25 @@ func (s *Stage) handle(ctx context.Context, r *kgo.Record, release func()) {
 		if pending.Add(-1) != 0 {
 			return
 		}
-		if firstErr != nil {
-			s.track.handBack(r.Topic, r.Partition, r.Offset)
-			if s.produceCtx.Err() != nil {
-				done("handed_back") // shutdown grace ended before the broker acknowledged
-				return
-			}
+		if firstErr == nil {
+			s.metrics.produced.Add(float64(len(outs)))
+			s.metrics.latency.Observe(time.Since(start).Seconds())
+			s.track.finish(r.Topic, r.Partition, r.Offset)
+			settle(nil)
+			return
+		}
+		if s.produceCtx.Err() == nil && settle(firstErr) {
+			return
+		}
+		s.track.handBack(r.Topic, r.Partition, r.Offset)
+		result := "handed_back" // shutdown grace ended before the broker acknowledged
+		if s.produceCtx.Err() == nil {
 			select {
 			case s.fatal <- fmt.Errorf("stage %s: produce outputs of %s/%d@%d: %w", s.cfg.Name, r.Topic, r.Partition, r.Offset, firstErr):
 			default:
 			}
-			done("produce_failed")
-			return
+			result = "produce_failed"
 		}
-		s.metrics.produced.Add(float64(len(outs)))
-		s.metrics.latency.Observe(time.Since(start).Seconds())
-		s.track.finish(r.Topic, r.Partition, r.Offset)
 		done(result)
 	}
 	for _, o := range outs {
