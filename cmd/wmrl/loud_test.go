@@ -47,7 +47,7 @@ func TestScoringFailuresAreLoud(t *testing.T) {
 	pipeline := func(name string) *e2eHarness {
 		prefix := unique + "-" + name + "."
 		groups := map[string]string{}
-		for _, st := range []string{"worldmodel", "sandbox", "correct"} {
+		for _, st := range []string{"worldmodel", "sandbox", "correct", "train"} {
 			groups[st] = unique + "-" + name + "-" + st
 		}
 		t.Cleanup(func() { e2eCleanup(t, brokers, redisURL, prefix, unique+"-"+name, groups) })
@@ -130,6 +130,12 @@ func TestScoringFailuresAreLoud(t *testing.T) {
 		_, metrics := httpGet(t, "http://"+corr.metricsAddr()+"/metrics")
 		if v := metricValue(metrics, `wmrl_correct_masked_share{run="`+run+`",stream="main"}`); v != 1 {
 			t.Errorf("wmrl_correct_masked_share = %v, want 1 (every row lacks a reward)", v)
+		}
+	})
+	t.Run("train says so per step", func(t *testing.T) {
+		out, errOut, code := a.try(time.Minute, "train", "--run", run, "--max-steps", "3", "--group", unique+"-a-train")
+		if code != 0 || strings.Count(errOut, "every row of the step is masked") != 3 || !strings.Contains(out, "rows 8 masked 8") {
+			t.Errorf("train: exit %d\nstdout:\n%s\nstderr:\n%s\nwant a masked warning per step", code, out, errOut)
 		}
 	})
 	for _, p := range []*e2eProc{html, sb, corr, down} {
