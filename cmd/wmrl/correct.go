@@ -127,6 +127,7 @@ place (the transaction is aborted, state rebuilt from the changelog once the bro
 	f.StringVar(&cfg.RedisPrefix, "redis-prefix", correct.DefaultRedisPrefix, "Redis key namespace")
 	f.BoolVar(&cfg.AllowConfigChange, "allow-config-change", false, "continue when stored state was built with other correction settings (its calibration restarts)")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "127.0.0.1:9466", "serve Prometheus /metrics, /healthz and /readyz here (:9466 for every interface; empty: off)")
+	f.Float64Var(&cfg.MaxMaskedShare, "max-masked-share", correct.DefaultMaxMaskedShare, "warn when more than this share of a step's rows (per stream) are masked: no usable reward from the world model or the sandbox (exported as wmrl_correct_masked_share either way)")
 	f.Int64Var(&cfg.MaxStaleness, "max-staleness", 0, "mask (reason stale) the rows of steps whose manifest's policy_step lags the step by more than this many steps; 0: off")
 	f.DurationVar(&cfg.TxnTimeout, "txn-timeout", correct.DefaultTxnTimeout, "broker-side transaction timeout")
 	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correct.DefaultMaxTxnSteps, "while a backlog is being read, seal at most this many steps per transaction (1: one poll per transaction)")

@@ -14,6 +14,7 @@ import (
 	"github.com/wmrl/wmrl/internal/stage"
 
 	"github.com/wmrl/wmrl/sinks/trainer"
+	"github.com/wmrl/wmrl/topics"
 )
 
 func init() { register(newTrainCmd) }
@@ -124,6 +125,7 @@ func showStep(a *app, st *trainer.Step, table bool) error {
 		st.Run, st.Step, s.Rows, s.Masked, s.MeanAbsAdvantage, weight, s.CalibrationVersion, len(st.Records)); err != nil {
 		return err
 	}
+	warnMasked(a, st, s.Masked)
 	if !table {
 		return nil
 	}
@@ -132,4 +134,28 @@ func showStep(a *app, st *trainer.Step, table bool) error {
 	}
 	_, err := fmt.Fprintln(a.stdout)
 	return err
+}
+
+// warnMasked says on stderr, per step, that rows are masked and why: a masked row carries no
+// gradient, and a step of masked rows (a judge that is down, a missing sandbox script) would
+// otherwise look like any other step in the summary line.
+func warnMasked(a *app, st *trainer.Step, masked int) {
+	if masked == 0 {
+		return
+	}
+	noReward, stale := 0, 0
+	for _, r := range st.Rows {
+		switch {
+		case r.Mask:
+		case r.MaskReason == topics.MaskStale:
+			stale++
+		default:
+			noReward++
+		}
+	}
+	msg := "rows masked: no usable reward (world-model or sandbox failures; see their logs and /healthz/scoring) or stale"
+	if masked == len(st.Rows) {
+		msg = "every row of the step is masked: it trains on nothing (world-model or sandbox failures; see their logs and /healthz/scoring)"
+	}
+	a.log.Warn(msg, "run", st.Run, "step", st.Step, "masked", masked, "rows", len(st.Rows), "no_reward", noReward, "stale", stale)
 }

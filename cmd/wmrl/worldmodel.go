@@ -91,6 +91,10 @@ func (o *worldModelOptions) run(_ *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
+	// Before the stage's client exists: it joins the group at once, and leaving it would log.
+	if err := scorer.Probe(a.startupContext()); err != nil {
+		return err
+	}
 	st, err := worldmodel.NewStage(member, hc)
 	if err != nil {
 		return err

@@ -99,6 +99,9 @@ type Config struct {
 	// staleness whenever the manifest has a policy_step. Replays must use the same value to
 	// reproduce the digest; the sealed state does not depend on it.
 	MaxStaleness int64
+	// MaxMaskedShare is the share of a step's rows (per stream) masked above which the consumer
+	// warns; the share is exported as wmrl_correct_masked_share either way (0: 0.5).
+	MaxMaskedShare float64
 }
 
 // SealedStep identifies one step a committed transaction sealed.
@@ -125,6 +128,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxStaleness < 0 {
 		return c, fmt.Errorf("%w: MaxStaleness %d must be >= 0 (0 turns masking off)", ErrConfig, c.MaxStaleness)
+	}
+	if c.MaxMaskedShare <= 0 {
+		c.MaxMaskedShare = DefaultMaxMaskedShare
 	}
 	if c.Correction == (correction.Config{}) {
 		c.Correction = correction.DefaultConfig()

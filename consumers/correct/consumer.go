@@ -35,6 +35,7 @@ type Consumer struct {
 	healthy atomic.Bool
 	outage  outageState
 	stats   progress
+	masked  maskedWarner // loop only
 	// redisDone is closed when the Redis write in flight finishes (nil: none); loop only.
 	redisDone chan struct{}
 }

@@ -34,6 +34,8 @@ type metrics struct {
 	fitVersion   *prometheus.GaugeVec
 	windowPairs  *prometheus.GaugeVec
 	sealedStep   *prometheus.GaugeVec
+	maskedShare  *prometheus.GaugeVec
+	maskedRows   prometheus.Counter
 	staleRows    prometheus.Counter
 	reinits      prometheus.Counter
 	trips        atomic.Int64 // mirror of redisTrips for the benchmark
@@ -104,9 +106,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "wmrl_correct_stale_rows_total", Help: "Advantage rows masked as stale (--max-staleness) in committed transactions.",
 		}),
 	}
+	m.maskedShare, m.maskedRows = newMaskedMetrics()
 	for _, c := range []prometheus.Collector{m.records, m.deadLetters, m.sealedSteps, m.rows, m.txns, m.rebuilds,
 		m.digestAlarms, m.redisTrips, m.redisErrors, m.redisLost, m.buffered, m.sealLatency, m.lag,
-		m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.staleRows, m.reinits} {
+		m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.staleRows, m.reinits,
+		m.maskedShare, m.maskedRows} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -134,7 +138,7 @@ func (m *metrics) observe(sn *topics.CalibrationSnapshot) {
 // forgetStreams drops every per-(run, stream) series: after a reassignment the instance reports
 // only the runs it now owns, as their next steps seal.
 func (m *metrics) forgetStreams() {
-	for _, g := range []*prometheus.GaugeVec{m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep} {
+	for _, g := range []*prometheus.GaugeVec{m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.maskedShare} {
 		g.Reset()
 	}
 }

@@ -128,6 +128,7 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 	for _, s := range done {
 		c.m.rows.Add(float64(len(s.rows)))
 		c.m.staleRows.Add(float64(s.staleRows))
+		c.observeMasked(s, now)
 		c.m.sealLatency.Observe(now.Sub(s.lastInput).Seconds())
 		c.stats.steps++
 		c.stats.rows += int64(len(s.rows))

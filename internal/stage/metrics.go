@@ -14,13 +14,14 @@ type metrics struct {
 	deadLetters  *prometheus.CounterVec
 	// undeliverable: inputs skipped because Kafka refused their dead letter for good.
 	undeliverable prometheus.Counter
+	failureShare  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
 	labels := prometheus.Labels{"stage": stage}
 	m := &metrics{
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wmrl_stage_records_total", Help: "Input records by outcome: ok, dead_letter, skipped (dead letter refused), handed_back, produce_failed.", ConstLabels: labels,
+			Name: "wmrl_stage_records_total", Help: "Input records by outcome: ok, failed (outputs produced that record a scoring or execution failure), dead_letter, skipped (dead letter refused), handed_back, produce_failed.", ConstLabels: labels,
 		}, []string{"result"}),
 		produced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wmrl_stage_produced_total", Help: "Output records produced.", ConstLabels: labels,
@@ -42,8 +43,14 @@ func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
 		undeliverable: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wmrl_stage_dead_letters_undeliverable_total", Help: "ERROR: input records skipped because Kafka refused their dead letter for good (e.g. MESSAGE_TOO_LARGE).", ConstLabels: labels,
 		}),
+		failureShare: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wmrl_stage_failure_share", Help: "Share of failed results (scoring or execution failures recorded as outputs) among the stage's last --failure-window results; /healthz/scoring fails above --max-failure-share.", ConstLabels: labels,
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.records, m.produced, m.inflight, m.latency, m.commitErrors, m.lag, m.deadLetters, m.undeliverable} {
+	// ok and failed exist from the start, so a failure ratio is 0, not absent, before the first.
+	m.records.WithLabelValues("ok")
+	m.records.WithLabelValues(resultFailed)
+	for _, c := range []prometheus.Collector{m.records, m.produced, m.inflight, m.latency, m.commitErrors, m.lag, m.deadLetters, m.failureShare, m.undeliverable} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -26,7 +26,8 @@ import (
 
 // Handler turns one input record into the records to produce for it. A non-nil error marks the
 // input as bad: the record goes to the dead-letter topic with the error as its reason and the
-// stage moves on. A handler interrupted by shutdown returns the context's error and the record
+// stage moves on, unless it is a FailedError (see Failed): then the outputs, which record the
+// failure, are produced and the input counts as failed. A handler interrupted by shutdown returns the context's error and the record
 // is handed back uncommitted.
 type Handler func(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, error)
 
@@ -61,6 +62,10 @@ type Config struct {
 	// StartupTimeout bounds Run's check that the topics exist (default 30s), so a stage started
 	// before `wmrl topics create` fails within its operator's start-up deadline.
 	StartupTimeout time.Duration
+	// MaxFailureShare is the share of failed results (see Failed) among the last FailureWindow
+	// above which /healthz/scoring fails (0: 0.5; above 1: never).
+	MaxFailureShare float64
+	FailureWindow   int // 0: 100
 	// Started, if set, is called once the start-up checks passed, before the first poll: what a
 	// stage logs about how it will run belongs there, so a failed start stays one line.
 	Started func()
@@ -75,9 +80,11 @@ type Stage struct {
 	track   *tracker
 	dlq     *topics.DeadLetterWriter
 	metrics *metrics
-	healthy atomic.Bool
-	ready   readiness
-	fatal   chan error
+	// failures is the window of scoring outcomes behind /healthz/scoring.
+	failures *health.Failures
+	healthy  atomic.Bool
+	ready    readiness
+	fatal    chan error
 	// produceCtx bounds output produces; Run cancels it when the shutdown grace ends.
 	produceCtx context.Context
 	wg         sync.WaitGroup
@@ -118,6 +125,7 @@ func New(cfg Config, h Handler) (*Stage, error) {
 	if s.metrics, err = newMetrics(cfg.Registry, cfg.Name); err != nil {
 		return nil, err
 	}
+	s.failures = s.newFailures()
 	opts := append([]kgo.Opt{}, cfg.KafkaOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),
@@ -161,7 +169,8 @@ func (s *Stage) Client() *kgo.Client { return s.cl }
 func (s *Stage) Run(ctx context.Context) error {
 	defer s.cl.Close()
 	if s.cfg.MetricsAddr != "" {
-		srv, err := health.Serve(s.cfg.MetricsAddr, s.cfg.Registry, s.live, s.Ready, s.log)
+		srv, err := health.Serve(s.cfg.MetricsAddr, s.cfg.Registry, s.live, s.Ready, s.log,
+			health.Endpoint{Path: health.ScoringPath, Check: s.ScoringCheck})
 		if err != nil {
 			return err
 		}
@@ -332,6 +341,7 @@ func (s *Stage) handle(ctx context.Context, r *kgo.Record, release func()) {
 		done("handed_back")
 		return
 	}
+	outs, result, err := s.outcome(outs, err)
 	if err != nil {
 		s.logDeadLetter(r, err)
 		s.produceDeadLetter(r, err, 0, start, done)
@@ -340,12 +350,12 @@ func (s *Stage) handle(ctx context.Context, r *kgo.Record, release func()) {
 	if len(outs) == 0 {
 		s.track.finish(r.Topic, r.Partition, r.Offset)
 		s.metrics.latency.Observe(time.Since(start).Seconds())
-		done("ok")
+		done(result)
 		return
 	}
 	s.produce(r, outs, start, done, func(perr error) bool {
 		if perr == nil {
-			done("ok")
+			done(result)
 			return true
 		}
 		if !Undeliverable(perr) {

@@ -63,7 +63,7 @@ from .records import (
     validate_advantage_rows,
 )
 from .reward import Group, RewardClient, StepResult
-from .stream import AdvantageStream, ChunkMismatchError, StaleStepError, Step, StreamStats
+from .stream import AdvantageStream, ChunkMismatchError, MaskedStepError, StaleStepError, Step, StreamStats
 
 __version__ = "0.1.0"
 
@@ -77,6 +77,7 @@ __all__ = [
     "UnknownTopicError",
     "ChunkMismatchError",
     "StaleStepError",
+    "MaskedStepError",
     "ADVANTAGE_SCHEMA",
     "ADVANTAGE_SCHEMA_V2",
     "MASK_STALE",

@@ -67,6 +67,20 @@ class StaleStepError(ConflictError):
     (Go's trainer.ErrStale)."""
 
 
+class MaskedStepError(WmrlError, RuntimeError):
+    """Every row of a step is masked (no usable reward: the world model or the sandbox failed on
+    all of it), raised with ``on_masked="raise"``. ``step`` is the Step, still unacknowledged:
+    ack() it to move past it, or stop and fix the failing stage."""
+
+    def __init__(self, message: str, step: Step) -> None:
+        self.step = step
+        super().__init__(message)
+
+    @property
+    def reason(self) -> str:
+        return "masked-step"
+
+
 _TORCH_MISSING = (
     "Step.to_torch() needs PyTorch, which is not installed: pip install 'wmrl-client[torch]' "
     "(or torch itself), or use Step.to_numpy()"
@@ -250,6 +264,7 @@ class StreamStats:
     skipped_invalid: int = 0
     duplicate_chunks: int = 0
     abandoned_steps: int = 0
+    masked_rows: int = 0
     steps: int = 0
     rows: int = 0
     bytes: int = 0
@@ -275,7 +290,8 @@ class AdvantageStream:
     steps). ``max_buffered_steps`` bounds the complete steps that wait behind an incomplete
     lower step (Go's MaxBufferedSteps). ``consumer_factory`` builds the consumer from the final
     librdkafka config (default: confluent_kafka.Consumer); tests and instrumented wrappers pass
-    their own.
+    their own. A step with masked rows (mask false: no usable reward) is logged at warning;
+    ``on_masked="raise"`` raises MaskedStepError for a step whose every row is masked.
     """
 
     def __init__(
@@ -297,6 +313,7 @@ class AdvantageStream:
         consumer_config: Mapping[str, object] | None = None,
         consumer_factory: Callable[[dict[str, object]], Any] | None = None,
         connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+        on_masked: Literal["warn", "raise"] = "warn",
         **kafka_options: Any,
     ) -> None:
         msg = check_id(run_id)
@@ -308,6 +325,9 @@ class AdvantageStream:
             raise ValueError(f"max_buffered_steps {max_buffered_steps}: want at least 1")
         if on_invalid not in ("raise", "skip"):
             raise ValueError(f"on_invalid {on_invalid!r}: want 'raise' or 'skip'")
+        if on_masked not in ("warn", "raise"):
+            raise ValueError(f"on_masked {on_masked!r}: want 'warn' or 'raise'")
+        self._on_masked = on_masked
         opts = kafka if kafka is not None else KafkaOptions.from_env({}, **kafka_options)
         if kafka is not None and kafka_options:
             raise TypeError("pass Kafka options either as kafka=KafkaOptions(...) or as keywords, not both")
@@ -407,7 +427,7 @@ class AdvantageStream:
         last = time.monotonic()
         while True:
             while self._out:
-                yield self._out.popleft()
+                yield self._checked(self._out.popleft())
             if not self._backlog:
                 msgs = self._consumer.consume(num_messages=self._batch_size, timeout=self._poll_timeout)
                 self._backlog.extend(msgs)
@@ -419,7 +439,8 @@ class AdvantageStream:
             last = time.monotonic()
             while self._backlog:
                 m = self._backlog.popleft()
-                yield from self._handle(m)
+                for st in self._handle(m):
+                    yield self._checked(st)
 
     def next_step(self, timeout: float | None = None) -> Step | None:
         """The next complete step, or None when none completed within timeout seconds (None: no
@@ -429,7 +450,7 @@ class AdvantageStream:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self._out:
-                return self._out.popleft()
+                return self._checked(self._out.popleft())
             if self._backlog:
                 self._out.extend(self._handle(self._backlog.popleft()))
                 continue
@@ -441,6 +462,27 @@ class AdvantageStream:
             self._backlog.extend(self._consumer.consume(num_messages=self._batch_size, timeout=left))
             if not self._backlog and deadline is not None and time.monotonic() >= deadline:
                 return None
+
+    def _checked(self, st: Step) -> Step:
+        """Warn about a step's masked rows as it is handed out; raise for a fully masked step
+        with on_masked="raise". A trainer would otherwise train on zero-weight rows unawares."""
+        rows = st.num_rows
+        masked = int(np.count_nonzero(~st.table.column("mask").to_numpy(zero_copy_only=False)))
+        if masked == 0:
+            return st
+        self.stats.masked_rows += masked
+        log.warning(
+            "wmrl_client: run %s step %d: %d of %d rows masked (no usable reward: see the world model's "
+            "and the sandbox's logs and /healthz/scoring)",
+            st.run_id, st.step, masked, rows,
+        )  # fmt: skip
+        if masked == rows and self._on_masked == "raise":
+            raise MaskedStepError(
+                f"run {st.run_id} step {st.step}: all {rows} rows are masked (no usable reward); "
+                "ack() err.step to move past it",
+                st,
+            )
+        return st
 
     @property
     def runs_seen(self) -> list[str]:
