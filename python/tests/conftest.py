@@ -260,7 +260,9 @@ def redis_url() -> str:
 
 @pytest.fixture(scope="session")
 def wmrl_cli(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wmrl CLI, built with `go build` from this tree."""
+    """The wmrl CLI, built with `go build` from this tree (WMRL_TEST_WMRL: a prebuilt binary instead)."""
+    if os.environ.get("WMRL_TEST_WMRL"):
+        return Path(os.environ["WMRL_TEST_WMRL"])
     go = shutil.which("go")
     if go is None:
         if services_required():
