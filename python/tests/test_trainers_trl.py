@@ -89,8 +89,8 @@ def test_trl_grpo_trainer_through_the_real_stages(
     st.run("topics", "create", "--partitions", "1")
     try:
         st.start("worldmodel", "worldmodel", "--base-url", judge_url, "--model", "m", log_dir=tmp_path)
-        st.start("sandbox", "sandbox", "--argv", json.dumps(["/bin/sh", str(GRADE_SH), "{dir}", "{artifact}", "answer"]),
-                 "--timeout", "30s", log_dir=tmp_path)  # fmt: skip
+        argv = ["/bin/sh", str(GRADE_SH), "{dir}", "{artifact}", "answer"]
+        st.start("sandbox", "sandbox", "--argv", json.dumps(argv), "--timeout", "30s", log_dir=tmp_path)
         # --ddof 1: TRL's scale_rewards="group" divides by the sample std. --min-pairs keeps the
         # calibration the identity, so a world-model row's reward is the judge's score.
         st.start("correct", "correct", "--transactional-id", f"{st.unique}-txn", "--redis-prefix", st.unique,

@@ -11,13 +11,13 @@ its sample with a process-wide ``Grouper`` (see ``_grouper``): the ``group_size`
 prompt form a group, complete groups form wmrl steps, and the call returns its own sample's
 corrected reward::
 
-    custom_reward_function.path=$(python -c 'import wmrl_client.integrations.verl as m; print(m.__file__)')
-    custom_reward_function.name=compute_score_async                 # or compute_score (sync)
-    +custom_reward_function.reward_kwargs.brokers=kafka:9092
-    +custom_reward_function.reward_kwargs.run_id=run-0042
-    +custom_reward_function.reward_kwargs.group_id=verl-0042
-    +custom_reward_function.reward_kwargs.group_size=8              # actor_rollout_ref.rollout.n
-    +custom_reward_function.reward_kwargs.groups_per_step=64        # data.train_batch_size
+    reward.custom_reward_function.path=pkg://wmrl_client.integrations.verl
+    reward.custom_reward_function.name=compute_score_async          # or compute_score (sync)
+    +reward.custom_reward_function.reward_kwargs.brokers=kafka:9092
+    +reward.custom_reward_function.reward_kwargs.run_id=run-0042
+    +reward.custom_reward_function.reward_kwargs.group_id=verl-0042
+    +reward.custom_reward_function.reward_kwargs.group_size=8       # actor_rollout_ref.rollout.n
+    +reward.custom_reward_function.reward_kwargs.groups_per_step=64 # data.train_batch_size
     reward.num_workers=1
 
 * The group key is (data_source, ground_truth, the scalar extra_info fields): verl does not pass
@@ -88,13 +88,16 @@ def sample_key(data_source: Any, ground_truth: Any, extra_info: Mapping[str, Any
     return json.dumps([data_source, ground_truth, extra], sort_keys=True, default=str)
 
 
-def sample_reply(r: SampleResult) -> dict[str, float]:
+def sample_reply(r: SampleResult) -> dict[str, Any]:
+    """The dict verl's run_single takes: ``score``, the ``wmrl_*`` numbers and ``wmrl_rollout_id``
+    (verl turns every key into a per-sample ``reward_extra_info`` column; the id joins a sample to
+    its wmrl row)."""
     if not r.group_graded:
         log.warning(
             "wmrl: group %s of step %d has no graded reward (world model and sandbox failed every row): "
             "score 0.0 for all its rows, GRPO advantage 0", r.group_id, r.step,
         )  # fmt: skip
-    return {"score": r.reward, **r.extra()}
+    return {"score": r.reward, **r.extra(), "wmrl_rollout_id": r.rollout_id}
 
 
 def scores_from(scorer: BatchScorer, solution_strs: Sequence[str], keys: Sequence[Any],

@@ -7,7 +7,7 @@ text (decoded with verl's tokenizer) becomes the rollout's prompt and the task f
 
     reward.reward_manager.source=importlib
     reward.reward_manager.name=WmrlRewardManager
-    reward.reward_manager.module.path=$(python -c 'import wmrl_client.integrations.verl_manager as m;print(m.__file__)')
+    reward.reward_manager.module.path=pkg://wmrl_client.integrations.verl_manager
     reward.num_workers=1
     # and in the trainer's environment: WMRL_BROKERS, WMRL_RUN, WMRL_TRAINER_GROUP (+ WMRL_TOPIC_PREFIX,
     # WMRL_ANCHOR_FRACTION, WMRL_FLUSH_AFTER, WMRL_START_STEP, the WMRL_* connection variables)
