@@ -138,6 +138,7 @@ func (o *benchCorrectionOptions) run(_ *cobra.Command, _ []string) error {
 		rounds = append(rounds, rep)
 	}
 	fmt.Fprint(a.stdout, rounds[len(rounds)-1])
+	fmt.Fprintln(a.stdout, "(the latency covers only the last two hops, last reward → sealed → committed; python/bench/roundtrip.py times the trainer's whole round trip, publish → judge → predicted → executed → sealed → committed → client)")
 	fmt.Fprint(a.stdout, rounds)
 	return belowTarget("median ratio", rounds.MedianRatio(), o.target)
 }

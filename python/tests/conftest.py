@@ -106,12 +106,20 @@ class FakeConsumer:
         self.commits: list[dict[tuple[str, int], int]] = []
         self.closed = False
         self.callbacks: dict[str, Callable[..., None]] = {}
+        self.topics: list[str] = []
+        self.assigned = False
+        self.consume_calls: list[tuple[int, float]] = []
 
     def subscribe(self, topics: list[str], **callbacks: Callable[..., None]) -> None:
         self.topics = topics
         self.callbacks = callbacks
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
+        # librdkafka joins the group on the first poll: partition 0 of each topic is assigned then.
+        if not self.assigned and "on_assign" in self.callbacks:
+            self.assigned = True
+            self.callbacks["on_assign"](self, [types.SimpleNamespace(topic=t, partition=0) for t in self.topics])
+        self.consume_calls.append((num_messages, timeout))
         out, self.queue = self.queue[:num_messages], self.queue[num_messages:]
         return out
 
@@ -139,6 +147,9 @@ class FakeProducer:
         self.pending: list[tuple[Callable[..., None], Any]] = []
         self.fail_with: str | None = None
         self.buffer_errors = 0
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        return types.SimpleNamespace(topics=FakeTopics(set()))
 
     def produce(
         self, topic: str, value: bytes, key: bytes, headers: list[tuple[str, bytes]], on_delivery: Callable[..., None]
@@ -249,7 +260,9 @@ def redis_url() -> str:
 
 @pytest.fixture(scope="session")
 def wmrl_cli(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wmrl CLI, built with `go build` from this tree."""
+    """The wmrl CLI, built with `go build` from this tree (WMRL_TEST_WMRL: a prebuilt binary instead)."""
+    if os.environ.get("WMRL_TEST_WMRL"):
+        return Path(os.environ["WMRL_TEST_WMRL"])
     go = shutil.which("go")
     if go is None:
         if services_required():

@@ -31,6 +31,7 @@ from wmrl_client.integrations import openrlhf as orl
 from wmrl_client.integrations import trl as trl_adapter
 from wmrl_client.integrations import verl as verl_adapter
 from wmrl_client.integrations._batch import BatchScorer
+from wmrl_client.integrations._grouper import Grouper
 from wmrl_client.producer import record_headers
 
 RUN = "fw-run"
@@ -301,10 +302,11 @@ def test_adapter_files_load_by_path(pipe: Any, monkeypatch: pytest.MonkeyPatch) 
     )
     np.testing.assert_allclose(rewards, [0.1, 0.3])
     rm = load_by_path("reward_func", orl.__file__)
-    for k in ("WMRL_RUN", "WMRL_TRAINER_GROUP"):
-        monkeypatch.delenv(k, raising=False)
-    with pytest.raises(RuntimeError, match="set WMRL_RUN and WMRL_TRAINER_GROUP"):
-        rm.scorer_from_env({})
-    rm.configure(BatchScorer(client, start_step=1))  # the run's next step
-    assert rm.answer(rm._scorer, {"query": ["p score=0.2", "p score=0.4"], "prompts": ["p", "p"]})["rewards"] == [
-        pytest.approx(0.2), pytest.approx(0.4)]  # fmt: skip
+    with pytest.raises(RuntimeError, match="set WMRL_RUN and WMRL_TRAINER_GROUP and WMRL_GROUP_SIZE"):
+        rm.grouper_from_env({})
+    rm.configure(Grouper(client, group_size=2, start_step=1, flush_after=0.05))  # the run's next step
+    try:
+        assert rm.answer_samples(rm._grouper, {"query": ["p score=0.2", "p score=0.4"], "prompts": ["p", "p"]})[
+            "rewards"] == [pytest.approx(0.2), pytest.approx(0.4)]  # fmt: skip
+    finally:
+        rm._grouper.close()

@@ -182,3 +182,17 @@ def test_policy_step_and_staleness_columns(fakes: Any) -> None:
     np.testing.assert_array_equal(r3.staleness, [2, 2, 2, 2])
     assert r3.mask_reason == ["", "", "stale", "stale"]
     assert list(r3.mask) == [True, True, False, False]
+
+
+def test_client_joins_at_construction_and_passes_configs_through(fakes: Any) -> None:
+    """The group join and the producer's metadata happen when the client is built, not inside the
+    first wait; consumer_config and producer_config reach librdkafka (with the stream's guards)."""
+    producers, consumers, make = fakes
+    make(consumer_config={"fetch.wait.max.ms": 20}, producer_config={"linger.ms": 1})
+    assert consumers[-1].assigned
+    assert consumers[-1].conf["fetch.wait.max.ms"] == 20
+    assert producers[-1].conf["linger.ms"] == 1
+    with pytest.raises(ValueError, match="isolation.level"):
+        make(consumer_config={"isolation.level": "read_uncommitted"})
+    with pytest.raises(ValueError, match="idempot"):
+        make(producer_config={"enable.idempotence": False})

@@ -18,8 +18,10 @@ from wmrl_client import (
     ConflictError,
     HeaderError,
     KafkaOptions,
+    MalformedError,
     MaskedStepError,
     SchemaVersionError,
+    WmrlError,
     digest_rows,
     encode_advantages,
 )
@@ -362,6 +364,47 @@ def test_on_invalid_skip(fake_consumer: Callable[..., FakeConsumer]) -> None:
     assert s.stats.skipped_invalid == 1
     st.ack()
     assert consumer.committed_offsets() == {(TOPIC, 0): 2}  # past the skipped record and step 2
+
+
+def test_on_invalid_skip_skips_hostile_arrow(fake_consumer: Callable[..., FakeConsumer]) -> None:
+    """Payloads pyarrow itself chokes on (a field name that is not UTF-8, a truncated stream) are
+    MalformedError: skipped in skip mode, raised as such by default."""
+    good = encode_advantages(step_rows("r1", 1, 4))
+    i = good.find(b"rollout_id")
+    hostile = [
+        good[:i] + b"\xff\xfe" + good[i + 2 :],  # UnicodeDecodeError inside pyarrow
+        good[: len(good) // 2],
+    ]
+    hs = record_headers("wmrl.advantages.v1", "r1", 1) + [("wmrl-chunk", b"0/1"), ("wmrl-rows", b"4")]
+    for bad in hostile:
+        log = Log()
+        log.add(bad, hs)
+        log.step("r1", 2, step_rows("r1", 2, 4), chunks=1)
+        s, _ = open_stream(fake_consumer, log, on_invalid="skip")
+        assert [st.step for st in s] == [2]
+        assert s.stats.skipped_invalid == 1
+        s, _ = open_stream(fake_consumer, log)
+        with pytest.raises(WmrlError):
+            list(s)
+    log = Log()
+    log.add(hostile[0], hs)
+    s, _ = open_stream(fake_consumer, log)
+    with pytest.raises(MalformedError, match="UnicodeDecodeError"):
+        list(s)
+
+
+def test_wait_returns_as_soon_as_a_record_is_there(fake_consumer: Callable[..., FakeConsumer]) -> None:
+    """The stream waits for one record, then drains the fetched queue without blocking: librdkafka's
+    consume(N, t) would return only at N records or after t."""
+    log = Log()
+    log.step("r1", 0, step_rows("r1", 0, 4), chunks=2)
+    s = AdvantageStream("127.0.0.1:1", "r1", "trainer", consumer_factory=fake_consumer, poll_timeout=5)
+    consumer = fake_consumer.made[-1]  # type: ignore[attr-defined]
+    consumer.queue = list(log.msgs)
+    st = s.next_step(timeout=5)
+    assert st is not None and st.step == 0
+    assert consumer.consume_calls[0][0] == 1 and consumer.consume_calls[0][1] > 4
+    assert consumer.consume_calls[1] == (s._batch_size - 1, 0)
 
 
 def test_revoke_drops_state_and_late_ack_commits_nothing(fake_consumer: Callable[..., FakeConsumer]) -> None:

@@ -19,7 +19,7 @@ import pyarrow.ipc as ipc
 
 from . import contract as c
 from .digest import rows_from_table
-from .errors import CONFLICT, MALFORMED, FieldError, MalformedError, SchemaVersionError, TooLargeError
+from .errors import CONFLICT, MALFORMED, FieldError, MalformedError, SchemaVersionError, TooLargeError, WmrlError
 from .records import AdvantageRow, validate_advantage_rows
 
 ADVANTAGE_SCHEMA: pa.Schema = pa.schema(
@@ -89,7 +89,21 @@ def check_schema(schema: pa.Schema, where: str = "") -> pa.Schema:
 
 
 def decode_advantages(payload: bytes | bytearray | memoryview | pa.Buffer, *, validate: bool = True) -> pa.Table:
-    """Strictly decode one Arrow IPC stream of advantage rows into a Table of its schema (v1 or v2)."""
+    """Strictly decode one Arrow IPC stream of advantage rows into a Table of its schema (v1 or v2).
+
+    Every failure is a WmrlError: pyarrow's own errors on hostile bytes (UnicodeDecodeError from a
+    field name that is not UTF-8, ValueError, IndexError, ...) are wrapped as MalformedError, so a
+    caller that skips malformed records (``on_invalid="skip"``) skips them all.
+    """
+    try:
+        return _decode_advantages(payload, validate)
+    except WmrlError:
+        raise
+    except (UnicodeError, ValueError, TypeError, KeyError, IndexError, OverflowError, pa.ArrowException, OSError) as e:
+        raise MalformedError("arrow", f"advantages: {type(e).__name__}: {e}") from None
+
+
+def _decode_advantages(payload: bytes | bytearray | memoryview | pa.Buffer, validate: bool) -> pa.Table:
     size = payload.size if isinstance(payload, pa.Buffer) else len(payload)
     if size > c.MAX_ADVANTAGE_BYTES:
         raise TooLargeError(f"advantages: {size} bytes exceeds the {c.MAX_ADVANTAGE_BYTES} byte limit")

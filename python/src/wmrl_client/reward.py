@@ -165,9 +165,12 @@ class RewardClient:
     consumer group the client reads advantages with: one per trainer job. ``anchor_fraction`` is
     the share of groups executed for real, decided per group by the shared stable hash (Go's
     topics.IsAnchor). Connection options are those of AdvantageStream (``topic_prefix``, SASL,
-    TLS, or ``kafka=KafkaOptions``). At construction the client checks that a broker answers
+    TLS, or ``kafka=KafkaOptions``); ``consumer_config``/``producer_config`` pass other librdkafka
+    settings to the advantage consumer and the rollout producer (with the same guards as
+    AdvantageStream and RolloutProducer). At construction the client checks that a broker answers
     within ``connect_timeout`` seconds and that the rollouts, steps and advantages topics exist
-    (BrokerUnavailableError, UnknownTopicError); ``None`` skips the check.
+    (BrokerUnavailableError, UnknownTopicError), joins the consumer group and fetches the producer's
+    topic metadata, so the first step is as fast as the others; ``None`` skips all of that.
     """
 
     def __init__(
@@ -184,6 +187,8 @@ class RewardClient:
         producer_factory: Any = None,
         consumer_factory: Any = None,
         poll_timeout: float = 0.2,
+        consumer_config: Mapping[str, object] | None = None,
+        producer_config: Mapping[str, object] | None = None,
         **kafka_options: Any,
     ) -> None:
         msg = check_id(run_id)
@@ -206,7 +211,7 @@ class RewardClient:
         # checked with the stream's consumer before anything is written.
         self._stream = AdvantageStream(
             None, run_id, group_id, kafka=opts, consumer_factory=consumer_factory,
-            connect_timeout=connect_timeout, poll_timeout=poll_timeout,
+            connect_timeout=connect_timeout, poll_timeout=poll_timeout, consumer_config=consumer_config,
         )  # fmt: skip
         try:
             if connect_timeout is not None:
@@ -220,8 +225,13 @@ class RewardClient:
                     timeout=connect_timeout,
                 )
             self._producer = RolloutProducer(
-                None, kafka=opts, producer_factory=producer_factory, producer_config={"logger": LIBRDKAFKA_LOGGER}
-            )
+                None, kafka=opts, producer_factory=producer_factory,
+                producer_config={"logger": LIBRDKAFKA_LOGGER, **(producer_config or {})},
+            )  # fmt: skip
+            # librdkafka connects lazily: join the group and fetch the producer's topic metadata
+            # now, so the first step does not pay for a group join (0.3–1.5 s) inside its wait.
+            if connect_timeout is not None:
+                self._warm_up(connect_timeout)
         except BaseException:
             self._stream.close()
             raise
@@ -229,6 +239,19 @@ class RewardClient:
         self._held: dict[int, Step] = {}
         self._returned: dict[int, StepResult] = {}
         self._closed = False
+
+    def _warm_up(self, timeout: float) -> None:
+        for suffix in (c.SUFFIX_ROLLOUTS, c.SUFFIX_STEPS):
+            topic = c.topic_name(suffix, self.kafka.topic_prefix)
+            try:
+                self._producer._producer.list_topics(topic, timeout=timeout)
+            except Exception as e:  # a slow metadata answer only costs the first publish its latency
+                log.info("wmrl_client: producer metadata for %s not fetched at start: %s", topic, e)
+        if not self._stream.join(timeout):
+            log.warning(
+                "wmrl_client: consumer group %s was not assigned partitions of %s within %gs; the first wait "
+                "joins it", self.group_id, self._stream.topic, timeout,
+            )  # fmt: skip
 
     # ---- lifecycle
 

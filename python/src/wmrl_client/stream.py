@@ -375,6 +375,7 @@ class AdvantageStream:
         self._runs_seen: dict[str, int] = {}  # records per other run (at most 16 runs), for UnknownRunError
         self._run_records = 0  # records of this run
         self._closed = False
+        self._assigned = False  # set by the first partition assignment (join())
         self.config = dict(conf)
         if consumer_factory is None:
             from confluent_kafka import Consumer
@@ -429,8 +430,7 @@ class AdvantageStream:
             while self._out:
                 yield self._checked(self._out.popleft())
             if not self._backlog:
-                msgs = self._consumer.consume(num_messages=self._batch_size, timeout=self._poll_timeout)
-                self._backlog.extend(msgs)
+                self._fill(self._poll_timeout)
             if not self._backlog:
                 if self._idle_timeout is not None and time.monotonic() - last >= self._idle_timeout:
                     self.check_run_seen()
@@ -459,7 +459,7 @@ class AdvantageStream:
                 if deadline is None
                 else max(0.0, min(self._poll_timeout, deadline - time.monotonic()))
             )
-            self._backlog.extend(self._consumer.consume(num_messages=self._batch_size, timeout=left))
+            self._fill(left)
             if not self._backlog and deadline is not None and time.monotonic() >= deadline:
                 return None
 
@@ -483,6 +483,32 @@ class AdvantageStream:
                 st,
             )
         return st
+
+    def _fill(self, timeout: float) -> None:
+        """Wait up to timeout seconds for the first record, then take what is already fetched.
+
+        ``consume(num_messages=N, timeout=t)`` returns only when N messages are there or t has
+        passed, so a step that arrived early would sit out the rest of the poll; waiting for one
+        message and then draining the local queue without blocking returns as soon as the step
+        is there.
+        """
+        first = self._consumer.consume(num_messages=1, timeout=timeout)
+        if not first:
+            return
+        self._backlog.extend(first)
+        if self._batch_size > 1:
+            self._backlog.extend(self._consumer.consume(num_messages=self._batch_size - 1, timeout=0))
+
+    def join(self, timeout: float) -> bool:
+        """Join the consumer group now (librdkafka joins on the first poll): poll until partitions
+        are assigned or timeout seconds passed. Records fetched meanwhile are kept for iteration.
+        Returns whether partitions were assigned."""
+        if self._closed:
+            raise RuntimeError("AdvantageStream is closed")
+        deadline = time.monotonic() + timeout
+        while not self._assigned and time.monotonic() < deadline:
+            self._backlog.extend(self._consumer.consume(num_messages=self._batch_size, timeout=0.05))
+        return self._assigned
 
     @property
     def runs_seen(self) -> list[str]:
@@ -691,6 +717,7 @@ class AdvantageStream:
     # ---- rebalance callbacks
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        self._assigned = True
         log.info("wmrl_client: assigned %s", [(p.topic, p.partition) for p in partitions])
 
     def _drop(self, partitions: list[Any]) -> None:

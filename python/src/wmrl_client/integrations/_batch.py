@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from .. import contract as c
+from ..errors import FieldError
+from ..records import _check_text as check_text
 from ..reward import Group, RewardClient, StepResult
 
 
@@ -64,6 +67,42 @@ def text_of(x: Any) -> str:
         content = x[-1]["content"]
         return content if isinstance(content, str) else json.dumps(content, sort_keys=True)
     return json.dumps(x, sort_keys=True, default=str)
+
+
+def task_meta(fields: Mapping[str, Any], *, what: str = "task context") -> dict[str, str]:
+    """A rollout's ``meta`` from a framework's task fields (a dataset row's columns, verl's
+    ``ground_truth``/``data_source``/``extra_info``, OpenRLHF's label): the world model's prompt
+    template sees them as ``.Meta`` and the sandbox as ``{meta.KEY}`` and in ``{dir}/rollout.json``.
+
+    Strings stay as they are; numbers and booleans become their JSON text; None is left out.
+    Lists and dicts are not scalars and raise (name the scalar fields you need instead). The
+    contract's bounds are checked here, per sample, so one oversized field fails its own sample
+    with a FieldError naming it, not the step it would have been published in:
+    at most 64 entries, keys of 1–256 bytes, values up to 4096 bytes (a code task's tests larger
+    than that travel by name, e.g. a path or test id the sandbox job resolves).
+    """
+    out: dict[str, str] = {}
+    for k, v in fields.items():
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            text = "true" if v else "false"
+        elif isinstance(v, str):
+            text = v
+        elif isinstance(v, int | float) or type(v).__module__ == "numpy" and np.ndim(v) == 0:
+            text = json.dumps(v.item() if hasattr(v, "item") else v)
+        else:
+            why = f"{what} field {k!r} is a {type(v).__name__}, not a scalar (str, number, bool)"
+            raise FieldError("rollout", f"meta.{k}", None, why)
+        if not k:
+            raise FieldError("rollout", "meta", None, f"{what}: empty key")
+        msg = check_text(k, c.MAX_LABEL_LEN, False) or check_text(text, c.MAX_REASON_LEN, True)
+        if msg:
+            raise FieldError("rollout", f"meta.{k[:64]}", None, f"{what} field: {msg}")
+        out[k] = text
+    if len(out) > c.MAX_META_ENTRIES:
+        raise FieldError("rollout", "meta", len(out), f"{what}: more than {c.MAX_META_ENTRIES} entries")
+    return out
 
 
 def key_of(x: Any) -> Hashable:

@@ -1,0 +1,101 @@
+"""What the real-trainer tests (test_trainers_*.py, `make test-trainers`) share: a tiny Qwen2
+model and byte-level BPE tokenizer built at test time (no weights committed, no hub), an instant
+OpenAI-compatible judge, the sandbox grade the tests recompute, and the Go stages as processes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from conftest import HERE
+
+from wmrl_client import is_anchor
+
+GRADE_SH = HERE / "data" / "grade_task.sh"
+WORDS = ("add the numbers and answer with one digit think step by step the result is seven three "
+         "five nine two four code test passes fails returns value list sum of").split()  # fmt: skip
+
+
+def grade(artifact: str, n: int) -> float:
+    """tests/data/grade_task.sh's grade of a rollout whose task number (meta) is n."""
+    return ((len(artifact.encode()) + n) % 10) / 10
+
+
+def judge_score(content: str) -> float:
+    """The fake judge's score of a prompt: a stable hash of it, in tenths."""
+    return (hashlib.sha256(content.encode()).digest()[0] % 10) / 10
+
+
+class Judge(BaseHTTPRequestHandler):
+    """An instant OpenAI-compatible chat endpoint answering judge_score(the prompt's artifact)."""
+
+    requests = 0
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Judge.requests += 1
+        content = body["messages"][-1]["content"]
+        reply = json.dumps({"score": judge_score(content)})
+        choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}
+        out = json.dumps({"id": "t", "object": "chat.completion", "choices": [choice]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class Server(ThreadingHTTPServer):
+    # socketserver's listen backlog of 5 would drop the world model's concurrent connections
+    # (each retried after 1 s).
+    request_queue_size = 256
+    daemon_threads = True
+
+
+def judge() -> Iterator[str]:
+    srv = Server(("127.0.0.1", 0), Judge)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    srv.shutdown()
+    srv.server_close()
+
+
+def tiny_model(out: Path) -> Path:
+    """A ~100k-parameter Qwen2 and a byte-level BPE tokenizer, trained and saved under out."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    lines = [" ".join(WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(12)) for i in range(300)]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    bpe = trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "<eos>", "<unk>"],
+                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    tok.train_from_iterator(lines, bpe)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    cfg = Qwen2Config(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                      pad_token_id=fast.pad_token_id, eos_token_id=fast.eos_token_id, bos_token_id=None)  # fmt: skip
+    Qwen2ForCausalLM(cfg).save_pretrained(out)
+    fast.save_pretrained(out)
+    return out
+
+
+def mixed_run(prefix: str, group_ids: list[str], fraction: float) -> str:
+    """A run id under which group_ids get both anchor and world-model groups (the anchor hash is
+    of the run id: a random id could make every group one kind)."""
+    for _ in range(1000):
+        run = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        flags = {is_anchor(run, g, fraction) for g in group_ids}
+        if flags == {True, False}:
+            return run
+    raise AssertionError("no run id mixes anchors and world-model groups")
