@@ -46,6 +46,8 @@ for {dir}, /tmp and /dev/shm), as an unprivileged uid (a root stage's jobs run a
 --timeout that kills the whole job. Anything weaker (--bwrap=false, --run-as with the stage's uid or
 root, --allow-network) is refused at start-up unless --allow-weak-containment is given. The program
 reports on stdout: its last non-empty line must be a JSON object {"score": <number in [0,1]>}; the
+job finds the rollout record (its task: meta, prompt) in {dir}/rollout.json, and {meta.KEY} in
+--argv/--env is the rollout's meta value (a missing key fails the job with status error); the
 tail of its stderr goes into the executed record as stderr_tail, which is untrusted output.
 
 --on-timeout=missing (default) records status timeout without a score, so the rollout is excluded
@@ -57,9 +59,9 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	cfg := &o.cfg
 	f := cmd.Flags()
 	f.StringVar(&o.backend, "backend", "command", "executor: command (an external program)")
-	f.StringArrayVar(&o.argv, "argv", nil, `command to run: repeat per argument (--argv python3 --argv {artifact}) or one JSON array (--argv '["python3","{artifact}"]')`)
+	f.StringArrayVar(&o.argv, "argv", nil, `command to run: repeat per argument (--argv python3 --argv {artifact}) or one JSON array (--argv '["python3","{artifact}"]'); placeholders {artifact}, {dir} ({dir}/rollout.json is the rollout record) and {meta.KEY} (the rollout's meta; a missing key fails the job with status error)`)
 	f.StringSliceVar(&cfg.EnvAllow, "env-allow", nil, "parent environment variables passed to the program (nothing else leaks)")
-	f.StringToStringVar(&o.env, "env", nil, "fixed environment variables KEY=VALUE (values may use {dir}, {artifact})")
+	f.StringToStringVar(&o.env, "env", nil, "fixed environment variables KEY=VALUE (values may use {dir}, {artifact}, {meta.KEY})")
 	f.DurationVar(&cfg.Timeout, "timeout", sandbox.DefaultTimeout, "wall-clock budget per rollout; the process group is killed on expiry")
 	f.Uint64Var(&cfg.Limits.CPUSeconds, "cpu-seconds", defaults.CPUSeconds, "RLIMIT_CPU per process (0: inherit); exceeding it is a timeout")
 	f.StringVar(&o.memory, "memory", "4GiB", "memory of the whole job: a cgroup limit (OOM kill reported as such) under --containment cgroup, else RLIMIT_AS per process (0: none)")

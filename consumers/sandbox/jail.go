@@ -109,6 +109,11 @@ func (e *CommandExecutor) probeBwrap() error {
 	}
 	defer closeAll(fds)
 	argv := append(slices.Clone(e.prefix), jailArgs(e.jailSpec(dir, files))...)
+	probeEnv, err := e.environ(placeholders{dir: dir, artifact: dir})
+	if err != nil {
+		// Only {meta.KEY} can fail, and the probe has no rollout: probe with the base environment.
+		probeEnv = []string{"PATH=" + DefaultPath, "HOME=" + dir, "TMPDIR=" + dir}
+	}
 	cell, err := e.contain.newCell(e.cfg.Limits)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrBwrapUnusable, err)
@@ -118,7 +123,7 @@ func (e *CommandExecutor) probeBwrap() error {
 		files:     fds,
 		argv:      append(argv, truePath),
 		dir:       e.startDir(dir),
-		env:       e.environ(dir, dir),
+		env:       probeEnv,
 		runAs:     e.cfg.RunAs,
 		timeout:   10 * time.Second,
 		stdoutMax: 4 << 10,
