@@ -96,6 +96,19 @@ func DefaultLimits() Limits {
 	}
 }
 
+// DefaultCommandConfig is the configuration `wmrl sandbox` starts from (its
+// flags' defaults) without the command: the jail on, DefaultLimits, the
+// default timeout and job-directory size, RunAs left to DefaultRunAs. The
+// hostile-job suite's "default" column runs exactly this.
+func DefaultCommandConfig() CommandConfig {
+	return CommandConfig{
+		Timeout:     DefaultTimeout,
+		Limits:      DefaultLimits(),
+		UseBwrap:    true,
+		JobDirBytes: DefaultJobDirBytes,
+	}
+}
+
 // RunAs is the unprivileged identity the child runs as.
 type RunAs struct{ UID, GID uint32 }
 

@@ -56,13 +56,15 @@ type hostileMode struct {
 // CLI builds from its default flags; the others name a containment, with
 // and without bubblewrap.
 func hostileModes() []hostileMode {
-	// The CLI's defaults: --bwrap (the jail), --containment auto, no
-	// --run-as (DefaultRunAs for a root stage).
-	modes := []hostileMode{{"default", func(cfg *CommandConfig) { cfg.UseBwrap = true }}}
+	// DefaultCommandConfig unchanged: the CLI's defaults (the jail,
+	// --containment auto, no --run-as: DefaultRunAs for a root stage).
+	modes := []hostileMode{{"default", func(*CommandConfig) {}}}
 	for _, c := range containmentOrder {
 		modes = append(modes,
 			// Without the jail the executor refuses to start unless told.
-			hostileMode{string(c), func(cfg *CommandConfig) { cfg.Containment, cfg.AllowWeakContainment = c, true }},
+			hostileMode{string(c), func(cfg *CommandConfig) {
+				cfg.Containment, cfg.UseBwrap, cfg.AllowWeakContainment = c, false, true
+			}},
 			hostileMode{string(c) + "+bwrap", func(cfg *CommandConfig) { cfg.Containment, cfg.UseBwrap = c, true }},
 		)
 	}
@@ -257,16 +259,16 @@ func runHostileSuite(logf func(string, ...any), fx hostileFixture, user string) 
 // hostileBaseConfig is what the CLI builds from its default flags, plus the
 // hostile program.
 func hostileBaseConfig(fx hostileFixture) CommandConfig {
-	return CommandConfig{
-		Argv:    []string{fx.bin, "run", PlaceholderArtifact},
-		Timeout: 30 * time.Second,
-		Env:     map[string]string{helperEnv: "1"},
-		Limits:  DefaultLimits(),
-		TempDir: fx.jobs,
-		// The only value below the CLI's defaults: a small quota keeps the
-		// disk-fill attack fast (it writes hostileFillMiB everywhere).
-		JobDirBytes: 16 << 20,
-	}
+	cfg := DefaultCommandConfig()
+	cfg.Argv = []string{fx.bin, "run", PlaceholderArtifact}
+	cfg.Env = map[string]string{helperEnv: "1"}
+	cfg.TempDir = fx.jobs
+	// Below the CLI's defaults only to keep the suite fast: the timeout,
+	// and the quota, which the disk-fill attack (hostileFillMiB into every
+	// writable place) must exceed.
+	cfg.Timeout = 30 * time.Second
+	cfg.JobDirBytes = 16 << 20
+	return cfg
 }
 
 func hostileListener() (string, *atomic.Int64) {

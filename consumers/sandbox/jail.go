@@ -143,5 +143,10 @@ func (e *CommandExecutor) probeBwrap() error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("%w: probe %q: %s: %s", ErrBwrapUnusable, e.cfg.BwrapPath, what, strings.TrimSpace(validUTF8(o.stderr)))
+	uid := "the stage's uid"
+	if e.cfg.RunAs != nil {
+		uid = fmt.Sprintf("uid %d", e.cfg.RunAs.UID)
+	}
+	return fmt.Errorf("%w: probe %q as %s: %s: %s (the jail needs user namespaces for that uid; see docs/security.md)",
+		ErrBwrapUnusable, e.cfg.BwrapPath, uid, what, strings.TrimSpace(validUTF8(o.stderr)))
 }
