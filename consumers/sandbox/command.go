@@ -291,6 +291,9 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 			return nil, err
 		}
 		e.readOnly = jailReadOnlyPaths(cfg.ReadOnlyPaths, e.argv)
+		if err := checkReachable(append(slices.Clone(e.readOnly), absArgs(e.argv)...), e.cfg.RunAs); err != nil {
+			return nil, err
+		}
 		if err := e.probeBwrap(); err != nil {
 			return nil, err
 		}
