@@ -59,8 +59,8 @@ func BenchmarkCommandExecutorSpawn(b *testing.B) {
 		name string
 		cfg  CommandConfig
 	}{
-		{"plain", CommandConfig{AllowWeakContainment: true}},
-		{"prlimit", CommandConfig{Limits: DefaultLimits(), AllowWeakContainment: true}},
+		{"plain", CommandConfig{AllowWeakContainment: true, RunAs: stageRunAs()}},
+		{"prlimit", CommandConfig{Limits: DefaultLimits(), AllowWeakContainment: true, RunAs: stageRunAs()}},
 		{"prlimit+bwrap", CommandConfig{Limits: DefaultLimits(), UseBwrap: true}},
 	}
 	for _, v := range variants {
