@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 )
@@ -81,4 +82,13 @@ func BenchmarkCommandExecutorSpawn(b *testing.B) {
 			}
 		})
 	}
+}
+
+// stageRunAs is RunAs for "the job runs as the stage" (weak; nil when the
+// stage is not root, whose jobs run as its uid without RunAs).
+func stageRunAs() *RunAs {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	return &RunAs{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid())}
 }
