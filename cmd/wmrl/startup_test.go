@@ -80,6 +80,12 @@ func TestStartupMistakes(t *testing.T) {
 		tc{name: "zero deadline", args: []string{"train", "--startup-timeout", "0s"}, code: 2,
 			want: []string{"--startup-timeout 0s: want > 0"}},
 		tc{name: "version", args: []string{"--version"}, code: 0, want: []string{"wmrl version "}},
+		tc{name: "sandbox without the jail", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--bwrap=false"}), code: 2,
+			want: []string{"no jail (--bwrap=false)", "refusing to start (set --allow-weak-containment to run anyway)"}},
+		tc{name: "sandbox job as root", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--run-as", "0:0"}), code: 2,
+			want: []string{"jobs run as root", "--allow-weak-containment"}},
+		tc{name: "sandbox credentials into the job", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--env-allow", "WMRL_SASL_PASSWORD"}), code: 2,
+			want: []string{"WMRL_SASL_PASSWORD is the stage's own setting"}},
 	)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -96,6 +96,19 @@ func DefaultLimits() Limits {
 	}
 }
 
+// DefaultCommandConfig is the configuration `wmrl sandbox` starts from (its
+// flags' defaults) without the command: the jail on, DefaultLimits, the
+// default timeout and job-directory size, RunAs left to DefaultRunAs. The
+// hostile-job suite's "default" column runs exactly this.
+func DefaultCommandConfig() CommandConfig {
+	return CommandConfig{
+		Timeout:     DefaultTimeout,
+		Limits:      DefaultLimits(),
+		UseBwrap:    true,
+		JobDirBytes: DefaultJobDirBytes,
+	}
+}
+
 // RunAs is the unprivileged identity the child runs as.
 type RunAs struct{ UID, GID uint32 }
 
@@ -225,9 +238,17 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	for k := range cfg.Env {
+	for k, v := range cfg.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return nil, fmt.Errorf("%w: bad environment variable name %q", ErrConfig, k)
+		}
+		if err := checkMetaPlaceholders("--env "+k, v); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range cfg.Argv {
+		if err := checkMetaPlaceholders("--argv", a); err != nil {
+			return nil, err
 		}
 	}
 	rng, err := newScoreRange(cfg.ScoreMin, cfg.ScoreMax)
@@ -270,6 +291,9 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 			return nil, err
 		}
 		e.readOnly = jailReadOnlyPaths(cfg.ReadOnlyPaths, e.argv)
+		if err := checkReachable(append(slices.Clone(e.readOnly), absArgs(e.argv)...), e.cfg.RunAs); err != nil {
+			return nil, err
+		}
 		if err := e.probeBwrap(); err != nil {
 			return nil, err
 		}
@@ -330,6 +354,9 @@ func (e *CommandExecutor) Config() CommandConfig { return e.cfg }
 // and the process group killed before it returns.
 func (e *CommandExecutor) Execute(ctx context.Context, job Job) Result {
 	name, err := artifactName(job.ArtifactName)
+	if err == nil && name == RolloutFile && job.Rollout != nil {
+		err = fmt.Errorf("sandbox: artifact name %q is taken by the rollout record", name)
+	}
 	if err != nil {
 		return Result{Status: StatusInvalid, Reason: err.Error(), ExitCode: -1}
 	}
@@ -343,8 +370,16 @@ func (e *CommandExecutor) Execute(ctx context.Context, job Job) Result {
 		}
 	}()
 	artifact := filepath.Join(dir, name)
-	files := []jobFile{{name: name, data: job.Artifact, mode: 0o700}}
-	files, err = e.prepareDir(dir, files)
+	ph := placeholders{dir: dir, artifact: artifact, meta: job.Meta, rollout: job.RolloutID}
+	argv, err := e.commandLine(ph, jobFiles(job, name))
+	if err != nil {
+		return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
+	}
+	env, err := e.environ(ph)
+	if err != nil {
+		return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
+	}
+	files, err := e.prepareDir(dir, jobFiles(job, name))
 	if err != nil {
 		return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
 	}
@@ -362,9 +397,9 @@ func (e *CommandExecutor) Execute(ctx context.Context, job Job) Result {
 	spec := runSpec{
 		cell:      cell,
 		files:     fds,
-		argv:      e.commandLine(dir, artifact, files),
+		argv:      argv,
 		dir:       e.startDir(dir),
-		env:       e.environ(dir, artifact),
+		env:       env,
 		runAs:     e.cfg.RunAs,
 		timeout:   e.cfg.Timeout,
 		stdoutMax: e.cfg.StdoutLimit,
@@ -388,43 +423,54 @@ func artifactName(n string) (string, error) {
 	return n, nil
 }
 
-func expand(s, dir, artifact string) string {
-	if !strings.Contains(s, "{") {
-		return s
+// jobFiles are what the job finds in its directory: the artifact and, when the
+// caller passed it, the rollout record.
+func jobFiles(job Job, artifact string) []jobFile {
+	fs := []jobFile{{name: artifact, data: job.Artifact, mode: 0o700}}
+	if job.Rollout != nil {
+		fs = append(fs, jobFile{name: RolloutFile, data: job.Rollout, mode: 0o400})
 	}
-	return strings.NewReplacer(PlaceholderArtifact, artifact, PlaceholderDir, dir).Replace(s)
+	return fs
 }
 
 // commandLine is prlimit … -- [bwrap … --] argv: limits are set outermost so
 // they also bound bubblewrap's own helper processes.
-func (e *CommandExecutor) commandLine(dir, artifact string, files []jobFile) []string {
+func (e *CommandExecutor) commandLine(ph placeholders, files []jobFile) ([]string, error) {
 	var line []string
 	line = append(line, e.prefix...)
 	if e.cfg.UseBwrap {
-		line = append(line, jailArgs(e.jailSpec(dir, files))...)
+		line = append(line, jailArgs(e.jailSpec(ph.dir, files))...)
 	}
 	for _, a := range e.argv {
-		line = append(line, expand(a, dir, artifact))
+		x, err := ph.expand(a)
+		if err != nil {
+			return nil, err
+		}
+		line = append(line, x)
 	}
-	return line
+	return line, nil
 }
 
 // environ is the job's whole environment: PATH, HOME and TMPDIR, the
 // EnvAllow values read at start-up and Env. Nothing else of the stage's.
-func (e *CommandExecutor) environ(dir, artifact string) []string {
-	env := map[string]string{"PATH": DefaultPath, "HOME": dir, "TMPDIR": dir}
+func (e *CommandExecutor) environ(ph placeholders) ([]string, error) {
+	env := map[string]string{"PATH": DefaultPath, "HOME": ph.dir, "TMPDIR": ph.dir}
 	for k, v := range e.envFixed {
 		env[k] = v
 	}
 	for k, v := range e.cfg.Env {
-		env[k] = expand(v, dir, artifact)
+		x, err := ph.expand(v)
+		if err != nil {
+			return nil, err
+		}
+		env[k] = x
 	}
 	out := make([]string, 0, len(env))
 	for k, v := range env {
 		out = append(out, k+"="+v)
 	}
 	slices.Sort(out)
-	return out
+	return out, nil
 }
 
 // classify maps a process outcome onto the four statuses.

@@ -297,6 +297,10 @@ func TestNewCommandExecutorErrors(t *testing.T) {
 		{"unknown command", CommandConfig{Argv: []string{"wmrl-no-such-command"}}, ErrConfig},
 		{"bad score range", CommandConfig{Argv: []string{"true"}, ScoreMin: 1, ScoreMax: 1}, ErrConfig},
 		{"bad env name", CommandConfig{Argv: []string{"true"}, Env: map[string]string{"A=B": "c"}}, ErrConfig},
+		{"meta placeholder without key", CommandConfig{Argv: []string{"true", "{meta.}"}}, ErrConfig},
+		{"meta placeholder unclosed in env", CommandConfig{Argv: []string{"true"}, Env: map[string]string{"L": "{meta.label"}}, ErrConfig},
+		{"stage setting allowed into the job", CommandConfig{Argv: []string{"true"}, EnvAllow: []string{"WMRL_SASL_PASSWORD"}}, ErrEnvAllow},
+		{"no jail", CommandConfig{Argv: []string{"true"}}, ErrWeakContainment},
 		{"prlimit missing", CommandConfig{Argv: []string{"true"}, Limits: Limits{CPUSeconds: 1}, PrlimitPath: "/nonexistent/prlimit"}, ErrPrlimitMissing},
 		{"bwrap missing", CommandConfig{Argv: []string{"true"}, UseBwrap: true, BwrapPath: "/nonexistent/bwrap"}, ErrBwrapMissing},
 	}

@@ -64,6 +64,12 @@ type Job struct {
 	// ArtifactName is the file name for Artifact (a plain base name);
 	// empty means "artifact".
 	ArtifactName string
+	// Rollout, if set, is written to RolloutFile ({dir}/rollout.json) in
+	// the job directory: the rollout record as JSON, meta included, so the
+	// program can grade against the task (a label, the tests to run).
+	Rollout []byte
+	// Meta is the rollout's meta, for {meta.KEY} placeholders.
+	Meta map[string]string
 }
 
 // Result is the outcome of one execution. Score is meaningful only when
