@@ -69,6 +69,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		assigned: map[int32]bool{},
 	}
 	c.eng.maxStaleness = cfg.MaxStaleness
+	c.eng.limits = cfg.Limits
 	return c, nil
 }
 
