@@ -87,7 +87,7 @@ func (c *Consumer) skipRefused(rs []refusedDeadLetter) {
 		c.log.Warn("dead letter refused by Kafka; it will be sent without value and source headers", args...)
 		return
 	}
-	c.m.undeliverable.Inc()
+	c.m.dlqRefused.Inc()
 	c.log.Error("dead letter refused by Kafka even without value and headers; its source record will be skipped without one", args...)
 }
 

@@ -13,21 +13,20 @@ import (
 
 // metrics are the consumer's Prometheus series (prefix wmrl_correct_).
 type metrics struct {
-	records     *prometheus.CounterVec
-	deadLetters *prometheus.CounterVec
-	// undeliverable: input records skipped because Kafka refused their dead letter (deadletters.go).
-	undeliverable prometheus.Counter
-	sealedSteps   prometheus.Counter
-	rows          prometheus.Counter
-	txns          *prometheus.CounterVec
-	rebuilds      *prometheus.CounterVec
-	digestAlarms  prometheus.Counter
-	redisTrips    prometheus.Counter
-	redisErrors   prometheus.Counter
-	redisLost     prometheus.Counter
-	buffered      prometheus.Gauge
-	sealLatency   prometheus.Histogram
-	lag           *prometheus.GaugeVec
+	records      *prometheus.CounterVec
+	deadLetters  *prometheus.CounterVec
+	dlqRefused   prometheus.Counter // records skipped: Kafka refused their dead letter (deadletters.go)
+	sealedSteps  prometheus.Counter
+	rows         prometheus.Counter
+	txns         *prometheus.CounterVec
+	rebuilds     *prometheus.CounterVec
+	digestAlarms prometheus.Counter
+	redisTrips   prometheus.Counter
+	redisErrors  prometheus.Counter
+	redisLost    prometheus.Counter
+	buffered     prometheus.Gauge
+	sealLatency  prometheus.Histogram
+	lag          *prometheus.GaugeVec
 	// Per (run, stream), from the snapshot of the last committed step.
 	calError     *prometheus.GaugeVec
 	anchorWeight *prometheus.GaugeVec
@@ -111,11 +110,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, err
 		}
 	}
-	m.undeliverable = prometheus.NewCounter(prometheus.CounterOpts{
+	m.dlqRefused = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wmrl_correct_dead_letters_undeliverable_total",
 		Help: "ERROR: input records skipped because Kafka refused their dead letter for good (e.g. MESSAGE_TOO_LARGE on a DLQ topic with a small max.message.bytes).",
 	})
-	if err := reg.Register(m.undeliverable); err != nil {
+	if err := reg.Register(m.dlqRefused); err != nil {
 		return nil, err
 	}
 	return m, nil
