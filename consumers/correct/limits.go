@@ -174,6 +174,15 @@ func (e *engine) heldDeadLetter(rec *kgo.Record, err error, minimal bool) *kgo.R
 	return dl
 }
 
+// heldDeadLetters counts the dead letters waiting for their transaction.
+func (e *engine) heldDeadLetters() int {
+	n := 0
+	for _, d := range e.dlq {
+		n += len(d)
+	}
+	return n
+}
+
 func recordSize(r *kgo.Record) int {
 	n := len(r.Key) + len(r.Value)
 	for _, h := range r.Headers {
