@@ -36,14 +36,17 @@ type Limits struct {
 	PendingGroups int
 }
 
-// Default limits. A buffered manifest costs about 300 bytes per group, so the defaults bound
-// buffered manifests at about 40 MB; docs/stages.md gives the measured bound.
+// Default limits. They must not refuse a legitimate backlog, since a refused manifest stalls
+// its run for good: a JSONL file published at once while the sandbox lags puts a run thousands of
+// steps ahead of its first incomplete step, so the per-run limit is generous and memory is
+// bounded by the instance limits (a buffered manifest costs about 500 bytes per group: the
+// default groups limit is about 128 MiB). docs/reliability.md gives the measured bound.
 const (
-	DefaultPendingStepsPerRun = 64
+	DefaultPendingStepsPerRun = 4096
 	DefaultStepGroups         = topics.MaxGroupsPerStep
 	DefaultStepRows           = 1 << 16
-	DefaultPendingSteps       = 4096
-	DefaultPendingGroups      = 1 << 17
+	DefaultPendingSteps       = 1 << 16
+	DefaultPendingGroups      = 1 << 18
 )
 
 // DefaultLimits returns the default limits.
