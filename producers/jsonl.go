@@ -64,6 +64,12 @@ type JSONLConfig struct {
 	AnchorFraction float64
 	// MaxLineBytes bounds a line (default DefaultMaxLineBytes).
 	MaxLineBytes int
+	// OnBadLine, when set, receives every line that does not parse or validate on its own (the
+	// error wraps ErrLine; raw is only valid during the call) and the line is skipped, so one
+	// poison line does not stop the run; a non-nil return stops it. When nil a bad line stops
+	// the run. Errors that involve several lines (step order, groups that disagree) and lines
+	// over MaxLineBytes always stop it.
+	OnBadLine func(line int, raw []byte, err error) error
 }
 
 // JSONL is the Backend over JSONL input (a file or stdin), so any external generator can pipe
@@ -212,7 +218,14 @@ func (j *JSONL) read() (*parsedLine, error) {
 		if len(b) == 0 {
 			continue
 		}
-		return j.parse(b)
+		pl, err := j.parse(b)
+		if err != nil && j.cfg.OnBadLine != nil {
+			if cerr := j.cfg.OnBadLine(j.line, b, err); cerr != nil {
+				return nil, cerr
+			}
+			continue
+		}
+		return pl, err
 	}
 	if err := j.sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {

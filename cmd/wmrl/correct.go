@@ -133,7 +133,20 @@ place (the transaction is aborted, state rebuilt from the changelog once the bro
 	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correct.DefaultMaxTxnSteps, "while a backlog is being read, seal at most this many steps per transaction (1: one poll per transaction)")
 	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correct.DefaultMaxTxnLinger, "longest a backlog batch waits before its transaction commits (live traffic commits every poll)")
 	f.DurationVar(&cfg.ProgressInterval, "progress-interval", correct.DefaultProgressInterval, "period of the info-level progress line")
+	limitFlags(f, &cfg.Limits, true)
 	return cmd
+}
+
+// limitFlags registers the buffering limits of the correction consumer (correct.Limits); replay
+// takes the per-run and per-step ones, which it must share with the live consumer.
+func limitFlags(f *pflag.FlagSet, l *correct.Limits, instance bool) {
+	f.IntVar(&l.PendingStepsPerRun, "max-pending-steps-per-run", correct.DefaultPendingStepsPerRun, "dead-letter (pending-steps-exceeded) records of steps this many or more steps beyond the run's first incomplete step")
+	f.IntVar(&l.StepGroups, "max-step-groups", correct.DefaultStepGroups, "dead-letter (step-too-large) manifests with more groups")
+	f.IntVar(&l.StepRows, "max-step-rows", correct.DefaultStepRows, "dead-letter (step-too-large) manifests claiming more rollouts in all, and rewards beyond 3× this many for a step without a manifest")
+	if instance {
+		f.IntVar(&l.PendingSteps, "max-pending-steps", correct.DefaultPendingSteps, "per instance: dead-letter (instance-pending-exceeded) records that would open a step beyond this many buffered ones")
+		f.IntVar(&l.PendingGroups, "max-pending-groups", correct.DefaultPendingGroups, "per instance: dead-letter (instance-pending-exceeded) manifests that would buffer more groups in all")
+	}
 }
 
 func (o *correctOptions) run(cmd *cobra.Command, _ []string) error {

@@ -111,7 +111,14 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 			return err
 		}
 	}
-	b, closeInput, err := o.newBackend()
+	var g *producers.Generator
+	b, closeInput, err := o.newBackend(func(line int, raw []byte, lerr error) error {
+		source := "jsonl:" + o.input
+		if o.input == "" || o.input == "-" {
+			source = "jsonl:stdin"
+		}
+		return g.DeadLetterInput(ctx, source, int64(line), raw, lerr)
+	})
 	if err != nil {
 		return err
 	}
@@ -133,7 +140,7 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 	if cmd.Flags().Changed("policy-lag") {
 		gcfg.PolicyLag = &o.policyLag
 	}
-	g, err := producers.New(b, gcfg)
+	g, err = producers.New(b, gcfg)
 	if err != nil {
 		return err
 	}
@@ -145,7 +152,9 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 }
 
 // newBackend builds the rollout source named by --backend; closeInput closes the --input file.
-func (o *generateOptions) newBackend() (b producers.Backend, closeInput func(), err error) {
+// A JSONL line that does not parse or validate goes to the dead-letter topic through onBadLine and
+// the run goes on.
+func (o *generateOptions) newBackend(onBadLine func(int, []byte, error) error) (b producers.Backend, closeInput func(), err error) {
 	closeInput = func() {}
 	switch o.backend {
 	case "openai":
@@ -176,7 +185,7 @@ func (o *generateOptions) newBackend() (b producers.Backend, closeInput func(), 
 			closeInput = func() { f.Close() }
 			r = f
 		}
-		b, err = producers.NewJSONL(r, producers.JSONLConfig{RunID: o.runID, AnchorFraction: o.anchorFraction})
+		b, err = producers.NewJSONL(r, producers.JSONLConfig{RunID: o.runID, AnchorFraction: o.anchorFraction, OnBadLine: onBadLine})
 		return b, closeInput, err
 	case "builtin":
 		return nil, closeInput, errors.New("--backend builtin is the demo's task policy: run it with `wmrl demo`, which wires it into the generator")

@@ -28,6 +28,7 @@ type replayOptions struct {
 	chunkBytes, keep                                           int
 	noRedis                                                    bool
 	correction                                                 func() (correction.Config, error)
+	limits                                                     correct.Limits
 }
 
 func newReplayCmd(a *app) *cobra.Command {
@@ -64,6 +65,7 @@ retention has trimmed); the state after step S-1 then comes from the live namesp
 	f.IntVar(&o.keep, "keep-states", correct.DefaultKeepStates, "snapshots kept per run/stream in the replay namespace")
 	f.BoolVar(&o.noRedis, "no-redis", false, "do not write replayed states to Redis")
 	f.Int64Var(&o.maxStaleness, "max-staleness", 0, "the live consumer's --max-staleness (digests match only with the same value)")
+	limitFlags(f, &o.limits, false)
 	return cmd
 }
 
@@ -89,7 +91,7 @@ func (o *replayOptions) run(_ *cobra.Command, _ []string) error {
 	}
 	rc := correct.ReplayConfig{
 		KafkaOpts: opts, Names: names, Run: o.runID, FromStep: o.fromStep, Correction: cc, MaxStaleness: o.maxStaleness,
-		StatePrefix: o.statePrefix, KeepStates: o.keep, Logger: a.log,
+		Limits: o.limits, StatePrefix: o.statePrefix, KeepStates: o.keep, Logger: a.log,
 	}
 	if o.partition >= 0 {
 		rc.Partition = &o.partition

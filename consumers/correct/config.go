@@ -102,6 +102,9 @@ type Config struct {
 	// MaxMaskedShare is the share of a step's rows (per stream) masked above which the consumer
 	// warns; the share is exported as wmrl_correct_masked_share either way (0: 0.5).
 	MaxMaskedShare float64
+	// Limits bound the buffered, incomplete steps (limits.go); zero fields take the defaults.
+	// Replays must use the same per-run and per-step limits to reproduce the digest.
+	Limits Limits
 }
 
 // SealedStep identifies one step a committed transaction sealed.
@@ -131,6 +134,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxMaskedShare <= 0 {
 		c.MaxMaskedShare = DefaultMaxMaskedShare
+	}
+	var err error
+	if c.Limits, err = c.Limits.withDefaults(true); err != nil {
+		return c, err
 	}
 	if c.Correction == (correction.Config{}) {
 		c.Correction = correction.DefaultConfig()

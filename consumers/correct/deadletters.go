@@ -19,16 +19,13 @@ type deadLetter struct {
 
 func (e *engine) deadLetter(rec *kgo.Record, k kind, err error) {
 	key := tp{rec.Topic, rec.Partition}
-	w := e.dlqw
-	switch e.undeliverable[key][rec.Offset] {
-	case 0:
-	case 1: // its dead letter was refused once: send it without value and source headers
-		w = w.Minimal()
-	default: // refused even so: skip the record (see markUndeliverable)
+	refusals := e.undeliverable[key][rec.Offset]
+	if refusals >= 2 { // refused even without value and headers: skip the record (see markUndeliverable)
 		e.m.record(k, resultUndeliverable)
 		return
 	}
-	e.dlq[key] = append(e.dlq[key], deadLetter{off: rec.Offset, rec: w.Record(rec, err)})
+	// Refused once: send it without value and source headers.
+	e.dlq[key] = append(e.dlq[key], deadLetter{off: rec.Offset, rec: e.heldDeadLetter(rec, err, refusals == 1)})
 	e.deadLettered++
 	e.m.record(k, resultDLQ)
 }
@@ -90,7 +87,7 @@ func (c *Consumer) skipRefused(rs []refusedDeadLetter) {
 		c.log.Warn("dead letter refused by Kafka; it will be sent without value and source headers", args...)
 		return
 	}
-	c.m.undeliverable.Inc()
+	c.m.dlqRefused.Inc()
 	c.log.Error("dead letter refused by Kafka even without value and headers; its source record will be skipped without one", args...)
 }
 
@@ -142,6 +139,7 @@ func (e *engine) takeDeadLetters(hold map[tp]offEpoch) []*kgo.Record {
 				continue
 			}
 			out = append(out, d.rec)
+			e.dlqBytes -= recordSize(d.rec)
 		}
 		if len(keep) == 0 {
 			delete(e.dlq, key)

@@ -13,21 +13,21 @@ import (
 
 // metrics are the consumer's Prometheus series (prefix wmrl_correct_).
 type metrics struct {
-	records     *prometheus.CounterVec
-	deadLetters *prometheus.CounterVec
-	// undeliverable: input records skipped because Kafka refused their dead letter (deadletters.go).
-	undeliverable prometheus.Counter
-	sealedSteps   prometheus.Counter
-	rows          prometheus.Counter
-	txns          *prometheus.CounterVec
-	rebuilds      *prometheus.CounterVec
-	digestAlarms  prometheus.Counter
-	redisTrips    prometheus.Counter
-	redisErrors   prometheus.Counter
-	redisLost     prometheus.Counter
-	buffered      prometheus.Gauge
-	sealLatency   prometheus.Histogram
-	lag           *prometheus.GaugeVec
+	records      *prometheus.CounterVec
+	deadLetters  *prometheus.CounterVec
+	dlqRefused   prometheus.Counter // records skipped: Kafka refused their dead letter (deadletters.go)
+	dlqHeld      prometheus.Gauge   // dead letters waiting for the offsets to pass their source
+	sealedSteps  prometheus.Counter
+	rows         prometheus.Counter
+	txns         *prometheus.CounterVec
+	rebuilds     *prometheus.CounterVec
+	digestAlarms prometheus.Counter
+	redisTrips   prometheus.Counter
+	redisErrors  prometheus.Counter
+	redisLost    prometheus.Counter
+	buffered     prometheus.Gauge
+	sealLatency  prometheus.Histogram
+	lag          *prometheus.GaugeVec
 	// Per (run, stream), from the snapshot of the last committed step.
 	calError     *prometheus.GaugeVec
 	anchorWeight *prometheus.GaugeVec
@@ -115,12 +115,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, err
 		}
 	}
-	m.undeliverable = prometheus.NewCounter(prometheus.CounterOpts{
+	m.dlqRefused = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wmrl_correct_dead_letters_undeliverable_total",
 		Help: "ERROR: input records skipped because Kafka refused their dead letter for good (e.g. MESSAGE_TOO_LARGE on a DLQ topic with a small max.message.bytes).",
 	})
-	if err := reg.Register(m.undeliverable); err != nil {
-		return nil, err
+	m.dlqHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "wmrl_correct_dead_letters_held",
+		Help: "Dead letters judged but not written yet: they wait for the transaction that commits past their source, which a step that never completes holds back on its partition.",
+	})
+	for _, c := range []prometheus.Collector{m.dlqRefused, m.dlqHeld} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
 }

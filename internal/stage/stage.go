@@ -387,12 +387,15 @@ const smallDeadLetter = 16 << 10
 // with an error log and wmrl_stage_dead_letters_undeliverable_total. Either way the stage moves
 // on: a poison record never stops it, and a restart never meets it again.
 func (s *Stage) produceDeadLetter(r *kgo.Record, err error, attempt int, start time.Time, done func(string)) {
-	w := s.dlq
-	if dl := s.dlq.Record(r, err); attempt >= 2 || attempt == 1 && recordBytes(dl) > smallDeadLetter {
-		w = s.dlq.Minimal()
+	var dl *kgo.Record
+	if attempt < 2 {
+		dl = s.dlq.Record(r, err)
+	}
+	if attempt >= 2 || attempt == 1 && recordBytes(dl) > smallDeadLetter {
+		dl = s.dlq.Minimal().Record(r, err)
 		attempt = max(attempt, 2)
 	}
-	s.produce(r, []*kgo.Record{w.Record(r, err)}, start, done, func(perr error) bool {
+	s.produce(r, []*kgo.Record{dl}, start, done, func(perr error) bool {
 		switch {
 		case perr == nil:
 			done("dead_letter")
