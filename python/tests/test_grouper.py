@@ -166,3 +166,33 @@ def test_task_meta_bounds() -> None:
         task_meta({"label": "x" * 5000})
     with pytest.raises(FieldError, match="more than 64 entries"):
         task_meta({f"k{i}": "v" for i in range(65)})
+
+
+def test_slime_group_rm_as_batched_async_rm_calls_it(pipe: Any) -> None:  # noqa: F811
+    """slime's --group-rm: batched_async_rm awaits fn(args, samples) once per prompt's group, groups
+    concurrently (slime.rollout.rm_hub); samples carry prompt, response, label and metadata."""
+    from types import SimpleNamespace
+
+    from wmrl_client.integrations import slime
+
+    p, client = pipe
+    g = Grouper(client, group_size=4, groups_per_step=2, flush_after=5)
+    slime.configure(g)
+    groups = [[SimpleNamespace(prompt=f"q{j}", response=f"r{j}.{i} score=0.{4 * j + i}", label=str(j + 3),
+                               metadata={"rm_type": "wmrl", "difficulty": j, "tests": ["x"]}, index=i)
+               for i in range(4)] for j in range(2)]  # fmt: skip
+    args = SimpleNamespace(rollout_batch_size=2, custom_rm_path="wmrl_client.integrations.slime.group_rm")
+
+    async def rollout() -> list[list[float]]:
+        return list(await asyncio.gather(*(slime.group_rm(args, grp) for grp in groups)))
+
+    try:
+        out = asyncio.run(rollout())
+    finally:
+        slime.configure(None)
+        g.close()
+    for grp, rewards in zip(groups, out, strict=True):
+        assert rewards == [pytest.approx(reward_in(s.response)) for s in grp]
+    assert p.steps == [0]
+    metas = {r.meta["label"]: r.meta for r in p.rollouts[0]}
+    assert metas["4"] == {"label": "4", "rm_type": "wmrl", "difficulty": "1"}
