@@ -178,6 +178,7 @@ func runPipeline(t *testing.T, brokers []string, wm string) {
 	exec, err := sandbox.NewCommandExecutor(sandbox.CommandConfig{
 		Argv:    []string{"/bin/sh", "-c", `echo "executing $1" >&2; tail -n 1 "$1"`, "sh", "{artifact}"},
 		Timeout: 10 * time.Second, Limits: sandbox.Limits{CPUSeconds: 10, FileSizeBytes: 1 << 20}, TempDir: t.TempDir(), Logger: log,
+		UseBwrap: true,
 	})
 	if err != nil {
 		t.Fatal(err)

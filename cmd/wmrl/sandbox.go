@@ -21,7 +21,7 @@ func init() { register(newSandboxCmd) }
 type sandboxOptions struct {
 	a                                                                 *app
 	backend, group, metricsAddr, artifactDir, artifactName, onTimeout string
-	addressSpace, memory, fileSize, runAs, containment                string
+	addressSpace, memory, fileSize, runAs, containment, jobDirSize    string
 	argv                                                              []string
 	env                                                               map[string]string
 	cfg                                                               sandbox.CommandConfig
@@ -38,10 +38,17 @@ func newSandboxCmd(a *app) *cobra.Command {
 		Short: "Execute anchor rollouts in a pool of exclusive slots into rewards.executed",
 		Long: `Consume the rollouts topic; non-anchor rollouts are skipped (consumed and committed, no output);
 every anchor rollout gets exactly one executed-reward record. Each job runs --argv (no shell; {artifact}
-is the path of the rollout's artifact file, {dir} its private directory) in its own process group with
-rlimits (via prlimit), a wall-clock --timeout that kills the whole group, and optionally bubblewrap
-(--bwrap: no network, read-only root, only the job directory writable). The program reports on stdout:
-its last non-empty line must be a JSON object {"score": <number in [0,1]>}.
+is the path of the rollout's artifact file, {dir} its private directory) in the jail (--bwrap, on by
+default: bubblewrap with a user namespace and no capabilities, its own PID namespace and /proc, no
+network unless --allow-network, a read-only minimal view of the host, and size-limited private tmpfs
+for {dir}, /tmp and /dev/shm), as an unprivileged uid (a root stage's jobs run as 65534 unless
+--run-as says otherwise), contained per --containment with rlimits (via prlimit) and a wall-clock
+--timeout that kills the whole job. Anything weaker (--bwrap=false, --run-as with the stage's uid or
+root, --allow-network) is refused at start-up unless --allow-weak-containment is given. The program
+reports on stdout: its last non-empty line must be a JSON object {"score": <number in [0,1]>}; the
+job finds the rollout record (its task: meta, prompt) in {dir}/rollout.json, and {meta.KEY} in
+--argv/--env is the rollout's meta value (a missing key fails the job with status error); the
+tail of its stderr goes into the executed record as stderr_tail, which is untrusted output.
 
 --on-timeout=missing (default) records status timeout without a score, so the rollout is excluded
 from its group; --on-timeout=zero reproduces the reference: status stays timeout, imputed: true,
@@ -52,9 +59,9 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	cfg := &o.cfg
 	f := cmd.Flags()
 	f.StringVar(&o.backend, "backend", "command", "executor: command (an external program)")
-	f.StringArrayVar(&o.argv, "argv", nil, `command to run: repeat per argument (--argv python3 --argv {artifact}) or one JSON array (--argv '["python3","{artifact}"]')`)
+	f.StringArrayVar(&o.argv, "argv", nil, `command to run: repeat per argument (--argv python3 --argv {artifact}) or one JSON array (--argv '["python3","{artifact}"]'); placeholders {artifact}, {dir} ({dir}/rollout.json is the rollout record) and {meta.KEY} (the rollout's meta; a missing key fails the job with status error)`)
 	f.StringSliceVar(&cfg.EnvAllow, "env-allow", nil, "parent environment variables passed to the program (nothing else leaks)")
-	f.StringToStringVar(&o.env, "env", nil, "fixed environment variables KEY=VALUE (values may use {dir}, {artifact})")
+	f.StringToStringVar(&o.env, "env", nil, "fixed environment variables KEY=VALUE (values may use {dir}, {artifact}, {meta.KEY})")
 	f.DurationVar(&cfg.Timeout, "timeout", sandbox.DefaultTimeout, "wall-clock budget per rollout; the process group is killed on expiry")
 	f.Uint64Var(&cfg.Limits.CPUSeconds, "cpu-seconds", defaults.CPUSeconds, "RLIMIT_CPU per process (0: inherit); exceeding it is a timeout")
 	f.StringVar(&o.memory, "memory", "4GiB", "memory of the whole job: a cgroup limit (OOM kill reported as such) under --containment cgroup, else RLIMIT_AS per process (0: none)")
@@ -62,8 +69,12 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.StringVar(&o.containment, "containment", "auto", "how a job's processes are held together: cgroup, pidns, pgroup, or auto (the strongest available; naming one that is unavailable is a start-up error)")
 	f.Uint64Var(&cfg.Limits.Processes, "max-procs", defaults.Processes, "RLIMIT_NPROC (per UID; enforced only with --run-as, not for root)")
 	f.StringVar(&o.fileSize, "file-size", "1GiB", "RLIMIT_FSIZE, largest file the program may write (0: inherit)")
-	f.BoolVar(&cfg.UseBwrap, "bwrap", false, "run inside bubblewrap: no network, read-only root, private /tmp, PID namespace")
-	f.StringVar(&o.runAs, "run-as", "", "run the program as UID:GID (requires root)")
+	f.BoolVar(&cfg.UseBwrap, "bwrap", true, "run each job in the jail (bubblewrap: user namespace, no capabilities, own PID namespace and /proc, no network, read-only minimal root, private size-limited tmpfs); --bwrap=false needs --allow-weak-containment")
+	f.StringVar(&o.runAs, "run-as", "", "run the program as UID:GID (requires root; default for a root stage: 65534:65534)")
+	f.BoolVar(&cfg.AllowNetwork, "allow-network", false, "give jobs the host's network (services on 127.0.0.1 become reachable; counts as weak)")
+	f.BoolVar(&cfg.AllowWeakContainment, "allow-weak-containment", false, "start even if the containment is weaker than the jail (no bwrap, jobs as the stage's uid or root, --allow-network); the weaknesses are logged")
+	f.StringVar(&o.jobDirSize, "job-dir-size", "512MiB", "size of each private tmpfs of the jail (the job directory, /tmp, /dev/shm): the job's disk quota, counted as memory")
+	f.StringArrayVar(&cfg.ReadOnlyPaths, "ro-bind", nil, "extra host path the jailed job sees read-only (repeat); the directories of absolute --argv paths are added automatically")
 	f.StringVar(&cfg.TempDir, "temp-dir", "", "where job directories are created (default $TMPDIR)")
 	f.IntVar(&o.slots, "slots", 4, "exclusive execution slots (concurrent jobs)")
 	f.IntVar(&o.handlers, "handlers", 0, "stage handlers (0: 2×slots, so a slot never waits for a produce acknowledgement)")
@@ -100,6 +111,12 @@ func (o *sandboxOptions) run(_ *cobra.Command, _ []string) error {
 	}
 	if cfg.Limits.FileSizeBytes, err = parseBytes(o.fileSize); err != nil {
 		return fmt.Errorf("--file-size: %w", err)
+	}
+	if cfg.JobDirBytes, err = parseBytes(o.jobDirSize); err != nil {
+		return fmt.Errorf("--job-dir-size: %w", err)
+	}
+	if cfg.JobDirBytes == 0 {
+		return errors.New("--job-dir-size: want a size above 0 (it is the job's disk quota)")
 	}
 	if o.runAs != "" {
 		if cfg.RunAs, err = parseRunAs(o.runAs); err != nil {

@@ -59,8 +59,8 @@ func BenchmarkCommandExecutorSpawn(b *testing.B) {
 		name string
 		cfg  CommandConfig
 	}{
-		{"plain", CommandConfig{}},
-		{"prlimit", CommandConfig{Limits: DefaultLimits()}},
+		{"plain", CommandConfig{AllowWeakContainment: true}},
+		{"prlimit", CommandConfig{Limits: DefaultLimits(), AllowWeakContainment: true}},
 		{"prlimit+bwrap", CommandConfig{Limits: DefaultLimits(), UseBwrap: true}},
 	}
 	for _, v := range variants {

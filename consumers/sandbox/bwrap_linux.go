@@ -2,7 +2,11 @@ package sandbox
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 )
 
 func findBwrap(path string) (string, error) {
@@ -16,23 +20,116 @@ func findBwrap(path string) (string, error) {
 	return p, nil
 }
 
-// bwrapArgs isolates the child: no network (--unshare-net), read-only view
-// of the host, fresh /dev, /proc and /tmp, only the job directory writable.
-// --unshare-pid makes bubblewrap the init of a PID namespace, so every
-// descendant dies with it even if it escaped our process group with setsid;
-// --die-with-parent ties that init to the bwrap monitor we SIGKILL.
-// --new-session stops TIOCSTI injection into a controlling terminal.
-func bwrapArgs(path, dir string) []string {
-	return []string{
-		path,
-		"--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+// jailSystemPaths are the host directories every job sees, read-only: the
+// programs and libraries, nothing with data. A path missing on the host is
+// skipped (--ro-bind-try).
+var jailSystemPaths = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// jailEtcFiles are the only parts of /etc a job sees: name resolution,
+// users, the dynamic loader, certificates and time zones. The rest of /etc
+// stays hidden because that is where stages keep credentials and keys
+// (/etc/wmrl, mounted Kubernetes Secrets, /etc/shadow).
+var jailEtcFiles = []string{
+	"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/hosts", "/etc/resolv.conf",
+	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
+	"/etc/ssl/certs", "/etc/ca-certificates", "/etc/localtime", "/etc/timezone", "/etc/mime.types",
+}
+
+// jailFD is the first descriptor passed to bubblewrap: the artifact, then
+// rollout.json, copied into the job's tmpfs with --file.
+const jailFD = 3
+
+// jailSpec is one job's jail.
+type jailSpec struct {
+	bwrap        string
+	dir          string   // the job directory: a fresh tmpfs at the same path
+	files        []string // names inside dir, fed from fds jailFD, jailFD+1, …
+	modes        []os.FileMode
+	tmpfsBytes   uint64
+	allowNetwork bool
+	readOnly     []string // extra host paths visible read-only
+}
+
+// jailArgs is the bubblewrap command line of the jail: a user namespace
+// with every capability dropped (so even a root stage's job has no
+// privilege over anything, and `mount -o remount` fails), its own PID
+// namespace with its own /proc (the host's processes and their environments
+// are invisible), no network unless allowNetwork, IPC and UTS namespaces,
+// a read-only root holding only jailSystemPaths, jailEtcFiles and the
+// configured extras (no /sys, so no cgroupfs to escape through; no /home,
+// /root, /var or repository), and three size-limited private tmpfs: the job
+// directory, /tmp and /dev/shm. / and /dev are remounted read-only, so the
+// tmpfs are the only writable places and their size is the job's disk
+// quota. --die-with-parent ties the jail to the bwrap monitor the executor
+// kills; --new-session stops TIOCSTI injection.
+func jailArgs(s jailSpec) []string {
+	size := strconv.FormatUint(s.tmpfsBytes, 10)
+	args := []string{
+		s.bwrap,
+		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		"--cap-drop", "ALL",
 		"--die-with-parent", "--new-session",
-		"--ro-bind", "/", "/",
-		"--dev", "/dev",
-		"--proc", "/proc",
-		"--tmpfs", "/tmp",
-		"--bind", dir, dir,
-		"--chdir", dir,
-		"--",
 	}
+	if !s.allowNetwork {
+		args = append(args, "--unshare-net")
+	}
+	for _, p := range jailSystemPaths {
+		args = append(args, "--ro-bind-try", p, p)
+	}
+	for _, p := range jailEtcFiles {
+		args = append(args, "--ro-bind-try", p, p)
+	}
+	for _, p := range s.readOnly {
+		args = append(args, "--ro-bind", p, p)
+	}
+	args = append(args,
+		"--proc", "/proc",
+		"--dev", "/dev",
+		"--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
+		"--remount-ro", "/dev",
+		"--perms", "1777", "--size", size, "--tmpfs", "/tmp",
+		"--perms", "0700", "--size", size, "--tmpfs", s.dir,
+	)
+	for i, name := range s.files {
+		args = append(args, "--perms", fmt.Sprintf("%04o", s.modes[i].Perm()), "--file", strconv.Itoa(jailFD+i), filepath.Join(s.dir, name))
+	}
+	return append(args, "--remount-ro", "/", "--chdir", s.dir, "--")
+}
+
+// jailReadOnlyPaths are the extra read-only paths of the jail: the
+// configured ones plus the directory of every absolute, existing argv
+// element that lies outside the system paths (the scorer and its siblings),
+// so `--argv /opt/eval/run.py` works without naming its directory twice.
+func jailReadOnlyPaths(extra, argv []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(p string) {
+		p = filepath.Clean(p)
+		if seen[p] || underAny(p, jailSystemPaths) {
+			return
+		}
+		seen[p] = true
+		out = append(out, p)
+	}
+	for _, p := range extra {
+		add(p)
+	}
+	for _, a := range argv {
+		if !filepath.IsAbs(a) || strings.Contains(a, "{") {
+			continue
+		}
+		if st, err := os.Stat(a); err == nil && !st.IsDir() {
+			add(filepath.Dir(a))
+		}
+	}
+	return out
+}
+
+func underAny(p string, roots []string) bool {
+	for _, r := range roots {
+		if p == r || strings.HasPrefix(p, r+"/") {
+			return true
+		}
+	}
+	return false
 }

@@ -36,6 +36,11 @@ func shellExec(t *testing.T, marker string, mut func(*CommandConfig)) (*CommandE
 		Timeout: 10 * time.Second,
 		Env:     map[string]string{"WMRL_TEST_MARKER": marker},
 		TempDir: t.TempDir(),
+		// The jobs run as the stage's uid here (its own user namespace in
+		// bwrap), since the test binaries live in directories only it can
+		// read; the hostile suite runs the default uid.
+		AllowWeakContainment: true,
+		RunAs:                stageRunAs(),
 	}
 	if mut != nil {
 		mut(&cfg)
@@ -135,7 +140,7 @@ func TestBwrapProbeFailure(t *testing.T) {
 	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, err := NewCommandExecutor(CommandConfig{Argv: []string{"true"}, UseBwrap: true, BwrapPath: fake})
+	_, err := NewCommandExecutor(CommandConfig{Argv: []string{"true"}, UseBwrap: true, BwrapPath: fake, RunAs: stageRunAs(), AllowWeakContainment: true})
 	if !errors.Is(err, ErrBwrapUnusable) {
 		t.Fatalf("err = %v, want ErrBwrapUnusable", err)
 	}

@@ -29,6 +29,9 @@ const (
 	DefaultStderrTail  = 4 << 10
 	DefaultStdoutLimit = 64 << 10
 	DefaultPath        = "/usr/local/bin:/usr/bin:/bin"
+	// DefaultJobDirBytes is the size of each of the jail's private tmpfs
+	// (the job directory, /tmp, /dev/shm): the job's disk quota.
+	DefaultJobDirBytes = 512 << 20
 	defaultArtifact    = "artifact"
 )
 
@@ -96,6 +99,11 @@ func DefaultLimits() Limits {
 // RunAs is the unprivileged identity the child runs as.
 type RunAs struct{ UID, GID uint32 }
 
+// DefaultRunAs is the identity of a root stage's jobs when RunAs is nil:
+// nobody, so a job owns no file on the host and RLIMIT_NPROC binds it.
+// Give the sandbox a uid of its own with RunAs where the host has one.
+var DefaultRunAs = RunAs{UID: 65534, GID: 65534}
+
 // CommandConfig configures a CommandExecutor.
 type CommandConfig struct {
 	// Argv is the command to run, without a shell. Elements may contain
@@ -119,12 +127,33 @@ type CommandConfig struct {
 	// logged at start-up). Naming one that is unavailable fails
 	// NewCommandExecutor with ErrContainmentUnavailable.
 	Containment Containment
-	// RunAs, if set, runs the child under that UID/GID (requires root); the
-	// job directory is chowned to it.
+	// RunAs runs the child under that UID/GID (requires root); the job
+	// directory is chowned to it. nil means DefaultRunAs when the stage
+	// runs as root; a non-root stage's jobs get a user namespace of their
+	// own in the jail instead. The stage's own uid (or 0) is weak.
 	RunAs *RunAs
-	// UseBwrap runs the child in bubblewrap: no network, read-only root,
-	// private /tmp, /proc and PID namespace, only the job directory writable.
+	// UseBwrap runs the child in the jail (bubblewrap, see jailArgs): a
+	// user namespace without capabilities, its own PID namespace and /proc,
+	// no network unless AllowNetwork, a read-only minimal view of the host
+	// and size-limited private tmpfs as the only writable places. Without
+	// it the executor refuses to start unless AllowWeakContainment is set.
 	UseBwrap bool
+	// AllowNetwork keeps the host's network in the jail (default: only a
+	// private loopback, so nothing on the host's 127.0.0.1 is reachable).
+	AllowNetwork bool
+	// AllowWeakContainment lets the executor start without the jail, with
+	// jobs under the stage's own uid or as root. Each such weakness is
+	// named in the start-up log; without this flag it is a start-up error
+	// (ErrWeakContainment) — never a silent downgrade.
+	AllowWeakContainment bool
+	// JobDirBytes is the size of each private tmpfs of the jail (job
+	// directory, /tmp, /dev/shm; default DefaultJobDirBytes). tmpfs pages
+	// are memory: under a memory cgroup they count towards MemoryBytes.
+	JobDirBytes uint64
+	// ReadOnlyPaths are extra host paths the jailed job sees read-only
+	// (data, a virtualenv). The directory of every absolute argv element
+	// is added automatically.
+	ReadOnlyPaths []string
 	// BwrapPath and PrlimitPath override the looked-up helper binaries.
 	BwrapPath   string
 	PrlimitPath string
@@ -156,6 +185,13 @@ type CommandExecutor struct {
 	log      *slog.Logger
 	// requested is the containment asked for (ContainmentAuto unless named).
 	requested Containment
+	// weak lists what makes this executor weaker than the jail (empty when
+	// it is not); it is logged at start-up.
+	weak []string
+	// envFixed is the EnvAllow part of the job's environment, read once at
+	// construction: the stage may scrub its own environment later.
+	envFixed map[string]string
+	readOnly []string
 }
 
 // NewCommandExecutor validates cfg, applies defaults and checks that the
@@ -189,9 +225,17 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	for k := range cfg.Env {
+	for k, v := range cfg.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return nil, fmt.Errorf("%w: bad environment variable name %q", ErrConfig, k)
+		}
+		if err := checkMetaPlaceholders("--env "+k, v); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range cfg.Argv {
+		if err := checkMetaPlaceholders("--argv", a); err != nil {
+			return nil, err
 		}
 	}
 	rng, err := newScoreRange(cfg.ScoreMin, cfg.ScoreMax)
@@ -210,6 +254,16 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 		}
 	}
 	e.envAllow = slices.Clone(cfg.EnvAllow)
+	if e.envFixed, err = allowedEnv(cfg.EnvAllow); err != nil {
+		return nil, err
+	}
+	if cfg.JobDirBytes == 0 {
+		e.cfg.JobDirBytes = DefaultJobDirBytes
+	}
+	if e.cfg.RunAs == nil && os.Geteuid() == 0 {
+		ra := DefaultRunAs
+		e.cfg.RunAs = &ra
+	}
 	if e.contain, err = detectContainment(cfg.Containment); err != nil {
 		return nil, err
 	}
@@ -223,9 +277,15 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 		if e.cfg.BwrapPath, err = findBwrap(cfg.BwrapPath); err != nil {
 			return nil, err
 		}
+		e.readOnly = jailReadOnlyPaths(cfg.ReadOnlyPaths, e.argv)
 		if err := e.probeBwrap(); err != nil {
 			return nil, err
 		}
+	}
+	// Checked last, so that a plain configuration error is reported as such.
+	e.weak = weaknesses(e.cfg)
+	if len(e.weak) > 0 && !cfg.AllowWeakContainment {
+		return nil, fmt.Errorf("%w: %s; refusing to start (set --allow-weak-containment to run anyway)", ErrWeakContainment, strings.Join(e.weak, "; "))
 	}
 	return e, nil
 }
@@ -250,13 +310,24 @@ func (e *CommandExecutor) LogContainment() {
 	if len(memory) == 0 {
 		memory = append(memory, "unlimited")
 	}
-	level := slog.LevelInfo
-	if e.contain.kind != ContainmentCgroup && !e.cfg.UseBwrap {
+	level, jail := slog.LevelInfo, "off"
+	if len(e.weak) > 0 {
 		level = slog.LevelWarn
+	}
+	if e.cfg.UseBwrap {
+		jail = fmt.Sprintf("bwrap: user namespace, no capabilities, own PID namespace and /proc, network %s, %d-byte private tmpfs job dir, /tmp, /dev/shm", map[bool]string{true: "shared", false: "none"}[e.cfg.AllowNetwork], e.cfg.JobDirBytes)
+	}
+	uid := "user namespace of the stage's uid"
+	if e.cfg.RunAs != nil {
+		uid = fmt.Sprintf("%d:%d", e.cfg.RunAs.UID, e.cfg.RunAs.GID)
+	}
+	weak := "none"
+	if len(e.weak) > 0 {
+		weak = strings.Join(e.weak, "; ")
 	}
 	e.log.Log(context.Background(), level, "sandbox: containment",
 		"containment", e.contain.kind.String(), "requested", requested.String(),
-		"detail", e.contain.detail, "bwrap", e.cfg.UseBwrap, "memory", strings.Join(memory, "; "),
+		"detail", e.contain.detail, "jail", jail, "job_uid", uid, "weak", weak, "memory", strings.Join(memory, "; "),
 		"guarantees", e.contain.kind.guarantees())
 }
 
@@ -267,6 +338,9 @@ func (e *CommandExecutor) Config() CommandConfig { return e.cfg }
 // and the process group killed before it returns.
 func (e *CommandExecutor) Execute(ctx context.Context, job Job) Result {
 	name, err := artifactName(job.ArtifactName)
+	if err == nil && name == RolloutFile && job.Rollout != nil {
+		err = fmt.Errorf("sandbox: artifact name %q is taken by the rollout record", name)
+	}
 	if err != nil {
 		return Result{Status: StatusInvalid, Reason: err.Error(), ExitCode: -1}
 	}
@@ -280,8 +354,25 @@ func (e *CommandExecutor) Execute(ctx context.Context, job Job) Result {
 		}
 	}()
 	artifact := filepath.Join(dir, name)
-	if err := e.prepareDir(dir, artifact, job.Artifact); err != nil {
+	ph := placeholders{dir: dir, artifact: artifact, meta: job.Meta, rollout: job.RolloutID}
+	argv, err := e.commandLine(ph, jobFiles(job, name))
+	if err != nil {
 		return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
+	}
+	env, err := e.environ(ph)
+	if err != nil {
+		return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
+	}
+	files, err := e.prepareDir(dir, jobFiles(job, name))
+	if err != nil {
+		return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
+	}
+	var fds []*os.File
+	if e.cfg.UseBwrap {
+		if fds, err = openJobFiles(dir, files); err != nil {
+			return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
+		}
+		defer closeAll(fds)
 	}
 	cell, err := e.contain.newCell(e.cfg.Limits)
 	if err != nil {
@@ -289,9 +380,10 @@ func (e *CommandExecutor) Execute(ctx context.Context, job Job) Result {
 	}
 	spec := runSpec{
 		cell:      cell,
-		argv:      e.commandLine(dir, artifact),
-		dir:       dir,
-		env:       e.environ(dir, artifact),
+		files:     fds,
+		argv:      argv,
+		dir:       e.startDir(dir),
+		env:       env,
 		runAs:     e.cfg.RunAs,
 		timeout:   e.cfg.Timeout,
 		stdoutMax: e.cfg.StdoutLimit,
@@ -305,22 +397,6 @@ func (e *CommandExecutor) Execute(ctx context.Context, job Job) Result {
 	return e.classify(out)
 }
 
-func (e *CommandExecutor) prepareDir(dir, artifact string, data []byte) error {
-	// 0700: the artifact may be executed directly ({artifact} as argv[0]);
-	// the directory itself is already 0700 from MkdirTemp.
-	if err := os.WriteFile(artifact, data, 0o700); err != nil {
-		return fmt.Errorf("sandbox: write artifact: %w", err)
-	}
-	if e.cfg.RunAs != nil {
-		for _, p := range []string{dir, artifact} {
-			if err := os.Chown(p, int(e.cfg.RunAs.UID), int(e.cfg.RunAs.GID)); err != nil {
-				return fmt.Errorf("sandbox: chown job dir: %w", err)
-			}
-		}
-	}
-	return nil
-}
-
 func artifactName(n string) (string, error) {
 	if n == "" {
 		return defaultArtifact, nil
@@ -331,43 +407,54 @@ func artifactName(n string) (string, error) {
 	return n, nil
 }
 
-func expand(s, dir, artifact string) string {
-	if !strings.Contains(s, "{") {
-		return s
+// jobFiles are what the job finds in its directory: the artifact and, when the
+// caller passed it, the rollout record.
+func jobFiles(job Job, artifact string) []jobFile {
+	fs := []jobFile{{name: artifact, data: job.Artifact, mode: 0o700}}
+	if job.Rollout != nil {
+		fs = append(fs, jobFile{name: RolloutFile, data: job.Rollout, mode: 0o400})
 	}
-	return strings.NewReplacer(PlaceholderArtifact, artifact, PlaceholderDir, dir).Replace(s)
+	return fs
 }
 
 // commandLine is prlimit … -- [bwrap … --] argv: limits are set outermost so
 // they also bound bubblewrap's own helper processes.
-func (e *CommandExecutor) commandLine(dir, artifact string) []string {
+func (e *CommandExecutor) commandLine(ph placeholders, files []jobFile) ([]string, error) {
 	var line []string
 	line = append(line, e.prefix...)
 	if e.cfg.UseBwrap {
-		line = append(line, bwrapArgs(e.cfg.BwrapPath, dir)...)
+		line = append(line, jailArgs(e.jailSpec(ph.dir, files))...)
 	}
 	for _, a := range e.argv {
-		line = append(line, expand(a, dir, artifact))
+		x, err := ph.expand(a)
+		if err != nil {
+			return nil, err
+		}
+		line = append(line, x)
 	}
-	return line
+	return line, nil
 }
 
-func (e *CommandExecutor) environ(dir, artifact string) []string {
-	env := map[string]string{"PATH": DefaultPath, "HOME": dir, "TMPDIR": dir}
-	for _, k := range e.envAllow {
-		if v, ok := os.LookupEnv(k); ok {
-			env[k] = v
-		}
+// environ is the job's whole environment: PATH, HOME and TMPDIR, the
+// EnvAllow values read at start-up and Env. Nothing else of the stage's.
+func (e *CommandExecutor) environ(ph placeholders) ([]string, error) {
+	env := map[string]string{"PATH": DefaultPath, "HOME": ph.dir, "TMPDIR": ph.dir}
+	for k, v := range e.envFixed {
+		env[k] = v
 	}
 	for k, v := range e.cfg.Env {
-		env[k] = expand(v, dir, artifact)
+		x, err := ph.expand(v)
+		if err != nil {
+			return nil, err
+		}
+		env[k] = x
 	}
 	out := make([]string, 0, len(env))
 	for k, v := range env {
 		out = append(out, k+"="+v)
 	}
 	slices.Sort(out)
-	return out
+	return out, nil
 }
 
 // classify maps a process outcome onto the four statuses.
@@ -430,54 +517,4 @@ func (e *CommandExecutor) cpuLimitHit(sig signal, cpu time.Duration) bool {
 		return false
 	}
 	return sig == sigXCPU || (sig == sigKill && cpu >= time.Duration(lim)*time.Second-50*time.Millisecond)
-}
-
-// probeBwrap runs /bin/true through exactly the wrapper real jobs use, because
-// an installed bwrap often cannot create namespaces (containers without user
-// namespaces, restrictive AppArmor) and that must be a startup error.
-func (e *CommandExecutor) probeBwrap() error {
-	truePath, err := exec.LookPath("true")
-	if err != nil {
-		return fmt.Errorf("%w: no true(1) to probe with: %w", ErrBwrapUnusable, err)
-	}
-	dir, err := os.MkdirTemp(e.cfg.TempDir, "wmrl-bwrap-probe-")
-	if err != nil {
-		return fmt.Errorf("%w: probe dir: %w", ErrBwrapUnusable, err)
-	}
-	defer os.RemoveAll(dir)
-	if e.cfg.RunAs != nil {
-		if err := os.Chown(dir, int(e.cfg.RunAs.UID), int(e.cfg.RunAs.GID)); err != nil {
-			return fmt.Errorf("%w: probe dir: %w", ErrBwrapUnusable, err)
-		}
-	}
-	argv := append(slices.Clone(e.prefix), bwrapArgs(e.cfg.BwrapPath, dir)...)
-	cell, err := e.contain.newCell(e.cfg.Limits)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrBwrapUnusable, err)
-	}
-	o := runProcess(context.Background(), runSpec{
-		cell:      cell,
-		argv:      append(argv, truePath),
-		dir:       dir,
-		env:       e.environ(dir, dir),
-		runAs:     e.cfg.RunAs,
-		timeout:   10 * time.Second,
-		stdoutMax: 4 << 10,
-		stderrMax: 4 << 10,
-		grace:     e.cfg.KillGrace,
-	})
-	var what string
-	switch {
-	case o.startErr != nil:
-		what = o.startErr.Error()
-	case o.timedOut:
-		what = "timed out after 10s"
-	case o.signaled:
-		what = "killed by " + signalName(o.signal)
-	case o.exitCode != 0:
-		what = fmt.Sprintf("exit status %d", o.exitCode)
-	default:
-		return nil
-	}
-	return fmt.Errorf("%w: probe %q: %s: %s", ErrBwrapUnusable, e.cfg.BwrapPath, what, strings.TrimSpace(validUTF8(o.stderr)))
 }

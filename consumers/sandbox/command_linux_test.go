@@ -23,6 +23,10 @@ func helperExec(t *testing.T, marker string, mut func(*CommandConfig)) *CommandE
 		// stderr tail instead of pages of goroutine dumps.
 		Env:     map[string]string{helperEnv: "1", "WMRL_TEST_MARKER": marker, "GOTRACEBACK": "none"},
 		TempDir: t.TempDir(),
+		// These tests are about containment, limits and classification:
+		// the job runs as the stage (the hostile suite covers the jail).
+		AllowWeakContainment: true,
+		RunAs:                stageRunAs(),
 	}
 	if mut != nil {
 		mut(&cfg)
@@ -160,10 +164,10 @@ func TestMarkerScannerSeesRunningJob(t *testing.T) {
 
 func TestCommandExecutorEnvironmentAndDir(t *testing.T) {
 	t.Setenv("WMRL_TEST_SECRET", "hunter2")
-	t.Setenv("WMRL_TEST_ALLOWED", "yes")
+	t.Setenv("SANDBOX_TEST_ALLOWED", "yes")
 	_, marker := markerEnv(t)
 	e := helperExec(t, marker, func(c *CommandConfig) {
-		c.EnvAllow = []string{"WMRL_TEST_ALLOWED", "WMRL_TEST_UNSET"}
+		c.EnvAllow = []string{"SANDBOX_TEST_ALLOWED", "SANDBOX_TEST_UNSET"}
 		c.Env["WMRL_TEST_JOBDIR"] = PlaceholderDir
 		c.Limits = Limits{CPUSeconds: 30}
 	})
@@ -183,18 +187,18 @@ func TestCommandExecutorEnvironmentAndDir(t *testing.T) {
 	if _, ok := env["WMRL_TEST_SECRET"]; ok {
 		t.Errorf("secret leaked into child env")
 	}
-	if _, ok := env["WMRL_TEST_UNSET"]; ok {
+	if _, ok := env["SANDBOX_TEST_UNSET"]; ok {
 		t.Errorf("unset allowlisted variable appeared")
 	}
 	want := map[string]string{
-		"WMRL_TEST_ALLOWED": "yes",
-		"PATH":              DefaultPath,
-		"HOME":              got.Cwd,
-		"TMPDIR":            got.Cwd,
-		"WMRL_TEST_JOBDIR":  got.Cwd,
-		helperEnv:           "1",
-		"WMRL_TEST_MARKER":  marker,
-		"GOTRACEBACK":       "none",
+		"SANDBOX_TEST_ALLOWED": "yes",
+		"PATH":                 DefaultPath,
+		"HOME":                 got.Cwd,
+		"TMPDIR":               got.Cwd,
+		"WMRL_TEST_JOBDIR":     got.Cwd,
+		helperEnv:              "1",
+		"WMRL_TEST_MARKER":     marker,
+		"GOTRACEBACK":          "none",
 	}
 	for k, v := range want {
 		if env[k] != v {
@@ -293,6 +297,10 @@ func TestNewCommandExecutorErrors(t *testing.T) {
 		{"unknown command", CommandConfig{Argv: []string{"wmrl-no-such-command"}}, ErrConfig},
 		{"bad score range", CommandConfig{Argv: []string{"true"}, ScoreMin: 1, ScoreMax: 1}, ErrConfig},
 		{"bad env name", CommandConfig{Argv: []string{"true"}, Env: map[string]string{"A=B": "c"}}, ErrConfig},
+		{"meta placeholder without key", CommandConfig{Argv: []string{"true", "{meta.}"}}, ErrConfig},
+		{"meta placeholder unclosed in env", CommandConfig{Argv: []string{"true"}, Env: map[string]string{"L": "{meta.label"}}, ErrConfig},
+		{"stage setting allowed into the job", CommandConfig{Argv: []string{"true"}, EnvAllow: []string{"WMRL_SASL_PASSWORD"}}, ErrEnvAllow},
+		{"no jail", CommandConfig{Argv: []string{"true"}}, ErrWeakContainment},
 		{"prlimit missing", CommandConfig{Argv: []string{"true"}, Limits: Limits{CPUSeconds: 1}, PrlimitPath: "/nonexistent/prlimit"}, ErrPrlimitMissing},
 		{"bwrap missing", CommandConfig{Argv: []string{"true"}, UseBwrap: true, BwrapPath: "/nonexistent/bwrap"}, ErrBwrapMissing},
 	}
@@ -316,6 +324,9 @@ func TestCommandExecutorSIGXCPU(t *testing.T) {
 		Limits:  Limits{CPUSeconds: 1},
 		Env:     map[string]string{"WMRL_TEST_MARKER": marker},
 		TempDir: t.TempDir(),
+		// Weak on purpose: the CPU limit is under test, not the jail.
+		AllowWeakContainment: true,
+		RunAs:                stageRunAs(),
 	})
 	if err != nil {
 		t.Fatal(err)

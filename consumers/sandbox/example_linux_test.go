@@ -10,11 +10,13 @@ import (
 
 func ExampleNewCommandExecutor() {
 	// The rollout artifact is a shell script; a real deployment would run
-	// e.g. []string{"python3", "{artifact}"} with UseBwrap.
+	// e.g. []string{"python3", "{artifact}"}. UseBwrap is the jail: without
+	// it the executor refuses to start unless AllowWeakContainment is set.
 	e, err := sandbox.NewCommandExecutor(sandbox.CommandConfig{
-		Argv:    []string{"/bin/sh", sandbox.PlaceholderArtifact},
-		Timeout: 5 * time.Second,
-		Limits:  sandbox.Limits{CPUSeconds: 5, AddressSpaceBytes: 1 << 30, FileSizeBytes: 16 << 20},
+		Argv:     []string{"/bin/sh", sandbox.PlaceholderArtifact},
+		UseBwrap: true,
+		Timeout:  5 * time.Second,
+		Limits:   sandbox.Limits{CPUSeconds: 5, AddressSpaceBytes: 1 << 30, FileSizeBytes: 16 << 20},
 	})
 	if err != nil {
 		fmt.Println(err)

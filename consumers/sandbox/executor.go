@@ -1,7 +1,8 @@
 // Package sandbox executes anchor rollouts for real: a pool of exclusive
 // slots in front of an Executor, which is either a CommandExecutor (untrusted
-// code in a per-job cgroup or PID namespace with limits, a wall-clock
-// timeout and optional bubblewrap) or a BuiltinExecutor (an in-process task such as the
+// code in a jail — bubblewrap with a user namespace and no capabilities — as
+// an unprivileged uid, in a per-job cgroup or PID namespace with limits and a
+// wall-clock timeout) or a BuiltinExecutor (an in-process task such as the
 // demo's). The Kafka stage loop is built on top of this package.
 //
 // Isolation choices, in short:
@@ -19,8 +20,11 @@
 //     stops reading the escapee's pipes after KillGrace and says so.
 //   - Memory is a cgroup limit for the whole job where available (an OOM
 //     kill is reported as such), else RLIMIT_AS per process.
-//   - UseBwrap adds bubblewrap: no network, read-only root, private /tmp and
-//     a PID namespace of its own.
+//   - UseBwrap is the jail (see jailArgs): no capabilities, no network,
+//     its own PID namespace and /proc, a read-only minimal view of the host
+//     and size-limited tmpfs as the only writable places. Without it, or
+//     with jobs under the stage's uid or root, NewCommandExecutor refuses to
+//     start unless AllowWeakContainment is set (ErrWeakContainment).
 //   - Exhausting RLIMIT_CPU is reported as StatusTimeout (not error): it is
 //     the same failure as the wall clock — the rollout used up its time
 //     budget — and PolicyZero should impute 0 for both, as the reference
@@ -60,6 +64,12 @@ type Job struct {
 	// ArtifactName is the file name for Artifact (a plain base name);
 	// empty means "artifact".
 	ArtifactName string
+	// Rollout, if set, is written to RolloutFile ({dir}/rollout.json) in
+	// the job directory: the rollout record as JSON, meta included, so the
+	// program can grade against the task (a label, the tests to run).
+	Rollout []byte
+	// Meta is the rollout's meta, for {meta.KEY} placeholders.
+	Meta map[string]string
 }
 
 // Result is the outcome of one execution. Score is meaningful only when

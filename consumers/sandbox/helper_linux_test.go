@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(helperMain(os.Args[1:]))
 	}
+	if base := os.Getenv(hostileStageEnv); base != "" {
+		os.Exit(hostileStageMain(base))
+	}
 	code := m.Run()
 	if left := leftoverJobCgroups(); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "job cgroups not removed: %v\n", left)
@@ -77,6 +80,8 @@ func helperMain(args []string) int {
 			return 100
 		}
 		return helperMain(append(strings.Fields(string(b)), args[1]))
+	case "attack":
+		return hostileAttack(args[1:])
 	case "good":
 		fmt.Println("training... epoch 1")
 		fmt.Println("")
@@ -305,6 +310,15 @@ func grandchildPid(t *testing.T, stderr string) int {
 	}
 	t.Fatalf("no grandchild pid in stderr %q", stderr)
 	return 0
+}
+
+// stageRunAs is RunAs for "the job runs as the stage" (weak; nil when the
+// stage is not root, whose jobs run as its uid without RunAs).
+func stageRunAs() *RunAs {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	return &RunAs{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid())}
 }
 
 func killPid(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

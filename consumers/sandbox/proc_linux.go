@@ -35,6 +35,8 @@ type runSpec struct {
 	grace     time.Duration
 	// cell holds the job's processes together (nil: process group only).
 	cell jobCell
+	// files become the child's descriptors 3, 4, … (the jail's --file inputs).
+	files []*os.File
 }
 
 // procOutcome is what happened to the child, before classification.
@@ -91,7 +93,7 @@ func runProcess(ctx context.Context, s runSpec) (o procOutcome) {
 	defer outR.Close()
 	defer errR.Close()
 
-	cmd := &exec.Cmd{Path: s.argv[0], Args: s.argv, Dir: s.dir, Env: s.env, Stdout: outW, Stderr: errW}
+	cmd := &exec.Cmd{Path: s.argv[0], Args: s.argv, Dir: s.dir, Env: s.env, Stdout: outW, Stderr: errW, ExtraFiles: s.files}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setpgid: true,
 		// If this process dies, the child dies too. Pdeathsig fires when the

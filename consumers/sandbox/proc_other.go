@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"os"
 	"syscall"
 	"time"
 )
@@ -29,6 +30,7 @@ type runSpec struct {
 	stderrMax int
 	grace     time.Duration
 	cell      jobCell
+	files     []*os.File
 }
 
 type procOutcome struct {
@@ -71,4 +73,15 @@ func signalHint(signal) string                       { return "" }
 func bwrapSignal(int) (signal, bool)                 { return 0, false }
 func prlimitPrefix(string, Limits) ([]string, error) { return nil, ErrUnsupported }
 func findBwrap(string) (string, error)               { return "", ErrUnsupported }
-func bwrapArgs(string, string) []string              { return nil }
+func jailArgs(jailSpec) []string                     { return nil }
+func jailReadOnlyPaths(_, _ []string) []string       { return nil }
+
+type jailSpec struct {
+	bwrap        string
+	dir          string
+	files        []string
+	modes        []os.FileMode
+	tmpfsBytes   uint64
+	allowNetwork bool
+	readOnly     []string
+}

@@ -32,12 +32,14 @@ echo "{\"score\": $ok}"`
 		t.Run(tc.name, func(t *testing.T) {
 			_, marker := markerEnv(t)
 			e, err := NewCommandExecutor(CommandConfig{
-				Argv:     []string{"/bin/sh", PlaceholderArtifact},
-				Timeout:  10 * time.Second,
-				Env:      map[string]string{"WMRL_TEST_MARKER": marker},
-				Limits:   tc.limits,
-				RunAs:    &RunAs{UID: 65534, GID: 65534},
-				ScoreMax: 100,
+				Argv:    []string{"/bin/sh", PlaceholderArtifact},
+				Timeout: 10 * time.Second,
+				Env:     map[string]string{"WMRL_TEST_MARKER": marker},
+				Limits:  tc.limits,
+				RunAs:   &RunAs{UID: 65534, GID: 65534},
+				// No jail: RLIMIT_NPROC alone is under test.
+				AllowWeakContainment: true,
+				ScoreMax:             100,
 				// The job dir's parents must be traversable by nobody.
 				TempDir: os.TempDir(),
 			})

@@ -52,6 +52,9 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		if _, err := artifactName(cfg.ArtifactName); err != nil {
 			return nil, err
 		}
+		if cfg.ArtifactName == RolloutFile {
+			return nil, fmt.Errorf("%w: artifact name %q is the rollout record's", ErrConfig, RolloutFile)
+		}
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -82,9 +85,14 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 			return h.record(e)
 		}
 	}
+	// The job gets the rollout itself as {dir}/rollout.json (its task: meta, prompt).
+	record, err := topics.EncodeRollout(r)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: re-encode rollout %s: %w", r.RolloutID, err)
+	}
 	res, err := h.cfg.Pool.Submit(ctx, Job{
 		RunID: r.RunID, GroupID: r.GroupID, RolloutID: r.RolloutID, Step: r.Step,
-		Artifact: data, ArtifactName: h.cfg.ArtifactName,
+		Artifact: data, ArtifactName: h.cfg.ArtifactName, Rollout: record, Meta: r.Meta,
 	})
 	if err != nil {
 		// Submit fails only when ctx ends before a slot frees: the record is handed back.

@@ -176,6 +176,6 @@ imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 securityContext:
-  {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+  {{- toYaml (merge (dict) (default (dict) (.jail).podSecurityContext) .root.Values.podSecurityContext) | nindent 2 }}
 automountServiceAccountToken: false
 {{- end }}

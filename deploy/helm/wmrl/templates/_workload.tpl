@@ -12,6 +12,11 @@ metadata:
     checksum/config: {{ include (print .root.Template.BasePath "/configmap.yaml") .root | sha256sum }}
 spec:
   {{- include "wmrl.podSpecCommon" . | nindent 2 }}
+  {{- with .jail }}
+  {{- if hasKey . "hostUsers" }}
+  hostUsers: {{ .hostUsers }}
+  {{- end }}
+  {{- end }}
   terminationGracePeriodSeconds: {{ default 45 $v.terminationGracePeriodSeconds }}
   {{- with .restartPolicy }}
   restartPolicy: {{ . }}
@@ -40,7 +45,7 @@ spec:
       resources:
         {{- toYaml $v.resources | nindent 8 }}
       securityContext:
-        {{- toYaml .root.Values.securityContext | nindent 8 }}
+        {{- toYaml (merge (dict) (default (dict) (.jail).securityContext) .root.Values.securityContext) | nindent 8 }}
       volumeMounts:
         {{- include "wmrl.volumeMounts" . | nindent 8 }}
         {{- with .mounts }}

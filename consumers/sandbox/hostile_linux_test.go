@@ -1,0 +1,456 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The hostile-job suite: every attack of docs/security.md's table, under
+// every containment mode this machine offers, with the stage running as root
+// and (re-executed through setuid) as an unprivileged uid. The outcome table
+// is generated here; `go test ./consumers/sandbox -run TestHostile -update`
+// rewrites testdata/hostile-table.md and the block in docs/security.md, and
+// a normal run fails when the doc differs from what the machine does.
+
+// hostileStageUID is the unprivileged uid the non-root stage runs as. It has
+// no passwd entry on purpose: nothing about it needs one.
+const hostileStageUID = 64123
+
+// hostileStageEnv marks the re-executed test binary as the non-root stage;
+// its value is the fixture directory.
+const hostileStageEnv = "WMRL_HOSTILE_STAGE"
+
+// hostileAttacks are the table's rows, in order.
+var hostileAttacks = []struct{ name, what string }{
+	{"environ", "read the stage's environment (`/proc/<stage>/environ`)"},
+	{"secret-file", "read the stage's 0600 key file"},
+	{"shadow", "read `/etc/shadow`"},
+	{"write-outside", "write outside the job directory (stage-owned dir, `/tmp`, `/var/tmp`, `/dev/shm`)"},
+	{"remount", "remount the read-only view writable and write on the host"},
+	{"cgroup-escape", "escape by writing its pid into the parent's `cgroup.procs`"},
+	{"daemonise", "daemonise (setsid + double fork) and outlive the job"},
+	{"forkbomb", fmt.Sprintf("fork bomb (%d processes alive at once)", hostileForks)},
+	{"fill-disk", fmt.Sprintf("fill the disk (%d MiB into each writable place)", hostileFillMiB)},
+	{"network", "connect to a service on the host's 127.0.0.1 (Kafka, Redis)"},
+}
+
+// hostileMode is one column: how the stage's executor is configured.
+type hostileMode struct {
+	name string
+	cfg  func(*CommandConfig)
+}
+
+// hostileModes are the suite's columns. "default" is the configuration the
+// CLI builds from its default flags; the others name a containment, with
+// and without bubblewrap.
+func hostileModes() []hostileMode {
+	// The CLI's defaults: --bwrap (the jail), --containment auto, no
+	// --run-as (DefaultRunAs for a root stage).
+	modes := []hostileMode{{"default", func(cfg *CommandConfig) { cfg.UseBwrap = true }}}
+	for _, c := range containmentOrder {
+		modes = append(modes,
+			// Without the jail the executor refuses to start unless told.
+			hostileMode{string(c), func(cfg *CommandConfig) { cfg.Containment, cfg.AllowWeakContainment = c, true }},
+			hostileMode{string(c) + "+bwrap", func(cfg *CommandConfig) { cfg.Containment, cfg.UseBwrap = c, true }},
+		)
+	}
+	return modes
+}
+
+// hostileFixture is what the attacks aim at, made by the stage itself.
+type hostileFixture struct {
+	base       string // owned by the stage's uid
+	bin        string // the hostile program, in a directory every uid can read
+	secret     string
+	secretFile string // 0600, owned by the stage
+	outDir     string // 0755, owned by the stage
+	jobs       string // the executor's TempDir
+}
+
+// hostileOutcome is one cell.
+type hostileOutcome string
+
+const (
+	outcomeBlocked     hostileOutcome = "blocked"
+	outcomeAllowed     hostileOutcome = "**allowed**"
+	outcomeUnavailable hostileOutcome = "n/a"
+)
+
+// hostileResult is one stage user's table: Cells[attack][mode].
+type hostileResult struct {
+	User  string
+	Modes []string
+	Cells map[string]map[string]hostileOutcome
+	// Notes are why a mode is unavailable, for the test log.
+	Notes map[string]string
+}
+
+func TestHostileJobs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("runs in the non-race pass: the hostile binary is the test binary, which TSan cannot start under RLIMIT_AS")
+	}
+	if testing.Short() {
+		t.Skip("hostile suite: -short")
+	}
+	secret := fmt.Sprintf("s3cret-%d-%d", os.Getpid(), time.Now().UnixNano())
+	// Outside /tmp, which bubblewrap replaces, and readable by every uid.
+	binDir := hostileDir(t, os.Geteuid())
+	bin := filepath.Join(binDir, "hostile")
+	copyFile(t, helperPath(t), bin)
+
+	// Each stage is the test binary re-executed with the secret in its
+	// initial environment (what /proc/PID/environ shows), under its uid.
+	var results []hostileResult
+	if os.Geteuid() == 0 {
+		results = append(results, runHostileStage(t, bin, secret, 0), runHostileStage(t, bin, secret, hostileStageUID))
+	} else {
+		t.Log("not root: the suite runs only as the current (non-root) user")
+		results = append(results, runHostileStage(t, bin, secret, os.Geteuid()))
+	}
+	for _, r := range results {
+		for m, why := range r.Notes {
+			t.Logf("%s / %s: %s", r.User, m, why)
+		}
+		for _, a := range hostileAttacks {
+			if got := r.Cells[a.name]["default"]; got != outcomeBlocked {
+				t.Errorf("%s, default flags: attack %s %s", r.User, a.name, got)
+			}
+		}
+	}
+	table := renderHostileTable(results)
+	t.Log("\n" + table)
+	if os.Geteuid() != 0 {
+		return // the documented table is the root + non-root one
+	}
+	checkHostileDoc(t, table)
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hostileDir is a fresh 0755 directory owned by uid under /var/tmp: outside
+// /tmp (which bubblewrap replaces with its own) and reachable by every uid.
+func hostileDir(t *testing.T, uid int) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", "wmrl-hostile-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uid, uid); err != nil && uid != os.Geteuid() {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// fixtureIn makes the stage's secrets and directories in base, as the stage.
+func fixtureIn(base, bin, secret string) (hostileFixture, error) {
+	fx := hostileFixture{base: base, bin: bin, secret: secret,
+		secretFile: filepath.Join(base, "key.pem"), outDir: filepath.Join(base, "out"), jobs: filepath.Join(base, "jobs")}
+	for _, err := range []error{
+		os.WriteFile(fx.secretFile, []byte(secret), 0o600),
+		os.Mkdir(fx.outDir, 0o755),
+		// 0755: a job under another uid must reach its own job directory.
+		os.Mkdir(fx.jobs, 0o755),
+	} {
+		if err != nil {
+			return fx, err
+		}
+	}
+	return fx, nil
+}
+
+// runHostileStage re-executes the test binary as uid and reads its table:
+// the executor code under test really runs as that uid.
+func runHostileStage(t *testing.T, bin, secret string, uid int) hostileResult {
+	base := hostileDir(t, uid)
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = []string{hostileStageEnv + "=" + base, hostileSecretEnv + "=" + secret, "PATH=" + DefaultPath, "HOME=" + base, "TMPDIR=" + os.TempDir()}
+	if uid != os.Geteuid() {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	t.Logf("stage uid %d:\n%s", uid, stderr.String())
+	if err != nil {
+		t.Fatalf("stage uid %d: %v", uid, err)
+	}
+	var r hostileResult
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("stage uid %d output: %v\n%s", uid, err, out)
+	}
+	return r
+}
+
+// hostileStageMain is the stage: TestMain calls it in the re-executed
+// binary. It runs the suite and prints the table as JSON on stdout.
+func hostileStageMain(base string) int {
+	bin, _ := os.Executable()
+	fx, err := fixtureIn(base, bin, os.Getenv(hostileSecretEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fixture:", err)
+		return 1
+	}
+	user := "root"
+	if os.Geteuid() != 0 {
+		user = "non-root"
+	}
+	r := runHostileSuite(func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }, fx, user)
+	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// runHostileSuite runs every attack under every mode as the calling uid.
+func runHostileSuite(logf func(string, ...any), fx hostileFixture, user string) hostileResult {
+	port, accepted := hostileListener()
+	r := hostileResult{User: user, Cells: map[string]map[string]hostileOutcome{}, Notes: map[string]string{}}
+	for _, a := range hostileAttacks {
+		r.Cells[a.name] = map[string]hostileOutcome{}
+	}
+	for _, m := range hostileModes() {
+		r.Modes = append(r.Modes, m.name)
+		cfg := hostileBaseConfig(fx)
+		m.cfg(&cfg)
+		e, err := NewCommandExecutor(cfg)
+		if err != nil {
+			r.Notes[m.name] = err.Error()
+			for _, a := range hostileAttacks {
+				r.Cells[a.name][m.name] = outcomeUnavailable
+			}
+			continue
+		}
+		for _, a := range hostileAttacks {
+			o, detail := runAttack(e, fx, a.name, port, accepted)
+			logf("%s %s %s: %s (%s)", user, m.name, a.name, o, detail)
+			r.Cells[a.name][m.name] = o
+		}
+	}
+	return r
+}
+
+// hostileBaseConfig is what the CLI builds from its default flags, plus the
+// hostile program.
+func hostileBaseConfig(fx hostileFixture) CommandConfig {
+	return CommandConfig{
+		Argv:    []string{fx.bin, "run", PlaceholderArtifact},
+		Timeout: 30 * time.Second,
+		Env:     map[string]string{helperEnv: "1"},
+		Limits:  DefaultLimits(),
+		TempDir: fx.jobs,
+		// The only value below the CLI's defaults: a small quota keeps the
+		// disk-fill attack fast (it writes hostileFillMiB everywhere).
+		JobDirBytes: 16 << 20,
+	}
+}
+
+func hostileListener() (string, *atomic.Int64) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	accepted := new(atomic.Int64)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port), accepted
+}
+
+// runAttack runs one attack and judges it from the host side.
+func runAttack(e *CommandExecutor, fx hostileFixture, attack, port string, accepted *atomic.Int64) (hostileOutcome, string) {
+	marker := fmt.Sprintf("wmrl-hostile-%d-%d", os.Getpid(), time.Now().UnixNano())
+	places := []string{fx.outDir, "/tmp", "/var/tmp", "/dev/shm"}
+	args := []string{"attack", attack}
+	switch attack {
+	case "environ":
+		args = append(args, strconv.Itoa(os.Getpid()))
+	case "secret-file":
+		args = append(args, fx.secretFile)
+	case "write-outside", "fill-disk":
+		args = append(append(args, marker), places...)
+	case "remount":
+		args = append(args, marker, filepath.Dir(fx.bin))
+	case "cgroup-escape", "daemonise":
+		args = append(args, marker)
+	case "network":
+		args = append(args, port)
+	}
+	before := accepted.Load()
+	procs := ownProcs()
+	// Killed processes are reaped by the host's init asynchronously; until
+	// then they count against the uid's RLIMIT_NPROC for the next attack.
+	defer waitProcsBelow(procs + 2)
+	res := e.Execute(context.Background(), Job{Artifact: []byte(strings.Join(args, " "))})
+	tail := res.StderrTail
+	detail := fmt.Sprintf("%s %s: %s", res.Status, res.Reason, lastLines(tail, 3))
+	if !strings.Contains(tail, "attack-ran "+attack) {
+		return hostileOutcome("did not run"), detail
+	}
+	allowed := false
+	switch attack {
+	case "environ", "secret-file":
+		allowed = strings.Contains(tail, fx.secret)
+	case "shadow":
+		allowed = strings.Contains(tail, "stolen root:")
+	case "write-outside", "remount":
+		for _, d := range append(places, filepath.Dir(fx.bin)) {
+			p := filepath.Join(d, marker)
+			if _, err := os.Stat(p); err == nil {
+				allowed = true
+				os.Remove(p)
+			}
+		}
+	case "fill-disk":
+		allowed = strings.Contains(tail, fmt.Sprintf("=%d MiB (<nil>)", hostileFillMiB))
+		for _, d := range places {
+			os.Remove(filepath.Join(d, marker))
+		}
+	case "cgroup-escape", "daemonise":
+		allowed = !eventually(func() bool { return len(cmdlineProcs(marker)) == 0 })
+		for _, p := range cmdlineProcs(marker) {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+	case "forkbomb":
+		allowed = strings.Contains(tail, fmt.Sprintf("forks=%d", hostileForks))
+	case "network":
+		allowed = accepted.Load() > before
+	}
+	if allowed {
+		return outcomeAllowed, detail
+	}
+	return outcomeBlocked, detail
+}
+
+// ownProcs counts the processes of this uid and of DefaultRunAs (a root
+// stage's jobs), zombies included: they count against RLIMIT_NPROC until
+// the host's init reaps them.
+func ownProcs() int {
+	all, _ := filepath.Glob("/proc/[0-9]*")
+	n := 0
+	for _, p := range all {
+		var st syscall.Stat_t
+		if syscall.Stat(p, &st) == nil && (int(st.Uid) == os.Geteuid() || st.Uid == DefaultRunAs.UID) {
+			n++
+		}
+	}
+	return n
+}
+
+func waitProcsBelow(n int) {
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && ownProcs() > n; {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cmdlineProcs lists live processes whose command line carries marker
+// (argv is readable across uids, unlike the environment).
+func cmdlineProcs(marker string) []int {
+	all, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var pids []int
+	for _, p := range all {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte(marker)) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if pid != os.Getpid() && procAlive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// renderHostileTable is the markdown table docs/security.md carries.
+func renderHostileTable(results []hostileResult) string {
+	var b strings.Builder
+	for i, r := range results {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "Stage running as **%s**:\n\n| attack | %s |\n|---|", r.User, strings.Join(r.Modes, " | "))
+		b.WriteString(strings.Repeat("---|", len(r.Modes)) + "\n")
+		for _, a := range hostileAttacks {
+			fmt.Fprintf(&b, "| %s |", a.what)
+			for _, m := range r.Modes {
+				fmt.Fprintf(&b, " %s |", r.Cells[a.name][m])
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+const (
+	hostileDocStart = "<!-- hostile-table: generated by `go test ./consumers/sandbox -run TestHostileJobs -update` -->\n"
+	hostileDocEnd   = "<!-- /hostile-table -->"
+	hostileDocPath  = "../../docs/security.md"
+	hostileGolden   = "testdata/hostile-table.md"
+)
+
+// checkHostileDoc compares (or with -update rewrites) the golden file and
+// the table block of docs/security.md.
+func checkHostileDoc(t *testing.T, table string) {
+	t.Helper()
+	doc, err := os.ReadFile(hostileDocPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	i := strings.Index(s, hostileDocStart)
+	j := strings.Index(s, hostileDocEnd)
+	if *update {
+		if err := os.WriteFile(hostileGolden, []byte(table), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if i < 0 || j < i {
+			t.Fatalf("%s has no %q … %q block to rewrite", hostileDocPath, hostileDocStart, hostileDocEnd)
+		}
+		s = s[:i+len(hostileDocStart)] + table + s[j:]
+		if err := os.WriteFile(hostileDocPath, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	golden, err := os.ReadFile(hostileGolden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(golden) != table {
+		t.Errorf("%s differs from this machine's outcomes (rerun with -update if the change is intended):\n%s", hostileGolden, table)
+	}
+	if i < 0 || j < i || s[i+len(hostileDocStart):j] != table {
+		t.Errorf("%s's hostile table differs from the test's outcomes; rerun with -update", hostileDocPath)
+	}
+}
