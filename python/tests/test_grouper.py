@@ -196,3 +196,33 @@ def test_slime_group_rm_as_batched_async_rm_calls_it(pipe: Any) -> None:  # noqa
     assert p.steps == [0]
     metas = {r.meta["label"]: r.meta for r in p.rollouts[0]}
     assert metas["4"] == {"label": "4", "rm_type": "wmrl", "difficulty": "1"}
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_verl_reward_workers_share_one_server(pipe: Any, asynchronous: bool) -> None:  # noqa: F811
+    """verl's reward.num_workers > 1 splits a batch across processes (here: two threads, each with
+    its own event loop, the batch cut inside a group); with server_url every worker's samples are
+    grouped by the one wmrl server."""
+    p, client = pipe
+    g = Grouper(client, group_size=3, groups_per_step=2, flush_after=5)
+    srv = orl.make_server(g, "127.0.0.1", 0, timeout=10, token="tk")
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/"
+    batch = [{"data_source": "math", "response": f"r{j}.{i} score=0.{3 * j + i}",
+              "reward_model": {"ground_truth": f"{j}"}, "extra_info": {"index": j}}
+             for j in range(2) for i in range(3)]  # fmt: skip
+    fn = verl_adapter.compute_score_async if asynchronous else verl_adapter.compute_score
+    kw = {"server_url": url, "token": "tk", "timeout": 10}
+    try:
+        with ThreadPoolExecutor(2) as ex:  # worker 0 gets samples 0-3, worker 1 samples 4-5
+            parts = list(ex.map(lambda part: verl_run_single_calls(lambda **a: fn(**a, **kw), part, asynchronous),
+                                [batch[:4], batch[4:]]))  # fmt: skip
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        g.close()
+    out = parts[0] + parts[1]
+    np.testing.assert_allclose([o["score"] for o in out], [reward_in(b["response"]) for b in batch], atol=1e-12)
+    assert p.steps == [0] and all(o["wmrl_step"] == 0 for o in out)
+    assert {r.meta["ground_truth"]: r.meta for r in p.rollouts[0]}["1"] == {
+        "data_source": "math", "ground_truth": "1", "index": "1"}  # fmt: skip

@@ -81,7 +81,11 @@ def response_of(query: str, prompt: str) -> str:
 
 
 def parse_request(request: Mapping[str, Any]) -> tuple[list[str], list[str], list[Any]]:
-    """(responses, prompts, labels) of a --remote_rm_url request (ValueError when malformed)."""
+    """(responses, prompts, labels) of a --remote_rm_url request (ValueError when malformed).
+
+    Two optional wmrl fields ride along (sent by ``integrations.verl`` with ``server_url``, ignored by
+    OpenRLHF): ``keys``, one group key per sample (default: the prompt), and ``meta``, one dict of
+    task fields per sample (merged with the label's); see ``extensions``."""
     queries = request.get("query")
     if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
         raise ValueError('request field "query": want a list of strings')
@@ -96,6 +100,20 @@ def parse_request(request: Mapping[str, Any]) -> tuple[list[str], list[str], lis
     if not isinstance(labels, list) or len(labels) != len(queries):
         raise ValueError(f'request field "labels": want a list of {len(queries)} labels, one per query')
     return [response_of(q, p) for q, p in zip(queries, prompts, strict=True)], prompts, labels
+
+
+def extensions(request: Mapping[str, Any], n: int) -> tuple[list[Any] | None, list[dict[str, str]]]:
+    """The optional ``keys`` and ``meta`` of a request (see parse_request), checked."""
+    keys = request.get("keys")
+    if keys is not None and (not isinstance(keys, list) or len(keys) != n
+                             or not all(isinstance(k, str | int) for k in keys)):  # fmt: skip
+        raise ValueError(f'request field "keys": want a list of {n} strings, one per query')
+    meta = request.get("meta")
+    if meta is None:
+        return keys, [{} for _ in range(n)]
+    if not isinstance(meta, list) or len(meta) != n or not all(isinstance(m, dict) for m in meta):
+        raise ValueError(f'request field "meta": want a list of {n} objects, one per query')
+    return keys, [task_meta(m, what="request meta") for m in meta]
 
 
 def label_meta(label: Any) -> dict[str, str]:
@@ -128,9 +146,11 @@ def answer_samples(
 ) -> dict[str, Any]:
     """The reply to one request, each sample scored in its group through the grouper."""
     responses, prompts, labels = parse_request(request)
-    metas = [label_meta(lb) for lb in labels]
+    keys, extra = extensions(request, len(responses))
+    metas = [{**x, **label_meta(lb)} for lb, x in zip(labels, extra, strict=True)]
+    keys = keys if keys is not None else prompts
     futs: list[Future[SampleResult]] = [
-        grouper.submit(p, r, prompt=p, meta=m) for r, p, m in zip(responses, prompts, metas, strict=True)
+        grouper.submit(k, r, prompt=p, meta=m) for k, r, p, m in zip(keys, responses, prompts, metas, strict=True)
     ]
     try:
         results = [f.result(timeout=timeout) for f in futs]
