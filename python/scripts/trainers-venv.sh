@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds (or finds) the virtualenv that `make test-trainers` runs in and prints its path.
 #
-# The venv holds torch, TRL, transformers, verifiers and verl (≈ 6 GB, ≈ 9 min cold), so it is cached under
+# The venv holds torch, TRL, transformers and verl (≈ 6 GB; ≈ 6–9 min cold, 2–3 min from cached wheels), so it is cached under
 # ${WMRL_CACHE:-~/.cache/wmrl}/trainers-venv-<sha256 of the requirements and constraints files>: a warm run is a stat of
 # the marker file. pip's download cache lives beside it, so a new key (a changed pin) re-installs from
 # local wheels instead of downloading 3 GB again. A half-built venv (no marker) is deleted and rebuilt;
