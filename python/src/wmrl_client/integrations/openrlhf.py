@@ -33,8 +33,10 @@ sample), and each request is answered with its own samples' rewards::
   ``--remote_rm_url`` (query strings are never logged).
 
 ``reward_func`` is the same for OpenRLHF's reward-function file mode (``--remote_rm_url <path of
-this file>``; OpenRLHF loads the file by path, so it imports wmrl_client absolutely). It uses the
-grouper given to ``configure`` or, on first use, builds one from the environment: WMRL_BROKERS,
+this file>``; OpenRLHF loads the file by path, so it imports wmrl_client absolutely). Its grouper
+lives in the calling process, so it sees whole groups only when every sample of a prompt is scored
+in that one process; with several rollout processes use the server, which groups across them. It
+uses the grouper given to ``configure`` or, on first use, builds one from the environment: WMRL_BROKERS,
 WMRL_TOPIC_PREFIX (and the other WMRL_* connection variables), WMRL_RUN, WMRL_TRAINER_GROUP,
 WMRL_GROUP_SIZE, WMRL_GROUPS_PER_STEP, WMRL_ANCHOR_FRACTION and WMRL_START_STEP.
 """
