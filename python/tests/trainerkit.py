@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import threading
 import uuid
@@ -17,6 +18,9 @@ from typing import Any
 from conftest import HERE
 
 from wmrl_client import is_anchor
+
+# No hub on this machine or in CI: transformers must never try to download (the Makefile sets it too).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 GRADE_SH = HERE / "data" / "grade_task.sh"
 WORDS = ("add the numbers and answer with one digit think step by step the result is seven three "
