@@ -226,3 +226,23 @@ def test_verl_reward_workers_share_one_server(pipe: Any, asynchronous: bool) -> 
     assert p.steps == [0] and all(o["wmrl_step"] == 0 for o in out)
     assert {r.meta["ground_truth"]: r.meta for r in p.rollouts[0]}["1"] == {
         "data_source": "math", "ground_truth": "1", "index": "1"}  # fmt: skip
+
+
+def test_openrlhf_lone_sample_times_out_with_504(pipe: Any) -> None:  # noqa: F811
+    """A sample whose group never completes is answered 504 within the server's timeout (OpenRLHF
+    logs it and trains the sample without a reward); its incomplete group is never published."""
+    p, client = pipe
+    g = Grouper(client, group_size=4, groups_per_step=1, flush_after=0.05)
+    srv = orl.make_server(g, "127.0.0.1", 0, timeout=0.5)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/get_reward"
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(urllib.error.HTTPError) as ei:
+            one_sample(url, "<q>", " a score=0.5", "1")
+        assert ei.value.code == 504 and "no wmrl reward within 0.5s" in json.loads(ei.value.read())["error"]
+        assert time.monotonic() - t0 < 5 and p.steps == []
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        g.close()

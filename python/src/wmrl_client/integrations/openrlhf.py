@@ -49,6 +49,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -154,8 +155,9 @@ def answer_samples(
     futs: list[Future[SampleResult]] = [
         grouper.submit(k, r, prompt=p, meta=m) for k, r, p, m in zip(keys, responses, prompts, metas, strict=True)
     ]
-    try:
-        results = [f.result(timeout=timeout) for f in futs]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:  # one deadline for the request, however many samples it holds
+        results = [f.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic())) for f in futs]
     except FutureTimeout:
         raise StepTimeoutError(
             f"no wmrl reward within {timeout:g}s for {len(futs)} sample(s) (pending: {grouper.pending}; a group "
