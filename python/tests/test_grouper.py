@@ -242,6 +242,8 @@ def test_openrlhf_lone_sample_times_out_with_504(pipe: Any) -> None:  # noqa: F8
             one_sample(url, "<q>", " a score=0.5", "1")
         assert ei.value.code == 504 and "no wmrl reward within 0.5s" in json.loads(ei.value.read())["error"]
         assert time.monotonic() - t0 < 5 and p.steps == []
+        # The timed-out sample left its group: OpenRLHF's retry starts it afresh, not as a second copy.
+        assert g.pending == {"open_samples": 0, "complete_groups": 0}
     finally:
         srv.shutdown()
         srv.server_close()

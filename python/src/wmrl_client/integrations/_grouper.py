@@ -205,8 +205,33 @@ class Grouper:
         timeout: float | None = None,
     ) -> SampleResult:  # fmt: skip
         """``submit`` for asyncio callers: awaits the sample's result (``timeout`` seconds at most)."""
-        fut = asyncio.wrap_future(self.submit(key, completion, prompt=prompt, meta=meta))
-        return await asyncio.wait_for(fut, timeout)
+        cf = self.submit(key, completion, prompt=prompt, meta=meta)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(cf), timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            self.withdraw([cf])
+            raise
+
+    def withdraw(self, futures: list[Future[SampleResult]]) -> int:
+        """Take samples whose caller gave up (a timeout) out of their still incomplete groups, so a
+        retried request does not join its own earlier copy; their futures are cancelled. Samples of
+        complete groups stay (their group is published; the result is just not read). Returns how
+        many were withdrawn."""
+        gone = {id(f) for f in futures}
+        n = 0
+        with self._cv:
+            for k in list(self._open):
+                g = self._open[k]
+                keep = [s for s in g.samples if id(s.future) not in gone]
+                n += len(g.samples) - len(keep)
+                for s in g.samples:
+                    if id(s.future) in gone:
+                        s.future.cancel()
+                if keep:
+                    g.samples = keep
+                else:
+                    del self._open[k]
+        return n
 
     @property
     def pending(self) -> dict[str, int]:

@@ -159,6 +159,7 @@ def answer_samples(
     try:  # one deadline for the request, however many samples it holds
         results = [f.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic())) for f in futs]
     except FutureTimeout:
+        grouper.withdraw(futs)  # OpenRLHF retries: the retry must not meet this copy in the group
         raise StepTimeoutError(
             f"no wmrl reward within {timeout:g}s for {len(futs)} sample(s) (pending: {grouper.pending}; a group "
             f"completes when its {grouper.group_size} samples are in)"

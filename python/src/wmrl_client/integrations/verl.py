@@ -58,6 +58,7 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from wmrl_client.integrations._batch import BatchScorer, fill_masked, task_meta
@@ -242,7 +243,11 @@ def compute_score(
     g, timeout = _grouper_kwargs(dict(kw))
     fut = g.submit(sample_key(data_source, ground_truth, extra_info), solution_str,
                    meta=sample_meta(data_source, ground_truth, extra_info))  # fmt: skip
-    return sample_reply(fut.result(timeout=None if timeout is None else timeout + 30))
+    try:
+        return sample_reply(fut.result(timeout=None if timeout is None else timeout + 30))
+    except FutureTimeout:
+        g.withdraw([fut])
+        raise
 
 
 async def compute_score_async(
