@@ -248,3 +248,23 @@ def test_openrlhf_lone_sample_times_out_with_504(pipe: Any) -> None:  # noqa: F8
         srv.shutdown()
         srv.server_close()
         g.close()
+
+
+def test_grouper_steady_trickle_cannot_hold_a_complete_group(pipe: Any) -> None:  # noqa: F811
+    """Samples every 50 ms leave no 0.2 s quiet time; max_wait publishes the complete group anyway."""
+    p, client = pipe
+    g = Grouper(client, group_size=2, groups_per_step=4, flush_after=0.2, max_wait=0.5)
+    try:
+        done = [g.submit("a", f"x score=0.{i}") for i in (1, 2)]
+        t0 = time.monotonic()
+        k = 0
+        while not done[0].done() and time.monotonic() - t0 < 5:
+            g.submit(f"other-{k}", "y score=0.5")  # groups of one sample of two: never complete
+            k += 1
+            time.sleep(0.05)
+        assert done[0].result(timeout=1).reward == pytest.approx(0.1)
+        assert 0.4 < time.monotonic() - t0 < 2 and p.steps == [0]
+    finally:
+        g.close()
+    with pytest.raises(ValueError, match="max_wait"):
+        Grouper(client, group_size=2, flush_after=1, max_wait=0.5)
