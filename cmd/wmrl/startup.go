@@ -72,7 +72,7 @@ var otherEnv = map[string]bool{
 	// Tests (every WMRL_TEST_* name is also accepted).
 	"WMRL_REQUIRE_SERVICES": true, "WMRL_CHAOS": true, "WMRL_CHAOS_ONLY": true, "WMRL_CHAOS_OUTAGE": true, "WMRL_CORRECT_CHILD": true,
 	// The Python client's trainer integrations.
-	"WMRL_START_STEP": true,
+	"WMRL_START_STEP": true, "WMRL_FLUSH_AFTER": true, "WMRL_RM_TOKEN": true,
 }
 
 // testEnvPrefix starts the variables tests define for themselves.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds (or finds) the virtualenv that `make test-trainers` runs in and prints its path.
 #
-# The venv holds torch, TRL, transformers, verifiers and verl (≈ 6 GB, ≈ 9 min cold), so it is cached under
-# ${WMRL_CACHE:-~/.cache/wmrl}/trainers-venv-<sha256 of the requirements files>: a warm run is a stat of
+# The venv holds torch, TRL, transformers and verl (≈ 6 GB; ≈ 6–9 min cold, 2–3 min from cached wheels), so it is cached under
+# ${WMRL_CACHE:-~/.cache/wmrl}/trainers-venv-<sha256 of the requirements and constraints files>: a warm run is a stat of
 # the marker file. pip's download cache lives beside it, so a new key (a changed pin) re-installs from
 # local wheels instead of downloading 3 GB again. A half-built venv (no marker) is deleted and rebuilt;
 # concurrent callers wait on a lock.
@@ -15,10 +15,11 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 req=$here/requirements-trainers.txt
 nodeps=$here/requirements-trainers-nodeps.txt
+constraints=$here/constraints-trainers.txt
 cache=${WMRL_CACHE:-$HOME/.cache/wmrl}
 python=${PYTHON:-$(command -v python3.11 || command -v python3)}
 
-key=$(cat "$req" "$nodeps" | sha256sum | cut -c1-16)
+key=$(cat "$req" "$nodeps" "$constraints" | sha256sum | cut -c1-16)
 venv=$cache/trainers-venv-$key
 marker=$venv/.wmrl-complete
 
@@ -37,7 +38,7 @@ if [[ ! -f $marker ]]; then
 	"$python" -m venv "$venv"
 	export PIP_CACHE_DIR=$cache/pip PIP_DISABLE_PIP_VERSION_CHECK=1
 	"$venv/bin/python" -m pip install --quiet --upgrade pip >&2
-	"$venv/bin/python" -m pip install --quiet -r "$req" "$here[test]" >&2
+	"$venv/bin/python" -m pip install --quiet -c "$constraints" -r "$req" "$here[test]" >&2
 	"$venv/bin/python" -m pip install --quiet --no-deps -r "$nodeps" >&2
 	"$venv/bin/python" -m pip freeze --exclude wmrl-client >"$venv/freeze.txt"
 	touch "$marker"

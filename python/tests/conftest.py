@@ -7,6 +7,7 @@ WMRL_REQUIRE_SERVICES=1 or CI=true, which turn unset or unreachable into a failu
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -27,6 +28,27 @@ REPO = PY_ROOT.parent
 GOLDEN = REPO / "topics" / "testdata" / "golden"
 
 sys.path.insert(0, str(HERE))
+
+# The real-trainer tests (`make test-trainers`) import torch, TRL and verl at module level; where
+# torch is not installed (`make test-python`) they are not collected at all.
+if importlib.util.find_spec("torch") is None:
+    collect_ignore_glob = ["test_trainers_*.py"]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """WMRL_TEST_REQUIRE_TRAINERS=1 (`make test-trainers`): a skipped test is a failure, so a trainer
+    test that silently could not run (a missing package, an unset service) fails the target."""
+    if not _truthy(os.environ.get("WMRL_TEST_REQUIRE_TRAINERS")):
+        return
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = tr.stats.get("skipped", []) if tr is not None else []
+    if skipped:
+        where = ", ".join(sorted({str(getattr(r, "nodeid", "") or r.location[0]) for r in skipped}))
+        print(
+            f"\nWMRL_TEST_REQUIRE_TRAINERS=1: {len(skipped)} test(s) skipped ({where}): failing the run",
+            file=sys.stderr,
+        )
+        session.exitstatus = 1
 
 
 @pytest.fixture(scope="session")

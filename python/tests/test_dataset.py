@@ -41,6 +41,7 @@ def test_a_step_is_acked_when_the_next_is_fetched(fake_consumer: Any) -> None:
     assert fake_consumer.made[-1].committed_offsets() == {("wmrl.advantages.v1", 0): 5}  # past the last record read
 
 
+@pytest.mark.torch
 def test_torch_step_dataset_with_dataloader(fake_consumer: Any) -> None:
     torch = pytest.importorskip("torch")
     from torch.utils.data import DataLoader

@@ -166,3 +166,105 @@ def test_task_meta_bounds() -> None:
         task_meta({"label": "x" * 5000})
     with pytest.raises(FieldError, match="more than 64 entries"):
         task_meta({f"k{i}": "v" for i in range(65)})
+
+
+def test_slime_group_rm_as_batched_async_rm_calls_it(pipe: Any) -> None:  # noqa: F811
+    """slime's --group-rm: batched_async_rm awaits fn(args, samples) once per prompt's group, groups
+    concurrently (slime.rollout.rm_hub); samples carry prompt, response, label and metadata."""
+    from types import SimpleNamespace
+
+    from wmrl_client.integrations import slime
+
+    p, client = pipe
+    g = Grouper(client, group_size=4, groups_per_step=2, flush_after=5)
+    slime.configure(g)
+    groups = [[SimpleNamespace(prompt=f"q{j}", response=f"r{j}.{i} score=0.{4 * j + i}", label=str(j + 3),
+                               metadata={"rm_type": "wmrl", "difficulty": j, "tests": ["x"]}, index=i)
+               for i in range(4)] for j in range(2)]  # fmt: skip
+    args = SimpleNamespace(rollout_batch_size=2, custom_rm_path="wmrl_client.integrations.slime.group_rm")
+
+    async def rollout() -> list[list[float]]:
+        return list(await asyncio.gather(*(slime.group_rm(args, grp) for grp in groups)))
+
+    try:
+        out = asyncio.run(rollout())
+    finally:
+        slime.configure(None)
+        g.close()
+    for grp, rewards in zip(groups, out, strict=True):
+        assert rewards == [pytest.approx(reward_in(s.response)) for s in grp]
+    assert p.steps == [0]
+    metas = {r.meta["label"]: r.meta for r in p.rollouts[0]}
+    assert metas["4"] == {"label": "4", "rm_type": "wmrl", "difficulty": "1"}
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_verl_reward_workers_share_one_server(pipe: Any, asynchronous: bool) -> None:  # noqa: F811
+    """verl's reward.num_workers > 1 splits a batch across processes (here: two threads, each with
+    its own event loop, the batch cut inside a group); with server_url every worker's samples are
+    grouped by the one wmrl server."""
+    p, client = pipe
+    g = Grouper(client, group_size=3, groups_per_step=2, flush_after=5)
+    srv = orl.make_server(g, "127.0.0.1", 0, timeout=10, token="tk")
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/"
+    batch = [{"data_source": "math", "response": f"r{j}.{i} score=0.{3 * j + i}",
+              "reward_model": {"ground_truth": f"{j}"}, "extra_info": {"index": j}}
+             for j in range(2) for i in range(3)]  # fmt: skip
+    fn = verl_adapter.compute_score_async if asynchronous else verl_adapter.compute_score
+    kw = {"server_url": url, "token": "tk", "timeout": 10}
+    try:
+        with ThreadPoolExecutor(2) as ex:  # worker 0 gets samples 0-3, worker 1 samples 4-5
+            parts = list(ex.map(lambda part: verl_run_single_calls(lambda **a: fn(**a, **kw), part, asynchronous),
+                                [batch[:4], batch[4:]]))  # fmt: skip
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        g.close()
+    out = parts[0] + parts[1]
+    np.testing.assert_allclose([o["score"] for o in out], [reward_in(b["response"]) for b in batch], atol=1e-12)
+    assert p.steps == [0] and all(o["wmrl_step"] == 0 for o in out)
+    assert {r.meta["ground_truth"]: r.meta for r in p.rollouts[0]}["1"] == {
+        "data_source": "math", "ground_truth": "1", "index": "1"}  # fmt: skip
+
+
+def test_openrlhf_lone_sample_times_out_with_504(pipe: Any) -> None:  # noqa: F811
+    """A sample whose group never completes is answered 504 within the server's timeout (OpenRLHF
+    logs it and trains the sample without a reward); its incomplete group is never published."""
+    p, client = pipe
+    g = Grouper(client, group_size=4, groups_per_step=1, flush_after=0.05)
+    srv = orl.make_server(g, "127.0.0.1", 0, timeout=0.5)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/get_reward"
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(urllib.error.HTTPError) as ei:
+            one_sample(url, "<q>", " a score=0.5", "1")
+        assert ei.value.code == 504 and "no wmrl reward within 0.5s" in json.loads(ei.value.read())["error"]
+        assert time.monotonic() - t0 < 5 and p.steps == []
+        # The timed-out sample left its group: OpenRLHF's retry starts it afresh, not as a second copy.
+        assert g.pending == {"open_samples": 0, "complete_groups": 0}
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        g.close()
+
+
+def test_grouper_steady_trickle_cannot_hold_a_complete_group(pipe: Any) -> None:  # noqa: F811
+    """Samples every 50 ms leave no 0.2 s quiet time; max_wait publishes the complete group anyway."""
+    p, client = pipe
+    g = Grouper(client, group_size=2, groups_per_step=4, flush_after=0.2, max_wait=0.5)
+    try:
+        done = [g.submit("a", f"x score=0.{i}") for i in (1, 2)]
+        t0 = time.monotonic()
+        k = 0
+        while not done[0].done() and time.monotonic() - t0 < 5:
+            g.submit(f"other-{k}", "y score=0.5")  # groups of one sample of two: never complete
+            k += 1
+            time.sleep(0.05)
+        assert done[0].result(timeout=1).reward == pytest.approx(0.1)
+        assert 0.4 < time.monotonic() - t0 < 2 and p.steps == [0]
+    finally:
+        g.close()
+    with pytest.raises(ValueError, match="max_wait"):
+        Grouper(client, group_size=2, flush_after=1, max_wait=0.5)

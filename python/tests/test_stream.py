@@ -445,6 +445,7 @@ def test_to_numpy_and_to_torch_without_torch(
         st.to_torch()
 
 
+@pytest.mark.torch
 def test_to_torch_when_installed(fake_consumer: Callable[..., FakeConsumer]) -> None:
     torch = pytest.importorskip("torch")
     log = Log()

@@ -84,6 +84,8 @@ def test_trl_grpo_trainer_through_the_real_stages(
     kafka: str, redis_url: str, wmrl_cli: Path, prefix: str, judge_url: str, tmp_path: Path
 ) -> None:
     model_dir = tiny_model(tmp_path / "tiny")
+    # A first plain run warms torch up, so neither timed run below pays for it.
+    _plain_run(model_dir, tmp_path / "warm")
     run = mixed_run("trl", [f"s{v}-g{j}" for v in range(STEPS) for j in range(PROMPTS)], ANCHOR)
     st = Stages(wmrl_cli, kafka, redis_url, prefix)
     st.run("topics", "create", "--partitions", "1")
@@ -132,11 +134,7 @@ def test_trl_grpo_trainer_through_the_real_stages(
     assert (digest, rows, STEPS) == wmrl_digest(wmrl_cli, kafka, f"{prefix}advantages.v1", run)
 
     # The same steps with a plain reward function: wmrl's per-step overhead in this run.
-    plain = trl.GRPOTrainer(model=str(model_dir), reward_funcs=[_plain_reward], args=config(tmp_path / "plain"),
-                            train_dataset=dataset(), processing_class=_tokenizer(model_dir))  # fmt: skip
-    t0 = time.monotonic()
-    plain.train()
-    plain_time = time.monotonic() - t0
+    plain_time = _plain_run(model_dir, tmp_path / "plain")
     # The step times are noisy on a shared 2-core machine; the reward call's own time is wmrl's
     # cost per step (publish → stages → sealed → back), the plain function's is microseconds.
     line = json.dumps({"trl_steps": STEPS, "wmrl_s_per_step": round(wmrl_time / STEPS, 3),
@@ -147,6 +145,14 @@ def test_trl_grpo_trainer_through_the_real_stages(
         out = Path(os.environ["WMRL_TEST_ARTIFACTS"])
         out.mkdir(parents=True, exist_ok=True)
         (out / "trl-timing.json").write_text(line + "\n")
+
+
+def _plain_run(model_dir: Path, out: Path) -> float:
+    plain = trl.GRPOTrainer(model=str(model_dir), reward_funcs=[_plain_reward], args=config(out),
+                            train_dataset=dataset(), processing_class=_tokenizer(model_dir))  # fmt: skip
+    t0 = time.monotonic()
+    plain.train()
+    return time.monotonic() - t0
 
 
 def _plain_reward(completions: list[str], **_: Any) -> list[float]:

@@ -133,11 +133,13 @@ def test_verl_reward_loop_through_the_real_stages(
         fn_out, fn_rm = run_reward_loop(cfg, data)
 
         # 2. WmrlRewardManager, loaded with source=importlib, grouping by verl's uid.
-        for k, v in {"WMRL_BROKERS": kafka, "WMRL_TOPIC_PREFIX": prefix, "WMRL_RUN": mgr_run,
-                     "WMRL_TRAINER_GROUP": f"{st.unique}-mgr", "WMRL_ANCHOR_FRACTION": str(ANCHOR)}.items():  # fmt: skip
+        env = {"WMRL_BROKERS": kafka, "WMRL_TOPIC_PREFIX": prefix, "WMRL_RUN": mgr_run,
+               "WMRL_TRAINER_GROUP": f"{st.unique}-mgr", "WMRL_ANCHOR_FRACTION": str(ANCHOR)}  # fmt: skip
+        for k, v in env.items():
             monkeypatch.setenv(k, v)
+        module = {"path": "pkg://wmrl_client.integrations.verl_manager"}
         cfg = verl_config(model_dir, {"reward_manager": {"source": "importlib", "name": "WmrlRewardManager",
-                                                         "module": {"path": "pkg://wmrl_client.integrations.verl_manager"}}})  # fmt: skip
+                                                         "module": module}})  # fmt: skip
         data2, responses2 = batch(tok, 2)
         mgr_out, mgr_rm = run_reward_loop(cfg, data2)
         st.check_alive()

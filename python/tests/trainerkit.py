@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -17,6 +19,9 @@ from conftest import HERE
 
 from wmrl_client import is_anchor
 
+# No hub on this machine or in CI: transformers must never try to download (the Makefile sets it too).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 GRADE_SH = HERE / "data" / "grade_task.sh"
 WORDS = ("add the numbers and answer with one digit think step by step the result is seven three "
          "five nine two four code test passes fails returns value list sum of").split()  # fmt: skip
@@ -27,9 +32,15 @@ def grade(artifact: str, n: int) -> float:
     return ((len(artifact.encode()) + n) % 10) / 10
 
 
-def judge_score(content: str) -> float:
-    """The fake judge's score of a prompt: a stable hash of it, in tenths."""
-    return (hashlib.sha256(content.encode()).digest()[0] % 10) / 10
+def judge_score(artifact: str) -> float:
+    """The fake judge's score of a rollout: a stable hash of its artifact, in tenths."""
+    return (hashlib.sha256(artifact.encode()).digest()[0] % 10) / 10
+
+
+def artifact_in(content: str) -> str:
+    """The artifact in a prompt rendered from the world model's DefaultPromptTemplate."""
+    m = re.search(r"(?s)\nCandidate solution:\n(.*)\n\nPredict the execution score", content)
+    return m.group(1) if m else content
 
 
 class Judge(BaseHTTPRequestHandler):
@@ -41,7 +52,7 @@ class Judge(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         Judge.requests += 1
         content = body["messages"][-1]["content"]
-        reply = json.dumps({"score": judge_score(content)})
+        reply = json.dumps({"score": judge_score(artifact_in(content))})
         choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}
         out = json.dumps({"id": "t", "object": "chat.completion", "choices": [choice]}).encode()
         self.send_response(200)

@@ -13,8 +13,10 @@ of one prompt) in steps. The grouper sits between them:
 * A step is the complete groups in order of completion, published by one thread, one step at a
   time: when ``groups_per_step`` groups are complete (the expected groups of a batch: the
   normal path), or, for the rest, when no sample arrived for ``flush_after`` seconds (a batch
-  whose size the grouper was not told, the last batch of an epoch, a dropped sample). Groups that
-  complete while a step is in flight go into the next step.
+  whose size the grouper was not told, the last batch of an epoch, a dropped sample) — and at
+  the latest ``max_wait`` seconds after the oldest complete group completed, so a steady trickle
+  of samples cannot hold a group back. Groups that complete while a step is in flight go into the
+  next step.
 
 Why replay stays exact: flushing decides only *which* complete groups share a step. That
 decision is written down — the step's manifest and its rollouts are on the topics before wmrl
@@ -46,7 +48,11 @@ log = logging.getLogger("wmrl_client.grouper")
 
 DEFAULT_FLUSH_AFTER = 2.0
 """Seconds without a new sample after which complete groups are published even though fewer
-than ``groups_per_step`` are in (bounded: a step never waits longer than this for company)."""
+than ``groups_per_step`` are in."""
+
+MAX_WAIT_FACTOR = 10
+"""Default ``max_wait`` in units of ``flush_after``: under a steady trickle of samples there is
+no quiet time, so a complete group is published at the latest this long after it completed."""
 
 
 @dataclass
@@ -101,6 +107,7 @@ class _Sample:
 class _Group:
     key: Hashable
     samples: list[_Sample] = field(default_factory=list)
+    completed_at: float = 0.0
 
 
 def results_of(res: StepResult, n_groups: int) -> list[list[SampleResult]]:
@@ -139,9 +146,10 @@ class Grouper:
     ``group_size`` is the framework's samples per prompt (verl's ``rollout.n``, OpenRLHF's
     ``n_samples_per_prompt``). ``groups_per_step`` (prompts per batch) publishes a step as soon as
     that many groups are complete; None publishes on quiet time alone. ``flush_after`` bounds the
-    quiet time. ``start_step`` is the first step's number (resume: persist ``next_step``).
-    ``timeout`` bounds each step's wait for wmrl. The publishing thread starts with the first
-    sample; ``close()`` stops it and fails what is still pending.
+    quiet time; ``max_wait`` (default 10 × ``flush_after``) bounds how long a complete group waits
+    when samples keep arriving without a pause. ``start_step`` is the first step's number
+    (resume: persist ``next_step``). ``timeout`` bounds each step's wait for wmrl. The publishing
+    thread starts with the first sample; ``close()`` stops it and fails what is still pending.
     """
 
     def __init__(
@@ -153,6 +161,7 @@ class Grouper:
         flush_after: float = DEFAULT_FLUSH_AFTER,
         start_step: int = 0,
         timeout: float | None = 600.0,
+        max_wait: float | None = None,
     ) -> None:
         if group_size < 1:
             raise ValueError(f"group_size {group_size}: want at least 1")
@@ -164,6 +173,9 @@ class Grouper:
         self.group_size = group_size
         self.groups_per_step = groups_per_step
         self.flush_after = flush_after
+        self.max_wait = max_wait if max_wait is not None else MAX_WAIT_FACTOR * flush_after
+        if self.max_wait < flush_after:
+            raise ValueError(f"max_wait {self.max_wait}: want at least flush_after ({flush_after})")
         self.timeout = timeout
         self.next_step = start_step
         self.last: StepResult | None = None
@@ -192,6 +204,7 @@ class Grouper:
             g.samples.append(s)
             if len(g.samples) == self.group_size:
                 del self._open[k]
+                g.completed_at = time.monotonic()
                 self._complete.append(g)
             self._last_arrival = time.monotonic()
             if self._thread is None:
@@ -205,8 +218,33 @@ class Grouper:
         timeout: float | None = None,
     ) -> SampleResult:  # fmt: skip
         """``submit`` for asyncio callers: awaits the sample's result (``timeout`` seconds at most)."""
-        fut = asyncio.wrap_future(self.submit(key, completion, prompt=prompt, meta=meta))
-        return await asyncio.wait_for(fut, timeout)
+        cf = self.submit(key, completion, prompt=prompt, meta=meta)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(cf), timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            self.withdraw([cf])
+            raise
+
+    def withdraw(self, futures: list[Future[SampleResult]]) -> int:
+        """Take samples whose caller gave up (a timeout) out of their still incomplete groups, so a
+        retried request does not join its own earlier copy; their futures are cancelled. Samples of
+        complete groups stay (their group is published; the result is just not read). Returns how
+        many were withdrawn."""
+        gone = {id(f) for f in futures}
+        n = 0
+        with self._cv:
+            for k in list(self._open):
+                g = self._open[k]
+                keep = [s for s in g.samples if id(s.future) not in gone]
+                n += len(g.samples) - len(keep)
+                for s in g.samples:
+                    if id(s.future) in gone:
+                        s.future.cancel()
+                if keep:
+                    g.samples = keep
+                else:
+                    del self._open[k]
+        return n
 
     @property
     def pending(self) -> dict[str, int]:
@@ -241,10 +279,13 @@ class Grouper:
                 n = len(self._complete)
                 if n and self.groups_per_step is not None and n >= self.groups_per_step:
                     return [self._complete.popleft() for _ in range(self.groups_per_step)]
-                quiet = time.monotonic() - self._last_arrival
-                if n and quiet >= self.flush_after:
+                now = time.monotonic()
+                quiet = now - self._last_arrival
+                age = now - self._complete[0].completed_at if n else 0.0
+                if n and (quiet >= self.flush_after or age >= self.max_wait):
                     return [self._complete.popleft() for _ in range(n)]
-                self._cv.wait(timeout=max(0.001, self.flush_after - quiet) if n else None)
+                left = min(self.flush_after - quiet, self.max_wait - age)
+                self._cv.wait(timeout=max(0.001, left) if n else None)
 
     def _run(self) -> None:
         while True:

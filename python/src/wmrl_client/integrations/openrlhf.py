@@ -33,8 +33,10 @@ sample), and each request is answered with its own samples' rewards::
   ``--remote_rm_url`` (query strings are never logged).
 
 ``reward_func`` is the same for OpenRLHF's reward-function file mode (``--remote_rm_url <path of
-this file>``; OpenRLHF loads the file by path, so it imports wmrl_client absolutely). It uses the
-grouper given to ``configure`` or, on first use, builds one from the environment: WMRL_BROKERS,
+this file>``; OpenRLHF loads the file by path, so it imports wmrl_client absolutely). Its grouper
+lives in the calling process, so it sees whole groups only when every sample of a prompt is scored
+in that one process; with several rollout processes use the server, which groups across them. It
+uses the grouper given to ``configure`` or, on first use, builds one from the environment: WMRL_BROKERS,
 WMRL_TOPIC_PREFIX (and the other WMRL_* connection variables), WMRL_RUN, WMRL_TRAINER_GROUP,
 WMRL_GROUP_SIZE, WMRL_GROUPS_PER_STEP, WMRL_ANCHOR_FRACTION and WMRL_START_STEP.
 """
@@ -47,6 +49,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -81,7 +84,11 @@ def response_of(query: str, prompt: str) -> str:
 
 
 def parse_request(request: Mapping[str, Any]) -> tuple[list[str], list[str], list[Any]]:
-    """(responses, prompts, labels) of a --remote_rm_url request (ValueError when malformed)."""
+    """(responses, prompts, labels) of a --remote_rm_url request (ValueError when malformed).
+
+    Two optional wmrl fields ride along (sent by ``integrations.verl`` with ``server_url``, ignored by
+    OpenRLHF): ``keys``, one group key per sample (default: the prompt), and ``meta``, one dict of
+    task fields per sample (merged with the label's); see ``extensions``."""
     queries = request.get("query")
     if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
         raise ValueError('request field "query": want a list of strings')
@@ -96,6 +103,20 @@ def parse_request(request: Mapping[str, Any]) -> tuple[list[str], list[str], lis
     if not isinstance(labels, list) or len(labels) != len(queries):
         raise ValueError(f'request field "labels": want a list of {len(queries)} labels, one per query')
     return [response_of(q, p) for q, p in zip(queries, prompts, strict=True)], prompts, labels
+
+
+def extensions(request: Mapping[str, Any], n: int) -> tuple[list[Any] | None, list[dict[str, str]]]:
+    """The optional ``keys`` and ``meta`` of a request (see parse_request), checked."""
+    keys = request.get("keys")
+    if keys is not None and (not isinstance(keys, list) or len(keys) != n
+                             or not all(isinstance(k, str | int) for k in keys)):  # fmt: skip
+        raise ValueError(f'request field "keys": want a list of {n} strings, one per query')
+    meta = request.get("meta")
+    if meta is None:
+        return keys, [{} for _ in range(n)]
+    if not isinstance(meta, list) or len(meta) != n or not all(isinstance(m, dict) for m in meta):
+        raise ValueError(f'request field "meta": want a list of {n} objects, one per query')
+    return keys, [task_meta(m, what="request meta") for m in meta]
 
 
 def label_meta(label: Any) -> dict[str, str]:
@@ -128,13 +149,17 @@ def answer_samples(
 ) -> dict[str, Any]:
     """The reply to one request, each sample scored in its group through the grouper."""
     responses, prompts, labels = parse_request(request)
-    metas = [label_meta(lb) for lb in labels]
+    keys, extra = extensions(request, len(responses))
+    metas = [{**x, **label_meta(lb)} for lb, x in zip(labels, extra, strict=True)]
+    keys = keys if keys is not None else prompts
     futs: list[Future[SampleResult]] = [
-        grouper.submit(p, r, prompt=p, meta=m) for r, p, m in zip(responses, prompts, metas, strict=True)
+        grouper.submit(k, r, prompt=p, meta=m) for k, r, p, m in zip(keys, responses, prompts, metas, strict=True)
     ]
-    try:
-        results = [f.result(timeout=timeout) for f in futs]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:  # one deadline for the request, however many samples it holds
+        results = [f.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic())) for f in futs]
     except FutureTimeout:
+        grouper.withdraw(futs)  # OpenRLHF retries: the retry must not meet this copy in the group
         raise StepTimeoutError(
             f"no wmrl reward within {timeout:g}s for {len(futs)} sample(s) (pending: {grouper.pending}; a group "
             f"completes when its {grouper.group_size} samples are in)"

@@ -26,7 +26,11 @@ corrected reward::
 * The task reaches the sandbox and the world model: ``data_source``, ``ground_truth`` (JSON text
   when not a string) and every scalar ``extra_info`` field become the rollout's ``meta``.
 * ``reward.num_workers=1``: each reward-loop worker is its own process and verl splits a batch
-  across them, so a group would be cut in two. (The grouper cannot see other processes.)
+  across them (8 workers by default), so a group would be cut in two and never complete in any
+  one of them. With more workers, run the wmrl reward server (``python -m
+  wmrl_client.integrations.openrlhf --group-size N --groups-per-step B ...``) and add
+  ``+reward.custom_reward_function.reward_kwargs.server_url=http://<host>:5000/`` (and ``token``):
+  every worker then posts its samples to the one process that groups them.
 * Prefer ``compute_score_async``: every sample of a batch is in flight at once. The sync
   ``compute_score`` blocks one of the loop's executor threads (min(32, CPUs + 4)) per sample;
   when a batch has more samples than threads, groups complete a few at a time and steps are
@@ -48,10 +52,13 @@ weights use them from ``reward_extra_info`` in your advantage estimator.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from wmrl_client.integrations._batch import BatchScorer, fill_masked, task_meta
@@ -160,6 +167,47 @@ def grouper_for(
         return g
 
 
+def server_request(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any) -> dict[str, Any]:
+    """One sample as a request to the wmrl reward server (``integrations.openrlhf``, sample mode):
+    the solution as the query, the group key and the task meta in wmrl's ``keys``/``meta`` fields."""
+    return {"query": [solution_str], "prompts": [""], "labels": [None],
+            "keys": [sample_key(data_source, ground_truth, extra_info)],
+            "meta": [sample_meta(data_source, ground_truth, extra_info)]}  # fmt: skip
+
+
+def server_reply(out: Mapping[str, Any]) -> dict[str, Any]:
+    logs = out.get("extra_logs") or {}
+    return {"score": float(out["rewards"][0]), **{k: v[0] for k, v in logs.items()}}
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    h = {"Content-Type": "application/json"}
+    if token:
+        h["Authorization"] = f"Bearer {token}"
+    return h
+
+
+def _post(url: str, body: dict[str, Any], token: str | None, timeout: float) -> dict[str, Any]:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=_headers(token))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())  # type: ignore[no-any-return]
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"wmrl reward server {url}: HTTP {e.code}: {e.read()[:500]!r}") from None
+
+
+# Posts of compute_score_async wait here, not in the event loop's default executor (min(32, CPUs + 4)
+# threads): every sample of a batch waits for its group at once.
+_POST_POOL = ThreadPoolExecutor(max_workers=1024, thread_name_prefix="wmrl-verl-post")
+
+
+async def _apost(url: str, body: dict[str, Any], token: str | None, timeout: float) -> dict[str, Any]:
+    return await asyncio.get_running_loop().run_in_executor(_POST_POOL, _post, url, body, token, timeout)
+
+
 def _grouper_kwargs(kw: dict[str, Any]) -> tuple[Grouper, float | None]:
     try:
         run_id, group_id, group_size = kw.pop("run_id"), kw.pop("group_id"), kw.pop("group_size")
@@ -167,6 +215,7 @@ def _grouper_kwargs(kw: dict[str, Any]) -> tuple[Grouper, float | None]:
         raise TypeError(
             f"wmrl compute_score: reward_kwargs.{e.args[0]} is required (run_id, group_id, group_size)"
         ) from None
+    kw.pop("server_url", None), kw.pop("token", None)
     known = ("brokers", "topic_prefix", "anchor_fraction", "groups_per_step", "flush_after", "start_step", "timeout")
     opts = {k: kw[k] for k in known if k in kw}
     g = grouper_for(run_id, group_id, int(group_size), **opts)
@@ -188,10 +237,17 @@ def compute_score(
         return compute_score_batch(**kw)
     if solution_str is None:
         raise TypeError("wmrl compute_score: solution_str= is required (verl passes it per sample)")
+    if kw.get("server_url"):
+        body = server_request(data_source, solution_str, ground_truth, extra_info)
+        return server_reply(_post(kw["server_url"], body, kw.get("token"), float(kw.get("timeout") or 600) + 30))
     g, timeout = _grouper_kwargs(dict(kw))
     fut = g.submit(sample_key(data_source, ground_truth, extra_info), solution_str,
                    meta=sample_meta(data_source, ground_truth, extra_info))  # fmt: skip
-    return sample_reply(fut.result(timeout=None if timeout is None else timeout + 30))
+    try:
+        return sample_reply(fut.result(timeout=None if timeout is None else timeout + 30))
+    except FutureTimeout:
+        g.withdraw([fut])
+        raise
 
 
 async def compute_score_async(
@@ -204,6 +260,10 @@ async def compute_score_async(
     """verl's per-sample compute_score as ``async def``: every sample of a batch waits at once."""
     if solution_str is None:
         raise TypeError("wmrl compute_score_async: solution_str= is required (verl passes it per sample)")
+    if kw.get("server_url"):
+        body = server_request(data_source, solution_str, ground_truth, extra_info)
+        out = await _apost(kw["server_url"], body, kw.get("token"), float(kw.get("timeout") or 600) + 30)
+        return server_reply(out)
     g, timeout = _grouper_kwargs(dict(kw))
     r = await g.asubmit(sample_key(data_source, ground_truth, extra_info), solution_str,
                         meta=sample_meta(data_source, ground_truth, extra_info),
