@@ -71,17 +71,17 @@ type pageRun struct {
 	ID     string `json:"id"`
 	Sealed int    `json:"sealed"`
 	// Steps are each chart's data-steps attribute, split.
-	Steps  map[string]string `json:"steps"`
-	Pairs  int               `json:"pairs"`
-	Maps   int               `json:"maps"`
+	Steps map[string]string `json:"steps"`
+	Pairs int               `json:"pairs"`
+	Maps  int               `json:"maps"`
 	// LatestFit is the fit version of the newest map drawn, LastFit the last sealed step's.
 	LatestFit int `json:"latest_fit"`
 	LastFit   int `json:"last_fit"`
 	// Masked is the card's "masked rows" fact and its colour class.
-	Masked      string `json:"masked"`
-	MaskedClass string `json:"masked_class"`
-	XTicks []string          `json:"xticks"`
-	Dots   int               `json:"dots"`
+	Masked      string   `json:"masked"`
+	MaskedClass string   `json:"masked_class"`
+	XTicks      []string `json:"xticks"`
+	Dots        int      `json:"dots"`
 }
 
 // The dashboard in a real browser during a demo run: the page loads while the arms are held
