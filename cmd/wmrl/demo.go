@@ -144,6 +144,11 @@ func (o *demoOptions) run(cmd *cobra.Command, _ []string) error {
 	start := time.Now()
 	res, err := demo.Run(ctx, cfg)
 	prog.finish()
+	if err != nil && ctx.Err() != nil {
+		// A requested stop (SIGINT/SIGTERM) mid-run: nothing to report, nothing failed.
+		fmt.Fprintln(a.stdout, "demo stopped by signal before the run finished")
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func TestScoringFailuresAreLoud(t *testing.T) {
 
 	// pipeline makes a prefix's topics; publish sends the rollouts, every group an anchor.
 	publish := func(h *e2eHarness) {
-		h.run(time.Minute, 0, "generate", "--backend", "jsonl", "--input", input, "--run-id", run, "--anchor-fraction", "1")
+		h.run(time.Minute, 0, "generate", "--backend", "jsonl", "--input", input, "--run", run, "--anchor-fraction", "1")
 	}
 	pipeline := func(name string) *e2eHarness {
 		prefix := unique + "-" + name + "."

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -42,6 +43,7 @@ type simulateOptions struct {
 	workers        int
 	out            string
 	errorGrid      bool
+	quick          bool
 	grid           errorGridOptions
 }
 
@@ -86,14 +88,34 @@ sweeps its (bias, noise) grid instead (docs/error_grid.md).`,
 		"arms default to real-grpo, pure-wm, none, od, ivd, wmrl, wmrl-cir and steps to 40; writes error_grid.csv, error_grid.md and plots to --out")
 	f.Float64SliceVar(&o.grid.biases, "grid-bias", defaultGridBiases, "error grid: bias strengths B")
 	f.Float64SliceVar(&o.grid.noises, "grid-noise", defaultGridNoises, "error grid: noise levels σ")
+	f.BoolVar(&o.quick, "quick", false, "short sweep: 2 seeds, 30 steps, 2 held-out problems (explicit --seeds/--steps/--eval-problems win)")
 	wmFlags(f, &cfg.WorldModel)
 	return cmd
 }
 
 func (o *simulateOptions) run(cmd *cobra.Command, _ []string) error {
-	a, cfg := o.a, o.cfg
 	ctx, cancel := signalContext()
 	defer cancel()
+	if o.quick {
+		for name, set := range map[string]func(){
+			"seeds": func() { o.seeds = 2 }, "steps": func() { o.cfg.Steps = 30 }, "eval-problems": func() { o.evalProblems = 2 },
+		} {
+			if !cmd.Flags().Changed(name) {
+				set()
+			}
+		}
+	}
+	err := o.sweep(ctx, cmd)
+	if err != nil && ctx.Err() != nil {
+		// A requested stop (SIGINT/SIGTERM): no report, and no failure either.
+		fmt.Fprintln(o.a.stdout, "simulate stopped by signal")
+		return nil
+	}
+	return err
+}
+
+func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
+	a, cfg := o.a, o.cfg
 	as, err := sim.ArmsByName(o.arms, o.anchorFraction)
 	if err != nil {
 		return err
