@@ -208,8 +208,10 @@ func TestDashboardInBrowserDuringDemo(t *testing.T) {
 		t.Fatalf("demo: %v", r.err)
 	}
 	t.Logf("%s: demo finished (evaluator %s, pipeline %s)", time.Since(start).Round(time.Millisecond), r.out.Eval.Round(time.Millisecond), r.out.Elapsed.Round(time.Millisecond))
+	// As `wmrl demo --dashboard` does: the finished demo's headline numbers go on the page.
+	fol.Model().SetHeadline(dashboard.NewHeadline(r.out.FinalLine, r.out.Summary))
 	if err := chromedp.Do(bctx,
-		waitJS(fmt.Sprintf(`wmrl.state.runs.length === %d && wmrl.state.runs.every(r => r.steps.length === %d && r.redis && r.redis.sealed_step === %d && r.steps.every(s => s.rows > 0 && s.latency_ms != null))`,
+		waitJS(fmt.Sprintf(`!document.getElementById("headline").hidden && wmrl.state.runs.length === %d && wmrl.state.runs.every(r => r.steps.length === %d && r.redis && r.redis.sealed_step === %d && r.steps.every(s => s.rows > 0 && s.latency_ms != null))`,
 			arms, cfg.Sim.Steps, cfg.Sim.Steps-1)),
 	); err != nil {
 		t.Fatalf("final state on the page: %v", err)
@@ -290,6 +292,13 @@ func TestDashboardInBrowserDuringDemo(t *testing.T) {
 	}
 	if fitted == 0 {
 		t.Error("no arm refitted its map: the map chart test proves nothing")
+	}
+	headline, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[document.getElementById("headline-line").textContent, ...[...document.querySelectorAll("#headline-arms tr")].slice(1).map(tr => tr.textContent)]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(headline) != 1+arms || headline[0] != r.out.FinalLine {
+		t.Errorf("headline on the page %q, want the final line %q and one row per arm", headline, r.out.FinalLine)
 	}
 	// The scoring table lists each arm's world model (and the sandbox where it executes), none
 	// in red in a healthy demo.

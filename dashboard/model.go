@@ -23,6 +23,8 @@ type State struct {
 	Groups      []GroupLag    `json:"groups"`
 	Topics      []TopicRate   `json:"topics"`
 	DeadLetters []DeadLetters `json:"dead_letters"`
+	// Headline is a finished demo's result (`wmrl demo --dashboard`); absent otherwise.
+	Headline *Headline `json:"headline,omitempty"`
 	// Scoring counts the world model's and the sandbox's failure records per topic set.
 	Scoring []ScoringHealth `json:"scoring"`
 	// Errors are the most recent problems the followers met (undecodable records, Redis or lag
@@ -210,6 +212,7 @@ type Model struct {
 	topicsSeen map[string]*topicCounter
 	dlq        map[dlqKey]*DeadLetters
 	scoring    map[scoringKey]*scoringAcc
+	headline   *Headline
 	groups     []GroupLag
 	errs       []string
 	changed    chan struct{}
@@ -497,6 +500,7 @@ func (m *Model) State() State {
 	}
 	sort.Slice(st.Topics, func(i, j int) bool { return st.Topics[i].Topic < st.Topics[j].Topic })
 	st.Scoring = m.scoringState()
+	st.Headline = m.headline
 	for _, d := range m.dlq {
 		st.DeadLetters = append(st.DeadLetters, *d)
 	}

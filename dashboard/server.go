@@ -122,6 +122,7 @@ type Server struct {
 	srv    *http.Server
 	cancel context.CancelFunc
 	done   chan error
+	model  *Model
 	// closeOnce makes Close idempotent: the demo closes the server after its linger and again
 	// on return, and a second wait on done would block for ever.
 	closeOnce sync.Once
@@ -140,7 +141,7 @@ func Start(ctx context.Context, addr string, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("dashboard: listen: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Server{ln: ln, cancel: cancel, done: make(chan error, 2),
+	s := &Server{ln: ln, cancel: cancel, done: make(chan error, 2), model: f.Model(),
 		srv: &http.Server{Handler: Handler(f.Model()), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}}
 	go func() { s.done <- f.Run(ctx) }()
 	go func() {

@@ -174,6 +174,9 @@ func (o *demoOptions) run(cmd *cobra.Command, _ []string) error {
 		fmt.Fprintf(a.stdout, "report: %s (%d files)\n", filepath.Join(o.out, demo.FileHTML), len(files))
 	}
 	fmt.Fprintln(a.stdout, res.FinalLine)
+	if dash != nil {
+		dash.SetHeadline(dashboard.NewHeadline(res.FinalLine, res.Summary))
+	}
 	demoHandoff(a.stdout, cfg.Seed, cfg.TopicPrefix, a.conn.Brokers, !external)
 	if dash != nil {
 		return lingerDashboard(ctx, a, dash, o.linger)

@@ -118,6 +118,12 @@
       "no reward records yet", k => sc[k].recent_failed_share > SCORING_ALARM ? "bad" : (sc[k].failed ? "warn" : ""));
     table("dlq", ["topic set", "stage", "reason", "count", "last error"],
       st.dead_letters.map(d => [d.prefix, d.stage, d.reason, String(d.count), d.last_error]), "no dead letters");
+    $("headline").hidden = !st.headline;
+    if (st.headline) {
+      $("headline-line").textContent = st.headline.line;
+      table("headline-arms", ["arm", "final score", "executions", "executions to target", "speedup (executions)"],
+        st.headline.arms.map(h => [h.arm, num(h.final_score, 3), num(h.executions, 0), num(h.executions_to_target, 0), h.speedup == null ? "—" : num(h.speedup, 2) + "×"]), "");
+    }
     $("errors-box").hidden = !st.errors.length;
     $("errors").innerHTML = st.errors.map(e => `<li>${esc(e)}</li>`).join("");
   }
