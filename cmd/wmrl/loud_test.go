@@ -138,6 +138,38 @@ func TestScoringFailuresAreLoud(t *testing.T) {
 			t.Errorf("train: exit %d\nstdout:\n%s\nstderr:\n%s\nwant a masked warning per step", code, out, errOut)
 		}
 	})
+	t.Run("train names wrong wiring", func(t *testing.T) {
+		cases := []struct {
+			h     *e2eHarness
+			run   string
+			wants []string
+		}{
+			// Prefix a: advantages of loud-run exist and correct runs, but the run id is wrong.
+			{a, "lod-run", []string{`holds no record of run \"lod-run\"`, "runs seen: " + run}},
+			// Prefix b: no correction consumer, so no advantages at all.
+			{b, run, []string{"holds no advantages yet", "no consumer group with live members reads", "wmrl correct --topic-prefix"}},
+		}
+		for i, c := range cases {
+			p := c.h.start(fmt.Sprintf("train %d", i), "train", "--run", c.run, "--group", unique+"-"+strings.TrimSuffix(strings.TrimPrefix(c.h.global[len(c.h.global)-1], unique+"-"), ".")+"-train")
+			waitFor(t, p, 15*time.Second, "wiring warnings", func() bool {
+				for _, w := range c.wants {
+					if !strings.Contains(p.stderr.String(), w) {
+						return false
+					}
+				}
+				return true
+			})
+			for _, line := range strings.Split(p.stderr.String(), "\n") {
+				if strings.Contains(line, "no step yet") {
+					t.Log(line)
+				}
+			}
+			if c.run != run && strings.Contains(p.stderr.String(), "no consumer group with live members") {
+				t.Errorf("prefix with a running correct consumer reported none:\n%s", p.stderr.String())
+			}
+			p.terminate(10 * time.Second)
+		}
+	})
 	for _, p := range []*e2eProc{html, sb, corr, down} {
 		p.terminate(30 * time.Second)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,6 +80,7 @@ func (o *trainOptions) run(_ *cobra.Command, _ []string) error {
 	defer stop()
 	probe.running.Store(true)
 	defer probe.running.Store(false)
+	connOpts := opts // without the metrics hooks, for the wiring check's own clients
 	opts = append(opts[:len(opts):len(opts)], kgo.WithHooks(stage.KafkaMetrics(reg, "train")...))
 	if o.session > 0 {
 		opts = append(opts, kgo.SessionTimeout(o.session))
@@ -88,8 +90,33 @@ func (o *trainOptions) run(_ *cobra.Command, _ []string) error {
 		return err
 	}
 	defer s.Close()
+	// A trainer that gets no step within wiringDelay says what may be miswired (a wrong run or
+	// prefix, no correction consumer) instead of waiting without a word.
+	var gotStep atomic.Bool
+	wiring := time.AfterFunc(wiringDelay, func() {
+		if gotStep.Load() {
+			return
+		}
+		problems, err := wiringProblems(ctx, connOpts, a.conn.Names(), o.runID)
+		if err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("no step yet; could not check the wiring", "err", err)
+			}
+			return
+		}
+		if gotStep.Load() {
+			return
+		}
+		for _, p := range problems {
+			a.log.Warn("no step yet: "+p, "run", o.runID, "waited", wiringDelay)
+		}
+	})
+	defer wiring.Stop()
 	for n := 0; o.maxSteps == 0 || n < o.maxSteps; n++ {
 		st, err := s.Next(ctx)
+		if err == nil {
+			gotStep.Store(true)
+		}
 		if err != nil {
 			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 				break
