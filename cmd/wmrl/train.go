@@ -45,7 +45,7 @@ A real trainer uses the same code through the sinks/trainer package (Stream.Next
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.runID, "run", "", "run id to consume (empty: every run)")
-	f.StringVar(&o.group, "group", trainer.DefaultGroup, "consumer group")
+	f.StringVar(&o.group, "group", trainer.DefaultGroup, "consumer group (under a --topic-prefix other than wmrl.: <prefix>"+trainer.DefaultGroup+")")
 	f.BoolVar(&o.printTable, "print", false, "print every step as a table of its rows")
 	f.IntVar(&o.maxSteps, "max-steps", 0, "stop after this many steps (0: run until interrupted)")
 	f.DurationVar(&o.session, "session-timeout", 0, "group session timeout: how long a crashed trainer holds its partitions (0: franz-go's 45s)")
@@ -53,7 +53,7 @@ A real trainer uses the same code through the sinks/trainer package (Stream.Next
 	return cmd
 }
 
-func (o *trainOptions) run(_ *cobra.Command, _ []string) error {
+func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 	a := o.a
 	if o.maxSteps < 0 {
 		return fmt.Errorf("--max-steps %d must be >= 0", o.maxSteps)
@@ -85,7 +85,7 @@ func (o *trainOptions) run(_ *cobra.Command, _ []string) error {
 	if o.session > 0 {
 		opts = append(opts, kgo.SessionTimeout(o.session))
 	}
-	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: o.group, RunID: o.runID, Logger: a.log})
+	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: a.groupFor(cmd, o.group, trainer.DefaultGroup), RunID: o.runID, Logger: a.log})
 	if err != nil {
 		return err
 	}

@@ -53,14 +53,14 @@ WMRL_WM_API_KEY or OPENAI_API_KEY. The built-in task's proxy world model runs in
 	f.StringVar(&cfg.SystemPrompt, "system-prompt", "", "system message")
 	f.StringVar(&o.templateFile, "prompt-template", "", "file with a text/template for the user message (default: built in)")
 	f.StringVar(&o.artifactDir, "artifact-dir", "", "claim-check directory shared with the generator, for artifacts sent by reference")
-	f.StringVar(&o.group, "group", "", "consumer group (default wmrl-worldmodel)")
+	f.StringVar(&o.group, "group", "", "consumer group (default wmrl-worldmodel; under a --topic-prefix other than wmrl.: <prefix>wmrl-worldmodel)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", ":9464", "serve /metrics and /healthz here (empty: off)")
 	f.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "time in-flight requests get to finish on shutdown")
 	memberFlags(f, &o.member)
 	return cmd
 }
 
-func (o *worldModelOptions) run(_ *cobra.Command, _ []string) error {
+func (o *worldModelOptions) run(cmd *cobra.Command, _ []string) error {
 	a, cfg := o.a, o.cfg
 	if o.backend == "builtin" {
 		return errors.New("--backend builtin is the demo's proxy world model: run it with `wmrl demo`")
@@ -86,7 +86,7 @@ func (o *worldModelOptions) run(_ *cobra.Command, _ []string) error {
 	if hc.Artifacts, err = artifactResolver(o.artifactDir); err != nil {
 		return err
 	}
-	member, err := a.stageConfig(o.member, o.group, o.metricsAddr, o.grace)
+	member, err := a.stageConfig(o.member, a.groupFor(cmd, o.group, "wmrl-"+worldmodel.StageName), o.metricsAddr, o.grace)
 	if err != nil {
 		return err
 	}
