@@ -29,7 +29,9 @@ type analyticsOptions struct {
 func newAnalyticsCmd(a *app) *cobra.Command {
 	o := &analyticsOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "analytics",
+		Use: "analytics",
+		Example: `  wmrl analytics --out /data/wmrl-parquet
+  wmrl analytics --out ./parquet --run r1 --roll-steps 50 --metrics-addr :9468`,
 		Short: "Tap advantages and calibration into Parquet files (kafka-go consumer, read_committed)",
 		Long: `analytics consumes the advantages and calibration topics in its own consumer group with
 segmentio/kafka-go and writes, per run, advantages-<run>-<first>-<last>.parquet (the advantage rows,

@@ -95,7 +95,10 @@ type correctOptions struct {
 func newCorrectCmd(a *app) *cobra.Command {
 	o := &correctOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "correct",
+		Use: "correct",
+		Example: `  wmrl correct --metrics-addr :9466
+  wmrl correct --topic-prefix lab. --redis redis://redis:6379/0 --redis-prefix lab --transactional-id lab-correct-0
+  wmrl correct --mode reference --window 2000 --max-masked-share 0.2`,
 		Short: "Run the stateful correction consumer (exactly-once, Kafka transactions)",
 		Long: `correct joins step manifests, predicted and executed rewards per run, seals each complete step
 in order, runs the correction core (Online Debiasing + Inverse-Variance Denoising + group-relative

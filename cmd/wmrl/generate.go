@@ -43,7 +43,10 @@ type generateOptions struct {
 func newGenerateCmd(a *app) *cobra.Command {
 	o := &generateOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "generate",
+		Use: "generate",
+		Example: `  wmrl generate --run r1 --base-url http://vllm:8000/v1 --model policy --prompts prompts.jsonl --anchor-fraction 0.25
+  my-sampler | wmrl generate --backend jsonl --input - --run r1
+  wmrl generate --backend jsonl --input rollouts.jsonl --run r1 --max-steps-ahead 2 --trainer-group trainer-r1`,
 		Short: "Publish rollouts and step manifests from a policy (openai, jsonl)",
 		Long: `Publish one training step at a time: every rollout to the rollouts topic, then, once all are
 acknowledged, the step's manifest. Anchor groups are chosen deterministically:

@@ -34,7 +34,9 @@ func newSandboxCmd(a *app) *cobra.Command {
 	o := &sandboxOptions{a: a}
 	defaults := sandbox.DefaultLimits()
 	cmd := &cobra.Command{
-		Use:   "sandbox",
+		Use: "sandbox",
+		Example: `  wmrl sandbox --argv '["/opt/task/run", "{artifact}"]' --slots 8 --timeout 600s
+  wmrl sandbox --argv '["python3", "score.py", "{artifact}"]' --bwrap --memory 2GiB --max-failure-share 0.2`,
 		Short: "Execute anchor rollouts in a pool of exclusive slots into rewards.executed",
 		Long: `Consume the rollouts topic; non-anchor rollouts are skipped (consumed and committed, no output);
 every anchor rollout gets exactly one executed-reward record. Each job runs --argv (no shell; {artifact}

@@ -33,7 +33,9 @@ type trainOptions struct {
 func newTrainCmd(a *app) *cobra.Command {
 	o := &trainOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "train",
+		Use: "train",
+		Example: `  wmrl train --run r1
+  wmrl train --run r1 --print --max-steps 3 --group trainer-r1`,
 		Short: "Consume fused advantages step by step and acknowledge them (a trainer without a model)",
 		Long: `train reads the advantages topic read_committed in a consumer group, reassembles each step
 from its Arrow chunks and acknowledges it after printing, so offsets are committed only for steps

@@ -27,7 +27,9 @@ type worldModelOptions struct {
 func newWorldModelCmd(a *app) *cobra.Command {
 	o := &worldModelOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "worldmodel",
+		Use: "worldmodel",
+		Example: `  wmrl worldmodel --base-url http://vllm-wm:8000/v1 --model world-model --concurrency 64
+  wmrl worldmodel --base-url http://judge:8001/v1 --model judge --max-failure-share 0.2 --failure-window 200`,
 		Short: "Score every rollout with a world model (OpenAI-compatible server) into rewards.predicted",
 		Long: `Consume the rollouts topic and publish exactly one predicted-reward record per rollout: a score,
 or a failure (timeout, error, invalid) with its reason. Up to --concurrency requests are in flight;
