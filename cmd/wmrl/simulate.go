@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -142,6 +144,12 @@ func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
 	}
 	start := time.Now()
 	fmt.Fprintf(a.stdout, "eval set: %d held-out problems × %d solutions ...\n", o.evalProblems, len(task.EffectiveSolutions()))
+	// The eval set and the first runs take a minute or more without a result to print; a line
+	// every progressEvery says the sweep is alive and where it is.
+	var phase atomic.Value
+	phase.Store("building the eval set")
+	stopTicker := tickProgress(a.stdout, start, &phase)
+	defer stopTicker()
 	eval, err := sim.Eval(ctx, o.evalProblems, o.workers)
 	if err != nil {
 		return err
@@ -149,7 +157,9 @@ func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
 	fmt.Fprintf(a.stdout, "eval set ready in %s; %d runs (%d arms × seeds %d..%d), %d steps × %d groups × G=%d, lr %g, anchor fraction %g\n",
 		time.Since(start).Round(time.Millisecond), len(as)*o.seeds, len(as), sw.Seeds[0], sw.Seeds[len(sw.Seeds)-1],
 		cfg.Steps, cfg.Groups, cfg.GroupSize, cfg.LR, o.anchorFraction)
+	phase.Store(fmt.Sprintf("running %d runs, none finished yet", len(as)*o.seeds))
 	results, err := sw.Run(ctx, eval, func(p sim.Progress) {
+		phase.Store(fmt.Sprintf("%d of %d runs finished", p.Done, p.Total))
 		fmt.Fprintf(a.stdout, "[%3d/%d] %-10s seed %-3d final %.3f executions %6d exec %7.2fs wm %6.2fs (%s)\n",
 			p.Done, p.Total, p.Result.Arm, p.Result.Seed, p.Result.FinalScore(),
 			last(p.Result).Executions, last(p.Result).ExecCompute.Seconds(), last(p.Result).WMCompute.Seconds(),
@@ -182,6 +192,29 @@ func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
 	}
 	fmt.Fprintf(a.stdout, "done in %s\n", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// progressEvery is how often a long simulate phase prints that it is still at work.
+const progressEvery = 15 * time.Second
+
+// tickProgress prints "… <phase> (<elapsed>)" every progressEvery until stopped.
+func tickProgress(w io.Writer, start time.Time, phase *atomic.Value) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Fprintf(w, "… %s (%s)\n", phase.Load(), time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 func last(r sim.Result) sim.StepRecord {

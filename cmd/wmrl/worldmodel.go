@@ -92,6 +92,10 @@ func (o *worldModelOptions) run(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
+	member.Started = func() {
+		a.log.Info("world model", "base_url", cfg.BaseURL, "model", cfg.Model, "scoring_concurrency", o.concurrency,
+			"max_failure_share", member.MaxFailureShare, "failure_window", member.FailureWindow)
+	}
 	// Before the stage's client exists: it joins the group at once, and leaving it would log.
 	if err := scorer.Probe(a.startupContext()); err != nil {
 		return err
