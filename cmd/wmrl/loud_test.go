@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wmrl/wmrl/dashboard"
 	"github.com/wmrl/wmrl/internal/testenv"
 )
 
@@ -131,6 +132,40 @@ func TestScoringFailuresAreLoud(t *testing.T) {
 		if v := metricValue(metrics, `wmrl_correct_masked_share{run="`+run+`",stream="main"}`); v != 1 {
 			t.Errorf("wmrl_correct_masked_share = %v, want 1 (every row lacks a reward)", v)
 		}
+	})
+	t.Run("dashboard shows the failures", func(t *testing.T) {
+		p := a.start("dashboard", "dashboard", "--listen", "127.0.0.1:0", "--no-redis")
+		var url string
+		waitFor(t, p, 30*time.Second, "the page's URL", func() bool {
+			m := regexp.MustCompile(`wmrl dashboard: (http://\S+/)`).FindStringSubmatch(p.stderr.String())
+			if m != nil {
+				url = m[1]
+			}
+			return m != nil
+		})
+		var st dashboard.State
+		waitFor(t, p, 30*time.Second, "both stages' failures and the masked steps on the page", func() bool {
+			_, body := httpGet(t, url+"api/state")
+			st = dashboard.State{}
+			if err := json.Unmarshal([]byte(body), &st); err != nil {
+				return false
+			}
+			red := 0
+			for _, h := range st.Scoring {
+				if h.RecentFailedShare > dashboard.ScoringAlarm && h.Failed == len(rollouts) {
+					red++
+				}
+			}
+			masked := len(st.Runs) == 1 && len(st.Runs[0].Steps) == 3
+			for _, s := range st.Runs {
+				for _, step := range s.Steps {
+					masked = masked && step.Rows > 0 && step.MaskedRows == step.Rows
+				}
+			}
+			return red == 2 && masked
+		})
+		t.Logf("dashboard scoring: %+v", st.Scoring)
+		p.terminate(10 * time.Second)
 	})
 	t.Run("train says so per step", func(t *testing.T) {
 		out, errOut, code := a.try(time.Minute, "train", "--run", run, "--max-steps", "3", "--group", unique+"-a-train")
