@@ -23,6 +23,8 @@ type State struct {
 	Groups      []GroupLag    `json:"groups"`
 	Topics      []TopicRate   `json:"topics"`
 	DeadLetters []DeadLetters `json:"dead_letters"`
+	// Wiring names topic sets whose rollouts no correction consumer reads (scoring.go).
+	Wiring []string `json:"wiring"`
 	// Headline is a finished demo's result (`wmrl demo --dashboard`); absent otherwise.
 	Headline *Headline `json:"headline,omitempty"`
 	// Scoring counts the world model's and the sandbox's failure records per topic set.
@@ -213,6 +215,8 @@ type Model struct {
 	dlq        map[dlqKey]*DeadLetters
 	scoring    map[scoringKey]*scoringAcc
 	headline   *Headline
+	// groupsPolled is set by the first SetGroups: before it, no group is not yet "no reader".
+	groupsPolled bool
 	groups     []GroupLag
 	errs       []string
 	changed    chan struct{}
@@ -420,7 +424,9 @@ func (m *Model) Error(msg string) {
 func (m *Model) SetGroups(g []GroupLag) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if slices.Equal(g, m.groups) {
+	first := !m.groupsPolled
+	m.groupsPolled = true
+	if !first && slices.Equal(g, m.groups) {
 		return
 	}
 	m.groups = g
@@ -501,6 +507,7 @@ func (m *Model) State() State {
 	sort.Slice(st.Topics, func(i, j int) bool { return st.Topics[i].Topic < st.Topics[j].Topic })
 	st.Scoring = m.scoringState()
 	st.Headline = m.headline
+	st.Wiring = m.wiringState()
 	for _, d := range m.dlq {
 		st.DeadLetters = append(st.DeadLetters, *d)
 	}

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/wmrl/wmrl/topics"
@@ -101,5 +102,33 @@ func (m *Model) scoringState() []ScoringHealth {
 		}
 		return out[i].Stage < out[j].Stage
 	})
+	return out
+}
+
+// wiringState must be called with mu held. It names each topic set with rollouts whose
+// predicted-rewards topic no consumer group with live members reads: the correction consumer of
+// that prefix is not running (or runs with another --topic-prefix), so no advantages will come.
+// A finished demo's sets are named too: its consumers have stopped.
+func (m *Model) wiringState() []string {
+	out := []string{}
+	if !m.groupsPolled {
+		return out
+	}
+	read := map[string]bool{}
+	for _, g := range m.groups {
+		if g.Members > 0 && g.Error == "" {
+			read[g.Topic] = true
+		}
+	}
+	for name, c := range m.topicsSeen {
+		prefix, suffix, ok := splitTopic(name)
+		if !ok || suffix != topics.SuffixRollouts || c.records == 0 {
+			continue
+		}
+		if predicted := prefix + topics.SuffixPredicted; !read[predicted] {
+			out = append(out, fmt.Sprintf("no consumer group with live members reads %s: is `wmrl correct --topic-prefix %s` running?", predicted, prefix))
+		}
+	}
+	sort.Strings(out)
 	return out
 }

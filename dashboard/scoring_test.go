@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -111,5 +112,23 @@ func TestModelCountsMaskedRows(t *testing.T) {
 	m.Snapshot("p.calibration.v1", "p.", topics.CalibrationSnapshot{RunID: "r", Stream: "main", Step: 0, AnchorWeight: 1}, time.Unix(1, 0))
 	if s := m.State().Runs[0].Steps[0]; s.MaskedRows != 2 || s.Rows != 3 {
 		t.Fatalf("step rows %d masked %d, want 3 and 2", s.Rows, s.MaskedRows)
+	}
+}
+
+// TestModelWiring: a topic set with rollouts and no live reader of its predicted topic is named
+// once the groups were polled; a live reader clears it.
+func TestModelWiring(t *testing.T) {
+	m := NewModel("p.", 10)
+	m.Count("p.rollouts.v1")
+	if w := m.State().Wiring; len(w) != 0 {
+		t.Fatalf("wiring before the first group poll: %q", w)
+	}
+	m.SetGroups(nil)
+	if w := m.State().Wiring; len(w) != 1 || !strings.Contains(w[0], "p.rewards.predicted.v1") || !strings.Contains(w[0], "--topic-prefix p.") {
+		t.Fatalf("wiring %q, want the prefix's predicted topic named", w)
+	}
+	m.SetGroups([]GroupLag{{Group: "p.wmrl-correct", Topic: "p.rewards.predicted.v1", State: "Stable", Members: 1}})
+	if w := m.State().Wiring; len(w) != 0 {
+		t.Fatalf("wiring %q with a live reader", w)
 	}
 }

@@ -124,6 +124,9 @@
       table("headline-arms", ["arm", "final score", "executions", "executions to target", "speedup (executions)"],
         st.headline.arms.map(h => [h.arm, num(h.final_score, 3), num(h.executions, 0), num(h.executions_to_target, 0), h.speedup == null ? "—" : num(h.speedup, 2) + "×"]), "");
     }
+    const wiring = st.wiring || [];
+    $("wiring-box").hidden = !wiring.length;
+    $("wiring").innerHTML = wiring.map(e => `<li>${esc(e)}</li>`).join("");
     $("errors-box").hidden = !st.errors.length;
     $("errors").innerHTML = st.errors.map(e => `<li>${esc(e)}</li>`).join("");
   }
