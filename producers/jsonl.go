@@ -18,7 +18,7 @@ import (
 const DefaultMaxLineBytes = 64 << 20
 
 // ErrLine is wrapped by every JSONL input error; the message starts with "line N:".
-var ErrLine = errors.New("producers: bad JSONL line")
+var ErrLine = errors.New("bad JSONL line")
 
 // JSONLine is the short JSONL form: one rollout per line. Only step and group_id are required.
 //
@@ -231,7 +231,7 @@ func (j *JSONL) read() (*parsedLine, error) {
 		if errors.Is(err, bufio.ErrTooLong) {
 			return nil, lineErr(j.line+1, "longer than %d bytes", j.cfg.MaxLineBytes)
 		}
-		return nil, fmt.Errorf("producers: read JSONL after line %d: %w", j.line, err)
+		return nil, fmt.Errorf("read JSONL after line %d: %w", j.line, err)
 	}
 	return nil, io.EOF
 }

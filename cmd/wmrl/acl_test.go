@@ -247,7 +247,7 @@ func TestSecureStagesLeastPrivilege(t *testing.T) {
 	input := filepath.Join(s.dir, "rollouts.jsonl")
 	writeE2EInput(t, input, rollouts)
 	h["generate"].run(2*time.Minute, 0, "generate", "--backend", "jsonl", "--input", input,
-		"--run-id", e2eRun, "--anchor-fraction", strconv.FormatFloat(e2eAnchor, 'g', -1, 64))
+		"--run", e2eRun, "--anchor-fraction", strconv.FormatFloat(e2eAnchor, 'g', -1, 64))
 
 	wm := startE2EWorldModel(t)
 	script, err := filepath.Abs(filepath.Join("testdata", "e2e", "score.sh"))

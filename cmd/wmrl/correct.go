@@ -95,7 +95,10 @@ type correctOptions struct {
 func newCorrectCmd(a *app) *cobra.Command {
 	o := &correctOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "correct",
+		Use: "correct",
+		Example: `  wmrl correct --metrics-addr :9466
+  wmrl correct --topic-prefix lab. --redis redis://redis:6379/0 --redis-prefix lab --transactional-id lab-correct-0
+  wmrl correct --mode reference --window 2000 --max-masked-share 0.2`,
 		Short: "Run the stateful correction consumer (exactly-once, Kafka transactions)",
 		Long: `correct joins step manifests, predicted and executed rewards per run, seals each complete step
 in order, runs the correction core (Online Debiasing + Inverse-Variance Denoising + group-relative
@@ -118,7 +121,7 @@ place (the transaction is aborted, state rebuilt from the changelog once the bro
 	o.correction = correctionFlags(cmd.Flags())
 	cfg := &o.cfg
 	f := cmd.Flags()
-	f.StringVar(&cfg.Group, "group", correct.DefaultGroup, "consumer group")
+	f.StringVar(&cfg.Group, "group", correct.DefaultGroup, "consumer group (under a --topic-prefix other than wmrl.: <prefix>"+correct.DefaultGroup+")")
 	f.StringVar(&cfg.TransactionalID, "transactional-id", defaultTransactionalID(), "transactional id (unique per instance, stable across restarts)")
 	f.StringVar(&cfg.InstanceID, "instance-id", "", "static group member id (stable per instance): a restart takes its partitions back at once (default: the --transactional-id, itself from the host/pod name; set it empty for dynamic membership)")
 	f.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "group session timeout (default 45s)")
@@ -170,6 +173,7 @@ func (o *correctOptions) run(cmd *cobra.Command, _ []string) error {
 	defer rdb.Close()
 	cfg.Redis = rdb
 	cfg.Names = a.conn.Names()
+	cfg.Group = a.groupFor(cmd, cfg.Group, correct.DefaultGroup)
 	cfg.Logger = a.log
 	cfg.StartupTimeout = a.startupLeft()
 	c, err := correct.NewConsumer(cfg)

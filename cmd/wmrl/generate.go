@@ -40,7 +40,10 @@ type generateOptions struct {
 func newGenerateCmd(a *app) *cobra.Command {
 	o := &generateOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "generate",
+		Use: "generate",
+		Example: `  wmrl generate --run r1 --base-url http://vllm:8000/v1 --model policy --prompts prompts.jsonl --anchor-fraction 0.25
+  my-sampler | wmrl generate --backend jsonl --input - --run r1
+  wmrl generate --backend jsonl --input rollouts.jsonl --run r1 --max-steps-ahead 2 --trainer-group trainer-r1`,
 		Short: "Publish rollouts and step manifests from a policy (openai, jsonl)",
 		Long: `Publish one training step at a time: every rollout to the rollouts topic, then, once all are
 acknowledged, the step's manifest. Anchor groups are chosen deterministically:
@@ -70,7 +73,10 @@ wmrl_generate_paused_seconds_total.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.backend, "backend", "openai", "rollout source: openai or jsonl")
-	f.StringVar(&o.runID, "run-id", "", "run id (required): the key of every record, and half of the anchor hash")
+	f.StringVar(&o.runID, "run", "", "run id (required): the key of every record, and half of the anchor hash")
+	// --run-id was generate's name for what every other command calls --run.
+	f.StringVar(&o.runID, "run-id", "", "deprecated alias of --run")
+	_ = f.MarkDeprecated("run-id", "use --run")
 	f.StringVar(&o.stream, "stream", "main", "default stream (task distribution) for groups that do not name one")
 	f.StringVar(&o.policyVersion, "policy-version", "", "policy_version label for steps whose backend does not set one")
 	f.Int64Var(&o.policyLag, "policy-lag", 0, "stamp policy_step = max(0, step - K) on steps whose input has none: the policy server runs K steps behind the trainer (unset: policy_step unknown)")
@@ -96,12 +102,17 @@ wmrl_generate_paused_seconds_total.`,
 	f.IntVar(&o.oa.MaxTokens, "max-tokens", 0, "openai: completion length cap (0: server default)")
 	f.DurationVar(&o.oa.Timeout, "request-timeout", 10*time.Minute, "openai: per-request timeout")
 	f.IntVar(&o.oa.MaxAttempts, "max-attempts", 4, "openai: tries per request (429, 5xx, timeouts are retried)")
-	_ = cmd.MarkFlagRequired("run-id")
 	return cmd
 }
 
 func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 	a := o.a
+	if o.runID == "" {
+		return errors.New("--run is required: the run id every record is keyed by")
+	}
+	if o.input != "" && o.backend != "jsonl" {
+		return fmt.Errorf("--input is read by --backend jsonl only; add --backend jsonl (the backend is %s, which reads --prompts)", o.backend)
+	}
 	ctx, cancel := signalContext()
 	defer cancel()
 	var store *artifact.Store
@@ -112,7 +123,7 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 		}
 	}
 	var g *producers.Generator
-	b, closeInput, err := o.newBackend(func(line int, raw []byte, lerr error) error {
+	b, closeInput, err := o.newBackend(ctx, func(line int, raw []byte, lerr error) error {
 		source := "jsonl:" + o.input
 		if o.input == "" || o.input == "-" {
 			source = "jsonl:stdin"
@@ -125,6 +136,11 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 	defer closeInput()
 	kopts, err := a.kafkaOpts()
 	if err != nil {
+		return err
+	}
+	// As the stages do: a missing topic fails at start with the create command, not at the
+	// first produce with the broker's UNKNOWN_TOPIC_OR_PARTITION.
+	if err := a.requireTopics(kopts, a.conn.Names().Rollouts(), a.conn.Names().Steps()); err != nil {
 		return err
 	}
 	pacer, stop, err := o.newPacer(ctx, kopts)
@@ -148,13 +164,18 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 	st, err := g.Run(ctx)
 	fmt.Fprintf(a.stdout, "published %d steps, %d groups (%d anchor), %d rollouts (%d by reference)\n",
 		st.Steps, st.Groups, st.AnchorGroups, st.Rollouts, st.ByReference)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// A requested stop (SIGINT/SIGTERM): the steps published so far are complete.
+		a.log.Info("generate stopped by signal")
+		return nil
+	}
 	return err
 }
 
 // newBackend builds the rollout source named by --backend; closeInput closes the --input file.
 // A JSONL line that does not parse or validate goes to the dead-letter topic through onBadLine and
-// the run goes on.
-func (o *generateOptions) newBackend(onBadLine func(int, []byte, error) error) (b producers.Backend, closeInput func(), err error) {
+// the run goes on; stdin is read only until ctx ends.
+func (o *generateOptions) newBackend(ctx context.Context, onBadLine func(int, []byte, error) error) (b producers.Backend, closeInput func(), err error) {
 	closeInput = func() {}
 	switch o.backend {
 	case "openai":
@@ -173,11 +194,13 @@ func (o *generateOptions) newBackend(onBadLine func(int, []byte, error) error) (
 		b, err = producers.NewOpenAI(oa)
 		return b, closeInput, err
 	case "jsonl":
-		var r io.Reader = os.Stdin
 		if o.input == "" {
 			return nil, closeInput, errors.New("--backend jsonl needs --input FILE (or - for stdin)")
 		}
-		if o.input != "-" {
+		var r io.Reader
+		if o.input == "-" {
+			r = stdinUntil(ctx)
+		} else {
 			f, err := os.Open(o.input)
 			if err != nil {
 				return nil, closeInput, fmt.Errorf("--input: %w", err)
@@ -220,4 +243,31 @@ func (o *generateOptions) newPacer(ctx context.Context, kopts []kgo.Opt) (produc
 		return nil, nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
 	return pace, func() { srv.Stop(); pace.Close() }, nil
+}
+
+// stdinUntil reads stdin until ctx ends: a read blocked waiting for the next input line then
+// fails with ctx's error at once, so a signal stops `generate --input -` without waiting for a
+// line that may never come. The goroutine copying stdin ends with the process.
+func stdinUntil(ctx context.Context) io.Reader {
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := io.Copy(pw, os.Stdin)
+		pw.CloseWithError(err)
+	}()
+	context.AfterFunc(ctx, func() { pr.CloseWithError(ctx.Err()) })
+	return ctxReader{ctx: ctx, r: pr}
+}
+
+// ctxReader reports ctx's error instead of io.ErrClosedPipe once ctx has closed the pipe.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil && c.ctx.Err() != nil {
+		return n, c.ctx.Err()
+	}
+	return n, err
 }

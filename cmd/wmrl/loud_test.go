@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wmrl/wmrl/dashboard"
 	"github.com/wmrl/wmrl/internal/testenv"
 )
 
@@ -42,7 +43,7 @@ func TestScoringFailuresAreLoud(t *testing.T) {
 
 	// pipeline makes a prefix's topics; publish sends the rollouts, every group an anchor.
 	publish := func(h *e2eHarness) {
-		h.run(time.Minute, 0, "generate", "--backend", "jsonl", "--input", input, "--run-id", run, "--anchor-fraction", "1")
+		h.run(time.Minute, 0, "generate", "--backend", "jsonl", "--input", input, "--run", run, "--anchor-fraction", "1")
 	}
 	pipeline := func(name string) *e2eHarness {
 		prefix := unique + "-" + name + "."
@@ -132,10 +133,76 @@ func TestScoringFailuresAreLoud(t *testing.T) {
 			t.Errorf("wmrl_correct_masked_share = %v, want 1 (every row lacks a reward)", v)
 		}
 	})
+	t.Run("dashboard shows the failures", func(t *testing.T) {
+		p := a.start("dashboard", "dashboard", "--listen", "127.0.0.1:0", "--no-redis")
+		var url string
+		waitFor(t, p, 30*time.Second, "the page's URL", func() bool {
+			m := regexp.MustCompile(`wmrl dashboard: (http://\S+/)`).FindStringSubmatch(p.stderr.String())
+			if m != nil {
+				url = m[1]
+			}
+			return m != nil
+		})
+		var st dashboard.State
+		waitFor(t, p, 30*time.Second, "both stages' failures and the masked steps on the page", func() bool {
+			_, body := httpGet(t, url+"api/state")
+			st = dashboard.State{}
+			if err := json.Unmarshal([]byte(body), &st); err != nil {
+				return false
+			}
+			red := 0
+			for _, h := range st.Scoring {
+				if h.RecentFailedShare > dashboard.ScoringAlarm && h.Failed == len(rollouts) {
+					red++
+				}
+			}
+			masked := len(st.Runs) == 1 && len(st.Runs[0].Steps) == 3
+			for _, s := range st.Runs {
+				for _, step := range s.Steps {
+					masked = masked && step.Rows > 0 && step.MaskedRows == step.Rows
+				}
+			}
+			return red == 2 && masked
+		})
+		t.Logf("dashboard scoring: %+v", st.Scoring)
+		p.terminate(10 * time.Second)
+	})
 	t.Run("train says so per step", func(t *testing.T) {
 		out, errOut, code := a.try(time.Minute, "train", "--run", run, "--max-steps", "3", "--group", unique+"-a-train")
 		if code != 0 || strings.Count(errOut, "every row of the step is masked") != 3 || !strings.Contains(out, "rows 8 masked 8") {
 			t.Errorf("train: exit %d\nstdout:\n%s\nstderr:\n%s\nwant a masked warning per step", code, out, errOut)
+		}
+	})
+	t.Run("train names wrong wiring", func(t *testing.T) {
+		cases := []struct {
+			h     *e2eHarness
+			run   string
+			wants []string
+		}{
+			// Prefix a: advantages of loud-run exist and correct runs, but the run id is wrong.
+			{a, "lod-run", []string{`holds no record of run \"lod-run\"`, "runs seen: " + run}},
+			// Prefix b: no correction consumer, so no advantages at all.
+			{b, run, []string{"holds no advantages yet", "no consumer group with live members reads", "wmrl correct --topic-prefix"}},
+		}
+		for i, c := range cases {
+			p := c.h.start(fmt.Sprintf("train %d", i), "train", "--run", c.run, "--group", unique+"-"+strings.TrimSuffix(strings.TrimPrefix(c.h.global[len(c.h.global)-1], unique+"-"), ".")+"-train")
+			waitFor(t, p, 15*time.Second, "wiring warnings", func() bool {
+				for _, w := range c.wants {
+					if !strings.Contains(p.stderr.String(), w) {
+						return false
+					}
+				}
+				return true
+			})
+			for _, line := range strings.Split(p.stderr.String(), "\n") {
+				if strings.Contains(line, "no step yet") {
+					t.Log(line)
+				}
+			}
+			if c.run != run && strings.Contains(p.stderr.String(), "no consumer group with live members") {
+				t.Errorf("prefix with a running correct consumer reported none:\n%s", p.stderr.String())
+			}
+			p.terminate(10 * time.Second)
 		}
 	})
 	for _, p := range []*e2eProc{html, sb, corr, down} {

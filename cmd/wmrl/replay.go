@@ -34,7 +34,9 @@ type replayOptions struct {
 func newReplayCmd(a *app) *cobra.Command {
 	o := &replayOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "replay",
+		Use: "replay",
+		Example: `  wmrl replay --run r1 --out replay.bin
+  wmrl replay --run r1 --from-step 100 --to-topic wmrl.replay.advantages.v1`,
 		Short: "Re-run correction for one run from the retained input topics and emit its advantages",
 		Long: `replay reads the run's records from the steps, predicted and executed topics (read_committed, up
 to their current end), re-runs the correction consumer's engine with fresh state, and writes the

@@ -35,7 +35,9 @@ func newSandboxCmd(a *app) *cobra.Command {
 	base := sandbox.DefaultCommandConfig()
 	defaults := base.Limits
 	cmd := &cobra.Command{
-		Use:   "sandbox",
+		Use: "sandbox",
+		Example: `  wmrl sandbox --argv '["/opt/task/run", "{artifact}"]' --slots 8 --timeout 600s
+  wmrl sandbox --argv '["python3", "score.py", "{artifact}"]' --bwrap --memory 2GiB --max-failure-share 0.2`,
 		Short: "Execute anchor rollouts in a pool of exclusive slots into rewards.executed",
 		Long: `Consume the rollouts topic; non-anchor rollouts are skipped (consumed and committed, no output);
 every anchor rollout gets exactly one executed-reward record. Each job runs --argv (no shell; {artifact}
@@ -82,14 +84,14 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.StringVar(&o.onTimeout, "on-timeout", "missing", "reward of a timed-out rollout: missing (excluded) or zero (the reference)")
 	f.StringVar(&o.artifactDir, "artifact-dir", "", "claim-check directory shared with the generator, for artifacts sent by reference")
 	f.StringVar(&o.artifactName, "artifact-name", "", "file name of the artifact in the job directory (default artifact), e.g. solution.py")
-	f.StringVar(&o.group, "group", "", "consumer group (default wmrl-sandbox)")
+	f.StringVar(&o.group, "group", "", "consumer group (default wmrl-sandbox; under a --topic-prefix other than wmrl.: <prefix>wmrl-sandbox)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9465", "serve /metrics and /healthz here (:9465 for every interface; empty: off)")
 	f.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "time running jobs get to finish on shutdown before they are killed and handed back")
 	memberFlags(f, &o.member)
 	return cmd
 }
 
-func (o *sandboxOptions) run(_ *cobra.Command, _ []string) error {
+func (o *sandboxOptions) run(cmd *cobra.Command, _ []string) error {
 	a, cfg := o.a, o.cfg
 	if o.backend == "builtin" {
 		return errors.New("--backend builtin is the demo's task executor: run it with `wmrl demo`")
@@ -142,7 +144,7 @@ func (o *sandboxOptions) run(_ *cobra.Command, _ []string) error {
 	if hc.Artifacts, err = artifactResolver(o.artifactDir); err != nil {
 		return err
 	}
-	member, err := a.stageConfig(o.member, o.group, o.metricsAddr, o.grace)
+	member, err := a.stageConfig(o.member, a.groupFor(cmd, o.group, "wmrl-"+sandbox.StageName), o.metricsAddr, o.grace)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +33,9 @@ type trainOptions struct {
 func newTrainCmd(a *app) *cobra.Command {
 	o := &trainOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "train",
+		Use: "train",
+		Example: `  wmrl train --run r1
+  wmrl train --run r1 --print --max-steps 3 --group trainer-r1`,
 		Short: "Consume fused advantages step by step and acknowledge them (a trainer without a model)",
 		Long: `train reads the advantages topic read_committed in a consumer group, reassembles each step
 from its Arrow chunks and acknowledges it after printing, so offsets are committed only for steps
@@ -44,7 +47,7 @@ A real trainer uses the same code through the sinks/trainer package (Stream.Next
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.runID, "run", "", "run id to consume (empty: every run)")
-	f.StringVar(&o.group, "group", trainer.DefaultGroup, "consumer group")
+	f.StringVar(&o.group, "group", trainer.DefaultGroup, "consumer group (under a --topic-prefix other than wmrl.: <prefix>"+trainer.DefaultGroup+")")
 	f.BoolVar(&o.printTable, "print", false, "print every step as a table of its rows")
 	f.IntVar(&o.maxSteps, "max-steps", 0, "stop after this many steps (0: run until interrupted)")
 	f.DurationVar(&o.session, "session-timeout", 0, "group session timeout: how long a crashed trainer holds its partitions (0: franz-go's 45s)")
@@ -52,7 +55,7 @@ A real trainer uses the same code through the sinks/trainer package (Stream.Next
 	return cmd
 }
 
-func (o *trainOptions) run(_ *cobra.Command, _ []string) error {
+func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 	a := o.a
 	if o.maxSteps < 0 {
 		return fmt.Errorf("--max-steps %d must be >= 0", o.maxSteps)
@@ -79,17 +82,43 @@ func (o *trainOptions) run(_ *cobra.Command, _ []string) error {
 	defer stop()
 	probe.running.Store(true)
 	defer probe.running.Store(false)
+	connOpts := opts // without the metrics hooks, for the wiring check's own clients
 	opts = append(opts[:len(opts):len(opts)], kgo.WithHooks(stage.KafkaMetrics(reg, "train")...))
 	if o.session > 0 {
 		opts = append(opts, kgo.SessionTimeout(o.session))
 	}
-	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: o.group, RunID: o.runID, Logger: a.log})
+	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: a.groupFor(cmd, o.group, trainer.DefaultGroup), RunID: o.runID, Logger: a.log})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	// A trainer that gets no step within wiringDelay says what may be miswired (a wrong run or
+	// prefix, no correction consumer) instead of waiting without a word.
+	var gotStep atomic.Bool
+	wiring := time.AfterFunc(wiringDelay, func() {
+		if gotStep.Load() {
+			return
+		}
+		problems, err := wiringProblems(ctx, connOpts, a.conn.Names(), o.runID)
+		if err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("no step yet; could not check the wiring", "err", err)
+			}
+			return
+		}
+		if gotStep.Load() {
+			return
+		}
+		for _, p := range problems {
+			a.log.Warn("no step yet: "+p, "run", o.runID, "waited", wiringDelay)
+		}
+	})
+	defer wiring.Stop()
 	for n := 0; o.maxSteps == 0 || n < o.maxSteps; n++ {
 		st, err := s.Next(ctx)
+		if err == nil {
+			gotStep.Store(true)
+		}
 		if err != nil {
 			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 				break

@@ -216,7 +216,9 @@ func (s *Stage) Run(ctx context.Context) error {
 		stopWatch()
 		<-watchDone
 	}()
-	s.log.Info("stage running", "group", s.cfg.Group, "topics", s.cfg.Topics, "concurrency", s.cfg.Concurrency)
+	// "handlers" is the runtime's bound; a stage's own work bound (the world model's scoring
+	// requests, the sandbox's slots) is logged by the stage, so neither reads as the other.
+	s.log.Info("stage running", "group", s.cfg.Group, "topics", s.cfg.Topics, "handlers", s.cfg.Concurrency)
 
 	var runErr error
 poll:

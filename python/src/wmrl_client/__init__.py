@@ -47,6 +47,7 @@ from .errors import (
     WmrlError,
     reason,
 )
+from .masked import MaskedStepError
 from .options import KafkaOptions
 from .producer import PublishStats, RolloutProducer
 from .records import (
@@ -63,7 +64,7 @@ from .records import (
     validate_advantage_rows,
 )
 from .reward import Group, RewardClient, StepResult
-from .stream import AdvantageStream, ChunkMismatchError, MaskedStepError, StaleStepError, Step, StreamStats
+from .stream import AdvantageStream, ChunkMismatchError, StaleStepError, Step, StreamStats
 
 __version__ = "0.1.0"
 

@@ -31,6 +31,7 @@ from . import contract as c
 from .arrow import decode_advantages, validate_table
 from .cluster import DEFAULT_CONNECT_TIMEOUT, LIBRDKAFKA_LOGGER, check_topics
 from .errors import ConflictError, HeaderError, SchemaVersionError, UnknownRunError, WmrlError
+from .masked import check_masked, masked_rows
 from .options import KafkaOptions, split_brokers
 from .records import check_id
 from .step import NUMERIC_COLUMNS as NUMERIC_COLUMNS
@@ -59,20 +60,6 @@ class ChunkMismatchError(ConflictError):
 class StaleStepError(ConflictError):
     """A chunk of a step at or below the last delivered one whose chunks are no longer remembered
     (Go's trainer.ErrStale)."""
-
-
-class MaskedStepError(WmrlError, RuntimeError):
-    """Every row of a step is masked (no usable reward: the world model or the sandbox failed on
-    all of it), raised with ``on_masked="raise"``. ``step`` is the Step, still unacknowledged:
-    ack() it to move past it, or stop and fix the failing stage."""
-
-    def __init__(self, message: str, step: Step) -> None:
-        self.step = step
-        super().__init__(message)
-
-    @property
-    def reason(self) -> str:
-        return "masked-step"
 
 
 @dataclass
@@ -310,24 +297,9 @@ class AdvantageStream:
                 return None
 
     def _checked(self, st: Step) -> Step:
-        """Warn about a step's masked rows as it is handed out; raise for a fully masked step
-        with on_masked="raise". A trainer would otherwise train on zero-weight rows unawares."""
-        rows = st.num_rows
-        masked = int(np.count_nonzero(~st.table.column("mask").to_numpy(zero_copy_only=False)))
-        if masked == 0:
-            return st
-        self.stats.masked_rows += masked
-        log.warning(
-            "wmrl_client: run %s step %d: %d of %d rows masked (no usable reward: see the world model's "
-            "and the sandbox's logs and /healthz/scoring)",
-            st.run_id, st.step, masked, rows,
-        )  # fmt: skip
-        if masked == rows and self._on_masked == "raise":
-            raise MaskedStepError(
-                f"run {st.run_id} step {st.step}: all {rows} rows are masked (no usable reward); "
-                "ack() err.step to move past it",
-                st,
-            )
+        n = masked_rows(st)
+        self.stats.masked_rows += n
+        check_masked(st, n, self._on_masked)
         return st
 
     def _fill(self, timeout: float) -> None:
