@@ -153,9 +153,10 @@ type CommandConfig struct {
 	UseBwrap bool
 	// AllowNetwork keeps the host's network in the jail (default: only a
 	// private loopback, so nothing on the host's 127.0.0.1 is reachable).
+	// Asked for by name, it is not refused, but logged at WARN.
 	AllowNetwork bool
-	// AllowWeakContainment lets the executor start without the jail, with
-	// jobs under the stage's own uid or as root. Each such weakness is
+	// AllowWeakContainment lets the executor start without the jail, or
+	// with jobs under the stage's own uid or as root. Each such weakness is
 	// named in the start-up log; without this flag it is a start-up error
 	// (ErrWeakContainment) — never a silent downgrade.
 	AllowWeakContainment bool
@@ -327,7 +328,8 @@ func (e *CommandExecutor) LogContainment() {
 		memory = append(memory, "unlimited")
 	}
 	level, jail := slog.LevelInfo, "off"
-	if len(e.weak) > 0 {
+	weakOrOpen := append(slices.Clone(e.weak), openings(e.cfg)...)
+	if len(weakOrOpen) > 0 {
 		level = slog.LevelWarn
 	}
 	if e.cfg.UseBwrap {
@@ -338,8 +340,8 @@ func (e *CommandExecutor) LogContainment() {
 		uid = fmt.Sprintf("%d:%d", e.cfg.RunAs.UID, e.cfg.RunAs.GID)
 	}
 	weak := "none"
-	if len(e.weak) > 0 {
-		weak = strings.Join(e.weak, "; ")
+	if len(weakOrOpen) > 0 {
+		weak = strings.Join(weakOrOpen, "; ")
 	}
 	e.log.Log(context.Background(), level, "sandbox: containment",
 		"containment", e.contain.kind.String(), "requested", requested.String(),
