@@ -195,7 +195,6 @@ type CommandExecutor struct {
 	argv     []string
 	prefix   []string // prlimit wrapper, nil if no limits
 	rng      scoreRange
-	envAllow []string
 	log      *slog.Logger
 	// requested is the containment asked for (ContainmentAuto unless named).
 	requested Containment
@@ -267,7 +266,6 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
-	e.envAllow = slices.Clone(cfg.EnvAllow)
 	if e.envFixed, err = allowedEnv(cfg.EnvAllow); err != nil {
 		return nil, err
 	}
