@@ -190,12 +190,12 @@ type CommandConfig struct {
 // concurrent use; every call gets its own directory, process group and
 // containment cell.
 type CommandExecutor struct {
-	cfg      CommandConfig
-	contain  *containment
-	argv     []string
-	prefix   []string // prlimit wrapper, nil if no limits
-	rng      scoreRange
-	log      *slog.Logger
+	cfg     CommandConfig
+	contain *containment
+	argv    []string
+	prefix  []string // prlimit wrapper, nil if no limits
+	rng     scoreRange
+	log     *slog.Logger
 	// requested is the containment asked for (ContainmentAuto unless named).
 	requested Containment
 	// weak lists what makes this executor weaker than the jail (empty when
