@@ -47,7 +47,7 @@ network unless --allow-network, a read-only minimal view of the host, and size-l
 for {dir}, /tmp and /dev/shm), as an unprivileged uid (a root stage's jobs run as 65534 unless
 --run-as says otherwise), contained per --containment with rlimits (via prlimit) and a wall-clock
 --timeout that kills the whole job. Anything weaker (--bwrap=false, --run-as with the stage's uid or
-root, --allow-network) is refused at start-up unless --allow-weak-containment is given. The program
+root) is refused at start-up unless --allow-weak-containment is given; --allow-network is logged. The program
 reports on stdout: its last non-empty line must be a JSON object {"score": <number in [0,1]>}; the
 job finds the rollout record (its task: meta, prompt) in {dir}/rollout.json, and {meta.KEY} in
 --argv/--env is the rollout's meta value (a missing key fails the job with status error); the
@@ -74,8 +74,8 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.StringVar(&o.fileSize, "file-size", "1GiB", "RLIMIT_FSIZE, largest file the program may write (0: inherit)")
 	f.BoolVar(&cfg.UseBwrap, "bwrap", base.UseBwrap, "run each job in the jail (bubblewrap: user namespace, no capabilities, own PID namespace and /proc, no network, read-only minimal root, private size-limited tmpfs); --bwrap=false needs --allow-weak-containment")
 	f.StringVar(&o.runAs, "run-as", "", "run the program as UID:GID (requires root; default for a root stage: 65534:65534)")
-	f.BoolVar(&cfg.AllowNetwork, "allow-network", false, "give jobs the host's network (services on 127.0.0.1 become reachable; counts as weak)")
-	f.BoolVar(&cfg.AllowWeakContainment, "allow-weak-containment", false, "start even if the containment is weaker than the jail (no bwrap, jobs as the stage's uid or root, --allow-network); the weaknesses are logged")
+	f.BoolVar(&cfg.AllowNetwork, "allow-network", false, "give jobs the host's network (services on 127.0.0.1 become reachable; logged at WARN)")
+	f.BoolVar(&cfg.AllowWeakContainment, "allow-weak-containment", false, "start even if the containment is weaker than the jail (no bwrap, jobs as the stage's uid or root); the weaknesses are logged")
 	f.StringVar(&o.jobDirSize, "job-dir-size", strconv.FormatUint(base.JobDirBytes>>20, 10)+"MiB", "size of each private tmpfs of the jail (the job directory, /tmp, /dev/shm): the job's disk quota, counted as memory")
 	f.StringArrayVar(&cfg.ReadOnlyPaths, "ro-bind", nil, "extra host path the jailed job sees read-only (repeat); the directories of absolute --argv paths are added automatically")
 	f.StringVar(&cfg.TempDir, "temp-dir", "", "where job directories are created (default $TMPDIR)")
