@@ -17,7 +17,7 @@ import (
 
 // The RSS measurement runs in a fresh child process (this test binary re-executed with
 // rssChildEnv), so that nothing else the test binary did counts.
-const rssChildEnv = "WMRL_CORRECT_RSS_CHILD"
+const rssChildEnv = "WMRL_TEST_CORRECT_RSS_CHILD"
 
 type rssConfig struct {
 	Manifests, Groups int
@@ -106,28 +106,28 @@ func TestRSSChild(t *testing.T) {
 // TestHostileManifestsRSS measures the RSS of the correction engine while 10,000 valid step
 // manifests that never complete arrive (spread over runs so that the per-run limit does not
 // help), with the default limits: the instance limits keep the buffered steps, and the RSS,
-// under the bound docs/stages.md states. WMRL_RSS_GROUPS sets the groups per manifest (default
+// under the bound docs/stages.md states. WMRL_TEST_RSS_GROUPS sets the groups per manifest (default
 // 512; the security probe used 4096, which takes about a minute of decoding).
-// WMRL_RSS_UNLIMITED=1 lifts every limit, for the before-number.
+// WMRL_TEST_RSS_UNLIMITED=1 lifts every limit, for the before-number.
 func TestHostileManifestsRSS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measurement")
 	}
 	groups := 512
-	if v, err := strconv.Atoi(os.Getenv("WMRL_RSS_GROUPS")); err == nil && v > 0 {
+	if v, err := strconv.Atoi(os.Getenv("WMRL_TEST_RSS_GROUPS")); err == nil && v > 0 {
 		groups = v
 	}
 	n := 10_000
 	if raceEnabled {
 		n = 1_000 // about 10 s under the race detector; the bound is not checked there
 	}
-	if v, err := strconv.Atoi(os.Getenv("WMRL_RSS_MANIFESTS")); err == nil && v > 0 {
+	if v, err := strconv.Atoi(os.Getenv("WMRL_TEST_RSS_MANIFESTS")); err == nil && v > 0 {
 		n = v
 	}
 	limits := DefaultLimits()
 	// Bound on the peak RSS with the default limits, stated in docs/stages.md.
 	const boundMB = 256
-	unlimited := os.Getenv("WMRL_RSS_UNLIMITED") != ""
+	unlimited := os.Getenv("WMRL_TEST_RSS_UNLIMITED") != ""
 	if unlimited {
 		limits = Limits{PendingStepsPerRun: 1 << 30, StepGroups: 1 << 30, StepRows: 1 << 30}
 	}

@@ -24,7 +24,7 @@ import (
 // success cannot pass for one that did. "attack-ran" proves the job started.
 
 // hostileSecretEnv is the stage-side secret the environ attack looks for.
-const hostileSecretEnv = "WMRL_HOSTILE_SECRET"
+const hostileSecretEnv = "WMRL_TEST_HOSTILE_SECRET"
 
 // hostileForks is how many processes the fork bomb tries to hold at once.
 const hostileForks = 1000

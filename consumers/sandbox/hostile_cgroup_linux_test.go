@@ -13,7 +13,7 @@ import (
 // hostileWaitEnv makes the re-executed stage wait for one line on stdin
 // before it starts, so the test can move it into its delegated cgroups
 // before it looks at /proc/self/cgroup.
-const hostileWaitEnv = "WMRL_HOSTILE_WAIT"
+const hostileWaitEnv = "WMRL_TEST_HOSTILE_WAIT"
 
 // delegateCgroups gives uid a cgroup of its own in every hierarchy this
 // (root) process uses — a child of its own cgroup, chowned to uid with the

@@ -32,10 +32,10 @@ const hostileStageUID = 64123
 
 // hostileStageEnv marks the re-executed test binary as the non-root stage;
 // its value is the fixture directory.
-const hostileStageEnv = "WMRL_HOSTILE_STAGE"
+const hostileStageEnv = "WMRL_TEST_HOSTILE_STAGE"
 
 // hostileUserEnv names the stage's column group in the table.
-const hostileUserEnv = "WMRL_HOSTILE_USER"
+const hostileUserEnv = "WMRL_TEST_HOSTILE_USER"
 
 // hostileAttacks are the table's rows, in order.
 var hostileAttacks = []struct{ name, what string }{

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -70,7 +72,10 @@ func TestCommandExecutorTasks(t *testing.T) {
 			r := anchorRollout(tc.artifact)
 			r.Meta = tc.meta
 			outs, err := tc.h.Handle(context.Background(), encodeRollout(t, r))
-			if err != nil || len(outs) != 1 {
+			// A job that fails is recorded (one executed record) and flagged to the stage runtime
+			// as a failure, never a dead letter.
+			var failed *stage.FailedError
+			if (err != nil && (tc.status == topics.StatusOK || !errors.As(err, &failed))) || len(outs) != 1 {
 				t.Fatalf("Handle: %v, %d records", err, len(outs))
 			}
 			got, err := topics.DecodeExecuted(outs[0].Value)
