@@ -217,9 +217,9 @@ type Model struct {
 	headline   *Headline
 	// groupsPolled is set by the first SetGroups: before it, no group is not yet "no reader".
 	groupsPolled bool
-	groups     []GroupLag
-	errs       []string
-	changed    chan struct{}
+	groups       []GroupLag
+	errs         []string
+	changed      chan struct{}
 }
 
 // NewModel returns an empty model for the topic sets under prefix.

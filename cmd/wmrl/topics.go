@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/wmrl/wmrl/internal/topicadmin"
@@ -23,6 +24,8 @@ type topicsOptions struct {
 	replication int16
 	retention   time.Duration
 	forever     bool
+	// flags are the persistent flags, to tell a given --partitions from the default.
+	flags *pflag.FlagSet
 }
 
 func newTopicsCmd(a *app) *cobra.Command {
@@ -38,6 +41,7 @@ correction consumer joins rollouts, steps and rewards of a run on one partition;
 changelog is compacted (key run/stream) so state can always be rebuilt.`,
 	}
 	pf := cmd.PersistentFlags()
+	o.flags = pf
 	pf.Int32Var(&o.partitions, "partitions", 3, "partitions of every wmrl topic")
 	pf.Int16Var(&o.replication, "replication-factor", 1, "replication factor of every wmrl topic")
 	pf.DurationVar(&o.retention, "retention", 7*24*time.Hour, "retention of the non-compacted topics (replay needs the inputs retained)")
@@ -88,7 +92,16 @@ func (o *topicsOptions) create(ctx context.Context, adm *kadm.Client) error {
 }
 
 func (o *topicsOptions) check(ctx context.Context, adm *kadm.Client) error {
-	mm, err := topicadmin.Check(ctx, adm, o.plan())
+	p := o.plan()
+	// Without --partitions (--replication-factor) the check is that every topic agrees, not that
+	// they have the create command's default count.
+	if !o.flags.Changed("partitions") {
+		p.Partitions = 0
+	}
+	if !o.flags.Changed("replication-factor") {
+		p.Replication = 0
+	}
+	mm, err := topicadmin.Check(ctx, adm, p)
 	if err != nil {
 		return err
 	}

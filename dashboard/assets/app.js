@@ -62,7 +62,7 @@
     });
     chartBox(charts, "calibration-map", run, svgChart({
       title: "Calibration map over time", xLabel: "world-model score (raw)", yLabel: "executed score",
-      xMin: 0, xMax: 1, yMin: 0, yMax: 1, series, legendLeft: true, height: 300,
+      xMin: 0, xMax: 1, yMin: 0, yMax: 1, series, height: 300,
       attrs: { "data-pairs": run.pairs.length, "data-maps": run.maps.length, "data-latest-fit": run.maps.length ? run.maps[run.maps.length - 1].fit_version : -1 },
     }), run.maps.map(m => m.step));
 

@@ -2,6 +2,7 @@
 // svgChart(opts) returns an <svg> element. opts: title, xLabel, yLabel, width, height,
 // xInteger (integer ticks), xMin/xMax/yMin/yMax (fixed ranges), series: [{name, color, points:
 // [[x, y, step]], line (default true), dots, dashed, width, opacity}], hlines: [{y, label, color}],
+// (the legend is drawn below the plot, so it never covers data),
 // attrs: extra attributes of the <svg>. Every point drawn with dots gets data-x / data-y
 // attributes so tests can read what is on the chart.
 (function () {
@@ -39,8 +40,21 @@
   }
 
   function svgChart(o) {
-    const W = o.width || 420, H = o.height || 250;
-    const m = { l: 52, r: 12, t: 24, b: 38 };
+    // The legend goes below the plot, wrapped into rows, so it never covers data; the chart
+    // grows by its height and the plot keeps its size.
+    const W = o.width || 420;
+    const named = o.series.filter(s => s.name && !s.noLegend);
+    const legend = [];
+    let lx = 0, rows = named.length ? 1 : 0;
+    for (const s of named) {
+      const w = 24 + 5.6 * s.name.length;
+      if (lx > 0 && lx + w > W - 64) { rows++; lx = 0; }
+      legend.push({ s, x: lx, row: rows - 1 });
+      lx += w + 10;
+    }
+    const legendH = rows * 13 + (rows ? 4 : 0);
+    const H = (o.height || 250) + legendH;
+    const m = { l: 52, r: 12, t: 24, b: 38 + legendH };
     const svg = el("svg", Object.assign({ viewBox: "0 0 " + W + " " + H, role: "img" }, o.attrs || {}));
     el("title", {}, svg).textContent = o.title;
     const all = [];
@@ -72,7 +86,7 @@
       el("text", { x: m.l - 5, y: Y(v) + 3.5, "text-anchor": "end", class: "ytick" }, axes).textContent = fmt(v, yt.step, o.yInteger);
     }
     el("rect", { x: m.l, y: m.t, width: pw, height: ph, fill: "none", stroke: "#b9c0c8" }, axes);
-    el("text", { x: m.l + pw / 2, y: H - 6, "text-anchor": "middle", "font-size": 11, fill: "#333" }, axes).textContent = o.xLabel;
+    el("text", { x: m.l + pw / 2, y: m.t + ph + 32, "text-anchor": "middle", "font-size": 11, fill: "#333" }, axes).textContent = o.xLabel;
     el("text", { transform: "translate(12," + (m.t + ph / 2) + ") rotate(-90)", "text-anchor": "middle", "font-size": 11, fill: "#333" }, axes).textContent = o.yLabel;
     const plot = el("g", { class: "plot" }, svg);
     if (o.empty && !o.series.some(s => s.points.length && !s.noLegend)) {
@@ -98,14 +112,12 @@
         }
       }
     }
-    // Legend, top right, one row per named series.
-    const named = o.series.filter(s => s.name && !s.noLegend);
     const lg = el("g", { class: "legend", "font-size": 10 }, svg);
-    named.forEach((s, i) => {
-      const y = m.t + 10 + i * 13, x = o.legendLeft ? m.l + 8 : m.l + pw - 118;
-      el("line", { x1: x, x2: x + 16, y1: y - 3, y2: y - 3, stroke: s.color, "stroke-width": 2.5, "stroke-dasharray": s.dashed ? "4 2" : "none" }, lg);
-      el("text", { x: x + 20, y: y, fill: "#333" }, lg).textContent = s.name;
-    });
+    for (const it of legend) {
+      const y = m.t + ph + 38 + 9 + it.row * 13, x = m.l + it.x;
+      el("line", { x1: x, x2: x + 16, y1: y - 3, y2: y - 3, stroke: it.s.color, "stroke-width": 2.5, "stroke-dasharray": it.s.dashed ? "4 2" : "none" }, lg);
+      el("text", { x: x + 20, y: y, fill: "#333" }, lg).textContent = it.s.name;
+    }
     return svg;
   }
   window.svgChart = svgChart;

@@ -27,8 +27,8 @@ import (
 // Handler turns one input record into the records to produce for it. A non-nil error marks the
 // input as bad: the record goes to the dead-letter topic with the error as its reason and the
 // stage moves on, unless it is a FailedError (see Failed): then the outputs, which record the
-// failure, are produced and the input counts as failed. A handler interrupted by shutdown returns the context's error and the record
-// is handed back uncommitted.
+// failure, are produced and the input counts as failed. A handler interrupted by shutdown
+// returns the context's error and the record is handed back uncommitted.
 type Handler func(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, error)
 
 // Config configures a stage. Name, Topics and KafkaOpts are required.

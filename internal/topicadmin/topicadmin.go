@@ -155,7 +155,9 @@ func (m Mismatch) String() string {
 }
 
 // Check compares the cluster with the plan and returns every mismatch, including co-partitioned
-// topics that disagree with each other even when the plan's own count is not what was asked.
+// topics that disagree with each other even when the plan's own count is not what was asked. A
+// plan with 0 partitions or replication does not compare them (`topics check` without
+// --partitions: the layout must be consistent, whatever count it was created with).
 func Check(ctx context.Context, adm *kadm.Client, p Plan) ([]Mismatch, error) {
 	specs := p.Specs()
 	names := make([]string, len(specs))
@@ -178,10 +180,10 @@ func Check(ctx context.Context, adm *kadm.Client, p Plan) ([]Mismatch, error) {
 			return nil, fmt.Errorf("describe topic %s: %w", s.Topic, d.Err)
 		}
 		existing = append(existing, s.Topic)
-		if got := int32(len(d.Partitions)); got != s.Partitions {
+		if got := int32(len(d.Partitions)); s.Partitions > 0 && got != s.Partitions {
 			out = append(out, Mismatch{Topic: s.Topic, Field: "partitions", Want: itoa(s.Partitions), Got: itoa(got)})
 		}
-		if rf := replication(d); rf != int(s.Replication) {
+		if rf := replication(d); s.Replication > 0 && rf != int(s.Replication) {
 			out = append(out, Mismatch{Topic: s.Topic, Field: "replication factor", Want: itoa(s.Replication), Got: itoa(rf)})
 		}
 	}
