@@ -71,11 +71,17 @@ type pageRun struct {
 	ID     string `json:"id"`
 	Sealed int    `json:"sealed"`
 	// Steps are each chart's data-steps attribute, split.
-	Steps  map[string]string `json:"steps"`
-	Pairs  int               `json:"pairs"`
-	Maps   int               `json:"maps"`
-	XTicks []string          `json:"xticks"`
-	Dots   int               `json:"dots"`
+	Steps map[string]string `json:"steps"`
+	Pairs int               `json:"pairs"`
+	Maps  int               `json:"maps"`
+	// LatestFit is the fit version of the newest map drawn, LastFit the last sealed step's.
+	LatestFit int `json:"latest_fit"`
+	LastFit   int `json:"last_fit"`
+	// Masked is the card's "masked rows" fact and its colour class.
+	Masked      string   `json:"masked"`
+	MaskedClass string   `json:"masked_class"`
+	XTicks      []string `json:"xticks"`
+	Dots        int      `json:"dots"`
 }
 
 // The dashboard in a real browser during a demo run: the page loads while the arms are held
@@ -94,7 +100,15 @@ func TestDashboardInBrowserDuringDemo(t *testing.T) {
 	defer emb.Close()
 	cfg := demo.Config{Sim: sim.DefaultConfig(), AnchorFraction: 0.5, Seed: 3, EvalProblems: 1, Embedded: emb,
 		StallTimeout: 2 * time.Minute}
-	cfg.Sim.Steps, cfg.Sim.Groups, cfg.Sim.GroupSize = 10, 3, 4
+	// 30 steps, as the quick demo: enough anchor pairs for the map to be refitted many times
+	// between the snapshots that carry breakpoints (every 64 steps).
+	cfg.Sim.Steps, cfg.Sim.Groups, cfg.Sim.GroupSize = 30, 3, 4
+	// This small workload has ~6 anchor pairs a step; a lower MinPairs than the default 200
+	// makes the map refit from step ~4 on, as the quick demo's larger workload does from ~13.
+	cfg.Arms = demo.Arms(cfg.AnchorFraction)
+	for i := range cfg.Arms {
+		cfg.Arms[i].Correction.MinPairs = 24
+	}
 
 	fol, err := dashboard.NewFollower(dashboard.Config{KafkaOpts: emb.KafkaOpts, Redis: emb.Redis, TopicPrefix: demo.DefaultTopicPrefix,
 		RedisPrefix: cfg.RedisPrefixOf, PollInterval: 200 * time.Millisecond})
@@ -194,8 +208,10 @@ func TestDashboardInBrowserDuringDemo(t *testing.T) {
 		t.Fatalf("demo: %v", r.err)
 	}
 	t.Logf("%s: demo finished (evaluator %s, pipeline %s)", time.Since(start).Round(time.Millisecond), r.out.Eval.Round(time.Millisecond), r.out.Elapsed.Round(time.Millisecond))
+	// As `wmrl demo --dashboard` does: the finished demo's headline numbers go on the page.
+	fol.Model().SetHeadline(dashboard.NewHeadline(r.out.FinalLine, r.out.Summary))
 	if err := chromedp.Do(bctx,
-		waitJS(fmt.Sprintf(`wmrl.state.runs.length === %d && wmrl.state.runs.every(r => r.steps.length === %d && r.redis && r.redis.sealed_step === %d && r.steps.every(s => s.rows > 0 && s.latency_ms != null))`,
+		waitJS(fmt.Sprintf(`!document.getElementById("headline").hidden && wmrl.state.runs.length === %d && wmrl.state.runs.every(r => r.steps.length === %d && r.redis && r.redis.sealed_step === %d && r.steps.every(s => s.rows > 0 && s.latency_ms != null))`,
 			arms, cfg.Sim.Steps, cfg.Sim.Steps-1)),
 	); err != nil {
 		t.Fatalf("final state on the page: %v", err)
@@ -224,6 +240,7 @@ func TestDashboardInBrowserDuringDemo(t *testing.T) {
 	for i := range all {
 		all[i] = strconv.Itoa(i)
 	}
+	fitted := 0
 	for _, res := range r.out.Results {
 		id := cfg.ArmTopicPrefix(res.Arm) + sim.RunID(cfg.Seed) + "/" + sim.Stream
 		i := slices.IndexFunc(got, func(p pageRun) bool { return p.ID == id })
@@ -255,11 +272,51 @@ func TestDashboardInBrowserDuringDemo(t *testing.T) {
 		if p.Maps < 1 {
 			t.Errorf("%s: no calibration map drawn", res.Arm)
 		}
+		// The newest map drawn is the fit in force after the last step, although snapshots carry
+		// breakpoints only every 64 steps (the follower reads it from Redis).
+		t.Logf("%s: newest map drawn: fit %d; last step fit %d; %d maps", res.Arm, p.LatestFit, p.LastFit, p.Maps)
+		if p.LastFit > 0 {
+			fitted++
+		}
+		if p.LatestFit != p.LastFit {
+			t.Errorf("%s: map chart's newest map is fit %d, the last step's fit is %d", res.Arm, p.LatestFit, p.LastFit)
+		}
+		if !strings.HasSuffix(p.Masked, fmt.Sprintf(" of %d", cfg.Sim.Groups*cfg.Sim.GroupSize)) || !strings.Contains(p.MaskedClass, "ok") {
+			t.Errorf("%s: masked rows fact %q (class %q), want \"N of %d\" in the ok colour", res.Arm, p.Masked, p.MaskedClass, cfg.Sim.Groups*cfg.Sim.GroupSize)
+		}
 		for _, tick := range p.XTicks {
 			if _, err := strconv.Atoi(tick); err != nil {
 				t.Errorf("%s: step axis tick %q is not an integer", res.Arm, tick)
 			}
 		}
+	}
+	if fitted == 0 {
+		t.Error("no arm refitted its map: the map chart test proves nothing")
+	}
+	headline, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[document.getElementById("headline-line").textContent, ...[...document.querySelectorAll("#headline-arms tr")].slice(1).map(tr => tr.textContent)]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(headline) != 1+arms || headline[0] != r.out.FinalLine {
+		t.Errorf("headline on the page %q, want the final line %q and one row per arm", headline, r.out.FinalLine)
+	}
+	// The scoring table lists each arm's world model (and the sandbox where it executes), none
+	// in red in a healthy demo.
+	scoring, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#scoring tr")].slice(1).map(tr => tr.className + "|" + tr.cells[1].textContent + "|" + tr.cells[3].textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wmRows := 0
+	for _, row := range scoring {
+		if strings.HasPrefix(row, "bad|") {
+			t.Errorf("scoring row in red in a healthy demo: %s", row)
+		}
+		if strings.Contains(row, "|world model|") {
+			wmRows++
+		}
+	}
+	if wmRows == 0 {
+		t.Errorf("scoring table rows %q: no world-model row", scoring)
 	}
 	t.Logf("%s: screenshots: %s, %s", time.Since(start).Round(time.Millisecond), filepath.Join(dir, "dashboard-live.png"), filepath.Join(dir, "dashboard-final.png"))
 }
@@ -272,7 +329,9 @@ const pageProbe = `JSON.stringify([...document.querySelectorAll(".run")].map(car
   const m = chart("calibration-map").querySelector("svg");
   const ce = chart("anchor-weight");
   return {id: card.dataset.run, sealed: +card.querySelector(".sealed").textContent, steps,
-    pairs: +m.dataset.pairs, maps: +m.dataset.maps,
+    pairs: +m.dataset.pairs, maps: +m.dataset.maps, latest_fit: +m.dataset.latestFit,
+    last_fit: wmrl.state.runs.find(r => r.id === card.dataset.run).steps.slice(-1)[0].fit_version,
+    masked: card.querySelector(".masked").textContent, masked_class: card.querySelector(".masked").className,
     xticks: [...ce.querySelectorAll("text.xtick")].map(t => t.textContent),
     dots: chart("calibration-error").querySelectorAll("circle.pt").length};
 }))`

@@ -141,7 +141,7 @@ func (f *Follower) apply(r *kgo.Record) {
 			f.model.Count(r.Topic)
 			return
 		}
-		f.model.Reward(r.Topic, prefix, run, stream, step, r.Timestamp)
+		f.model.Reward(r.Topic, prefix, run, stream, step, r.Timestamp, rewardFailure(suffix, r.Value))
 	case topics.SuffixAdvantages:
 		rows, err := topics.DecodeAdvantages(r.Value)
 		if err != nil {
@@ -249,7 +249,15 @@ func (f *Follower) pollRedis(ctx context.Context) {
 	for _, k := range f.model.RunKeys() {
 		prefix := f.cfg.RedisPrefix(k.prefix)
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		h, err := correct.NewStore(f.cfg.Redis, prefix, 1).ReadHead(rctx, k.run, k.stream)
+		store := correct.NewStore(f.cfg.Redis, prefix, 1)
+		h, err := store.ReadHead(rctx, k.run, k.stream)
+		if err == nil && f.model.NeedsMap(k, h.FitVersion) {
+			if mp, merr := redisMap(rctx, store, k, h.SealedStep); merr != nil {
+				f.model.Error(merr.Error())
+			} else {
+				f.model.SetRedisMap(k, mp)
+			}
+		}
 		cancel()
 		head := &RedisHead{Prefix: prefix, SealedStep: -1}
 		switch {

@@ -23,6 +23,12 @@ type State struct {
 	Groups      []GroupLag    `json:"groups"`
 	Topics      []TopicRate   `json:"topics"`
 	DeadLetters []DeadLetters `json:"dead_letters"`
+	// Wiring names topic sets whose rollouts no correction consumer reads (scoring.go).
+	Wiring []string `json:"wiring"`
+	// Headline is a finished demo's result (`wmrl demo --dashboard`); absent otherwise.
+	Headline *Headline `json:"headline,omitempty"`
+	// Scoring counts the world model's and the sandbox's failure records per topic set.
+	Scoring []ScoringHealth `json:"scoring"`
 	// Errors are the most recent problems the followers met (undecodable records, Redis or lag
 	// polls failing); the page shows them instead of silently missing data.
 	Errors []string `json:"errors"`
@@ -68,8 +74,12 @@ type Step struct {
 	// Rows and AnchorRows count the step's advantage rows and those using an executed reward.
 	Rows       int `json:"rows"`
 	AnchorRows int `json:"anchor_rows"`
+	// MaskedRows counts the step's rows with mask false (no usable reward, or stale).
+	MaskedRows int `json:"masked_rows"`
 	// LatencyMS is from the last reward record of the step (predicted or executed topic) to the
-	// last advantages chunk, by record timestamps; null when either side was not seen.
+	// last advantages chunk, by record timestamps; null when either side was not seen, or when
+	// a reward record is newer than the advantages (a stage redid the step after it sealed, e.g.
+	// after a restart): the step's latency is then unknown, never negative.
 	LatencyMS *float64  `json:"latency_ms"`
 	SealedAt  time.Time `json:"sealed_at"`
 }
@@ -162,7 +172,7 @@ func (k runKey) id() string { return k.prefix + k.run + "/" + k.stream }
 // stepAcc collects what arrives for a step before and after its snapshot.
 type stepAcc struct {
 	lastReward, lastAdvantage time.Time
-	rows, anchorRows          int
+	rows, anchorRows, masked  int
 	pairs                     int
 	rawErr, calErr            float64
 }
@@ -176,6 +186,8 @@ type runModel struct {
 	accs  map[int64]*stepAcc
 	pairs [][3]float64
 	redis *RedisHead
+	// redisMaps are maps read from the consumer's Redis state, by fit version (redismap.go).
+	redisMaps map[uint64]Map
 }
 
 type snapInfo struct {
@@ -201,6 +213,10 @@ type Model struct {
 	runs       map[runKey]*runModel
 	topicsSeen map[string]*topicCounter
 	dlq        map[dlqKey]*DeadLetters
+	scoring    map[scoringKey]*scoringAcc
+	headline   *Headline
+	// groupsPolled is set by the first SetGroups: before it, no group is not yet "no reader".
+	groupsPolled bool
 	groups     []GroupLag
 	errs       []string
 	changed    chan struct{}
@@ -209,7 +225,7 @@ type Model struct {
 // NewModel returns an empty model for the topic sets under prefix.
 func NewModel(prefix string, maxPairs int) *Model {
 	return &Model{prefix: prefix, maxPairs: maxPairs, now: time.Now, runs: map[runKey]*runModel{},
-		topicsSeen: map[string]*topicCounter{}, dlq: map[dlqKey]*DeadLetters{}, changed: make(chan struct{})}
+		topicsSeen: map[string]*topicCounter{}, dlq: map[dlqKey]*DeadLetters{}, scoring: map[scoringKey]*scoringAcc{}, changed: make(chan struct{})}
 }
 
 // Changed returns a channel that is closed at the next change.
@@ -260,24 +276,24 @@ func (r *runModel) view() (steps []Step, maps []Map) {
 			Pairs: s.Pairs, StepPairs: s.StepPairs, BiasBefore: s.BiasBefore, BiasAfter: s.BiasAfter, SealedAt: si.at}
 		prevWeight = s.AnchorWeight
 		if a, ok := r.accs[v]; ok {
-			st.Rows, st.AnchorRows = a.rows, a.anchorRows
+			st.Rows, st.AnchorRows, st.MaskedRows = a.rows, a.anchorRows, a.masked
 			if a.pairs > 0 {
 				raw, cal := a.rawErr/float64(a.pairs), a.calErr/float64(a.pairs)
 				st.RawMAE, st.CalibratedMAE = &raw, &cal
 			}
-			if !a.lastReward.IsZero() && !a.lastAdvantage.IsZero() {
+			if !a.lastReward.IsZero() && !a.lastAdvantage.IsZero() && !a.lastReward.After(a.lastAdvantage) {
 				ms := float64(a.lastAdvantage.Sub(a.lastReward).Microseconds()) / 1000
 				st.LatencyMS = &ms
 			}
 		}
 		steps = append(steps, st)
 		// Snapshots carry the breakpoints only every few steps (a fitted map without them is
-		// not shown rather than shown as the identity).
+		// not shown rather than shown as the identity; the follower reads it from Redis).
 		if n := len(maps); (n == 0 || maps[n-1].FitVersion != s.FitVersion) && (s.FitVersion == 0 || len(s.BreakX) > 0) {
 			maps = append(maps, Map{Step: v, FitVersion: s.FitVersion, X: orEmpty(s.BreakX), Y: orEmpty(s.BreakY)})
 		}
 	}
-	return steps, maps
+	return steps, r.withRedisMaps(maps)
 }
 
 // countTopic must be called with mu held.
@@ -304,11 +320,18 @@ func (m *Model) Count(topic string) {
 	m.bump()
 }
 
-// Reward records a reward record's timestamp for the step's latency.
-func (m *Model) Reward(topic, prefix, run, stream string, step int64, ts time.Time) {
+// Reward records a reward record's timestamp for the step's latency, and whether it is a failure
+// record (failure is "<status>: <reason>", "" for a score).
+func (m *Model) Reward(topic, prefix, run, stream string, step int64, ts time.Time, failure string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.countTopic(topic, m.now())
+	_, suffix, _ := splitTopic(topic)
+	sk := scoringKey{prefix, stageOf[suffix]}
+	if m.scoring[sk] == nil {
+		m.scoring[sk] = &scoringAcc{}
+	}
+	m.scoring[sk].add(failure)
 	a := m.run(runKey{prefix, run, stream}).acc(step)
 	if ts.After(a.lastReward) {
 		a.lastReward = ts
@@ -331,6 +354,9 @@ func (m *Model) Advantages(topic, prefix string, rows []topics.AdvantageRow, ts 
 		a.rows++
 		if row.Source == topics.SourceAnchor {
 			a.anchorRows++
+		}
+		if !row.Mask {
+			a.masked++
 		}
 		if row.PredictedOK && row.ExecutedOK {
 			a.pairs++
@@ -398,7 +424,9 @@ func (m *Model) Error(msg string) {
 func (m *Model) SetGroups(g []GroupLag) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if slices.Equal(g, m.groups) {
+	first := !m.groupsPolled
+	m.groupsPolled = true
+	if !first && slices.Equal(g, m.groups) {
 		return
 	}
 	m.groups = g
@@ -477,6 +505,9 @@ func (m *Model) State() State {
 			PerSecond: float64(n) / RateWindow.Seconds()})
 	}
 	sort.Slice(st.Topics, func(i, j int) bool { return st.Topics[i].Topic < st.Topics[j].Topic })
+	st.Scoring = m.scoringState()
+	st.Headline = m.headline
+	st.Wiring = m.wiringState()
 	for _, d := range m.dlq {
 		st.DeadLetters = append(st.DeadLetters, *d)
 	}

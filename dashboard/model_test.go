@@ -29,12 +29,12 @@ func TestModelJoinsStepsInAnyArrivalOrder(t *testing.T) {
 		return topics.CalibrationSnapshot{RunID: "r", Stream: "main", Step: step, FitVersion: fit, AnchorWeight: w, BreakX: x, BreakY: x, Pairs: 2 * int(step+1)}
 	}
 	events := map[string]func(m *Model){
-		"reward0": func(m *Model) { m.Reward("p.rewards.executed.v1", "p.", "r", "main", 0, t0) },
+		"reward0": func(m *Model) { m.Reward("p.rewards.executed.v1", "p.", "r", "main", 0, t0, "") },
 		"adv0": func(m *Model) {
 			m.Advantages("p.advantages.v1", "p.", rows(0, [][2]float64{{0.5, 0.3}, {0.2, 0.4}}, 0.35), t0.Add(7*time.Millisecond))
 		},
 		"snap0":   func(m *Model) { m.Snapshot("p.calibration.v1", "p.", snap(0, 0, 2, nil), t0) },
-		"reward1": func(m *Model) { m.Reward("p.rewards.predicted.v1", "p.", "r", "main", 1, t0.Add(time.Second)) },
+		"reward1": func(m *Model) { m.Reward("p.rewards.predicted.v1", "p.", "r", "main", 1, t0.Add(time.Second), "") },
 		"adv1": func(m *Model) {
 			m.Advantages("p.advantages.v1", "p.", rows(1, [][2]float64{{0.9, 0.6}}, 0.6), t0.Add(time.Second+3*time.Millisecond))
 		},

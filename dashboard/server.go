@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -121,6 +122,11 @@ type Server struct {
 	srv    *http.Server
 	cancel context.CancelFunc
 	done   chan error
+	model  *Model
+	// closeOnce makes Close idempotent: the demo closes the server after its linger and again
+	// on return, and a second wait on done would block for ever.
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Start listens on addr (host:port; port 0 picks one), follows cfg's topics and serves the page
@@ -135,7 +141,7 @@ func Start(ctx context.Context, addr string, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("dashboard: listen: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Server{ln: ln, cancel: cancel, done: make(chan error, 2),
+	s := &Server{ln: ln, cancel: cancel, done: make(chan error, 2), model: f.Model(),
 		srv: &http.Server{Handler: Handler(f.Model()), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}}
 	go func() { s.done <- f.Run(ctx) }()
 	go func() {
@@ -160,9 +166,13 @@ func (s *Server) URL() string {
 	return "http://" + net.JoinHostPort(host, port) + "/"
 }
 
-// Close stops serving and following. Open event streams end with it.
+// Close stops serving and following. Open event streams end with it. Later calls return the
+// first call's result at once.
 func (s *Server) Close() error {
-	s.cancel()
-	err := s.srv.Close()
-	return errors.Join(err, <-s.done, <-s.done)
+	s.closeOnce.Do(func() {
+		s.cancel()
+		err := s.srv.Close()
+		s.closeErr = errors.Join(err, <-s.done, <-s.done)
+	})
+	return s.closeErr
 }

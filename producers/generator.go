@@ -186,6 +186,29 @@ func New(b Backend, cfg Config) (*Generator, error) {
 // Close releases the Kafka client.
 func (g *Generator) Close() { g.cl.Close() }
 
+// ErrBadInput is the DLQ reason ("bad-input") of input the generator skipped (DeadLetterInput).
+var ErrBadInput = errors.New("bad input")
+
+type badInput struct{ err error }
+
+func (e badInput) Error() string     { return e.err.Error() }
+func (e badInput) Unwrap() []error   { return []error{ErrBadInput, e.err} }
+func (e badInput) DLQReason() string { return "bad-input" }
+
+// DeadLetterInput writes one skipped input item (e.g. a JSONL line, with JSONLConfig.OnBadLine)
+// to the dead-letter topic: source topic source (e.g. "jsonl:/path/in.jsonl"), the item's number
+// as offset, raw as value (replaced by its size and SHA-256 above the DLQ bound, like every dead
+// letter), reason "bad-input", and waits for the broker's acknowledgement.
+func (g *Generator) DeadLetterInput(ctx context.Context, source string, n int64, raw []byte, err error) error {
+	src := &kgo.Record{Topic: source, Offset: n, Key: []byte(g.cfg.RunID), Value: raw, Timestamp: g.cfg.Now()}
+	g.log.Warn("bad input to dead-letter topic", "source", source, "item", n, "err", err)
+	dl := topics.NewDeadLetterWriter(g.cfg.Names, "generate").Record(src, badInput{err})
+	if perr := g.cl.ProduceSync(ctx, dl).FirstErr(); perr != nil {
+		return fmt.Errorf("producers: dead letter for %s item %d: %w", source, n, perr)
+	}
+	return nil
+}
+
 // Run publishes steps until the backend returns io.EOF (nil error) or fails, or ctx ends. A step
 // is published whole or its manifest is not published at all; consumers then see rollouts of a
 // step without a manifest, which the correction consumer never treats as complete.

@@ -18,7 +18,7 @@ import (
 const DefaultMaxLineBytes = 64 << 20
 
 // ErrLine is wrapped by every JSONL input error; the message starts with "line N:".
-var ErrLine = errors.New("producers: bad JSONL line")
+var ErrLine = errors.New("bad JSONL line")
 
 // JSONLine is the short JSONL form: one rollout per line. Only step and group_id are required.
 //
@@ -64,6 +64,12 @@ type JSONLConfig struct {
 	AnchorFraction float64
 	// MaxLineBytes bounds a line (default DefaultMaxLineBytes).
 	MaxLineBytes int
+	// OnBadLine, when set, receives every line that does not parse or validate on its own (the
+	// error wraps ErrLine; raw is only valid during the call) and the line is skipped, so one
+	// poison line does not stop the run; a non-nil return stops it. When nil a bad line stops
+	// the run. Errors that involve several lines (step order, groups that disagree) and lines
+	// over MaxLineBytes always stop it.
+	OnBadLine func(line int, raw []byte, err error) error
 }
 
 // JSONL is the Backend over JSONL input (a file or stdin), so any external generator can pipe
@@ -212,13 +218,20 @@ func (j *JSONL) read() (*parsedLine, error) {
 		if len(b) == 0 {
 			continue
 		}
-		return j.parse(b)
+		pl, err := j.parse(b)
+		if err != nil && j.cfg.OnBadLine != nil {
+			if cerr := j.cfg.OnBadLine(j.line, b, err); cerr != nil {
+				return nil, cerr
+			}
+			continue
+		}
+		return pl, err
 	}
 	if err := j.sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
 			return nil, lineErr(j.line+1, "longer than %d bytes", j.cfg.MaxLineBytes)
 		}
-		return nil, fmt.Errorf("producers: read JSONL after line %d: %w", j.line, err)
+		return nil, fmt.Errorf("read JSONL after line %d: %w", j.line, err)
 	}
 	return nil, io.EOF
 }

@@ -137,14 +137,18 @@ func malformed(format string, err error) error {
 //	bad-header            a missing or unparseable header (ErrBadHeader)
 //	error                 anything else (e.g. a downstream failure the stage gave up on)
 //
-// Reason(nil) is "".
+// An error in the chain with a method DLQReason() string names its own reason (a stage's limits,
+// e.g. the correction consumer's pending-steps-exceeded), checked first. Reason(nil) is "".
 func Reason(err error) string {
 	if err == nil {
 		return ""
 	}
 	var fe *FieldError
 	var me *malformedError
+	var own interface{ DLQReason() string }
 	switch {
+	case errors.As(err, &own):
+		return own.DLQReason()
 	case errors.Is(err, ErrTooLarge):
 		return "too-large"
 	case errors.Is(err, ErrUnknownSchema):

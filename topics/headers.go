@@ -29,6 +29,10 @@ const (
 	HeaderDLQOffset          = "wmrl-dlq-source-offset"
 	HeaderDLQSourceTimestamp = "wmrl-dlq-source-timestamp"
 	HeaderDLQStage           = "wmrl-dlq-stage"
+	// HeaderDLQOmitted lists (comma-separated: key, value, headers) the parts of the source
+	// record a dead letter left out because they were too large to deliver; see
+	// DeadLetterWriter.Record.
+	HeaderDLQOmitted = "wmrl-dlq-omitted"
 )
 
 // Content types of record values.

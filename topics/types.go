@@ -154,6 +154,8 @@ type ExecutedReward struct {
 	// Reason explains a failure; required when Status is not ok.
 	Reason string `json:"reason,omitempty"`
 	// ExitCode, DurationMS and StderrTail (<= MaxStderrTail) describe the sandbox run.
+	// StderrTail is untrusted: the executed program wrote it, so it is data to display
+	// escaped, never to interpret.
 	ExitCode   int       `json:"exit_code,omitempty"`
 	DurationMS float64   `json:"duration_ms,omitempty"`
 	StderrTail string    `json:"stderr_tail,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -140,17 +141,31 @@ func (s *secureEnv) user(name string) string {
 	return name
 }
 
-// as returns a harness whose commands connect as user over SASL_SSL with the test CA, passing
-// the password (and the Redis URL, which holds one) only through the environment.
+// as returns a harness whose commands connect as user over SASL_SSL with the test CA, reading
+// the SASL and Redis passwords from files (--sasl-password-file, --redis-password-file), as the
+// chart does; the Redis URL holds none. TestSecureConnectionFailures passes them as variables.
 func (s *secureEnv) as(user string) *e2eHarness {
 	h := &e2eHarness{t: s.t, bin: s.bin,
 		global: []string{"--brokers", s.broker.SASLSSL, "--topic-prefix", s.prefix,
 			"--sasl-mechanism", "SCRAM-SHA-512", "--sasl-user", user, "--tls-ca", s.broker.Certs.CA,
-			"--redis-tls-ca", s.broker.Certs.CA},
-		env: []string{"WMRL_SASL_PASSWORD=" + s.passwords[user], "WMRL_REDIS=" + s.redis.TLSURL()},
+			"--redis-tls-ca", s.broker.Certs.CA,
+			"--sasl-password-file", s.secretFile("sasl-"+user, s.passwords[user]),
+			"--redis-password-file", s.secretFile("redis", s.redis.Password)},
+		env: []string{"WMRL_REDIS=rediss://" + s.redis.TLS + "/0"},
 	}
 	s.harnesses = append(s.harnesses, h)
 	return h
+}
+
+// secretFile writes a credential file readable by its owner only, ending in a newline as one
+// written by echo or kubectl does.
+func (s *secureEnv) secretFile(name, secret string) string {
+	s.t.Helper()
+	p := filepath.Join(s.dir, name+".secret")
+	if err := os.WriteFile(p, []byte(secret+"\n"), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	return p
 }
 
 // asMTLS returns a harness whose commands connect to the mTLS listener with the client
@@ -232,7 +247,7 @@ func TestSecureStagesLeastPrivilege(t *testing.T) {
 	input := filepath.Join(s.dir, "rollouts.jsonl")
 	writeE2EInput(t, input, rollouts)
 	h["generate"].run(2*time.Minute, 0, "generate", "--backend", "jsonl", "--input", input,
-		"--run-id", e2eRun, "--anchor-fraction", strconv.FormatFloat(e2eAnchor, 'g', -1, 64))
+		"--run", e2eRun, "--anchor-fraction", strconv.FormatFloat(e2eAnchor, 'g', -1, 64))
 
 	wm := startE2EWorldModel(t)
 	script, err := filepath.Abs(filepath.Join("testdata", "e2e", "score.sh"))

@@ -29,7 +29,9 @@ type analyticsOptions struct {
 func newAnalyticsCmd(a *app) *cobra.Command {
 	o := &analyticsOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "analytics",
+		Use: "analytics",
+		Example: `  wmrl analytics --out /data/wmrl-parquet
+  wmrl analytics --out ./parquet --run r1 --roll-steps 50 --metrics-addr :9468`,
 		Short: "Tap advantages and calibration into Parquet files (kafka-go consumer, read_committed)",
 		Long: `analytics consumes the advantages and calibration topics in its own consumer group with
 segmentio/kafka-go and writes, per run, advantages-<run>-<first>-<last>.parquet (the advantage rows,
@@ -48,15 +50,15 @@ joined or left) it exits with an error without committing, and is safe to restar
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.out, "out", "", "directory for the Parquet files (created if missing)")
-	f.StringVar(&o.group, "group", analytics.DefaultGroup, "consumer group of the tap (one tap per group)")
+	f.StringVar(&o.group, "group", analytics.DefaultGroup, "consumer group of the tap (one tap per group; under a --topic-prefix other than wmrl.: <prefix>"+analytics.DefaultGroup+")")
 	f.DurationVar(&o.groupWait, "group-wait", analytics.DefaultGroupWait, "how long to wait for the group to be empty before failing")
 	f.IntVar(&o.roll, "roll-steps", analytics.DefaultRollSteps, "close a run's files after this many steps")
 	f.StringVar(&o.runID, "run", "", "only this run (empty: every run)")
-	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz here, e.g. :9468 (empty: off)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9468 (:9468 for every interface; empty: off)")
 	return cmd
 }
 
-func (o *analyticsOptions) run(_ *cobra.Command, _ []string) error {
+func (o *analyticsOptions) run(cmd *cobra.Command, _ []string) error {
 	a := o.a
 	if o.out == "" {
 		return errors.New("--out is required")
@@ -75,7 +77,7 @@ func (o *analyticsOptions) run(_ *cobra.Command, _ []string) error {
 		return err
 	}
 	tap, err := analytics.New(analytics.Config{Brokers: a.conn.Seeds(), TLS: tc, SASL: mech, Names: a.conn.Names(),
-		Group: o.group, GroupWait: o.groupWait, Dir: o.out, RollSteps: o.roll, RunID: o.runID, Logger: a.log})
+		Group: a.groupFor(cmd, o.group, analytics.DefaultGroup), GroupWait: o.groupWait, Dir: o.out, RollSteps: o.roll, RunID: o.runID, Logger: a.log})
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,10 @@ var benchCommands []func(*app) *cobra.Command
 
 func newBenchCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "bench",
+		Use: "bench",
+		Example: `  wmrl bench correction --embedded --steps 200
+  wmrl bench worldmodel --records 2000 --concurrency 32
+  wmrl bench sandbox --records 500 --slots 4`,
 		Short: "Measure stages and algorithms in-process (no cluster needed)",
 	}
 	for _, f := range benchCommands {

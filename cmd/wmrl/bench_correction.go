@@ -35,7 +35,9 @@ func newBenchCorrectionCmd(a *app) *cobra.Command {
 		Workload: correct.SynthConfig{Runs: 6, Steps: 1000, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1},
 	}}
 	cmd := &cobra.Command{
-		Use:   "correction",
+		Use: "correction",
+		Example: `  wmrl bench correction --embedded
+  wmrl bench correction --runs 4 --streams 2 --steps 500 --partitions 3`,
 		Short: "Correction consumer vs a pass-through transactional consume→produce; Redis round trips; latency",
 		Long: `Writes a synthetic workload (manifests, predicted and executed rewards) to fresh topics, then in
 one run on the same broker measures records/s of (1) a pass-through transactional consume→produce

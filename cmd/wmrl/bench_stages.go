@@ -20,8 +20,9 @@ type benchWorldModelOptions struct {
 func newBenchWorldModelCmd(a *app) *cobra.Command {
 	o := &benchWorldModelOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "worldmodel",
-		Short: "World-model consumer on in-process Kafka against a fixed-latency OpenAI-compatible mock",
+		Use:     "worldmodel",
+		Example: `  wmrl bench worldmodel --records 2000 --concurrency 32 --latency 50ms`,
+		Short:   "World-model consumer on in-process Kafka against a fixed-latency OpenAI-compatible mock",
 		Long: `Runs the real world-model consumer path (stage runtime, handler, OpenAI client) on kfake against a
 mock server with fixed latency, and reports the busy fraction (server-observed requests in flight
 over C), the scoring-slot fraction and records/s against the ideal C/latency. Exits 1 when the busy
@@ -61,8 +62,9 @@ type benchSandboxOptions struct {
 func newBenchSandboxCmd(a *app) *cobra.Command {
 	o := &benchSandboxOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "sandbox",
-		Short: "Sandbox consumer on in-process Kafka with fixed-duration jobs: slot utilization",
+		Use:     "sandbox",
+		Example: `  wmrl bench sandbox --records 500 --slots 4 --job-time 20ms`,
+		Short:   "Sandbox consumer on in-process Kafka with fixed-duration jobs: slot utilization",
 		Long: `Runs the real sandbox consumer path (stage runtime, handler, pool) on kfake with builtin jobs of a
 fixed duration and reports slot utilization (job time over slots × wall) and jobs/s against the
 ideal slots/job-time. Exits 1 when utilization is below --target.`,

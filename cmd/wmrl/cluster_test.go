@@ -239,7 +239,7 @@ func TestClusterFailover(t *testing.T) {
 
 	// The generator reads its rollouts from a pipe the test fills step by step.
 	gen := h.command(context.Background(), "generate", "--backend", "jsonl", "--input", "-",
-		"--run-id", e2eRun, "--anchor-fraction", strconv.FormatFloat(clusterAnchor, 'g', -1, 64))
+		"--run", e2eRun, "--anchor-fraction", strconv.FormatFloat(clusterAnchor, 'g', -1, 64))
 	stdin, err := gen.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -95,7 +95,10 @@ type correctOptions struct {
 func newCorrectCmd(a *app) *cobra.Command {
 	o := &correctOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "correct",
+		Use: "correct",
+		Example: `  wmrl correct --metrics-addr :9466
+  wmrl correct --topic-prefix lab. --redis redis://redis:6379/0 --redis-prefix lab --transactional-id lab-correct-0
+  wmrl correct --mode reference --window 2000 --max-masked-share 0.2`,
 		Short: "Run the stateful correction consumer (exactly-once, Kafka transactions)",
 		Long: `correct joins step manifests, predicted and executed rewards per run, seals each complete step
 in order, runs the correction core (Online Debiasing + Inverse-Variance Denoising + group-relative
@@ -118,7 +121,7 @@ place (the transaction is aborted, state rebuilt from the changelog once the bro
 	o.correction = correctionFlags(cmd.Flags())
 	cfg := &o.cfg
 	f := cmd.Flags()
-	f.StringVar(&cfg.Group, "group", correct.DefaultGroup, "consumer group")
+	f.StringVar(&cfg.Group, "group", correct.DefaultGroup, "consumer group (under a --topic-prefix other than wmrl.: <prefix>"+correct.DefaultGroup+")")
 	f.StringVar(&cfg.TransactionalID, "transactional-id", defaultTransactionalID(), "transactional id (unique per instance, stable across restarts)")
 	f.StringVar(&cfg.InstanceID, "instance-id", "", "static group member id (stable per instance): a restart takes its partitions back at once (default: the --transactional-id, itself from the host/pod name; set it empty for dynamic membership)")
 	f.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "group session timeout (default 45s)")
@@ -126,13 +129,27 @@ place (the transaction is aborted, state rebuilt from the changelog once the bro
 	f.IntVar(&cfg.KeepStates, "keep-states", correct.DefaultKeepStates, "versioned Redis snapshots kept per run/stream")
 	f.StringVar(&cfg.RedisPrefix, "redis-prefix", correct.DefaultRedisPrefix, "Redis key namespace")
 	f.BoolVar(&cfg.AllowConfigChange, "allow-config-change", false, "continue when stored state was built with other correction settings (its calibration restarts)")
-	f.StringVar(&cfg.MetricsAddr, "metrics-addr", ":9466", "serve Prometheus /metrics, /healthz and /readyz here (empty: off)")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "127.0.0.1:9466", "serve Prometheus /metrics, /healthz and /readyz here (:9466 for every interface; empty: off)")
+	f.Float64Var(&cfg.MaxMaskedShare, "max-masked-share", correct.DefaultMaxMaskedShare, "warn when more than this share of a step's rows (per stream) are masked: no usable reward from the world model or the sandbox (exported as wmrl_correct_masked_share either way)")
 	f.Int64Var(&cfg.MaxStaleness, "max-staleness", 0, "mask (reason stale) the rows of steps whose manifest's policy_step lags the step by more than this many steps; 0: off")
 	f.DurationVar(&cfg.TxnTimeout, "txn-timeout", correct.DefaultTxnTimeout, "broker-side transaction timeout")
 	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correct.DefaultMaxTxnSteps, "while a backlog is being read, seal at most this many steps per transaction (1: one poll per transaction)")
 	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correct.DefaultMaxTxnLinger, "longest a backlog batch waits before its transaction commits (live traffic commits every poll)")
 	f.DurationVar(&cfg.ProgressInterval, "progress-interval", correct.DefaultProgressInterval, "period of the info-level progress line")
+	limitFlags(f, &cfg.Limits, true)
 	return cmd
+}
+
+// limitFlags registers the buffering limits of the correction consumer (correct.Limits); replay
+// takes the per-run and per-step ones, which it must share with the live consumer.
+func limitFlags(f *pflag.FlagSet, l *correct.Limits, instance bool) {
+	f.IntVar(&l.PendingStepsPerRun, "max-pending-steps-per-run", correct.DefaultPendingStepsPerRun, "dead-letter (pending-steps-exceeded) records of steps this many or more steps beyond the run's first incomplete step")
+	f.IntVar(&l.StepGroups, "max-step-groups", correct.DefaultStepGroups, "dead-letter (step-too-large) manifests with more groups")
+	f.IntVar(&l.StepRows, "max-step-rows", correct.DefaultStepRows, "dead-letter (step-too-large) manifests claiming more rollouts in all, and rewards beyond 3× this many for a step without a manifest")
+	if instance {
+		f.IntVar(&l.PendingSteps, "max-pending-steps", correct.DefaultPendingSteps, "per instance: dead-letter (instance-pending-exceeded) records that would open a step beyond this many buffered ones")
+		f.IntVar(&l.PendingGroups, "max-pending-groups", correct.DefaultPendingGroups, "per instance: dead-letter (instance-pending-exceeded) manifests that would buffer more groups in all")
+	}
 }
 
 func (o *correctOptions) run(cmd *cobra.Command, _ []string) error {
@@ -156,6 +173,7 @@ func (o *correctOptions) run(cmd *cobra.Command, _ []string) error {
 	defer rdb.Close()
 	cfg.Redis = rdb
 	cfg.Names = a.conn.Names()
+	cfg.Group = a.groupFor(cmd, cfg.Group, correct.DefaultGroup)
 	cfg.Logger = a.log
 	cfg.StartupTimeout = a.startupLeft()
 	c, err := correct.NewConsumer(cfg)

@@ -20,7 +20,9 @@ type dashboardOptions struct {
 func newDashboardCmd(a *app) *cobra.Command {
 	o := &dashboardOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "dashboard",
+		Use: "dashboard",
+		Example: `  wmrl dashboard --listen 127.0.0.1:8080
+  wmrl dashboard --topic-prefix wmrl.demo. --no-redis`,
 		Short: "Serve a live web page following every run on the topics (read_committed) and Redis",
 		Long: `dashboard follows every wmrl topic set under --topic-prefix (topics created later included) with
 read_committed, and the correction consumer's head records in Redis, and serves a page at --listen:

@@ -32,7 +32,10 @@ type demoOptions struct {
 func newDemoCmd(a *app) *cobra.Command {
 	o := &demoOptions{a: a, cfg: demo.Config{Sim: sim.DefaultConfig(), AnchorFraction: 0.25, Seed: 1, EvalProblems: 4, TargetFraction: sim.DefaultTargetFraction}}
 	cmd := &cobra.Command{
-		Use:   "demo",
+		Use: "demo",
+		Example: `  wmrl demo --quick
+  wmrl demo --quick --dashboard 127.0.0.1:8080 --dashboard-linger 10m
+  wmrl demo --brokers 127.0.0.1:9092 --redis redis://127.0.0.1:6379/0 --seed 2`,
 		Short: "Run the whole pipeline in one process: real-GRPO vs pure world model vs WMRL",
 		Long: `demo runs every stage — generator, world model, sandbox, correction consumer, trainer sink —
 for three arms side by side, talking only through Kafka topics and Redis: an embedded Kafka (kfake)
@@ -144,6 +147,11 @@ func (o *demoOptions) run(cmd *cobra.Command, _ []string) error {
 	start := time.Now()
 	res, err := demo.Run(ctx, cfg)
 	prog.finish()
+	if err != nil && ctx.Err() != nil {
+		// A requested stop (SIGINT/SIGTERM) mid-run: nothing to report, nothing failed.
+		fmt.Fprintln(a.stdout, "demo stopped by signal before the run finished")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -169,6 +177,9 @@ func (o *demoOptions) run(cmd *cobra.Command, _ []string) error {
 		fmt.Fprintf(a.stdout, "report: %s (%d files)\n", filepath.Join(o.out, demo.FileHTML), len(files))
 	}
 	fmt.Fprintln(a.stdout, res.FinalLine)
+	if dash != nil {
+		dash.SetHeadline(dashboard.NewHeadline(res.FinalLine, res.Summary))
+	}
 	demoHandoff(a.stdout, cfg.Seed, cfg.TopicPrefix, a.conn.Brokers, !external)
 	if dash != nil {
 		return lingerDashboard(ctx, a, dash, o.linger)

@@ -25,7 +25,9 @@ type digestOptions struct {
 func newDigestCmd(a *app) *cobra.Command {
 	o := &digestOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "digest",
+		Use: "digest",
+		Example: `  wmrl digest --run r1
+  wmrl digest --run r1 --file replay.bin`,
 		Short: "Print the canonical SHA-256 of a run's advantage rows, from a topic or a replay file",
 		Long: `digest reads advantage rows and prints "digest <hex> rows <n> steps <k>": the SHA-256 over the rows
 in canonical order (run, step, stream, group, rollout; see topics.Digest), so two runs, a replay

@@ -82,7 +82,7 @@ func TestE2E(t *testing.T) {
 	input := filepath.Join(dir, "rollouts.jsonl")
 	writeE2EInput(t, input, rollouts)
 	out := h.run(2*time.Minute, 0, "generate", "--backend", "jsonl", "--input", input,
-		"--run-id", e2eRun, "--anchor-fraction", strconv.FormatFloat(e2eAnchor, 'g', -1, 64))
+		"--run", e2eRun, "--anchor-fraction", strconv.FormatFloat(e2eAnchor, 'g', -1, 64))
 	anchorGroups := 0
 	for _, r := range rollouts {
 		if r.anchor && strings.HasSuffix(r.id, "-0") {

@@ -20,12 +20,9 @@ import (
 
 func init() { register(newGenerateCmd) }
 
-// Environment variables holding the policy server's API key, in order of precedence; a
-// wmrl-specific one first so a shell's OpenAI key does not leak to a self-hosted server.
-const (
-	envPolicyAPIKey = "WMRL_POLICY_API_KEY"
-	envOpenAIAPIKey = "OPENAI_API_KEY"
-)
+// envPolicyAPIKey holds the policy server's API key; it comes before OPENAI_API_KEY so a shell's
+// OpenAI key does not leak to a self-hosted server.
+const envPolicyAPIKey = "WMRL_POLICY_API_KEY"
 
 // generateOptions holds generate's flags; its run method is the command's body.
 type generateOptions struct {
@@ -43,7 +40,10 @@ type generateOptions struct {
 func newGenerateCmd(a *app) *cobra.Command {
 	o := &generateOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "generate",
+		Use: "generate",
+		Example: `  wmrl generate --run r1 --base-url http://vllm:8000/v1 --model policy --prompts prompts.jsonl --anchor-fraction 0.25
+  my-sampler | wmrl generate --backend jsonl --input - --run r1
+  wmrl generate --backend jsonl --input rollouts.jsonl --run r1 --max-steps-ahead 2 --trainer-group trainer-r1`,
 		Short: "Publish rollouts and step manifests from a policy (openai, jsonl)",
 		Long: `Publish one training step at a time: every rollout to the rollouts topic, then, once all are
 acknowledged, the step's manifest. Anchor groups are chosen deterministically:
@@ -55,8 +55,8 @@ and divided by 2^53. Artifacts above --inline-max bytes go by reference into --a
 Backends:
   openai  an OpenAI-compatible policy server (vLLM, SGLang): --base-url, --model, --prompts FILE
           (JSONL lines {"prompt": "...", "stream": "..."}); n=--group-size completions per prompt,
-          --groups-per-step prompts per step, --steps steps. Key from WMRL_POLICY_API_KEY or
-          OPENAI_API_KEY.
+          --groups-per-step prompts per step, --steps steps. Key from --policy-api-key-file,
+          WMRL_POLICY_API_KEY or OPENAI_API_KEY.
   jsonl   rollouts from --input FILE (or - for stdin), one JSON object per line (see docs/stages.md):
           {"step": 0, "group_id": "q1", "prompt": "...", "artifact": "..."} or a full rollout record.
 The built-in task's policy is not a backend here: it learns from the advantages, so only
@@ -73,7 +73,10 @@ wmrl_generate_paused_seconds_total.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.backend, "backend", "openai", "rollout source: openai or jsonl")
-	f.StringVar(&o.runID, "run-id", "", "run id (required): the key of every record, and half of the anchor hash")
+	f.StringVar(&o.runID, "run", "", "run id (required): the key of every record, and half of the anchor hash")
+	// --run-id was generate's name for what every other command calls --run.
+	f.StringVar(&o.runID, "run-id", "", "deprecated alias of --run")
+	_ = f.MarkDeprecated("run-id", "use --run")
 	f.StringVar(&o.stream, "stream", "main", "default stream (task distribution) for groups that do not name one")
 	f.StringVar(&o.policyVersion, "policy-version", "", "policy_version label for steps whose backend does not set one")
 	f.Int64Var(&o.policyLag, "policy-lag", 0, "stamp policy_step = max(0, step - K) on steps whose input has none: the policy server runs K steps behind the trainer (unset: policy_step unknown)")
@@ -83,7 +86,8 @@ wmrl_generate_paused_seconds_total.`,
 	f.StringVar(&o.input, "input", "", "jsonl: input file, - for stdin")
 	f.Int64Var(&o.maxAhead, "max-steps-ahead", 0, "hold a step back while it is this many steps ahead of the slowest trainer (0: no bound)")
 	f.StringSliceVar(&o.trainerGroups, "trainer-group", nil, "consumer group of a trainer of this run (repeatable; needed with --max-steps-ahead)")
-	f.StringVar(&o.metricsAddr, "metrics-addr", "", "with --max-steps-ahead: serve Prometheus /metrics here (empty: off)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "with --max-steps-ahead: serve Prometheus /metrics here, e.g. 127.0.0.1:9469 (empty: off)")
+	f.String("policy-api-key-file", "", "openai: file holding the policy server's API key, instead of WMRL_POLICY_API_KEY (trailing line breaks removed)")
 	f.StringVar(&o.promptsFile, "prompts", "", "openai: prompts JSONL file")
 	f.StringVar(&o.oa.BaseURL, "base-url", "http://127.0.0.1:8000/v1", "openai: API root including /v1")
 	f.StringVar(&o.oa.Model, "model", "", "openai: served model name")
@@ -98,12 +102,17 @@ wmrl_generate_paused_seconds_total.`,
 	f.IntVar(&o.oa.MaxTokens, "max-tokens", 0, "openai: completion length cap (0: server default)")
 	f.DurationVar(&o.oa.Timeout, "request-timeout", 10*time.Minute, "openai: per-request timeout")
 	f.IntVar(&o.oa.MaxAttempts, "max-attempts", 4, "openai: tries per request (429, 5xx, timeouts are retried)")
-	_ = cmd.MarkFlagRequired("run-id")
 	return cmd
 }
 
 func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 	a := o.a
+	if o.runID == "" {
+		return errors.New("--run is required: the run id every record is keyed by")
+	}
+	if o.input != "" && o.backend != "jsonl" {
+		return fmt.Errorf("--input is read by --backend jsonl only; add --backend jsonl (the backend is %s, which reads --prompts)", o.backend)
+	}
 	ctx, cancel := signalContext()
 	defer cancel()
 	var store *artifact.Store
@@ -113,13 +122,25 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 			return err
 		}
 	}
-	b, closeInput, err := o.newBackend()
+	var g *producers.Generator
+	b, closeInput, err := o.newBackend(ctx, func(line int, raw []byte, lerr error) error {
+		source := "jsonl:" + o.input
+		if o.input == "" || o.input == "-" {
+			source = "jsonl:stdin"
+		}
+		return g.DeadLetterInput(ctx, source, int64(line), raw, lerr)
+	})
 	if err != nil {
 		return err
 	}
 	defer closeInput()
 	kopts, err := a.kafkaOpts()
 	if err != nil {
+		return err
+	}
+	// As the stages do: a missing topic fails at start with the create command, not at the
+	// first produce with the broker's UNKNOWN_TOPIC_OR_PARTITION.
+	if err := a.requireTopics(kopts, a.conn.Names().Rollouts(), a.conn.Names().Steps()); err != nil {
 		return err
 	}
 	pacer, stop, err := o.newPacer(ctx, kopts)
@@ -135,7 +156,7 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 	if cmd.Flags().Changed("policy-lag") {
 		gcfg.PolicyLag = &o.policyLag
 	}
-	g, err := producers.New(b, gcfg)
+	g, err = producers.New(b, gcfg)
 	if err != nil {
 		return err
 	}
@@ -143,11 +164,18 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 	st, err := g.Run(ctx)
 	fmt.Fprintf(a.stdout, "published %d steps, %d groups (%d anchor), %d rollouts (%d by reference)\n",
 		st.Steps, st.Groups, st.AnchorGroups, st.Rollouts, st.ByReference)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// A requested stop (SIGINT/SIGTERM): the steps published so far are complete.
+		a.log.Info("generate stopped by signal")
+		return nil
+	}
 	return err
 }
 
 // newBackend builds the rollout source named by --backend; closeInput closes the --input file.
-func (o *generateOptions) newBackend() (b producers.Backend, closeInput func(), err error) {
+// A JSONL line that does not parse or validate goes to the dead-letter topic through onBadLine and
+// the run goes on; stdin is read only until ctx ends.
+func (o *generateOptions) newBackend(ctx context.Context, onBadLine func(int, []byte, error) error) (b producers.Backend, closeInput func(), err error) {
 	closeInput = func() {}
 	switch o.backend {
 	case "openai":
@@ -161,19 +189,18 @@ func (o *generateOptions) newBackend() (b producers.Backend, closeInput func(), 
 		if err != nil {
 			return nil, closeInput, fmt.Errorf("--prompts %s: %w", o.promptsFile, err)
 		}
-		oa.APIKey = os.Getenv(envPolicyAPIKey)
-		if oa.APIKey == "" {
-			oa.APIKey = os.Getenv(envOpenAIAPIKey)
-		}
+		oa.APIKey = o.a.keys.pol()
 		oa.Logger = o.a.log
 		b, err = producers.NewOpenAI(oa)
 		return b, closeInput, err
 	case "jsonl":
-		var r io.Reader = os.Stdin
 		if o.input == "" {
 			return nil, closeInput, errors.New("--backend jsonl needs --input FILE (or - for stdin)")
 		}
-		if o.input != "-" {
+		var r io.Reader
+		if o.input == "-" {
+			r = stdinUntil(ctx)
+		} else {
 			f, err := os.Open(o.input)
 			if err != nil {
 				return nil, closeInput, fmt.Errorf("--input: %w", err)
@@ -181,7 +208,7 @@ func (o *generateOptions) newBackend() (b producers.Backend, closeInput func(), 
 			closeInput = func() { f.Close() }
 			r = f
 		}
-		b, err = producers.NewJSONL(r, producers.JSONLConfig{RunID: o.runID, AnchorFraction: o.anchorFraction})
+		b, err = producers.NewJSONL(r, producers.JSONLConfig{RunID: o.runID, AnchorFraction: o.anchorFraction, OnBadLine: onBadLine})
 		return b, closeInput, err
 	case "builtin":
 		return nil, closeInput, errors.New("--backend builtin is the demo's task policy: run it with `wmrl demo`, which wires it into the generator")
@@ -216,4 +243,31 @@ func (o *generateOptions) newPacer(ctx context.Context, kopts []kgo.Opt) (produc
 		return nil, nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
 	return pace, func() { srv.Stop(); pace.Close() }, nil
+}
+
+// stdinUntil reads stdin until ctx ends: a read blocked waiting for the next input line then
+// fails with ctx's error at once, so a signal stops `generate --input -` without waiting for a
+// line that may never come. The goroutine copying stdin ends with the process.
+func stdinUntil(ctx context.Context) io.Reader {
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := io.Copy(pw, os.Stdin)
+		pw.CloseWithError(err)
+	}()
+	context.AfterFunc(ctx, func() { pr.CloseWithError(ctx.Err()) })
+	return ctxReader{ctx: ctx, r: pr}
+}
+
+// ctxReader reports ctx's error instead of io.ErrClosedPipe once ctx has closed the pipe.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil && c.ctx.Err() != nil {
+		return n, c.ctx.Err()
+	}
+	return n, err
 }

@@ -23,7 +23,9 @@ type probeOptions struct {
 func newProbeCmd(a *app) *cobra.Command {
 	o := &probeOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "probe URL",
+		Use: "probe URL",
+		Example: `  wmrl probe http://127.0.0.1:9464/healthz/scoring
+  wmrl probe --timeout 1s http://127.0.0.1:9466/readyz`,
 		Short: "Exit 0 if URL answers 2xx within --timeout (a container healthcheck, e.g. http://127.0.0.1:9466/readyz)",
 		Args:  cobra.ExactArgs(1),
 		RunE:  o.run,

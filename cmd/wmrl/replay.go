@@ -28,12 +28,15 @@ type replayOptions struct {
 	chunkBytes, keep                                           int
 	noRedis                                                    bool
 	correction                                                 func() (correction.Config, error)
+	limits                                                     correct.Limits
 }
 
 func newReplayCmd(a *app) *cobra.Command {
 	o := &replayOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "replay",
+		Use: "replay",
+		Example: `  wmrl replay --run r1 --out replay.bin
+  wmrl replay --run r1 --from-step 100 --to-topic wmrl.replay.advantages.v1`,
 		Short: "Re-run correction for one run from the retained input topics and emit its advantages",
 		Long: `replay reads the run's records from the steps, predicted and executed topics (read_committed, up
 to their current end), re-runs the correction consumer's engine with fresh state, and writes the
@@ -64,6 +67,7 @@ retention has trimmed); the state after step S-1 then comes from the live namesp
 	f.IntVar(&o.keep, "keep-states", correct.DefaultKeepStates, "snapshots kept per run/stream in the replay namespace")
 	f.BoolVar(&o.noRedis, "no-redis", false, "do not write replayed states to Redis")
 	f.Int64Var(&o.maxStaleness, "max-staleness", 0, "the live consumer's --max-staleness (digests match only with the same value)")
+	limitFlags(f, &o.limits, false)
 	return cmd
 }
 
@@ -89,7 +93,7 @@ func (o *replayOptions) run(_ *cobra.Command, _ []string) error {
 	}
 	rc := correct.ReplayConfig{
 		KafkaOpts: opts, Names: names, Run: o.runID, FromStep: o.fromStep, Correction: cc, MaxStaleness: o.maxStaleness,
-		StatePrefix: o.statePrefix, KeepStates: o.keep, Logger: a.log,
+		Limits: o.limits, StatePrefix: o.statePrefix, KeepStates: o.keep, Logger: a.log,
 	}
 	if o.partition >= 0 {
 		rc.Partition = &o.partition

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/conn"
+	"github.com/wmrl/wmrl/internal/hardening"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -25,6 +26,7 @@ import (
 // clients, so no command parses connection flags on its own.
 type app struct {
 	conn      conn.Options
+	keys      apiKeys
 	config    string
 	logLevel  string
 	logFormat string
@@ -55,6 +57,12 @@ func (e *exitError) Unwrap() error { return e.err }
 
 func run(args []string) int {
 	a := &app{stdout: os.Stdout, stderr: os.Stderr}
+	// First, before any secret is read: other processes of this uid cannot read the stage's
+	// /proc/<pid>/environ or memory (see internal/hardening).
+	if err := hardening.SetNonDumpable(); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		fmt.Fprintln(a.stderr, "wmrl:", err)
+		return 2
+	}
 	root := newRoot(a)
 	root.SetArgs(args)
 	err := root.Execute()
@@ -88,7 +96,12 @@ stream of real executions (Online Debiasing + Inverse-Variance Denoising), as Ka
 Every global option can also be set by an environment variable WMRL_<OPTION> (dashes become
 underscores, e.g. WMRL_BROKERS, WMRL_SASL_PASSWORD) or by a YAML file given with --config, whose
 keys are the option names (brokers: [..], redis: redis://..). Precedence: flag, env, file, default.
-An unknown WMRL_* variable or config key is an error, so a misspelt option cannot go unnoticed.`,
+An unknown WMRL_* variable or config key is an error, so a misspelt option cannot go unnoticed.
+
+Credentials are best read from files (--sasl-password-file, --redis-password-file, and
+worldmodel's --wm-api-key-file, generate's --policy-api-key-file). Once the options are read, the
+credential variables are removed from the environment (children do not inherit them) and, on
+Linux, the process is non-dumpable (other processes of its uid cannot read its environment).`,
 		Version:           versionString(),
 		SilenceUsage:      true,
 		SilenceErrors:     true,
@@ -105,14 +118,16 @@ An unknown WMRL_* variable or config key is an error, so a misspelt option canno
 	f.StringVar(&a.conn.TopicPrefix, "topic-prefix", topics.DefaultPrefix, "prefix of every wmrl topic name")
 	f.StringVar(&a.conn.SASLMechanism, "sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)")
 	f.StringVar(&a.conn.SASLUser, "sasl-user", "", "SASL user name")
-	f.StringVar(&a.conn.SASLPassword, "sasl-password", "", "SASL password (prefer WMRL_SASL_PASSWORD over the flag)")
+	f.StringVar(&a.conn.SASLPassword, "sasl-password", "", "SASL password (prefer --sasl-password-file; never the flag, argv is public)")
+	f.String("sasl-password-file", "", "file holding the SASL password (trailing line breaks removed)")
 	f.BoolVar(&a.conn.TLS, "tls", false, "connect to Kafka with TLS (implied by any --tls-* file)")
 	f.StringVar(&a.conn.TLSCA, "tls-ca", "", "PEM file with the CA certificates that sign the brokers' certificates")
 	f.StringVar(&a.conn.TLSCert, "tls-cert", "", "PEM client certificate for mutual TLS")
 	f.StringVar(&a.conn.TLSKey, "tls-key", "", "PEM client key for mutual TLS")
 	f.StringVar(&a.conn.TLSServerName, "tls-server-name", "", "server name to verify instead of the broker host")
 	f.BoolVar(&a.conn.TLSSkipVerify, "tls-skip-verify", false, "do not verify broker certificates (lab clusters only)")
-	f.StringVar(&a.conn.RedisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL: redis:// or rediss:// (TLS), optional user:password@ and /db (prefer WMRL_REDIS when it holds a password)")
+	f.StringVar(&a.conn.RedisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL: redis:// or rediss:// (TLS), optional user:password@ and /db (put the password in --redis-password-file)")
+	f.String("redis-password-file", "", "file holding the Redis password, for a --redis URL without one (trailing line breaks removed)")
 	f.StringVar(&a.conn.RedisTLSCA, "redis-tls-ca", "", "PEM file with the CA certificates that sign the rediss:// server's certificate (default: system roots)")
 	f.StringVar(&a.conn.RedisTLSCert, "redis-tls-cert", "", "PEM client certificate for a rediss:// server that requires one")
 	f.StringVar(&a.conn.RedisTLSKey, "redis-tls-key", "", "PEM client key for --redis-tls-cert")
@@ -132,6 +147,12 @@ func (a *app) preRun(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	if err := applyConfig(cmd.Flags(), a.config, os.LookupEnv); err != nil {
+		return err
+	}
+	if err := a.readSecrets(cmd.Flags(), os.LookupEnv); err != nil {
+		return err
+	}
+	if err := scrubSecretEnv(); err != nil {
 		return err
 	}
 	if a.startupTimeout <= 0 {

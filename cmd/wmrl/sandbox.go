@@ -32,9 +32,12 @@ type sandboxOptions struct {
 
 func newSandboxCmd(a *app) *cobra.Command {
 	o := &sandboxOptions{a: a}
-	defaults := sandbox.DefaultLimits()
+	base := sandbox.DefaultCommandConfig()
+	defaults := base.Limits
 	cmd := &cobra.Command{
-		Use:   "sandbox",
+		Use: "sandbox",
+		Example: `  wmrl sandbox --argv '["/opt/task/run", "{artifact}"]' --slots 8 --timeout 600s
+  wmrl sandbox --argv '["python3", "score.py", "{artifact}"]' --bwrap --memory 2GiB --max-failure-share 0.2`,
 		Short: "Execute anchor rollouts in a pool of exclusive slots into rewards.executed",
 		Long: `Consume the rollouts topic; non-anchor rollouts are skipped (consumed and committed, no output);
 every anchor rollout gets exactly one executed-reward record. Each job runs --argv (no shell; {artifact}
@@ -44,7 +47,7 @@ network unless --allow-network, a read-only minimal view of the host, and size-l
 for {dir}, /tmp and /dev/shm), as an unprivileged uid (a root stage's jobs run as 65534 unless
 --run-as says otherwise), contained per --containment with rlimits (via prlimit) and a wall-clock
 --timeout that kills the whole job. Anything weaker (--bwrap=false, --run-as with the stage's uid or
-root, --allow-network) is refused at start-up unless --allow-weak-containment is given. The program
+root) is refused at start-up unless --allow-weak-containment is given; --allow-network is logged. The program
 reports on stdout: its last non-empty line must be a JSON object {"score": <number in [0,1]>}; the
 job finds the rollout record (its task: meta, prompt) in {dir}/rollout.json, and {meta.KEY} in
 --argv/--env is the rollout's meta value (a missing key fails the job with status error); the
@@ -62,18 +65,18 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.StringArrayVar(&o.argv, "argv", nil, `command to run: repeat per argument (--argv python3 --argv {artifact}) or one JSON array (--argv '["python3","{artifact}"]'); placeholders {artifact}, {dir} ({dir}/rollout.json is the rollout record) and {meta.KEY} (the rollout's meta; a missing key fails the job with status error)`)
 	f.StringSliceVar(&cfg.EnvAllow, "env-allow", nil, "parent environment variables passed to the program (nothing else leaks)")
 	f.StringToStringVar(&o.env, "env", nil, "fixed environment variables KEY=VALUE (values may use {dir}, {artifact}, {meta.KEY})")
-	f.DurationVar(&cfg.Timeout, "timeout", sandbox.DefaultTimeout, "wall-clock budget per rollout; the process group is killed on expiry")
+	f.DurationVar(&cfg.Timeout, "timeout", base.Timeout, "wall-clock budget per rollout; the process group is killed on expiry")
 	f.Uint64Var(&cfg.Limits.CPUSeconds, "cpu-seconds", defaults.CPUSeconds, "RLIMIT_CPU per process (0: inherit); exceeding it is a timeout")
 	f.StringVar(&o.memory, "memory", "4GiB", "memory of the whole job: a cgroup limit (OOM kill reported as such) under --containment cgroup, else RLIMIT_AS per process (0: none)")
 	f.StringVar(&o.addressSpace, "address-space", "0", "RLIMIT_AS per process on top of --memory, e.g. 4GiB (0: none; breaks programs that reserve address space)")
 	f.StringVar(&o.containment, "containment", "auto", "how a job's processes are held together: cgroup, pidns, pgroup, or auto (the strongest available; naming one that is unavailable is a start-up error)")
 	f.Uint64Var(&cfg.Limits.Processes, "max-procs", defaults.Processes, "RLIMIT_NPROC (per UID; enforced only with --run-as, not for root)")
 	f.StringVar(&o.fileSize, "file-size", "1GiB", "RLIMIT_FSIZE, largest file the program may write (0: inherit)")
-	f.BoolVar(&cfg.UseBwrap, "bwrap", true, "run each job in the jail (bubblewrap: user namespace, no capabilities, own PID namespace and /proc, no network, read-only minimal root, private size-limited tmpfs); --bwrap=false needs --allow-weak-containment")
+	f.BoolVar(&cfg.UseBwrap, "bwrap", base.UseBwrap, "run each job in the jail (bubblewrap: user namespace, no capabilities, own PID namespace and /proc, no network, read-only minimal root, private size-limited tmpfs); --bwrap=false needs --allow-weak-containment")
 	f.StringVar(&o.runAs, "run-as", "", "run the program as UID:GID (requires root; default for a root stage: 65534:65534)")
-	f.BoolVar(&cfg.AllowNetwork, "allow-network", false, "give jobs the host's network (services on 127.0.0.1 become reachable; counts as weak)")
-	f.BoolVar(&cfg.AllowWeakContainment, "allow-weak-containment", false, "start even if the containment is weaker than the jail (no bwrap, jobs as the stage's uid or root, --allow-network); the weaknesses are logged")
-	f.StringVar(&o.jobDirSize, "job-dir-size", "512MiB", "size of each private tmpfs of the jail (the job directory, /tmp, /dev/shm): the job's disk quota, counted as memory")
+	f.BoolVar(&cfg.AllowNetwork, "allow-network", false, "give jobs the host's network (services on 127.0.0.1 become reachable; logged at WARN)")
+	f.BoolVar(&cfg.AllowWeakContainment, "allow-weak-containment", false, "start even if the containment is weaker than the jail (no bwrap, jobs as the stage's uid or root); the weaknesses are logged")
+	f.StringVar(&o.jobDirSize, "job-dir-size", strconv.FormatUint(base.JobDirBytes>>20, 10)+"MiB", "size of each private tmpfs of the jail (the job directory, /tmp, /dev/shm): the job's disk quota, counted as memory")
 	f.StringArrayVar(&cfg.ReadOnlyPaths, "ro-bind", nil, "extra host path the jailed job sees read-only (repeat); the directories of absolute --argv paths are added automatically")
 	f.StringVar(&cfg.TempDir, "temp-dir", "", "where job directories are created (default $TMPDIR)")
 	f.IntVar(&o.slots, "slots", 4, "exclusive execution slots (concurrent jobs)")
@@ -81,14 +84,14 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.StringVar(&o.onTimeout, "on-timeout", "missing", "reward of a timed-out rollout: missing (excluded) or zero (the reference)")
 	f.StringVar(&o.artifactDir, "artifact-dir", "", "claim-check directory shared with the generator, for artifacts sent by reference")
 	f.StringVar(&o.artifactName, "artifact-name", "", "file name of the artifact in the job directory (default artifact), e.g. solution.py")
-	f.StringVar(&o.group, "group", "", "consumer group (default wmrl-sandbox)")
-	f.StringVar(&o.metricsAddr, "metrics-addr", ":9465", "serve /metrics and /healthz here (empty: off)")
+	f.StringVar(&o.group, "group", "", "consumer group (default wmrl-sandbox; under a --topic-prefix other than wmrl.: <prefix>wmrl-sandbox)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9465", "serve /metrics and /healthz here (:9465 for every interface; empty: off)")
 	f.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "time running jobs get to finish on shutdown before they are killed and handed back")
 	memberFlags(f, &o.member)
 	return cmd
 }
 
-func (o *sandboxOptions) run(_ *cobra.Command, _ []string) error {
+func (o *sandboxOptions) run(cmd *cobra.Command, _ []string) error {
 	a, cfg := o.a, o.cfg
 	if o.backend == "builtin" {
 		return errors.New("--backend builtin is the demo's task executor: run it with `wmrl demo`")
@@ -141,7 +144,7 @@ func (o *sandboxOptions) run(_ *cobra.Command, _ []string) error {
 	if hc.Artifacts, err = artifactResolver(o.artifactDir); err != nil {
 		return err
 	}
-	member, err := a.stageConfig(o.member, o.group, o.metricsAddr, o.grace)
+	member, err := a.stageConfig(o.member, a.groupFor(cmd, o.group, "wmrl-"+sandbox.StageName), o.metricsAddr, o.grace)
 	if err != nil {
 		return err
 	}

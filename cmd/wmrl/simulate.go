@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -42,13 +45,17 @@ type simulateOptions struct {
 	workers        int
 	out            string
 	errorGrid      bool
+	quick          bool
 	grid           errorGridOptions
 }
 
 func newSimulateCmd(a *app) *cobra.Command {
 	o := &simulateOptions{a: a, cfg: sim.DefaultConfig(), grid: errorGridOptions{biases: defaultGridBiases, noises: defaultGridNoises}}
 	cmd := &cobra.Command{
-		Use:   "simulate",
+		Use: "simulate",
+		Example: `  wmrl simulate --quick
+  wmrl simulate --seeds 10 --arms real-grpo,pure-wm,wmrl --out sweep
+  wmrl simulate --error-grid --seeds 3`,
 		Short: "Sweep arms × seeds of the WMRL task loop in one process (no Kafka)",
 		Long: `simulate trains the built-in task's policy with the same correction core the pipeline uses,
 but without Kafka, for sweeps. Arms: real-grpo (every group executed), pure-wm (no anchors, no
@@ -86,14 +93,34 @@ sweeps its (bias, noise) grid instead (docs/error_grid.md).`,
 		"arms default to real-grpo, pure-wm, none, od, ivd, wmrl, wmrl-cir and steps to 40; writes error_grid.csv, error_grid.md and plots to --out")
 	f.Float64SliceVar(&o.grid.biases, "grid-bias", defaultGridBiases, "error grid: bias strengths B")
 	f.Float64SliceVar(&o.grid.noises, "grid-noise", defaultGridNoises, "error grid: noise levels σ")
+	f.BoolVar(&o.quick, "quick", false, "short sweep: 2 seeds, 30 steps, 2 held-out problems (explicit --seeds/--steps/--eval-problems win)")
 	wmFlags(f, &cfg.WorldModel)
 	return cmd
 }
 
 func (o *simulateOptions) run(cmd *cobra.Command, _ []string) error {
-	a, cfg := o.a, o.cfg
 	ctx, cancel := signalContext()
 	defer cancel()
+	if o.quick {
+		for name, set := range map[string]func(){
+			"seeds": func() { o.seeds = 2 }, "steps": func() { o.cfg.Steps = 30 }, "eval-problems": func() { o.evalProblems = 2 },
+		} {
+			if !cmd.Flags().Changed(name) {
+				set()
+			}
+		}
+	}
+	err := o.sweep(ctx, cmd)
+	if err != nil && ctx.Err() != nil {
+		// A requested stop (SIGINT/SIGTERM): no report, and no failure either.
+		fmt.Fprintln(o.a.stdout, "simulate stopped by signal")
+		return nil
+	}
+	return err
+}
+
+func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
+	a, cfg := o.a, o.cfg
 	as, err := sim.ArmsByName(o.arms, o.anchorFraction)
 	if err != nil {
 		return err
@@ -117,6 +144,12 @@ func (o *simulateOptions) run(cmd *cobra.Command, _ []string) error {
 	}
 	start := time.Now()
 	fmt.Fprintf(a.stdout, "eval set: %d held-out problems × %d solutions ...\n", o.evalProblems, len(task.EffectiveSolutions()))
+	// The eval set and the first runs take a minute or more without a result to print; a line
+	// every progressEvery says the sweep is alive and where it is.
+	var phase atomic.Value
+	phase.Store("building the eval set")
+	stopTicker := tickProgress(a.stdout, start, &phase)
+	defer stopTicker()
 	eval, err := sim.Eval(ctx, o.evalProblems, o.workers)
 	if err != nil {
 		return err
@@ -124,7 +157,9 @@ func (o *simulateOptions) run(cmd *cobra.Command, _ []string) error {
 	fmt.Fprintf(a.stdout, "eval set ready in %s; %d runs (%d arms × seeds %d..%d), %d steps × %d groups × G=%d, lr %g, anchor fraction %g\n",
 		time.Since(start).Round(time.Millisecond), len(as)*o.seeds, len(as), sw.Seeds[0], sw.Seeds[len(sw.Seeds)-1],
 		cfg.Steps, cfg.Groups, cfg.GroupSize, cfg.LR, o.anchorFraction)
+	phase.Store(fmt.Sprintf("running %d runs, none finished yet", len(as)*o.seeds))
 	results, err := sw.Run(ctx, eval, func(p sim.Progress) {
+		phase.Store(fmt.Sprintf("%d of %d runs finished", p.Done, p.Total))
 		fmt.Fprintf(a.stdout, "[%3d/%d] %-10s seed %-3d final %.3f executions %6d exec %7.2fs wm %6.2fs (%s)\n",
 			p.Done, p.Total, p.Result.Arm, p.Result.Seed, p.Result.FinalScore(),
 			last(p.Result).Executions, last(p.Result).ExecCompute.Seconds(), last(p.Result).WMCompute.Seconds(),
@@ -157,6 +192,29 @@ func (o *simulateOptions) run(cmd *cobra.Command, _ []string) error {
 	}
 	fmt.Fprintf(a.stdout, "done in %s\n", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// progressEvery is how often a long simulate phase prints that it is still at work.
+const progressEvery = 15 * time.Second
+
+// tickProgress prints "… <phase> (<elapsed>)" every progressEvery until stopped.
+func tickProgress(w io.Writer, start time.Time, phase *atomic.Value) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Fprintf(w, "… %s (%s)\n", phase.Load(), time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 func last(r sim.Result) sim.StepRecord {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io/fs"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +32,7 @@ func TestStartupMistakes(t *testing.T) {
 	dead := []string{"--brokers", "127.0.0.1:1", "--redis", redisURL, "--startup-timeout", deadline.String()}
 	stage := map[string][]string{
 		"train":      nil,
-		"worldmodel": {"--model", "m", "--metrics-addr", ""},
+		"worldmodel": {"--model", "m", "--metrics-addr", "", "--base-url", liveJudge(t) + "/v1"},
 		"sandbox":    {"--argv", "true", "--metrics-addr", ""},
 		"correct":    {"--transactional-id", "wmrl-startup-test"},
 	}
@@ -53,6 +55,10 @@ func TestStartupMistakes(t *testing.T) {
 	tests = append(tests,
 		tc{name: "train silent broker", args: []string{"train", "--brokers", silent, "--startup-timeout", "1s"}, code: 2,
 			want: []string{"no broker answered within"}},
+		tc{name: "worldmodel dead base-url", args: cat([]string{"worldmodel"}, stage["worldmodel"], live, []string{"--base-url", "http://127.0.0.1:1/v1"}), code: 2,
+			want: []string{"--base-url http://127.0.0.1:1/v1", "nothing listens there: check the host and port"}},
+		tc{name: "worldmodel base-url without /v1", args: cat([]string{"worldmodel"}, stage["worldmodel"], live, []string{"--base-url", judgeWithoutModels(t)}), code: 2,
+			want: []string{"(404): does the URL end in the API version, e.g. /v1?"}},
 		tc{name: "correct dead redis", args: cat([]string{"correct"}, stage["correct"], live, []string{"--redis", "redis://127.0.0.1:1"}), code: 2,
 			want: []string{"redis://127.0.0.1:1", "nothing listens there: check the host and port of --redis"}},
 		tc{name: "correct silent redis", args: cat([]string{"correct"}, stage["correct"], live, []string{"--redis", "redis://" + silent, "--startup-timeout", "1s"}), code: 2,
@@ -74,6 +80,12 @@ func TestStartupMistakes(t *testing.T) {
 		tc{name: "zero deadline", args: []string{"train", "--startup-timeout", "0s"}, code: 2,
 			want: []string{"--startup-timeout 0s: want > 0"}},
 		tc{name: "version", args: []string{"--version"}, code: 0, want: []string{"wmrl version "}},
+		tc{name: "sandbox without the jail", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--bwrap=false"}), code: 2,
+			want: []string{"no jail (--bwrap=false)", "refusing to start (set --allow-weak-containment to run anyway)"}},
+		tc{name: "sandbox job as root", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--run-as", "0:0"}), code: 2,
+			want: []string{"jobs run as root", "--allow-weak-containment"}},
+		tc{name: "sandbox credentials into the job", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--env-allow", "WMRL_SASL_PASSWORD"}), code: 2,
+			want: []string{"WMRL_SASL_PASSWORD is the stage's own setting"}},
 	)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -257,4 +269,19 @@ func TestClosest(t *testing.T) {
 			t.Errorf("closest(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
+}
+
+// judgeWithoutModels is an HTTP server that answers 404 on every path, like a server given
+// --base-url without its /v1; its URL is returned.
+func judgeWithoutModels(t *testing.T) string {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// liveJudge serves the test world model and returns its URL (without /v1).
+func liveJudge(t *testing.T) string {
+	srv := httptest.NewServer(testenv.WorldModel(nil))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }

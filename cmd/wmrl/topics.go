@@ -28,7 +28,10 @@ type topicsOptions struct {
 func newTopicsCmd(a *app) *cobra.Command {
 	o := &topicsOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "topics",
+		Use: "topics",
+		Example: `  wmrl topics create --partitions 6
+  wmrl topics check --topic-prefix lab. --partitions 6
+  wmrl topics describe`,
 		Short: "Create, check and describe wmrl's Kafka topics",
 		Long: `Manage the topic layout. Every wmrl topic shares one partition count because the
 correction consumer joins rollouts, steps and rewards of a run on one partition; the calibration
@@ -40,20 +43,23 @@ changelog is compacted (key run/stream) so state can always be rebuilt.`,
 	pf.DurationVar(&o.retention, "retention", 7*24*time.Hour, "retention of the non-compacted topics (replay needs the inputs retained)")
 	pf.BoolVar(&o.forever, "retain-forever", false, "keep the non-compacted topics forever (retention.ms=-1)")
 	cmd.AddCommand(&cobra.Command{
-		Use:   "create",
-		Short: "Create missing topics (idempotent); existing topics are left unchanged",
-		Args:  cobra.NoArgs,
-		RunE:  a.withAdmin(o.create),
+		Use:     "create",
+		Example: `  wmrl topics create --partitions 6 --replication-factor 3`,
+		Short:   "Create missing topics (idempotent); existing topics are left unchanged",
+		Args:    cobra.NoArgs,
+		RunE:    a.withAdmin(o.create),
 	}, &cobra.Command{
-		Use:   "check",
-		Short: "Compare the cluster with the plan; exit 1 and list every mismatch",
-		Args:  cobra.NoArgs,
-		RunE:  a.withAdmin(o.check),
+		Use:     "check",
+		Example: `  wmrl topics check --partitions 6`,
+		Short:   "Compare the cluster with the plan; exit 1 and list every mismatch",
+		Args:    cobra.NoArgs,
+		RunE:    a.withAdmin(o.check),
 	}, &cobra.Command{
-		Use:   "describe",
-		Short: "Show partitions, replication, cleanup policy, retention and record counts",
-		Args:  cobra.NoArgs,
-		RunE:  a.withAdmin(o.describe),
+		Use:     "describe",
+		Example: `  wmrl topics describe --topic-prefix lab.`,
+		Short:   "Show partitions, replication, cleanup policy, retention and record counts",
+		Args:    cobra.NoArgs,
+		RunE:    a.withAdmin(o.describe),
 	})
 	return cmd
 }

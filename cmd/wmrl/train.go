@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +15,7 @@ import (
 	"github.com/wmrl/wmrl/internal/stage"
 
 	"github.com/wmrl/wmrl/sinks/trainer"
+	"github.com/wmrl/wmrl/topics"
 )
 
 func init() { register(newTrainCmd) }
@@ -31,7 +33,9 @@ type trainOptions struct {
 func newTrainCmd(a *app) *cobra.Command {
 	o := &trainOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "train",
+		Use: "train",
+		Example: `  wmrl train --run r1
+  wmrl train --run r1 --print --max-steps 3 --group trainer-r1`,
 		Short: "Consume fused advantages step by step and acknowledge them (a trainer without a model)",
 		Long: `train reads the advantages topic read_committed in a consumer group, reassembles each step
 from its Arrow chunks and acknowledges it after printing, so offsets are committed only for steps
@@ -43,15 +47,15 @@ A real trainer uses the same code through the sinks/trainer package (Stream.Next
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.runID, "run", "", "run id to consume (empty: every run)")
-	f.StringVar(&o.group, "group", trainer.DefaultGroup, "consumer group")
+	f.StringVar(&o.group, "group", trainer.DefaultGroup, "consumer group (under a --topic-prefix other than wmrl.: <prefix>"+trainer.DefaultGroup+")")
 	f.BoolVar(&o.printTable, "print", false, "print every step as a table of its rows")
 	f.IntVar(&o.maxSteps, "max-steps", 0, "stop after this many steps (0: run until interrupted)")
 	f.DurationVar(&o.session, "session-timeout", 0, "group session timeout: how long a crashed trainer holds its partitions (0: franz-go's 45s)")
-	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz here, e.g. :9467 (empty: off)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9467 (:9467 for every interface; empty: off)")
 	return cmd
 }
 
-func (o *trainOptions) run(_ *cobra.Command, _ []string) error {
+func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 	a := o.a
 	if o.maxSteps < 0 {
 		return fmt.Errorf("--max-steps %d must be >= 0", o.maxSteps)
@@ -78,17 +82,43 @@ func (o *trainOptions) run(_ *cobra.Command, _ []string) error {
 	defer stop()
 	probe.running.Store(true)
 	defer probe.running.Store(false)
+	connOpts := opts // without the metrics hooks, for the wiring check's own clients
 	opts = append(opts[:len(opts):len(opts)], kgo.WithHooks(stage.KafkaMetrics(reg, "train")...))
 	if o.session > 0 {
 		opts = append(opts, kgo.SessionTimeout(o.session))
 	}
-	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: o.group, RunID: o.runID, Logger: a.log})
+	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: a.groupFor(cmd, o.group, trainer.DefaultGroup), RunID: o.runID, Logger: a.log})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	// A trainer that gets no step within wiringDelay says what may be miswired (a wrong run or
+	// prefix, no correction consumer) instead of waiting without a word.
+	var gotStep atomic.Bool
+	wiring := time.AfterFunc(wiringDelay, func() {
+		if gotStep.Load() {
+			return
+		}
+		problems, err := wiringProblems(ctx, connOpts, a.conn.Names(), o.runID)
+		if err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("no step yet; could not check the wiring", "err", err)
+			}
+			return
+		}
+		if gotStep.Load() {
+			return
+		}
+		for _, p := range problems {
+			a.log.Warn("no step yet: "+p, "run", o.runID, "waited", wiringDelay)
+		}
+	})
+	defer wiring.Stop()
 	for n := 0; o.maxSteps == 0 || n < o.maxSteps; n++ {
 		st, err := s.Next(ctx)
+		if err == nil {
+			gotStep.Store(true)
+		}
 		if err != nil {
 			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 				break
@@ -124,6 +154,7 @@ func showStep(a *app, st *trainer.Step, table bool) error {
 		st.Run, st.Step, s.Rows, s.Masked, s.MeanAbsAdvantage, weight, s.CalibrationVersion, len(st.Records)); err != nil {
 		return err
 	}
+	warnMasked(a, st, s.Masked)
 	if !table {
 		return nil
 	}
@@ -132,4 +163,28 @@ func showStep(a *app, st *trainer.Step, table bool) error {
 	}
 	_, err := fmt.Fprintln(a.stdout)
 	return err
+}
+
+// warnMasked says on stderr, per step, that rows are masked and why: a masked row carries no
+// gradient, and a step of masked rows (a judge that is down, a missing sandbox script) would
+// otherwise look like any other step in the summary line.
+func warnMasked(a *app, st *trainer.Step, masked int) {
+	if masked == 0 {
+		return
+	}
+	noReward, stale := 0, 0
+	for _, r := range st.Rows {
+		switch {
+		case r.Mask:
+		case r.MaskReason == topics.MaskStale:
+			stale++
+		default:
+			noReward++
+		}
+	}
+	msg := "rows masked: no usable reward (world-model or sandbox failures; see their logs and /healthz/scoring) or stale"
+	if masked == len(st.Rows) {
+		msg = "every row of the step is masked: it trains on nothing (world-model or sandbox failures; see their logs and /healthz/scoring)"
+	}
+	a.log.Warn(msg, "run", st.Run, "step", st.Step, "masked", masked, "rows", len(st.Rows), "no_reward", noReward, "stale", stale)
 }

@@ -27,14 +27,16 @@ type worldModelOptions struct {
 func newWorldModelCmd(a *app) *cobra.Command {
 	o := &worldModelOptions{a: a}
 	cmd := &cobra.Command{
-		Use:   "worldmodel",
+		Use: "worldmodel",
+		Example: `  wmrl worldmodel --base-url http://vllm-wm:8000/v1 --model world-model --concurrency 64
+  wmrl worldmodel --base-url http://judge:8001/v1 --model judge --max-failure-share 0.2 --failure-window 200`,
 		Short: "Score every rollout with a world model (OpenAI-compatible server) into rewards.predicted",
 		Long: `Consume the rollouts topic and publish exactly one predicted-reward record per rollout: a score,
 or a failure (timeout, error, invalid) with its reason. Up to --concurrency requests are in flight;
 each has --request-timeout and is retried with jittered backoff on 429, 5xx and timeouts, never on
 other 4xx. Offsets are committed only below the lowest unfinished rollout, so a crash redoes work
 but never skips it. Bad input records go to the dead-letter topic. The API key comes from
-WMRL_WM_API_KEY or OPENAI_API_KEY. The built-in task's proxy world model runs in 'wmrl demo'.`,
+--wm-api-key-file, WMRL_WM_API_KEY or OPENAI_API_KEY. The built-in task's proxy world model runs in 'wmrl demo'.`,
 		Args: cobra.NoArgs,
 		RunE: o.run,
 	}
@@ -53,14 +55,15 @@ WMRL_WM_API_KEY or OPENAI_API_KEY. The built-in task's proxy world model runs in
 	f.StringVar(&cfg.SystemPrompt, "system-prompt", "", "system message")
 	f.StringVar(&o.templateFile, "prompt-template", "", "file with a text/template for the user message (default: built in)")
 	f.StringVar(&o.artifactDir, "artifact-dir", "", "claim-check directory shared with the generator, for artifacts sent by reference")
-	f.StringVar(&o.group, "group", "", "consumer group (default wmrl-worldmodel)")
-	f.StringVar(&o.metricsAddr, "metrics-addr", ":9464", "serve /metrics and /healthz here (empty: off)")
+	f.StringVar(&o.group, "group", "", "consumer group (default wmrl-worldmodel; under a --topic-prefix other than wmrl.: <prefix>wmrl-worldmodel)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", "serve /metrics and /healthz here (:9464 for every interface; empty: off)")
+	f.String("wm-api-key-file", "", "file holding the world model server's API key, instead of WMRL_WM_API_KEY (trailing line breaks removed)")
 	f.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "time in-flight requests get to finish on shutdown")
 	memberFlags(f, &o.member)
 	return cmd
 }
 
-func (o *worldModelOptions) run(_ *cobra.Command, _ []string) error {
+func (o *worldModelOptions) run(cmd *cobra.Command, _ []string) error {
 	a, cfg := o.a, o.cfg
 	if o.backend == "builtin" {
 		return errors.New("--backend builtin is the demo's proxy world model: run it with `wmrl demo`")
@@ -75,7 +78,7 @@ func (o *worldModelOptions) run(_ *cobra.Command, _ []string) error {
 		}
 		cfg.PromptTemplate = string(b)
 	}
-	cfg.APIKey = worldmodel.APIKeyFromEnv(os.Getenv)
+	cfg.APIKey = a.keys.wm()
 	cfg.MaxIdleConnsPerHost = o.concurrency
 	cfg.Logger = a.log
 	scorer, err := worldmodel.NewOpenAIScorer(cfg)
@@ -86,8 +89,16 @@ func (o *worldModelOptions) run(_ *cobra.Command, _ []string) error {
 	if hc.Artifacts, err = artifactResolver(o.artifactDir); err != nil {
 		return err
 	}
-	member, err := a.stageConfig(o.member, o.group, o.metricsAddr, o.grace)
+	member, err := a.stageConfig(o.member, a.groupFor(cmd, o.group, "wmrl-"+worldmodel.StageName), o.metricsAddr, o.grace)
 	if err != nil {
+		return err
+	}
+	member.Started = func() {
+		a.log.Info("world model", "base_url", cfg.BaseURL, "model", cfg.Model, "scoring_concurrency", o.concurrency,
+			"max_failure_share", member.MaxFailureShare, "failure_window", member.FailureWindow)
+	}
+	// Before the stage's client exists: it joins the group at once, and leaving it would log.
+	if err := scorer.Probe(a.startupContext()); err != nil {
 		return err
 	}
 	st, err := worldmodel.NewStage(member, hc)

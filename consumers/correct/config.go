@@ -99,6 +99,12 @@ type Config struct {
 	// staleness whenever the manifest has a policy_step. Replays must use the same value to
 	// reproduce the digest; the sealed state does not depend on it.
 	MaxStaleness int64
+	// MaxMaskedShare is the share of a step's rows (per stream) masked above which the consumer
+	// warns; the share is exported as wmrl_correct_masked_share either way (0: 0.5).
+	MaxMaskedShare float64
+	// Limits bound the buffered, incomplete steps (limits.go); zero fields take the defaults.
+	// Replays must use the same per-run and per-step limits to reproduce the digest.
+	Limits Limits
 }
 
 // SealedStep identifies one step a committed transaction sealed.
@@ -125,6 +131,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxStaleness < 0 {
 		return c, fmt.Errorf("%w: MaxStaleness %d must be >= 0 (0 turns masking off)", ErrConfig, c.MaxStaleness)
+	}
+	if c.MaxMaskedShare <= 0 {
+		c.MaxMaskedShare = DefaultMaxMaskedShare
+	}
+	var err error
+	if c.Limits, err = c.Limits.withDefaults(true); err != nil {
+		return c, err
 	}
 	if c.Correction == (correction.Config{}) {
 		c.Correction = correction.DefaultConfig()

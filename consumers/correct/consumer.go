@@ -35,6 +35,7 @@ type Consumer struct {
 	healthy atomic.Bool
 	outage  outageState
 	stats   progress
+	masked  maskedWarner // loop only
 	// redisDone is closed when the Redis write in flight finishes (nil: none); loop only.
 	redisDone chan struct{}
 }
@@ -69,6 +70,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		assigned: map[int32]bool{},
 	}
 	c.eng.maxStaleness = cfg.MaxStaleness
+	c.eng.limits = cfg.Limits
 	return c, nil
 }
 
@@ -257,6 +259,7 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			return err
 		}
 		c.m.buffered.Set(float64(c.eng.bufferedSteps()))
+		c.m.dlqHeld.Set(float64(c.eng.heldDeadLetters()))
 	}
 }
 
@@ -339,7 +342,7 @@ func (c *Consumer) decodeAll(recs []*kgo.Record) []decoded {
 func (c *Consumer) logProgress(msg string) {
 	s := c.stats
 	args := []any{"steps_sealed", s.steps, "rows", s.rows, "transactions", s.txns, "aborted", s.aborts,
-		"dead_letters", s.dlq, "buffered_steps", c.eng.bufferedSteps(), "redis_roundtrips", c.m.trips.Load()}
+		"dead_letters", s.dlq, "dead_letters_held", c.eng.heldDeadLetters(), "buffered_steps", c.eng.bufferedSteps(), "redis_roundtrips", c.m.trips.Load()}
 	if st := c.eng.stalled(); len(st) > 0 && len(st) <= 8 {
 		args = append(args, "waiting", st)
 	}

@@ -23,6 +23,19 @@
 // are dropped and counted as "sealed_duplicate". A run must start at step 0; a run whose next
 // step never completes holds back later ones (the progress line lists waiting runs).
 //
+// Buffering is bounded (Limits, limits.go): a record of a step too far beyond its run's first
+// incomplete step, a manifest claiming too many groups or rollouts, rewards piling up for a step
+// without a manifest, and (per instance) more buffered steps or manifest groups than allowed are
+// dead-lettered with the limit's reason (pending-steps-exceeded, step-too-large,
+// instance-pending-exceeded). The per-run and per-step decisions depend only on the run's input
+// order, so replays with the same limits reproduce them.
+//
+// Dead letters carry at most topics.DefaultDLQMaxValueBytes of value (topics.DeadLetterWriter).
+// One that Kafka still refuses for good dooms its transaction; the consumer then sends it again
+// without value and source headers, and on a second refusal skips its record
+// (wmrl_correct_dead_letters_undeliverable_total), so a poison record costs at most two aborts
+// instead of an abort loop.
+//
 // Every stream of a run advances at every step (streams without groups in the step get an
 // empty step); a stream first seen at step v starts from an empty state fast-forwarded through
 // empty steps 0..v−1. Calibration is per (run, stream).

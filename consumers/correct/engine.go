@@ -32,6 +32,9 @@ const (
 	resultSealed    = "sealed_duplicate" // for a step the run has already sealed (re-read after a restart)
 	resultDLQ       = "dead_letter"
 	resultForeign   = "foreign_topic"
+	// resultUndeliverable: bad, but its dead letter was refused for good twice; skipped (see
+	// markUndeliverable).
+	resultUndeliverable = "dead_letter_undeliverable"
 )
 
 // tp is a topic partition.
@@ -90,6 +93,8 @@ type stepBuf struct {
 	minOff    [numKinds]offEpoch
 	hasOff    [numKinds]bool
 	lastInput time.Time
+	// rewards counts the rewards buffered while no manifest is (Limits.StepRows).
+	rewards int
 }
 
 func (b *stepBuf) note(k kind, rec *kgo.Record, now time.Time) {
@@ -141,6 +146,13 @@ type engine struct {
 
 	runs map[string]*runBuf
 	dlq  map[tp][]deadLetter
+	// undeliverable counts, per input record, the refusals of its dead letter; kept by reset.
+	undeliverable map[tp]map[int64]int
+	// limits bound the buffered steps (limits.go); nSteps and nGroups count the buffered steps
+	// and their manifests' groups, dlqBytes the dead letters held.
+	limits          Limits
+	nSteps, nGroups int
+	dlqBytes        int
 	// deadLettered counts records judged bad since the engine was made.
 	deadLettered int
 	// scratch holds one sealScratch per sealing goroutine.
@@ -158,6 +170,9 @@ func newEngine(corr *correction.Corrector, names topics.Names, m *metrics) *engi
 		hash:  hex.EncodeToString(h[:]),
 		runs:  map[string]*runBuf{},
 		dlq:   map[tp][]deadLetter{},
+
+		undeliverable: map[tp]map[int64]int{},
+		limits:        Limits{PendingStepsPerRun: DefaultPendingStepsPerRun, StepGroups: DefaultStepGroups, StepRows: DefaultStepRows},
 	}
 }
 
@@ -176,6 +191,7 @@ func (e *engine) topic(k kind) string {
 func (e *engine) reset() {
 	e.runs = map[string]*runBuf{}
 	e.dlq = map[tp][]deadLetter{}
+	e.nSteps, e.nGroups, e.dlqBytes = 0, 0, 0
 }
 
 // install sets a run's sealed states (all at the same step), as loaded from the changelog.
@@ -210,13 +226,18 @@ func (e *engine) runFor(id string, part int32) (*runBuf, error) {
 	return rb, nil
 }
 
-func (rb *runBuf) buf(step int64) *stepBuf {
-	b := rb.steps[step]
+// buf returns the buffer of step v of run rb, opening one if the limits admit it.
+func (e *engine) buf(rb *runBuf, v int64) (*stepBuf, error) {
+	b := rb.steps[v]
 	if b == nil {
-		b = &stepBuf{step: step, pred: map[string]*groupRewards{}, exec: map[string]*groupRewards{}}
-		rb.steps[step] = b
+		if err := e.admitStep(rb, v); err != nil {
+			return nil, err
+		}
+		b = &stepBuf{step: v, pred: map[string]*groupRewards{}, exec: map[string]*groupRewards{}}
+		rb.steps[v] = b
+		e.nSteps++
 	}
-	return b
+	return b, nil
 }
 
 // decoded is one input record after decoding (pure, so records may be decoded in parallel).
@@ -312,8 +333,7 @@ func (e *engine) addManifest(rec *kgo.Record, m topics.StepManifest, now time.Ti
 		e.m.record(kindStep, resultSealed)
 		return
 	}
-	b := rb.buf(m.Step)
-	if b.manifest != nil {
+	if b := rb.steps[m.Step]; b != nil && b.manifest != nil {
 		if manifestsEqual(b.manifest, &m) {
 			e.m.record(kindStep, resultDuplicate)
 			return
@@ -321,6 +341,16 @@ func (e *engine) addManifest(rec *kgo.Record, m topics.StepManifest, now time.Ti
 		e.deadLetter(rec, kindStep, conflict("step manifest run=%s step=%d differs from the one already buffered", m.RunID, m.Step))
 		return
 	}
+	if err := e.admitManifest(&m); err != nil {
+		e.deadLetter(rec, kindStep, err)
+		return
+	}
+	b, err := e.buf(rb, m.Step)
+	if err != nil {
+		e.deadLetter(rec, kindStep, err)
+		return
+	}
+	e.nGroups += len(m.Groups)
 	b.manifest = &m
 	b.groups = make(map[string]topics.GroupManifest, len(m.Groups))
 	for _, g := range m.Groups {
@@ -406,7 +436,11 @@ func (e *engine) addReward(rec *kgo.Record, k kind, run string, step int64, gid,
 		e.m.record(k, resultSealed)
 		return
 	}
-	b := rb.buf(step)
+	b, err := e.buf(rb, step)
+	if err != nil {
+		e.deadLetter(rec, k, err)
+		return
+	}
 	rewards := b.pred
 	if k == kindExecuted {
 		rewards = b.exec
@@ -428,6 +462,13 @@ func (e *engine) addReward(rec *kgo.Record, k kind, run string, step int64, gid,
 	if err := b.check(k, gid, id, rw, gr, false); err != nil {
 		e.deadLetter(rec, k, err)
 		return
+	}
+	if err := e.admitReward(b, run); err != nil {
+		e.deadLetter(rec, k, err)
+		return
+	}
+	if b.manifest == nil {
+		b.rewards++
 	}
 	rewards[gid] = gr
 	gr.order = append(gr.order, id)

@@ -15,6 +15,8 @@ import (
 type metrics struct {
 	records      *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
+	dlqRefused   prometheus.Counter // records skipped: Kafka refused their dead letter (deadletters.go)
+	dlqHeld      prometheus.Gauge   // dead letters waiting for the offsets to pass their source
 	sealedSteps  prometheus.Counter
 	rows         prometheus.Counter
 	txns         *prometheus.CounterVec
@@ -32,6 +34,8 @@ type metrics struct {
 	fitVersion   *prometheus.GaugeVec
 	windowPairs  *prometheus.GaugeVec
 	sealedStep   *prometheus.GaugeVec
+	maskedShare  *prometheus.GaugeVec
+	maskedRows   prometheus.Counter
 	staleRows    prometheus.Counter
 	reinits      prometheus.Counter
 	trips        atomic.Int64 // mirror of redisTrips for the benchmark
@@ -102,9 +106,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "wmrl_correct_stale_rows_total", Help: "Advantage rows masked as stale (--max-staleness) in committed transactions.",
 		}),
 	}
+	m.maskedShare, m.maskedRows = newMaskedMetrics()
 	for _, c := range []prometheus.Collector{m.records, m.deadLetters, m.sealedSteps, m.rows, m.txns, m.rebuilds,
 		m.digestAlarms, m.redisTrips, m.redisErrors, m.redisLost, m.buffered, m.sealLatency, m.lag,
-		m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.staleRows, m.reinits} {
+		m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.staleRows, m.reinits,
+		m.maskedShare, m.maskedRows} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	m.dlqRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "wmrl_correct_dead_letters_undeliverable_total",
+		Help: "ERROR: input records skipped because Kafka refused their dead letter for good (e.g. MESSAGE_TOO_LARGE on a DLQ topic with a small max.message.bytes).",
+	})
+	m.dlqHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "wmrl_correct_dead_letters_held",
+		Help: "Dead letters judged but not written yet: they wait for the transaction that commits past their source, which a step that never completes holds back on its partition.",
+	})
+	for _, c := range []prometheus.Collector{m.dlqRefused, m.dlqHeld} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -125,7 +144,7 @@ func (m *metrics) observe(sn *topics.CalibrationSnapshot) {
 // forgetStreams drops every per-(run, stream) series: after a reassignment the instance reports
 // only the runs it now owns, as their next steps seal.
 func (m *metrics) forgetStreams() {
-	for _, g := range []*prometheus.GaugeVec{m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep} {
+	for _, g := range []*prometheus.GaugeVec{m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.maskedShare} {
 		g.Reset()
 	}
 }

@@ -36,6 +36,9 @@ type ReplayConfig struct {
 	Correction correction.Config
 	// MaxStaleness must equal the live consumer's (Config.MaxStaleness) for digests to match.
 	MaxStaleness int64
+	// Limits: the per-run and per-step limits must equal the live consumer's (Config.Limits) for
+	// digests to match; zero fields take the defaults. Per-instance limits do not apply.
+	Limits Limits
 	// Redis, when set, receives the replayed states under RedisPrefix (an isolated namespace:
 	// it must differ from the live one, StatePrefix, which is where FromOffsets loads from).
 	Redis       redis.UniversalClient
@@ -90,9 +93,15 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", ErrReplay, err)
 	}
+	cfg.Limits.PendingSteps, cfg.Limits.PendingGroups = 0, 0
+	limits, err := cfg.Limits.withDefaults(false)
+	if err != nil {
+		return res, fmt.Errorf("%w: %w", ErrReplay, err)
+	}
 	m, _ := newMetrics(prometheus.NewRegistry())
 	eng := newEngine(corr, cfg.Names, m)
 	eng.maxStaleness = cfg.MaxStaleness
+	eng.limits = limits
 
 	var part int32
 	if cfg.Partition != nil {

@@ -112,6 +112,9 @@ func (e *engine) sealReady() ([]*sealed, error) {
 	var out []*sealed
 	for _, j := range jobs {
 		out = append(out, j.out...)
+		for _, b := range j.steps[:len(j.out)] {
+			e.dropStep(b) // counted here, not in seal: runs seal concurrently
+		}
 		if j.err != nil {
 			return out, j.err
 		}

@@ -48,6 +48,7 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 		return c.abortTxn(ctx, sess, fmt.Errorf("begin transaction: %w", err))
 	}
 	var perr error
+	var refused []refusedDeadLetter
 	var pmu sync.Mutex
 	produce := func(r *kgo.Record) {
 		sess.Produce(tctx, r, func(r *kgo.Record, err error) {
@@ -55,6 +56,9 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 				pmu.Lock()
 				if perr == nil {
 					perr = fmt.Errorf("produce to %s/%d: %w", r.Topic, r.Partition, err)
+				}
+				if rd, ok := c.refused(r, err); ok {
+					refused = append(refused, rd)
 				}
 				pmu.Unlock()
 			}
@@ -78,6 +82,9 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 	ferr := perr
 	pmu.Unlock()
 	if ferr != nil {
+		// A failed produce dooms the transaction. A dead letter refused for good would be refused
+		// again after the rebuild; its source is skipped from now on, so the redo commits.
+		c.skipRefused(refused)
 		return c.abortTxn(ctx, sess, ferr)
 	}
 	// Commit input offsets only up to the oldest record still buffered for an unsealed step:
@@ -121,6 +128,7 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 	for _, s := range done {
 		c.m.rows.Add(float64(len(s.rows)))
 		c.m.staleRows.Add(float64(s.staleRows))
+		c.observeMasked(s, now)
 		c.m.sealLatency.Observe(now.Sub(s.lastInput).Seconds())
 		c.stats.steps++
 		c.stats.rows += int64(len(s.rows))

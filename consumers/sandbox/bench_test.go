@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 )
@@ -59,8 +60,8 @@ func BenchmarkCommandExecutorSpawn(b *testing.B) {
 		name string
 		cfg  CommandConfig
 	}{
-		{"plain", CommandConfig{AllowWeakContainment: true}},
-		{"prlimit", CommandConfig{Limits: DefaultLimits(), AllowWeakContainment: true}},
+		{"plain", CommandConfig{AllowWeakContainment: true, RunAs: stageRunAs()}},
+		{"prlimit", CommandConfig{Limits: DefaultLimits(), AllowWeakContainment: true, RunAs: stageRunAs()}},
 		{"prlimit+bwrap", CommandConfig{Limits: DefaultLimits(), UseBwrap: true}},
 	}
 	for _, v := range variants {
@@ -81,4 +82,13 @@ func BenchmarkCommandExecutorSpawn(b *testing.B) {
 			}
 		})
 	}
+}
+
+// stageRunAs is RunAs for "the job runs as the stage" (weak; nil when the
+// stage is not root, whose jobs run as its uid without RunAs).
+func stageRunAs() *RunAs {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	return &RunAs{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid())}
 }

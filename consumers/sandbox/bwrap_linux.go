@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 func findBwrap(path string) (string, error) {
@@ -132,4 +133,53 @@ func underAny(p string, roots []string) bool {
 		}
 	}
 	return false
+}
+
+// checkReachable fails when the job's uid cannot reach a path the jail
+// binds (bwrap resolves a bind's source as that uid, so a directory it
+// cannot search would fail every job with "Can't find source path"). It
+// checks search permission on every ancestor and read permission on the
+// path itself; uid 0 reaches everything.
+func checkReachable(paths []string, ra *RunAs) error {
+	uid, gid := uint32(os.Geteuid()), uint32(os.Getegid())
+	if ra != nil {
+		uid, gid = ra.UID, ra.GID
+	}
+	if uid == 0 {
+		return nil
+	}
+	allowed := func(st *syscall.Stat_t, bit uint32) bool {
+		switch {
+		case st.Uid == uid:
+			return st.Mode&(bit<<6) != 0
+		case st.Gid == gid:
+			return st.Mode&(bit<<3) != 0
+		}
+		return st.Mode&bit != 0
+	}
+	for _, p := range paths {
+		var st syscall.Stat_t
+		for dir := filepath.Dir(p); ; dir = filepath.Dir(dir) {
+			if err := syscall.Stat(dir, &st); err != nil {
+				return fmt.Errorf("%w: %s: %w", ErrConfig, dir, err)
+			}
+			if !allowed(&st, 1) {
+				return fmt.Errorf("%w: the job's uid %d cannot reach %s: %s is mode %04o, owner %d:%d (make it searchable, move the program, or pick --run-as)", ErrConfig, uid, p, dir, st.Mode&0o7777, st.Uid, st.Gid)
+			}
+			if dir == "/" {
+				break
+			}
+		}
+		if err := syscall.Stat(p, &st); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrConfig, p, err)
+		}
+		bit := uint32(4) // read a file; search a directory
+		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			bit = 1
+		}
+		if !allowed(&st, bit) {
+			return fmt.Errorf("%w: the job's uid %d cannot read %s (mode %04o, owner %d:%d)", ErrConfig, uid, p, st.Mode&0o7777, st.Uid, st.Gid)
+		}
+	}
+	return nil
 }

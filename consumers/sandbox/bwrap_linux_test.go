@@ -148,3 +148,48 @@ func TestBwrapProbeFailure(t *testing.T) {
 		t.Errorf("error does not carry the probe's diagnosis: %v", err)
 	}
 }
+
+// A program the job's uid cannot reach is a start-up error naming the
+// directory, not a failure of every job.
+func TestCheckReachable(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	inner := filepath.Join(dir, "inner")
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prog := filepath.Join(inner, "run.sh")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(inner, "key")
+	if err := os.WriteFile(secret, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := &RunAs{UID: 64999, GID: 64999}
+	tests := []struct {
+		name  string
+		paths []string
+		ra    *RunAs
+		want  string
+	}{
+		{"own uid", []string{prog, secret}, stageRunAsOrSelf(), ""},
+		{"parent not searchable", []string{prog}, other, "cannot reach " + prog + ": " + dir + " is mode 0700"},
+		{"file not readable", []string{"/etc/shadow"}, other, "cannot read /etc/shadow"},
+		{"system file", []string{"/bin/sh", "/usr/bin"}, other, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkReachable(tc.paths, tc.ra)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrConfig)) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func stageRunAsOrSelf() *RunAs {
+	return &RunAs{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid())}
+}

@@ -96,6 +96,19 @@ func DefaultLimits() Limits {
 	}
 }
 
+// DefaultCommandConfig is the configuration `wmrl sandbox` starts from (its
+// flags' defaults) without the command: the jail on, DefaultLimits, the
+// default timeout and job-directory size, RunAs left to DefaultRunAs. The
+// hostile-job suite's "default" column runs exactly this.
+func DefaultCommandConfig() CommandConfig {
+	return CommandConfig{
+		Timeout:     DefaultTimeout,
+		Limits:      DefaultLimits(),
+		UseBwrap:    true,
+		JobDirBytes: DefaultJobDirBytes,
+	}
+}
+
 // RunAs is the unprivileged identity the child runs as.
 type RunAs struct{ UID, GID uint32 }
 
@@ -140,9 +153,10 @@ type CommandConfig struct {
 	UseBwrap bool
 	// AllowNetwork keeps the host's network in the jail (default: only a
 	// private loopback, so nothing on the host's 127.0.0.1 is reachable).
+	// Asked for by name, it is not refused, but logged at WARN.
 	AllowNetwork bool
-	// AllowWeakContainment lets the executor start without the jail, with
-	// jobs under the stage's own uid or as root. Each such weakness is
+	// AllowWeakContainment lets the executor start without the jail, or
+	// with jobs under the stage's own uid or as root. Each such weakness is
 	// named in the start-up log; without this flag it is a start-up error
 	// (ErrWeakContainment) — never a silent downgrade.
 	AllowWeakContainment bool
@@ -176,13 +190,12 @@ type CommandConfig struct {
 // concurrent use; every call gets its own directory, process group and
 // containment cell.
 type CommandExecutor struct {
-	cfg      CommandConfig
-	contain  *containment
-	argv     []string
-	prefix   []string // prlimit wrapper, nil if no limits
-	rng      scoreRange
-	envAllow []string
-	log      *slog.Logger
+	cfg     CommandConfig
+	contain *containment
+	argv    []string
+	prefix  []string // prlimit wrapper, nil if no limits
+	rng     scoreRange
+	log     *slog.Logger
 	// requested is the containment asked for (ContainmentAuto unless named).
 	requested Containment
 	// weak lists what makes this executor weaker than the jail (empty when
@@ -253,7 +266,6 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
-	e.envAllow = slices.Clone(cfg.EnvAllow)
 	if e.envFixed, err = allowedEnv(cfg.EnvAllow); err != nil {
 		return nil, err
 	}
@@ -278,6 +290,9 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 			return nil, err
 		}
 		e.readOnly = jailReadOnlyPaths(cfg.ReadOnlyPaths, e.argv)
+		if err := checkReachable(append(slices.Clone(e.readOnly), absArgs(e.argv)...), e.cfg.RunAs); err != nil {
+			return nil, err
+		}
 		if err := e.probeBwrap(); err != nil {
 			return nil, err
 		}
@@ -311,7 +326,8 @@ func (e *CommandExecutor) LogContainment() {
 		memory = append(memory, "unlimited")
 	}
 	level, jail := slog.LevelInfo, "off"
-	if len(e.weak) > 0 {
+	weakOrOpen := append(slices.Clone(e.weak), openings(e.cfg)...)
+	if len(weakOrOpen) > 0 {
 		level = slog.LevelWarn
 	}
 	if e.cfg.UseBwrap {
@@ -322,8 +338,8 @@ func (e *CommandExecutor) LogContainment() {
 		uid = fmt.Sprintf("%d:%d", e.cfg.RunAs.UID, e.cfg.RunAs.GID)
 	}
 	weak := "none"
-	if len(e.weak) > 0 {
-		weak = strings.Join(e.weak, "; ")
+	if len(weakOrOpen) > 0 {
+		weak = strings.Join(weakOrOpen, "; ")
 	}
 	e.log.Log(context.Background(), level, "sandbox: containment",
 		"containment", e.contain.kind.String(), "requested", requested.String(),

@@ -312,13 +312,4 @@ func grandchildPid(t *testing.T, stderr string) int {
 	return 0
 }
 
-// stageRunAs is RunAs for "the job runs as the stage" (weak; nil when the
-// stage is not root, whose jobs run as its uid without RunAs).
-func stageRunAs() *RunAs {
-	if os.Geteuid() != 0 {
-		return nil
-	}
-	return &RunAs{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid())}
-}
-
 func killPid(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

@@ -1,10 +1,12 @@
 package sandbox
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -32,6 +34,9 @@ const hostileStageUID = 64123
 // its value is the fixture directory.
 const hostileStageEnv = "WMRL_HOSTILE_STAGE"
 
+// hostileUserEnv names the stage's column group in the table.
+const hostileUserEnv = "WMRL_HOSTILE_USER"
+
 // hostileAttacks are the table's rows, in order.
 var hostileAttacks = []struct{ name, what string }{
 	{"environ", "read the stage's environment (`/proc/<stage>/environ`)"},
@@ -56,13 +61,15 @@ type hostileMode struct {
 // CLI builds from its default flags; the others name a containment, with
 // and without bubblewrap.
 func hostileModes() []hostileMode {
-	// The CLI's defaults: --bwrap (the jail), --containment auto, no
-	// --run-as (DefaultRunAs for a root stage).
-	modes := []hostileMode{{"default", func(cfg *CommandConfig) { cfg.UseBwrap = true }}}
+	// DefaultCommandConfig unchanged: the CLI's defaults (the jail,
+	// --containment auto, no --run-as: DefaultRunAs for a root stage).
+	modes := []hostileMode{{"default", func(*CommandConfig) {}}}
 	for _, c := range containmentOrder {
 		modes = append(modes,
 			// Without the jail the executor refuses to start unless told.
-			hostileMode{string(c), func(cfg *CommandConfig) { cfg.Containment, cfg.AllowWeakContainment = c, true }},
+			hostileMode{string(c), func(cfg *CommandConfig) {
+				cfg.Containment, cfg.UseBwrap, cfg.AllowWeakContainment = c, false, true
+			}},
 			hostileMode{string(c) + "+bwrap", func(cfg *CommandConfig) { cfg.Containment, cfg.UseBwrap = c, true }},
 		)
 	}
@@ -114,10 +121,13 @@ func TestHostileJobs(t *testing.T) {
 	// initial environment (what /proc/PID/environ shows), under its uid.
 	var results []hostileResult
 	if os.Geteuid() == 0 {
-		results = append(results, runHostileStage(t, bin, secret, 0), runHostileStage(t, bin, secret, hostileStageUID))
+		results = append(results,
+			runHostileStage(t, bin, secret, 0, false),
+			runHostileStage(t, bin, secret, hostileStageUID, false),
+			runHostileStage(t, bin, secret, hostileStageUID, true))
 	} else {
 		t.Log("not root: the suite runs only as the current (non-root) user")
-		results = append(results, runHostileStage(t, bin, secret, os.Geteuid()))
+		results = append(results, runHostileStage(t, bin, secret, os.Geteuid(), false))
 	}
 	for _, r := range results {
 		for m, why := range r.Notes {
@@ -184,24 +194,57 @@ func fixtureIn(base, bin, secret string) (hostileFixture, error) {
 }
 
 // runHostileStage re-executes the test binary as uid and reads its table:
-// the executor code under test really runs as that uid.
-func runHostileStage(t *testing.T, bin, secret string, uid int) hostileResult {
+// the executor code under test really runs as that uid. With delegated, the
+// stage runs in cgroups delegated to uid (delegateCgroups).
+func runHostileStage(t *testing.T, bin, secret string, uid int, delegated bool) hostileResult {
 	base := hostileDir(t, uid)
+	user := "root"
+	if uid != 0 {
+		user = "non-root"
+	}
+	var enter func(int) error
+	if delegated {
+		if enter = delegateCgroups(t, uid); enter == nil {
+			return hostileResult{}
+		}
+		user += ", delegated cgroup"
+	}
 	cmd := exec.Command(bin, "-test.run=^$")
-	cmd.Env = []string{hostileStageEnv + "=" + base, hostileSecretEnv + "=" + secret, "PATH=" + DefaultPath, "HOME=" + base, "TMPDIR=" + os.TempDir()}
+	cmd.Env = []string{hostileStageEnv + "=" + base, hostileSecretEnv + "=" + secret, "PATH=" + DefaultPath, "HOME=" + base,
+		"TMPDIR=" + os.TempDir(), hostileUserEnv + "=" + user}
 	if uid != os.Geteuid() {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	t.Logf("stage uid %d:\n%s", uid, stderr.String())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var start io.WriteCloser
+	if enter != nil {
+		cmd.Env = append(cmd.Env, hostileWaitEnv+"=1")
+		var err error
+		if start, err = cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if enter != nil {
+		if err := enter(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			t.Fatal(err)
+		}
+		_, _ = start.Write([]byte("go\n"))
+		start.Close()
+	}
+	err := cmd.Wait()
+	out := stdout.Bytes()
+	t.Logf("stage %s:\n%s", user, stderr.String())
 	if err != nil {
-		t.Fatalf("stage uid %d: %v", uid, err)
+		t.Fatalf("stage %s: %v", user, err)
 	}
 	var r hostileResult
 	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("stage uid %d output: %v\n%s", uid, err, out)
+		t.Fatalf("stage %s output: %v\n%s", user, err, out)
 	}
 	return r
 }
@@ -215,10 +258,11 @@ func hostileStageMain(base string) int {
 		fmt.Fprintln(os.Stderr, "fixture:", err)
 		return 1
 	}
-	user := "root"
-	if os.Geteuid() != 0 {
-		user = "non-root"
+	if os.Getenv(hostileWaitEnv) != "" {
+		// Wait until the test has moved this process into its cgroups.
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 	}
+	user := os.Getenv(hostileUserEnv)
 	r := runHostileSuite(func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }, fx, user)
 	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
 		return 1
@@ -257,16 +301,16 @@ func runHostileSuite(logf func(string, ...any), fx hostileFixture, user string) 
 // hostileBaseConfig is what the CLI builds from its default flags, plus the
 // hostile program.
 func hostileBaseConfig(fx hostileFixture) CommandConfig {
-	return CommandConfig{
-		Argv:    []string{fx.bin, "run", PlaceholderArtifact},
-		Timeout: 30 * time.Second,
-		Env:     map[string]string{helperEnv: "1"},
-		Limits:  DefaultLimits(),
-		TempDir: fx.jobs,
-		// The only value below the CLI's defaults: a small quota keeps the
-		// disk-fill attack fast (it writes hostileFillMiB everywhere).
-		JobDirBytes: 16 << 20,
-	}
+	cfg := DefaultCommandConfig()
+	cfg.Argv = []string{fx.bin, "run", PlaceholderArtifact}
+	cfg.Env = map[string]string{helperEnv: "1"}
+	cfg.TempDir = fx.jobs
+	// Below the CLI's defaults only to keep the suite fast: the timeout,
+	// and the quota, which the disk-fill attack (hostileFillMiB into every
+	// writable place) must exceed.
+	cfg.Timeout = 30 * time.Second
+	cfg.JobDirBytes = 16 << 20
+	return cfg
 }
 
 func hostileListener() (string, *atomic.Int64) {

@@ -66,6 +66,21 @@ func closeAll(fs []*os.File) {
 	}
 }
 
+// absArgs are the argv elements that name existing host files (the program,
+// its script), which the job's uid must be able to read.
+func absArgs(argv []string) []string {
+	var out []string
+	for _, a := range argv {
+		if !filepath.IsAbs(a) || strings.Contains(a, "{") {
+			continue
+		}
+		if st, err := os.Stat(a); err == nil && !st.IsDir() {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 // startDir is where the child starts: the job directory, or / for the
 // jail, whose (possibly dropped) uid may not enter the stage's host copy of
 // the directory; bwrap --chdir then moves into the job's tmpfs.
@@ -143,5 +158,10 @@ func (e *CommandExecutor) probeBwrap() error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("%w: probe %q: %s: %s", ErrBwrapUnusable, e.cfg.BwrapPath, what, strings.TrimSpace(validUTF8(o.stderr)))
+	uid := "the stage's uid"
+	if e.cfg.RunAs != nil {
+		uid = fmt.Sprintf("uid %d", e.cfg.RunAs.UID)
+	}
+	return fmt.Errorf("%w: probe %q as %s: %s: %s (the jail needs user namespaces for that uid; see docs/security.md)",
+		ErrBwrapUnusable, e.cfg.BwrapPath, uid, what, strings.TrimSpace(validUTF8(o.stderr)))
 }

@@ -74,6 +74,7 @@ func bwrapSignal(int) (signal, bool)                 { return 0, false }
 func prlimitPrefix(string, Limits) ([]string, error) { return nil, ErrUnsupported }
 func findBwrap(string) (string, error)               { return "", ErrUnsupported }
 func jailArgs(jailSpec) []string                     { return nil }
+func checkReachable([]string, *RunAs) error          { return ErrUnsupported }
 func jailReadOnlyPaths(_, _ []string) []string       { return nil }
 
 type jailSpec struct {

@@ -32,10 +32,16 @@ func weaknesses(cfg CommandConfig) []string {
 	case cfg.RunAs == nil && !cfg.UseBwrap:
 		w = append(w, "jobs run with the stage's own uid (no --run-as and no jail user namespace)")
 	}
-	if cfg.AllowNetwork {
-		w = append(w, "the job shares the host's network (--allow-network): services on 127.0.0.1 are reachable")
-	}
 	return w
+}
+
+// openings are what the configuration deliberately opens on top of the jail
+// (asked for by name, so not refused), logged at WARN next to weaknesses.
+func openings(cfg CommandConfig) []string {
+	if cfg.AllowNetwork {
+		return []string{"the job shares the host's network (--allow-network): services on 127.0.0.1 are reachable"}
+	}
+	return nil
 }
 
 // allowedEnv reads the EnvAllow variables once. Names of wmrl's own

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -34,7 +35,8 @@ type HandlerConfig struct {
 }
 
 // Handler executes anchor rollouts into executed-reward records. Non-anchor rollouts produce
-// nothing (they are consumed and committed); every valid anchor rollout gets exactly one record;
+// nothing (they are consumed and committed); every valid anchor rollout gets exactly one record,
+// with a stage.Failed error wrapping ErrExecutionFailed when the execution did not succeed;
 // a record that is not a valid rollout is returned as an error for the dead-letter topic.
 type Handler struct {
 	cfg HandlerConfig
@@ -135,8 +137,21 @@ func (h *Handler) record(e topics.ExecutedReward) ([]*kgo.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: build executed record for %s: %w", e.RolloutID, err)
 	}
+	if e.Status != topics.StatusOK {
+		// The failure record is produced; the runtime counts, logs and windows the failure so
+		// that a missing script or a broken task is not silent.
+		err := fmt.Errorf("%w: rollout %s (run %s): %s (exit %d): %s", ErrExecutionFailed, e.RolloutID, e.RunID, e.Status, e.ExitCode, e.Reason)
+		if tail := strings.TrimSpace(e.StderrTail); tail != "" {
+			err = fmt.Errorf("%w; stderr: %s", err, limitText(tail, 512))
+		}
+		return []*kgo.Record{out}, stage.Failed(err)
+	}
 	return []*kgo.Record{out}, nil
 }
+
+// ErrExecutionFailed is wrapped by the stage.Failed error the handler returns with the record of
+// an anchor rollout whose execution did not succeed (timeout, error, oom, invalid).
+var ErrExecutionFailed = errors.New("execution failed")
 
 // limitText keeps the tail of s within max bytes as valid UTF-8 (the end of stderr or of a reason
 // is the informative part).

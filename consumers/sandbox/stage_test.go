@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/artifact"
+	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -105,8 +106,14 @@ func TestHandler(t *testing.T) {
 				t.Fatal(err)
 			}
 			outs, err := h.Handle(context.Background(), encodeRollout(t, tt.rollout))
-			if err != nil {
+			// A failed execution is produced as a record and marked for the runtime, which counts
+			// it as failed rather than ok and does not dead-letter it.
+			var failed *stage.FailedError
+			if (tt.want.none || tt.want.status == topics.StatusOK) && err != nil {
 				t.Fatalf("Handle: %v", err)
+			}
+			if !tt.want.none && tt.want.status != topics.StatusOK && (!errors.As(err, &failed) || !errors.Is(err, ErrExecutionFailed) || !strings.Contains(err.Error(), string(tt.want.status))) {
+				t.Fatalf("Handle error = %v, want a stage.FailedError wrapping ErrExecutionFailed naming %s", err, tt.want.status)
 			}
 			if tt.want.none {
 				if len(outs) != 0 {

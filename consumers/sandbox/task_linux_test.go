@@ -110,3 +110,30 @@ func copyTree(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// --allow-network gives the jail the host's network; without it the host's
+// loopback is out of reach.
+func TestCommandExecutorJailNetwork(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the helper is the test binary: see TestHostileJobs")
+	}
+	bin := filepath.Join(hostileDir(t, os.Geteuid()), "hostile")
+	copyFile(t, helperPath(t), bin)
+	port, accepted := loopbackListener(t)
+	for _, allow := range []bool{false, true} {
+		cfg := DefaultCommandConfig()
+		cfg.Argv = []string{bin, "run", PlaceholderArtifact}
+		cfg.Env = map[string]string{helperEnv: "1"}
+		cfg.Timeout = 20 * time.Second
+		cfg.AllowNetwork = allow
+		e, err := NewCommandExecutor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := accepted.Load()
+		r := e.Execute(context.Background(), Job{RolloutID: "net", Artifact: []byte("attack network " + port)})
+		if got := accepted.Load() > before; got != allow || !strings.Contains(r.StderrTail, "attack-ran") {
+			t.Errorf("AllowNetwork=%v: connected=%v (%s %s %q)", allow, got, r.Status, r.Reason, r.StderrTail)
+		}
+	}
+}

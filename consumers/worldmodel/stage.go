@@ -42,8 +42,9 @@ type HandlerConfig struct {
 }
 
 // Handler scores rollouts into predicted-reward records. Every valid rollout gets exactly one
-// record: a score, or a failure (timeout, error, invalid) with its reason; a record that is not
-// a valid rollout is returned as an error, which the runtime sends to the dead-letter topic.
+// record: a score, or a failure (timeout, error, invalid) with its reason, returned together with
+// a stage.Failed error wrapping ErrScoringFailed; a record that is not a valid rollout is returned
+// as a plain error, which the runtime sends to the dead-letter topic.
 type Handler struct {
 	cfg      HandlerConfig
 	slots    chan struct{}
@@ -134,6 +135,11 @@ func (h *Handler) record(p topics.PredictedReward) ([]*kgo.Record, error) {
 		// The scorer's contract keeps scores in range, so this is a bug, not bad input; it still
 		// goes to the DLQ rather than silently dropping the rollout.
 		return nil, fmt.Errorf("worldmodel: build predicted record for %s: %w", p.RolloutID, err)
+	}
+	if p.Status != topics.StatusOK {
+		// The failure record is produced (the correction consumer masks the row), and the
+		// runtime counts, logs and windows the failure so that a broken judge is not silent.
+		return []*kgo.Record{out}, stage.Failed(fmt.Errorf("%w: rollout %s (run %s): %s: %s", ErrScoringFailed, p.RolloutID, p.RunID, p.Status, p.Reason))
 	}
 	return []*kgo.Record{out}, nil
 }

@@ -104,8 +104,14 @@ func TestHandler(t *testing.T) {
 				t.Fatal(err)
 			}
 			outs, err := h.Handle(context.Background(), rolloutRecord(t, tt.rollout))
-			if err != nil {
+			// A failure is produced as a record and marked for the runtime, which counts it as
+			// failed rather than ok and does not dead-letter it.
+			var failed *stage.FailedError
+			if tt.want.Status == topics.StatusOK && err != nil {
 				t.Fatalf("Handle: %v", err)
+			}
+			if tt.want.Status != topics.StatusOK && (!errors.As(err, &failed) || !errors.Is(err, ErrScoringFailed) || !strings.Contains(err.Error(), tt.want.Reason)) {
+				t.Fatalf("Handle error = %v, want a stage.FailedError wrapping ErrScoringFailed with %q", err, tt.want.Reason)
 			}
 			if len(outs) != 1 || outs[0].Topic != topics.NewNames("").Predicted() || string(outs[0].Key) != "run" {
 				t.Fatalf("outputs = %+v, want one predicted record keyed by run", outs)
@@ -210,7 +216,7 @@ func TestHandlerBoundsConcurrency(t *testing.T) {
 		r.RolloutID = id
 		rec := rolloutRecord(t, r)
 		wg.Go(func() {
-			if outs, err := h.Handle(context.Background(), rec); err != nil || len(outs) != 1 {
+			if outs, err := h.Handle(context.Background(), rec); (err != nil && !errors.Is(err, ErrScoringFailed)) || len(outs) != 1 {
 				t.Errorf("Handle %s = %d outputs, %v", id, len(outs), err)
 			}
 		})

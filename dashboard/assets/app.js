@@ -9,6 +9,7 @@
     const pa = [1, 3, 5].map(i => parseInt(a.substr(i, 2), 16)), pb = [1, 3, 5].map(i => parseInt(b.substr(i, 2), 16));
     return "#" + pa.map((v, i) => Math.round(v + (pb[i] - v) * t).toString(16).padStart(2, "0")).join("");
   }
+  const SCORING_ALARM = 0.5; // dashboard.ScoringAlarm: the stages' --max-failure-share default
   const num = (v, d) => v == null || !isFinite(v) ? "—" : (+v).toFixed(d);
   const esc = s => String(s).replace(/[&<>"]/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
 
@@ -35,14 +36,17 @@
     if (run.redis) {
       if (run.redis.error) redis = ` · Redis <code>${esc(run.redis.prefix)}</code>: <span class="bad">${esc(run.redis.error)}</span>`;
       else {
+        // The head is written after the commit, so one step behind is the normal flow.
         const behind = last ? last.step - run.redis.sealed_step : 0;
         redis = ` · Redis head: step <b>${run.redis.sealed_step}</b>, fit v${run.redis.fit_version}, weight ${num(run.redis.anchor_weight, 2)}` +
-          (behind > 0 ? ` <span class="bad">(${behind} behind the topic)</span>` : ` <span class="ok">(in step with the topic)</span>`);
+          (behind > 1 ? ` <span class="bad">(${behind} behind the topic)</span>`
+            : behind === 1 ? ` <span class="ok">(1 behind the topic: being written)</span>` : ` <span class="ok">(in step with the topic)</span>`);
       }
     }
     card.innerHTML = `<h2>${esc(run.prefix)}<b>${esc(run.run)}</b> / ${esc(run.stream)}</h2>
       <div class="facts">sealed steps <b class="sealed">${run.steps.length}</b>` +
-      (last ? ` · last step <b>${last.step}</b> · fit version <b>${last.fit_version}</b> · window pairs <b>${last.pairs}</b> · next anchor weight <b>${num(last.next_anchor_weight, 2)}</b>` : "") +
+      (last ? ` · last step <b>${last.step}</b> · fit version <b>${last.fit_version}</b> · window pairs <b>${last.pairs}</b> · next anchor weight <b>${num(last.next_anchor_weight, 2)}</b>` +
+        ` · masked rows <b class="masked ${last.rows && last.masked_rows / last.rows > SCORING_ALARM ? "bad" : "ok"}">${last.masked_rows} of ${last.rows}</b>` : "") +
       redis + `</div><div class="charts"></div>`;
     const charts = card.querySelector(".charts");
 
@@ -59,7 +63,7 @@
     chartBox(charts, "calibration-map", run, svgChart({
       title: "Calibration map over time", xLabel: "world-model score (raw)", yLabel: "executed score",
       xMin: 0, xMax: 1, yMin: 0, yMax: 1, series, legendLeft: true, height: 300,
-      attrs: { "data-pairs": run.pairs.length, "data-maps": run.maps.length },
+      attrs: { "data-pairs": run.pairs.length, "data-maps": run.maps.length, "data-latest-fit": run.maps.length ? run.maps[run.maps.length - 1].fit_version : -1 },
     }), run.maps.map(m => m.step));
 
     // 2. Calibration error per step, raw vs debiased.
@@ -89,10 +93,10 @@
     return card;
   }
 
-  function table(id, head, rows, empty) {
+  function table(id, head, rows, empty, rowClass) {
     const t = $(id);
     t.innerHTML = "<tr>" + head.map(h => `<th>${esc(h)}</th>`).join("") + "</tr>" +
-      (rows.length ? rows.map(r => "<tr>" + r.map((c, i) => `<td${i > 0 && typeof c === "string" && isNaN(+c) ? ' class="l"' : ""}>${esc(c)}</td>`).join("") + "</tr>").join("")
+      (rows.length ? rows.map((r, k) => `<tr class="${rowClass ? rowClass(k) : ""}">` + r.map((c, i) => `<td${i > 0 && typeof c === "string" && isNaN(+c) ? ' class="l"' : ""}>${esc(c)}</td>`).join("") + "</tr>").join("")
         : `<tr><td colspan="${head.length}" class="empty">${esc(empty)}</td></tr>`);
   }
 
@@ -108,8 +112,21 @@
       st.groups.map(g => [g.group, g.topic || g.error || "", g.state, String(g.members), g.error ? "—" : String(g.lag)]), "no consumer groups on the followed topics");
     table("topics", ["topic", "written by", "records", "records/s"],
       st.topics.map(t => [t.topic, t.stage, String(t.records), num(t.per_second, 1)]), "no records yet");
+    const sc = st.scoring || [];
+    table("scoring", ["topic set", "stage", "records", "failed", "failed (last 100)", "last error"],
+      sc.map(h => [h.prefix, h.stage, String(h.records), String(h.failed), (100 * h.recent_failed_share).toFixed(0) + "%", h.last_error]),
+      "no reward records yet", k => sc[k].recent_failed_share > SCORING_ALARM ? "bad" : (sc[k].failed ? "warn" : ""));
     table("dlq", ["topic set", "stage", "reason", "count", "last error"],
       st.dead_letters.map(d => [d.prefix, d.stage, d.reason, String(d.count), d.last_error]), "no dead letters");
+    $("headline").hidden = !st.headline;
+    if (st.headline) {
+      $("headline-line").textContent = st.headline.line;
+      table("headline-arms", ["arm", "final score", "executions", "executions to target", "speedup (executions)"],
+        st.headline.arms.map(h => [h.arm, num(h.final_score, 3), num(h.executions, 0), num(h.executions_to_target, 0), h.speedup == null ? "—" : num(h.speedup, 2) + "×"]), "");
+    }
+    const wiring = st.wiring || [];
+    $("wiring-box").hidden = !wiring.length;
+    $("wiring").innerHTML = wiring.map(e => `<li>${esc(e)}</li>`).join("");
     $("errors-box").hidden = !st.errors.length;
     $("errors").innerHTML = st.errors.map(e => `<li>${esc(e)}</li>`).join("");
   }

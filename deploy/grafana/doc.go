@@ -1,5 +1,6 @@
-// Package grafana holds wmrl's Grafana dashboard (wmrl.json), built on the metrics the stages
-// export; its test checks that every query names a metric some stage really registers.
+// Package grafana holds wmrl's Grafana dashboard (wmrl.json) and Prometheus alerting rules
+// (alerts.yaml), built on the metrics the stages export; its tests check that every query and
+// every rule expression names a metric some stage really registers.
 package grafana
 
 import _ "embed"
@@ -9,3 +10,9 @@ import _ "embed"
 //
 //go:embed wmrl.json
 var Dashboard []byte
+
+// Alerts are the Prometheus alerting rules (rule_files in prometheus.yml, or Grafana
+// data-source-managed rules).
+//
+//go:embed alerts.yaml
+var Alerts []byte

@@ -331,7 +331,7 @@ func (h *harness) run(t *testing.T, sc scenario) result {
 
 // generate publishes half i of the workload.
 func (r *runCtx) generate(i int) {
-	r.wmrl(5*time.Minute, "generate", "--backend", "jsonl", "--input", r.h.inputs[i], "--run-id", runID, "--anchor-fraction", "0.25")
+	r.wmrl(5*time.Minute, "generate", "--backend", "jsonl", "--input", r.h.inputs[i], "--run", runID, "--anchor-fraction", "0.25")
 }
 
 func (r *runCtx) global() []string {

@@ -60,7 +60,7 @@ func kafkaHint(err error, limit time.Duration) string {
 	msg := err.Error()
 	switch {
 	case errors.Is(err, kerr.SaslAuthenticationFailed):
-		return "authentication failed: check --sasl-user, the password (WMRL_SASL_PASSWORD) and --sasl-mechanism"
+		return "authentication failed: check --sasl-user, the password (--sasl-password-file, WMRL_SASL_PASSWORD) and --sasl-mechanism"
 	case errors.Is(err, kerr.IllegalSaslState), errors.Is(err, kerr.UnsupportedSaslMechanism):
 		return "the listener does not accept this SASL mechanism: check --sasl-mechanism and that the port is a SASL listener"
 	case errors.As(err, &unknownCA):
@@ -104,9 +104,9 @@ func redisHint(err error, useTLS bool, limit time.Duration) string {
 	msg := err.Error()
 	switch {
 	case strings.HasPrefix(msg, "WRONGPASS"), strings.Contains(msg, "invalid password"), strings.Contains(msg, "invalid username-password"):
-		return "authentication failed: check the user and password in the Redis URL (--redis, WMRL_REDIS)"
+		return "authentication failed: check the user and password in the Redis URL (--redis, WMRL_REDIS) or --redis-password-file"
 	case strings.HasPrefix(msg, "NOAUTH"):
-		return "the server requires a password: put it in the Redis URL (redis://:password@host)"
+		return "the server requires a password: give it in --redis-password-file (or the Redis URL, redis://:password@host)"
 	case errors.As(err, &unknownCA):
 		return "the server's certificate is not signed by a CA in --redis-tls-ca (or the system roots without it)"
 	case errors.As(err, &hostname):

@@ -50,6 +50,9 @@ type Options struct {
 	TLSSkipVerify bool `yaml:"tls-skip-verify"`
 
 	RedisURL string `yaml:"redis"`
+	// RedisPassword, when set, is the Redis password (AUTH) for a URL that carries none: the CLI
+	// reads it from --redis-password-file, so the URL itself is no secret.
+	RedisPassword string `yaml:"-"`
 	// RedisTLSCA, RedisTLSCert and RedisTLSKey configure a rediss:// connection: the CA that
 	// signs the server's certificate (default: the system roots) and a client certificate.
 	RedisTLSCA   string `yaml:"redis-tls-ca"`
@@ -189,6 +192,12 @@ func (o Options) RedisOptions() (*redis.Options, error) {
 		}
 		return nil, fmt.Errorf("redis url (%s): %w", RedactURL(o.RedisURL), err)
 	}
+	if o.RedisPassword != "" {
+		if ro.Password != "" {
+			return nil, fmt.Errorf("redis url (%s) has a password and a Redis password is given too: %w", RedactURL(o.RedisURL), ErrRedisPasswordTwice)
+		}
+		ro.Password = o.RedisPassword
+	}
 	if o.RedisTLSCA == "" && o.RedisTLSCert == "" && o.RedisTLSKey == "" {
 		return ro, nil
 	}
@@ -199,6 +208,20 @@ func (o Options) RedisOptions() (*redis.Options, error) {
 		return nil, err
 	}
 	return ro, nil
+}
+
+// ErrRedisPasswordTwice: both the Redis URL and Options.RedisPassword carry a password.
+var ErrRedisPasswordTwice = errors.New("give the password once")
+
+// URLHasPassword reports whether u (scheme://user:password@host...) carries a password. A string
+// that does not parse as a URL has none here; RedisOptions reports the parse error.
+func URLHasPassword(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil || p.User == nil {
+		return false
+	}
+	pw, ok := p.User.Password()
+	return ok && pw != ""
 }
 
 // RedactURL replaces the user information of a URL (redis://user:password@host) with "***", for

@@ -1,7 +1,9 @@
 // Package health serves a stage's operational HTTP endpoints: /metrics for Prometheus,
 // /healthz (the process runs its loop) and /readyz (it can do its work now: cluster reachable,
 // partitions assigned, state loaded). Every stage serves the same three paths, so probes and
-// scrape configs are written once.
+// scrape configs are written once. Stages whose work can fail without failing the stage (the
+// world model's scoring, the sandbox's executions) add /healthz/scoring, which fails while most
+// recent results are failures (see Failures).
 package health
 
 import (
@@ -25,13 +27,26 @@ type Server struct {
 	addr string
 }
 
-// Serve listens on addr and serves /metrics from g, /healthz from live and /readyz from ready
-// (a nil check always passes). A failing check answers 503 with its error as the body.
-func Serve(addr string, g prometheus.Gatherer, live, ready Check, log *slog.Logger) (*Server, error) {
+// Endpoint is a further probe path served next to the three standard ones.
+type Endpoint struct {
+	Path  string
+	Check Check
+}
+
+// ScoringPath is the probe of a stage's scoring (or execution) failure share.
+const ScoringPath = "/healthz/scoring"
+
+// Serve listens on addr and serves /metrics from g, /healthz from live, /readyz from ready and
+// each extra endpoint from its check (a nil check always passes). A failing check answers 503
+// with its error as the body.
+func Serve(addr string, g prometheus.Gatherer, live, ready Check, log *slog.Logger, extra ...Endpoint) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.Handle("/healthz", probe(live))
 	mux.Handle("/readyz", probe(ready))
+	for _, e := range extra {
+		mux.Handle(e.Path, probe(e.Check))
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener %s: %w", addr, err)

@@ -12,13 +12,16 @@ type metrics struct {
 	commitErrors prometheus.Counter
 	lag          *prometheus.GaugeVec
 	deadLetters  *prometheus.CounterVec
+	// undeliverable: inputs skipped because Kafka refused their dead letter for good.
+	undeliverable prometheus.Counter
+	failureShare  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
 	labels := prometheus.Labels{"stage": stage}
 	m := &metrics{
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wmrl_stage_records_total", Help: "Input records by outcome: ok, dead_letter, handed_back, produce_failed.", ConstLabels: labels,
+			Name: "wmrl_stage_records_total", Help: "Input records by outcome: ok, failed (outputs produced that record a scoring or execution failure), dead_letter, skipped (dead letter refused), handed_back, produce_failed.", ConstLabels: labels,
 		}, []string{"result"}),
 		produced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wmrl_stage_produced_total", Help: "Output records produced.", ConstLabels: labels,
@@ -37,8 +40,17 @@ func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wmrl_stage_dead_letters_total", Help: "Input records sent to the dead-letter topic, by the DLQ reason header (e.g. malformed-json, invalid-field:run_id).", ConstLabels: labels,
 		}, []string{"reason"}),
+		undeliverable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wmrl_stage_dead_letters_undeliverable_total", Help: "ERROR: input records skipped because Kafka refused their dead letter for good (e.g. MESSAGE_TOO_LARGE).", ConstLabels: labels,
+		}),
+		failureShare: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wmrl_stage_failure_share", Help: "Share of failed results (scoring or execution failures recorded as outputs) among the stage's last --failure-window results; /healthz/scoring fails above --max-failure-share.", ConstLabels: labels,
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.records, m.produced, m.inflight, m.latency, m.commitErrors, m.lag, m.deadLetters} {
+	// ok and failed exist from the start, so a failure ratio is 0, not absent, before the first.
+	m.records.WithLabelValues("ok")
+	m.records.WithLabelValues(resultFailed)
+	for _, c := range []prometheus.Collector{m.records, m.produced, m.inflight, m.latency, m.commitErrors, m.lag, m.deadLetters, m.failureShare, m.undeliverable} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -26,7 +26,8 @@ import (
 
 // Handler turns one input record into the records to produce for it. A non-nil error marks the
 // input as bad: the record goes to the dead-letter topic with the error as its reason and the
-// stage moves on. A handler interrupted by shutdown returns the context's error and the record
+// stage moves on, unless it is a FailedError (see Failed): then the outputs, which record the
+// failure, are produced and the input counts as failed. A handler interrupted by shutdown returns the context's error and the record
 // is handed back uncommitted.
 type Handler func(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, error)
 
@@ -61,6 +62,10 @@ type Config struct {
 	// StartupTimeout bounds Run's check that the topics exist (default 30s), so a stage started
 	// before `wmrl topics create` fails within its operator's start-up deadline.
 	StartupTimeout time.Duration
+	// MaxFailureShare is the share of failed results (see Failed) among the last FailureWindow
+	// above which /healthz/scoring fails (0: 0.5; above 1: never).
+	MaxFailureShare float64
+	FailureWindow   int // 0: 100
 	// Started, if set, is called once the start-up checks passed, before the first poll: what a
 	// stage logs about how it will run belongs there, so a failed start stays one line.
 	Started func()
@@ -75,9 +80,11 @@ type Stage struct {
 	track   *tracker
 	dlq     *topics.DeadLetterWriter
 	metrics *metrics
-	healthy atomic.Bool
-	ready   readiness
-	fatal   chan error
+	// failures is the window of scoring outcomes behind /healthz/scoring.
+	failures *health.Failures
+	healthy  atomic.Bool
+	ready    readiness
+	fatal    chan error
 	// produceCtx bounds output produces; Run cancels it when the shutdown grace ends.
 	produceCtx context.Context
 	wg         sync.WaitGroup
@@ -118,6 +125,7 @@ func New(cfg Config, h Handler) (*Stage, error) {
 	if s.metrics, err = newMetrics(cfg.Registry, cfg.Name); err != nil {
 		return nil, err
 	}
+	s.failures = s.newFailures()
 	opts := append([]kgo.Opt{}, cfg.KafkaOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),
@@ -161,7 +169,8 @@ func (s *Stage) Client() *kgo.Client { return s.cl }
 func (s *Stage) Run(ctx context.Context) error {
 	defer s.cl.Close()
 	if s.cfg.MetricsAddr != "" {
-		srv, err := health.Serve(s.cfg.MetricsAddr, s.cfg.Registry, s.live, s.Ready, s.log)
+		srv, err := health.Serve(s.cfg.MetricsAddr, s.cfg.Registry, s.live, s.Ready, s.log,
+			health.Endpoint{Path: health.ScoringPath, Check: s.ScoringCheck})
 		if err != nil {
 			return err
 		}
@@ -207,7 +216,9 @@ func (s *Stage) Run(ctx context.Context) error {
 		stopWatch()
 		<-watchDone
 	}()
-	s.log.Info("stage running", "group", s.cfg.Group, "topics", s.cfg.Topics, "concurrency", s.cfg.Concurrency)
+	// "handlers" is the runtime's bound; a stage's own work bound (the world model's scoring
+	// requests, the sandbox's slots) is logged by the stage, so neither reads as the other.
+	s.log.Info("stage running", "group", s.cfg.Group, "topics", s.cfg.Topics, "handlers", s.cfg.Concurrency)
 
 	var runErr error
 poll:
@@ -332,13 +343,11 @@ func (s *Stage) handle(ctx context.Context, r *kgo.Record, release func()) {
 		done("handed_back")
 		return
 	}
-	result := "ok"
+	outs, result, err := s.outcome(outs, err)
 	if err != nil {
-		result = "dead_letter"
-		reason := topics.Reason(err)
-		s.log.Warn("bad record to dead-letter topic", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason, "err", err)
-		outs = []*kgo.Record{s.dlq.Record(r, err)}
-		s.metrics.deadLetters.WithLabelValues(reason).Inc()
+		s.logDeadLetter(r, err)
+		s.produceDeadLetter(r, err, 0, start, done)
+		return
 	}
 	if len(outs) == 0 {
 		s.track.finish(r.Topic, r.Partition, r.Offset)
@@ -346,6 +355,93 @@ func (s *Stage) handle(ctx context.Context, r *kgo.Record, release func()) {
 		done(result)
 		return
 	}
+	s.produce(r, outs, start, done, func(perr error) bool {
+		if perr == nil {
+			done(result)
+			return true
+		}
+		if !Undeliverable(perr) {
+			return false
+		}
+		// Not from within the promise: Produce may block on a full buffer.
+		err := outputRefused{perr}
+		s.logDeadLetter(r, err)
+		go s.produceDeadLetter(r, err, 0, start, done)
+		return true
+	})
+}
+
+// logDeadLetter logs and counts a bad input.
+func (s *Stage) logDeadLetter(r *kgo.Record, err error) {
+	reason := topics.Reason(err)
+	s.log.Warn("bad record to dead-letter topic", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason, "err", err)
+	s.metrics.deadLetters.WithLabelValues(reason).Inc()
+}
+
+// smallDeadLetter is the size up to which a refused dead letter is first sent again as it is:
+// the broker refuses a whole batch when it is too large, so a small dead letter batched with a
+// large one fails with it without being at fault.
+const smallDeadLetter = 16 << 10
+
+// produceDeadLetter produces r's dead letter. When Kafka refuses it for good (Undeliverable) it
+// tries again (attempt 1): as it is when small, else without value and source headers
+// (DeadLetterWriter.Minimal); then minimal (attempt 2); a minimal dead letter refused too skips r
+// with an error log and wmrl_stage_dead_letters_undeliverable_total. Either way the stage moves
+// on: a poison record never stops it, and a restart never meets it again.
+func (s *Stage) produceDeadLetter(r *kgo.Record, err error, attempt int, start time.Time, done func(string)) {
+	var dl *kgo.Record
+	if attempt < 2 {
+		dl = s.dlq.Record(r, err)
+	}
+	if attempt >= 2 || attempt == 1 && recordBytes(dl) > smallDeadLetter {
+		dl = s.dlq.Minimal().Record(r, err)
+		attempt = max(attempt, 2)
+	}
+	s.produce(r, []*kgo.Record{dl}, start, done, func(perr error) bool {
+		switch {
+		case perr == nil:
+			done("dead_letter")
+		case !Undeliverable(perr):
+			return false
+		case attempt < 2:
+			s.log.Warn("dead letter refused by Kafka; sending it again, smaller if it is large",
+				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "attempt", attempt+1, "err", perr)
+			go s.produceDeadLetter(r, err, attempt+1, start, done)
+		default:
+			s.log.Error("dead letter refused by Kafka even without value and headers; the input record is skipped without one",
+				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", perr)
+			s.metrics.undeliverable.Inc()
+			s.track.finish(r.Topic, r.Partition, r.Offset)
+			done("skipped")
+		}
+		return true
+	})
+}
+
+func recordBytes(r *kgo.Record) int {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// ErrOutputRefused marks an input whose outputs Kafka refused for good (stage.Undeliverable, e.g.
+// an output over the topic's max.message.bytes); the input is dead-lettered with reason
+// "output-refused" instead of stopping the stage on it again after every restart.
+var ErrOutputRefused = errors.New("outputs refused by Kafka")
+
+type outputRefused struct{ err error }
+
+func (e outputRefused) Error() string     { return fmt.Sprintf("%v: %v", ErrOutputRefused, e.err) }
+func (e outputRefused) Unwrap() []error   { return []error{ErrOutputRefused, e.err} }
+func (e outputRefused) DLQReason() string { return "output-refused" }
+
+// produce produces outs for input r and, once every one is acknowledged, calls settle with the
+// first error (nil: all delivered). On success r is finished before settle; settle returns
+// whether it took care of a failure. A failure it leaves hands r back, ends it with done and
+// stops the stage (or, after the shutdown grace, only hands it back).
+func (s *Stage) produce(r *kgo.Record, outs []*kgo.Record, start time.Time, done func(string), settle func(error) bool) {
 	var (
 		pending  atomic.Int64
 		errOnce  sync.Once
@@ -359,22 +455,25 @@ func (s *Stage) handle(ctx context.Context, r *kgo.Record, release func()) {
 		if pending.Add(-1) != 0 {
 			return
 		}
-		if firstErr != nil {
-			s.track.handBack(r.Topic, r.Partition, r.Offset)
-			if s.produceCtx.Err() != nil {
-				done("handed_back") // shutdown grace ended before the broker acknowledged
-				return
-			}
+		if firstErr == nil {
+			s.metrics.produced.Add(float64(len(outs)))
+			s.metrics.latency.Observe(time.Since(start).Seconds())
+			s.track.finish(r.Topic, r.Partition, r.Offset)
+			settle(nil)
+			return
+		}
+		if s.produceCtx.Err() == nil && settle(firstErr) {
+			return
+		}
+		s.track.handBack(r.Topic, r.Partition, r.Offset)
+		result := "handed_back" // shutdown grace ended before the broker acknowledged
+		if s.produceCtx.Err() == nil {
 			select {
 			case s.fatal <- fmt.Errorf("stage %s: produce outputs of %s/%d@%d: %w", s.cfg.Name, r.Topic, r.Partition, r.Offset, firstErr):
 			default:
 			}
-			done("produce_failed")
-			return
+			result = "produce_failed"
 		}
-		s.metrics.produced.Add(float64(len(outs)))
-		s.metrics.latency.Observe(time.Since(start).Seconds())
-		s.track.finish(r.Topic, r.Partition, r.Offset)
 		done(result)
 	}
 	for _, o := range outs {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"regexp"
@@ -51,6 +52,11 @@ func StageEnv() []string {
 func WorldModel(requests *atomic.Int64) http.Handler {
 	wmRE := regexp.MustCompile(`"wm":\s*([0-9][0-9.]*)`)
 	mux := http.NewServeMux()
+	// The model list answers worldmodel's start-up probe (not counted in requests).
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model"}]}`)
+	})
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
 		if requests != nil {
 			requests.Add(1)

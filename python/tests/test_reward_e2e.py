@@ -310,7 +310,7 @@ def test_generator_waits_for_a_python_trainer(
         gen_log = open(tmp_path / "generate.log", "w")  # noqa: SIM115
         gen = subprocess.Popen(
             [str(wmrl_cli), *st.glob, "generate", "--backend", "jsonl", "--input", str(tmp_path / "in.jsonl"),
-             "--run-id", run, "--anchor-fraction", "0.5", "--max-steps-ahead", str(ahead), "--trainer-group", trainer],
+             "--run", run, "--anchor-fraction", "0.5", "--max-steps-ahead", str(ahead), "--trainer-group", trainer],
             stdout=gen_log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         held = []

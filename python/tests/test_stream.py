@@ -19,6 +19,7 @@ from wmrl_client import (
     HeaderError,
     KafkaOptions,
     MalformedError,
+    MaskedStepError,
     SchemaVersionError,
     WmrlError,
     digest_rows,
@@ -464,3 +465,55 @@ def test_parse_chunk() -> None:
     for bad in ("4/4", "01/2", "-1/2", "1/0", "x", "1/", "/1", " 1/2", "999999999999999999/1000000000000000000"):
         with pytest.raises(HeaderError):
             parse_chunk(bad)
+
+
+def masked_rows(run: str, step: int, n: int, masked: int) -> list[AdvantageRow]:
+    """Rows of a step whose first `masked` rows have no usable reward (the world model failed)."""
+    rows = step_rows(run, step, n)
+    for k in range(masked):
+        rows[k] = replace(
+            rows[k], predicted_ok=False, predicted=0.0, calibrated=0.0, used=0.0, source="",
+            mask=False, advantage=0.0, weight=0.0,
+        )  # fmt: skip
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("on_masked", "masked", "raises", "warnings"),
+    [
+        ("warn", 0, False, 0),
+        ("warn", 3, False, 1),
+        ("warn", 8, False, 1),
+        ("raise", 3, False, 1),
+        ("raise", 8, True, 1),
+    ],
+)
+def test_masked_rows_warned_and_fully_masked_step_can_raise(
+    fake_consumer: Callable[..., FakeConsumer],
+    caplog: pytest.LogCaptureFixture,
+    on_masked: str,
+    masked: int,
+    raises: bool,
+    warnings: int,
+) -> None:
+    log = Log()
+    log.step("r1", 0, masked_rows("r1", 0, 8, masked))
+    s, _ = open_stream(fake_consumer, log, on_masked=on_masked)
+    with caplog.at_level("WARNING", logger="wmrl_client"):
+        if raises:
+            with pytest.raises(MaskedStepError) as ei:
+                list(s)
+            assert ei.value.step.step == 0 and ei.value.reason == "masked-step"
+            ei.value.step.ack()
+        else:
+            assert [st.step for st in s] == [0]
+    got = [r.getMessage() for r in caplog.records if "rows masked" in r.getMessage()]
+    assert len(got) == warnings
+    if warnings:
+        assert f"step 0: {masked} of 8 rows masked" in got[0]
+    assert s.stats.masked_rows == masked
+
+
+def test_on_masked_checked(fake_consumer: Callable[..., FakeConsumer]) -> None:
+    with pytest.raises(ValueError, match="on_masked"):
+        AdvantageStream("a:1", "r1", "g", consumer_factory=fake_consumer, on_masked="ignore")  # type: ignore[arg-type]

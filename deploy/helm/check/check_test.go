@@ -109,6 +109,22 @@ func TestBrokenManifests(t *testing.T) {
 			c := container(o)
 			c["args"] = append(c["args"].([]any), "--sasl-password=hunter2")
 		}, "--sasl-password in the arguments"},
+		{"redis password in the arguments", "StatefulSet", "wmrl-correct", "default", func(o map[string]any) {
+			c := container(o)
+			c["args"] = append(c["args"].([]any), "--redis=redis://:hunter2@redis:6379/0")
+		}, "--redis in the arguments holds a password"},
+		{"password as an environment variable", "StatefulSet", "wmrl-correct", "production", func(o map[string]any) {
+			c := container(o)
+			c["env"] = append(c["env"].([]any), map[string]any{"name": "WMRL_SASL_PASSWORD", "valueFrom": map[string]any{
+				"secretKeyRef": map[string]any{"name": "wmrl-correct", "key": "password"}}})
+		}, "credential in env WMRL_SASL_PASSWORD"},
+		{"secret volume readable by everyone", "StatefulSet", "wmrl-correct", "production", func(o map[string]any) {
+			for _, v := range spec(o)["template"].(map[string]any)["spec"].(map[string]any)["volumes"].([]any) {
+				if sec, ok := v.(map[string]any)["secret"].(map[string]any); ok {
+					delete(sec, "defaultMode")
+				}
+			}
+		}, "defaultMode 0644 is readable by every user"},
 		{"probe on an unnamed port", "Deployment", "wmrl-worldmodel", "default", func(o map[string]any) {
 			container(o)["ports"].([]any)[0].(map[string]any)["name"] = "http"
 		}, `readinessProbe port "metrics"`},
@@ -208,6 +224,7 @@ func TestChartRefuses(t *testing.T) {
 		{"TLS without a CA", "kafka:\n  tls:\n    enabled: true\n", "kafka.tls.caSecret.name"},
 		{"more KEDA replicas than partitions", "stages:\n  sandbox:\n    autoscaling:\n      enabled: true\n      minReplicas: 4\n", "minReplicas 4 is above"},
 		{"generator without prompts", "stages:\n  generate:\n    enabled: true\n", "stages.generate.prompts"},
+		{"Redis password in the URL", "redis:\n  url: rediss://:hunter2@redis:6380/0\n", "redis.url holds a password"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -103,6 +104,9 @@ func composeRules(p *types.Project) []string {
 				out = append(out, fmt.Sprintf("service %s has no healthcheck on its metrics port %s", name, port))
 			}
 		}
+		if p := metricsUnreachable(s); p != "" {
+			out = append(out, fmt.Sprintf("service %s: %s", name, p))
+		}
 		if dir := flagValue(s.Command, "--artifact-dir"); dir != "" {
 			src := ""
 			for _, v := range s.Volumes {
@@ -151,6 +155,27 @@ func hasHostGateway(s types.ServiceConfig) bool {
 }
 
 // flagValue returns the value of --name in a command given as "--name value" or "--name=value".
+// metricsUnreachable explains why a wmrl stage that publishes ports serves /metrics where the
+// published port cannot reach it: the stages listen on 127.0.0.1 by default, which inside a
+// container is the container's own loopback. Empty when the service is fine.
+func metricsUnreachable(s types.ServiceConfig) string {
+	if !strings.HasPrefix(s.Image, "wmrl") || len(s.Ports) == 0 {
+		return ""
+	}
+	addr := flagValue(s.Command, "--metrics-addr")
+	if addr == "" {
+		return "publishes a port but has no --metrics-addr; the stages' default 127.0.0.1 is the container's own loopback: pass --metrics-addr :PORT"
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Sprintf("--metrics-addr %s: %v", addr, err)
+	}
+	if host != "" && host != "0.0.0.0" && host != "::" {
+		return fmt.Sprintf("--metrics-addr %s binds %s inside the container, which the published port cannot reach: pass --metrics-addr :PORT", addr, host)
+	}
+	return ""
+}
+
 func flagValue(cmd []string, name string) string {
 	for i, a := range cmd {
 		if a == name && i+1 < len(cmd) {

@@ -43,6 +43,10 @@ func TestComposeBroken(t *testing.T) {
 `, "", "service correct serves metrics on :9466 but does not publish it"},
 		{"healthcheck on the wrong port", "http://127.0.0.1:9465/readyz", "http://127.0.0.1:9464/readyz", "service sandbox has no healthcheck on its metrics port 9465"},
 		{"artifact dir not shared", "      - artifacts:/artifacts:ro\n    command: [\"sandbox\"", "      - sandbox-artifacts:/artifacts:ro\n    command: [\"sandbox\"", "--artifact-dir volumes differ"},
+		{"metrics on the container's loopback", `"--instance-id", "wmrl-correct-0", "--metrics-addr", ":9466"]`, `"--instance-id", "wmrl-correct-0"]`,
+			"service correct: publishes a port but has no --metrics-addr"},
+		{"metrics bound to 127.0.0.1", `"--metrics-addr", ":9467"]`, `"--metrics-addr", "127.0.0.1:9467"]`,
+			"--metrics-addr 127.0.0.1:9467 binds 127.0.0.1 inside the container"},
 		{"unknown key", "  restart: on-failure\n", "  restart: on-failure\n  restarts: 3\n", "restarts"},
 	}
 	for _, c := range cases {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -150,12 +151,45 @@ func checkSelector(m Manifest, sel *metav1.LabelSelector, podLabels map[string]s
 	}
 }
 
-// secretFlags are wmrl options whose values are credentials: they must come from a Secret (env
-// valueFrom or a mounted file), never from arguments (visible in `ps`, events and the API).
-var secretFlags = []string{"--sasl-password", "--redis"}
+// secretFlags are wmrl options whose values are credentials: they must come from a Secret
+// mounted as a file, never from arguments (visible in `ps`, events and the API).
+var secretFlags = []string{"--sasl-password"}
 
-// secretEnv are the environment variables carrying credentials.
+// urlFlags are options whose value is a URL that may carry a password (user:password@).
+var urlFlags = []string{"--redis"}
+
+// secretEnv are the environment variables carrying credentials. The stages take credentials
+// from files (--sasl-password-file, --redis-password-file, --wm-api-key-file,
+// --policy-api-key-file): an environment variable, even from a Secret, is readable by any
+// process of the same uid through /proc/<pid>/environ unless the stage is non-dumpable, and
+// is inherited by children started before the stage removes it.
 var secretEnv = map[string]bool{"WMRL_SASL_PASSWORD": true, "WMRL_REDIS": true, "WMRL_WM_API_KEY": true, "WMRL_POLICY_API_KEY": true, "OPENAI_API_KEY": true}
+
+// urlPassword matches a URL with a password in its user information.
+var urlPassword = regexp.MustCompile(`^[a-z]+://[^/@]*:[^/@]*@`)
+
+// checkSecretVolumes fails a Secret volume whose files every user of the pod may read: a
+// credential file is for the stage (the pod's fsGroup), not for a sandbox job running under a
+// uid of its own. Kubernetes' default mode is 0644.
+func checkSecretVolumes(p podEntry, fail func(Manifest, string, ...any)) {
+	for _, v := range p.spec.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		mode := int32(0o644)
+		if v.Secret.DefaultMode != nil {
+			mode = *v.Secret.DefaultMode
+		}
+		for _, it := range v.Secret.Items {
+			if it.Mode != nil && *it.Mode&0o007 != 0 {
+				fail(p.m, "secret volume %s: item %s mode %#o is readable by every user; want 0440", v.Name, it.Path, *it.Mode)
+			}
+		}
+		if mode&0o007 != 0 {
+			fail(p.m, "secret volume %s: defaultMode %#o is readable by every user; want 0440", v.Name, mode)
+		}
+	}
+}
 
 func checkPod(p podEntry, fail func(Manifest, string, ...any)) {
 	vols := map[string]bool{}
@@ -168,6 +202,7 @@ func checkPod(p podEntry, fail func(Manifest, string, ...any)) {
 	if len(p.spec.Containers) == 0 {
 		fail(p.m, "pod template has no containers")
 	}
+	checkSecretVolumes(p, fail)
 	for _, c := range p.spec.Containers {
 		if c.Image == "" {
 			fail(p.m, "container %s: image is empty", c.Name)
@@ -189,16 +224,18 @@ func checkPod(p podEntry, fail func(Manifest, string, ...any)) {
 		for _, a := range append(append([]string{}, c.Command...), c.Args...) {
 			for _, f := range secretFlags {
 				if a == f || strings.HasPrefix(a, f+"=") {
-					fail(p.m, "container %s: %s in the arguments; credentials come from a Secret", c.Name, f)
+					fail(p.m, "container %s: %s in the arguments; credentials come from a Secret mounted as a file (%s-file)", c.Name, f, f)
+				}
+			}
+			for _, f := range urlFlags {
+				if v, ok := strings.CutPrefix(a, f+"="); ok && urlPassword.MatchString(v) {
+					fail(p.m, "container %s: %s in the arguments holds a password; give it in a file (%s-password-file)", c.Name, f, f)
 				}
 			}
 		}
 		for _, e := range c.Env {
-			if secretEnv[e.Name] && e.ValueFrom == nil {
-				fail(p.m, "container %s: env %s is a literal value; take it from a Secret (valueFrom.secretKeyRef)", c.Name, e.Name)
-			}
-			if secretEnv[e.Name] && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef == nil {
-				fail(p.m, "container %s: env %s must come from a Secret, not a ConfigMap or field", c.Name, e.Name)
+			if secretEnv[e.Name] {
+				fail(p.m, "container %s: credential in env %s; mount its Secret as a file and pass the --*-file option", c.Name, e.Name)
 			}
 		}
 	}

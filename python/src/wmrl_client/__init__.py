@@ -47,6 +47,7 @@ from .errors import (
     WmrlError,
     reason,
 )
+from .masked import MaskedStepError
 from .options import KafkaOptions
 from .producer import PublishStats, RolloutProducer
 from .records import (
@@ -77,6 +78,7 @@ __all__ = [
     "UnknownTopicError",
     "ChunkMismatchError",
     "StaleStepError",
+    "MaskedStepError",
     "ADVANTAGE_SCHEMA",
     "ADVANTAGE_SCHEMA_V2",
     "MASK_STALE",

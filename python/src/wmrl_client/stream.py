@@ -31,6 +31,7 @@ from . import contract as c
 from .arrow import decode_advantages, validate_table
 from .cluster import DEFAULT_CONNECT_TIMEOUT, LIBRDKAFKA_LOGGER, check_topics
 from .errors import ConflictError, HeaderError, SchemaVersionError, UnknownRunError, WmrlError
+from .masked import check_masked, masked_rows
 from .options import KafkaOptions, split_brokers
 from .records import check_id
 from .step import NUMERIC_COLUMNS as NUMERIC_COLUMNS
@@ -96,6 +97,7 @@ class StreamStats:
     skipped_invalid: int = 0
     duplicate_chunks: int = 0
     abandoned_steps: int = 0
+    masked_rows: int = 0
     steps: int = 0
     rows: int = 0
     bytes: int = 0
@@ -121,7 +123,8 @@ class AdvantageStream:
     steps). ``max_buffered_steps`` bounds the complete steps that wait behind an incomplete
     lower step (Go's MaxBufferedSteps). ``consumer_factory`` builds the consumer from the final
     librdkafka config (default: confluent_kafka.Consumer); tests and instrumented wrappers pass
-    their own.
+    their own. A step with masked rows (mask false: no usable reward) is logged at warning;
+    ``on_masked="raise"`` raises MaskedStepError for a step whose every row is masked.
     """
 
     def __init__(
@@ -143,6 +146,7 @@ class AdvantageStream:
         consumer_config: Mapping[str, object] | None = None,
         consumer_factory: Callable[[dict[str, object]], Any] | None = None,
         connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+        on_masked: Literal["warn", "raise"] = "warn",
         **kafka_options: Any,
     ) -> None:
         msg = check_id(run_id)
@@ -154,6 +158,9 @@ class AdvantageStream:
             raise ValueError(f"max_buffered_steps {max_buffered_steps}: want at least 1")
         if on_invalid not in ("raise", "skip"):
             raise ValueError(f"on_invalid {on_invalid!r}: want 'raise' or 'skip'")
+        if on_masked not in ("warn", "raise"):
+            raise ValueError(f"on_masked {on_masked!r}: want 'warn' or 'raise'")
+        self._on_masked = on_masked
         opts = kafka if kafka is not None else KafkaOptions.from_env({}, **kafka_options)
         if kafka is not None and kafka_options:
             raise TypeError("pass Kafka options either as kafka=KafkaOptions(...) or as keywords, not both")
@@ -254,7 +261,7 @@ class AdvantageStream:
         last = time.monotonic()
         while True:
             while self._out:
-                yield self._out.popleft()
+                yield self._checked(self._out.popleft())
             if not self._backlog:
                 self._fill(self._poll_timeout)
             if not self._backlog:
@@ -265,7 +272,8 @@ class AdvantageStream:
             last = time.monotonic()
             while self._backlog:
                 m = self._backlog.popleft()
-                yield from self._handle(m)
+                for st in self._handle(m):
+                    yield self._checked(st)
 
     def next_step(self, timeout: float | None = None) -> Step | None:
         """The next complete step, or None when none completed within timeout seconds (None: no
@@ -275,7 +283,7 @@ class AdvantageStream:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self._out:
-                return self._out.popleft()
+                return self._checked(self._out.popleft())
             if self._backlog:
                 self._out.extend(self._handle(self._backlog.popleft()))
                 continue
@@ -287,6 +295,12 @@ class AdvantageStream:
             self._fill(left)
             if not self._backlog and deadline is not None and time.monotonic() >= deadline:
                 return None
+
+    def _checked(self, st: Step) -> Step:
+        n = masked_rows(st)
+        self.stats.masked_rows += n
+        check_masked(st, n, self._on_masked)
+        return st
 
     def _fill(self, timeout: float) -> None:
         """Wait up to timeout seconds for the first record, then take what is already fetched.

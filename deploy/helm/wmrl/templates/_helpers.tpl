@@ -70,12 +70,16 @@ app.kubernetes.io/component: {{ .stage }}
 {{- if and .Values.kafka.tls.enabled (not .Values.kafka.tls.caSecret.name) }}
 {{- fail "kafka.tls.enabled needs kafka.tls.caSecret.name (Strimzi: <cluster>-cluster-ca-cert)" }}
 {{- end }}
+{{- if regexMatch "^[a-z]+://[^/@]*:[^/@]*@" .Values.redis.url }}
+{{- fail "redis.url holds a password, which would be a pod argument: put it in redis.password or the Secret redis.existingSecret (read from a file, --redis-password-file)" }}
+{{- end }}
 {{- end }}
 
 {{/*
 Environment of every stage container: the shared config file, the pod name (static membership,
-transactional id) and the stage's credentials. Secrets reach the process as environment
-variables from Secret references or as mounted files, never as arguments.
+transactional id) and where the stage's credentials are. Credentials themselves are files of
+Secret volumes, never environment variables (a process of the same uid could read those from
+/proc/<pid>/environ) or arguments: wmrl reads the files named by --*-file options at start-up.
 */}}
 {{- define "wmrl.env" -}}
 - name: WMRL_CONFIG
@@ -88,11 +92,8 @@ variables from Secret references or as mounted files, never as arguments.
 {{- if eq $auth "scram-sha-512" }}
 - name: WMRL_SASL_USER
   value: {{ include "wmrl.userName" . | quote }}
-- name: WMRL_SASL_PASSWORD
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "wmrl.credentialsSecret" . }}
-      key: password
+- name: WMRL_SASL_PASSWORD_FILE
+  value: /etc/wmrl/kafka-user/password
 {{- else if eq $auth "tls" }}
 - name: WMRL_TLS_CERT
   value: /etc/wmrl/kafka-user/user.crt
@@ -112,13 +113,15 @@ variables from Secret references or as mounted files, never as arguments.
   mountPath: /etc/wmrl/kafka-ca
   readOnly: true
 {{- end }}
-{{- if eq .root.Values.kafka.authentication "tls" }}
+{{- if ne .root.Values.kafka.authentication "none" }}
 - name: kafka-user
   mountPath: /etc/wmrl/kafka-user
   readOnly: true
 {{- end }}
 {{- end }}
 
+{{/* Credential files are readable by the pod's group (fsGroup) only, not by other users, such
+as a sandbox job running under a uid of its own. */}}
 {{- define "wmrl.volumes" -}}
 - name: config
   configMap:
@@ -129,14 +132,24 @@ variables from Secret references or as mounted files, never as arguments.
 - name: kafka-ca
   secret:
     secretName: {{ .root.Values.kafka.tls.caSecret.name }}
+    defaultMode: 288  # 0440
     items:
       - key: {{ .root.Values.kafka.tls.caSecret.key }}
         path: ca.crt
 {{- end }}
-{{- if eq .root.Values.kafka.authentication "tls" }}
+{{- if eq .root.Values.kafka.authentication "scram-sha-512" }}
 - name: kafka-user
   secret:
     secretName: {{ include "wmrl.credentialsSecret" . }}
+    defaultMode: 288  # 0440
+    items:
+      - key: password
+        path: password
+{{- else if eq .root.Values.kafka.authentication "tls" }}
+- name: kafka-user
+  secret:
+    secretName: {{ include "wmrl.credentialsSecret" . }}
+    defaultMode: 288  # 0440
     items:
       - key: user.crt
         path: user.crt
@@ -145,7 +158,23 @@ variables from Secret references or as mounted files, never as arguments.
 {{- end }}
 {{- end }}
 
-{{/* Stage flags from a map, one --name=value per key in key order. */}}
+{{/* A credential mounted as a file, <dir>/<file>: the volume and its mount; call with (dict
+"name" VOLUME "secret" SECRET "key" KEY "dir" DIR "file" FILE). */}}
+{{- define "wmrl.secretFileVolume" -}}
+- name: {{ .name }}
+  secret:
+    secretName: {{ .secret }}
+    defaultMode: 288  # 0440
+    items:
+      - key: {{ .key }}
+        path: {{ .file }}
+{{- end }}
+{{- define "wmrl.secretFileMount" -}}
+- name: {{ .name }}
+  mountPath: {{ .dir }}
+  readOnly: true
+{{- end }}
+
 {{- define "wmrl.args" -}}
 {{- range $k, $v := . }}
 - {{ printf "--%s=%v" $k $v | quote }}

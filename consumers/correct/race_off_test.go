@@ -1,0 +1,5 @@
+//go:build !race
+
+package correct
+
+const raceEnabled = false

@@ -1,0 +1,144 @@
+package health
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Defaults of FailuresConfig.
+const (
+	DefaultMaxFailureShare = 0.5
+	DefaultFailureWindow   = 100
+	DefaultLogEvery        = 10 * time.Second
+	// minResults is the fewest results the share is judged on (capped at the window): one failed
+	// first request must not make a fresh stage unhealthy, ten in a row should.
+	minResults = 10
+)
+
+// ErrFailureShare is what Failures.Check wraps when the failure share passes its threshold.
+var ErrFailureShare = errors.New("failure share above threshold")
+
+// FailuresConfig configures Failures.
+type FailuresConfig struct {
+	// What names the work in logs and errors, e.g. "scoring".
+	What string
+	// MaxShare is the failure share of the last Window results above which Check fails
+	// (0: DefaultMaxFailureShare; above 1: never).
+	MaxShare float64
+	// Window is how many recent results the share is taken over (0: DefaultFailureWindow).
+	Window int
+	// LogEvery bounds the warnings to one per interval (0: DefaultLogEvery); each carries the
+	// failures counted since the last one and the first of their errors verbatim.
+	LogEvery time.Duration
+	Logger   *slog.Logger
+	// Share, when set, is called with the window's failure share after every result (a gauge).
+	Share func(float64)
+	Now   func() time.Time
+}
+
+// Failures watches the outcomes of a stage's unit of work (a scoring request, an execution) whose
+// failure is recorded rather than raised: such a stage keeps consuming, committing and looking
+// ready while every result is a failure, so without this the operator learns of a dead judge
+// from all-zero advantages hours later. It logs failures at warn (rate-limited), and Check — served
+// as a health endpoint — fails while the failure share over the last Window results is above
+// MaxShare.
+type Failures struct {
+	cfg FailuresConfig
+
+	mu     sync.Mutex
+	ring   []bool // true: failed
+	next   int
+	n      int
+	failed int
+	last   string // the latest failure's error, for Check's message
+
+	total      int // failures since start
+	lastLog    time.Time
+	sinceLog   int // failures since the last warning
+	resultsLog int // results since the last warning
+	firstSince string
+}
+
+// NewFailures applies cfg's defaults.
+func NewFailures(cfg FailuresConfig) *Failures {
+	if cfg.What == "" {
+		cfg.What = "work"
+	}
+	if cfg.MaxShare <= 0 {
+		cfg.MaxShare = DefaultMaxFailureShare
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultFailureWindow
+	}
+	if cfg.LogEvery <= 0 {
+		cfg.LogEvery = DefaultLogEvery
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Failures{cfg: cfg, ring: make([]bool, cfg.Window)}
+}
+
+// Observe records one result: nil for success, the failure otherwise.
+func (f *Failures) Observe(err error) {
+	f.mu.Lock()
+	failed := err != nil
+	if f.n == len(f.ring) {
+		if f.ring[f.next] {
+			f.failed--
+		}
+	} else {
+		f.n++
+	}
+	f.ring[f.next] = failed
+	f.next = (f.next + 1) % len(f.ring)
+	f.resultsLog++
+	var logArgs []any
+	if failed {
+		f.failed++
+		f.total++
+		f.sinceLog++
+		f.last = err.Error()
+		if f.firstSince == "" {
+			f.firstSince = f.last
+		}
+		if now := f.cfg.Now(); f.lastLog.IsZero() || now.Sub(f.lastLog) >= f.cfg.LogEvery {
+			logArgs = []any{"failed", f.sinceLog, "results", f.resultsLog, "failed_total", f.total,
+				"window_share", f.shareLocked(), "first_error", f.firstSince}
+			f.lastLog, f.sinceLog, f.resultsLog, f.firstSince = now, 0, 0, ""
+		}
+	}
+	share := f.shareLocked()
+	f.mu.Unlock()
+	if logArgs != nil {
+		f.cfg.Logger.Warn(f.cfg.What+" failures (failed of results since the last such warning; first error verbatim)", logArgs...)
+	}
+	if f.cfg.Share != nil {
+		f.cfg.Share(share)
+	}
+}
+
+func (f *Failures) shareLocked() float64 {
+	if f.n == 0 {
+		return 0
+	}
+	return float64(f.failed) / float64(f.n)
+}
+
+// Check is nil unless at least min(10, Window) results were seen and the share of failures among
+// the last Window of them is above MaxShare; the error then gives the counts and the latest error.
+func (f *Failures) Check() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n < min(minResults, len(f.ring)) || f.shareLocked() <= f.cfg.MaxShare {
+		return nil
+	}
+	return fmt.Errorf("%w: %s failed for %d of the last %d results (%.0f%% > %.0f%%); latest error: %s",
+		ErrFailureShare, f.cfg.What, f.failed, f.n, 100*f.shareLocked(), 100*f.cfg.MaxShare, f.last)
+}
