@@ -35,6 +35,17 @@ if importlib.util.find_spec("torch") is None:
     collect_ignore_glob = ["test_trainers_*.py"]
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that ran stages (their logs are *.log in its tmp_path) shows each log's tail."""
+    outcome = yield
+    rep = outcome.get_result()  # type: ignore[attr-defined]
+    tmp = getattr(item, "funcargs", {}).get("tmp_path")
+    if rep.when == "call" and rep.failed and isinstance(tmp, Path):
+        for log in sorted(tmp.glob("*.log")):
+            rep.sections.append((f"stage log {log.name} (tail)", log.read_text(errors="replace")[-4000:]))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """WMRL_TEST_REQUIRE_TRAINERS=1 (`make test-trainers`): a skipped test is a failure, so a trainer
     test that silently could not run (a missing package, an unset service) fails the target."""

@@ -106,6 +106,9 @@ def test_trl_grpo_trainer_through_the_real_stages(
             trainer.train()
             wmrl_time = time.monotonic() - t0
         st.check_alive()
+        # The same steps with a plain reward function, the stages still up (idle): wmrl's per-step
+        # overhead in this run.
+        plain_time = _plain_run(model_dir, tmp_path / "plain")
     finally:
         codes = st.stop()
     assert all(code == 0 for _, code in codes), codes
@@ -133,8 +136,6 @@ def test_trl_grpo_trainer_through_the_real_stages(
     digest, rows = digest_and_count(pa.concat_tables([c["res"].table for c in reward.calls]))
     assert (digest, rows, STEPS) == wmrl_digest(wmrl_cli, kafka, f"{prefix}advantages.v1", run)
 
-    # The same steps with a plain reward function: wmrl's per-step overhead in this run.
-    plain_time = _plain_run(model_dir, tmp_path / "plain")
     # The step times are noisy on a shared 2-core machine; the reward call's own time is wmrl's
     # cost per step (publish → stages → sealed → back), the plain function's is microseconds.
     line = json.dumps({"trl_steps": STEPS, "wmrl_s_per_step": round(wmrl_time / STEPS, 3),
