@@ -27,6 +27,7 @@ import (
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/testenv"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -320,7 +321,7 @@ func TestFaultRedisFlushAll(t *testing.T) {
 	}
 	// Redis was repaired and kept up: every (run, stream) head is at the last step, the state
 	// assembled from its head and chunks has the head's digest, and the streams sets are back.
-	store := NewStore(rdb, cc.RedisPrefix, 4)
+	store := statestore.New(rdb, cc.RedisPrefix, 4)
 	for r := 0; r < faultWorkload.Runs; r++ {
 		run := fmt.Sprintf("r-%d", r)
 		if streams, err := store.Streams(ctx, run); err != nil || len(streams) != faultWorkload.Streams {
