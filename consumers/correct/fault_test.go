@@ -26,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/internal/conn"
 	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
@@ -62,12 +63,12 @@ func childMain(raw string) int {
 		fmt.Fprintln(os.Stderr, "child config:", err)
 		return 2
 	}
-	ro, err := redis.ParseURL(cc.RedisURL)
+	target, err := conn.Options{RedisURL: cc.RedisURL}.RedisTarget()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	rdb := redis.NewClient(ro)
+	rdb := target.Client(false)
 	defer rdb.Close()
 	corr := correction.DefaultConfig()
 	corr.MinPairs = cc.MinPairs
