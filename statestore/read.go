@@ -49,7 +49,7 @@ func (s *Store) Load(ctx context.Context, want []*topics.CalibrationSnapshot) ([
 		states[i] = pipe.Get(ctx, s.StateKey(sn.RunID, sn.Stream, sn.Step))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("redis state load: %w", err)
+		return nil, fmt.Errorf("redis state load: %w", s.failed(ctx, err))
 	}
 	out := make([]Loaded, len(want))
 	for i := range want {
@@ -90,7 +90,7 @@ func parseHead(m map[string]string) (*Head, error) {
 func (s *Store) ReadHead(ctx context.Context, run, stream string) (*Head, error) {
 	m, err := s.rdb.HGetAll(ctx, s.HeadKey(run, stream)).Result()
 	if err != nil {
-		return nil, err
+		return nil, s.failed(ctx, err)
 	}
 	if len(m) == 0 {
 		return nil, redis.Nil
@@ -104,7 +104,7 @@ func (s *Store) ReadHead(ctx context.Context, run, stream string) (*Head, error)
 func (s *Store) ReadState(ctx context.Context, run, stream string, step int64) ([]byte, error) {
 	v, err := s.rdb.Get(ctx, s.StateKey(run, stream, step)).Bytes()
 	if err != nil {
-		return nil, err
+		return nil, s.failed(ctx, err)
 	}
 	if len(v) < sha256.Size || !correction.IsHead(v[sha256.Size:]) {
 		return v, nil
@@ -124,7 +124,7 @@ func (s *Store) ReadState(ctx context.Context, run, stream string, step int64) (
 			cmds = append(cmds, pipe.Get(ctx, s.tag(run, stream)+":chunk:"+strconv.FormatUint(k, 10)))
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("redis window chunks of %s/%s: %w", run, stream, err)
+			return nil, fmt.Errorf("redis window chunks of %s/%s: %w", run, stream, s.failed(ctx, err))
 		}
 		for _, cmd := range cmds {
 			b, err := cmd.Bytes()
@@ -161,5 +161,6 @@ func (s *Store) ReadState(ctx context.Context, run, stream string, step int64) (
 
 // Streams lists the streams recorded for run.
 func (s *Store) Streams(ctx context.Context, run string) ([]string, error) {
-	return s.rdb.SMembers(ctx, s.StreamsKey(run)).Result()
+	m, err := s.rdb.SMembers(ctx, s.StreamsKey(run)).Result()
+	return m, s.failed(ctx, err)
 }

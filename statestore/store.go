@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -30,6 +31,20 @@ type Store struct {
 // New returns a store under prefix (e.g. DefaultPrefix) that keeps the last keep snapshots.
 func New(rdb redis.UniversalClient, prefix string, keep int) *Store {
 	return &Store{rdb: rdb, prefix: prefix, keep: keep}
+}
+
+// failed passes err through; a failure other than a missing key makes a cluster client reload
+// its slot map. go-redis keeps routing a slot to a master that no longer answers (a dead node
+// sends no MOVED) until its periodic reload, 60 s by default; after a failover the next write
+// or read then reaches the promoted replica.
+func (s *Store) failed(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return err
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		cc.ReloadState(ctx)
+	}
+	return err
 }
 
 func (s *Store) tag(run, stream string) string { return s.prefix + ":{" + run + "/" + stream + "}" }
@@ -176,7 +191,7 @@ func (s *Store) write(ctx context.Context, ws []Write, newStreams map[string][]s
 		cmds, err = run(true)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("redis snapshot write: %w", err)
+		return nil, fmt.Errorf("redis snapshot write: %w", s.failed(ctx, err))
 	}
 	out := make([]Outcome, len(ws))
 	for i, c := range cmds {

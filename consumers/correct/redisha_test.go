@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
@@ -59,9 +60,9 @@ func startRedisHA(t *testing.T, mode string) *redisHA {
 }
 
 // run runs one action of the script and returns its standard output.
-func (h *redisHA) run(t *testing.T, action string) string {
+func (h *redisHA) run(t *testing.T, action string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join("..", "..", "deploy", "local", "redis-ha.sh"), h.mode, action)
+	cmd := exec.Command(filepath.Join("..", "..", "deploy", "local", "redis-ha.sh"), append([]string{h.mode, action}, args...)...)
 	cmd.Env = h.env
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -119,8 +120,16 @@ func freePortRun(t *testing.T, n int) int {
 // digest of an uninterrupted run, and Redis ends up holding every (run, stream) at its last
 // step, the state assembled from head and chunks matching the head's digest.
 func TestRedisHAFailover(t *testing.T) {
-	for _, mode := range []string{"cluster", "sentinel"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, tc := range []struct{ mode, fault string }{
+		// A coordinated switch: CLUSTER FAILOVER on every replica; SENTINEL FAILOVER.
+		{"cluster", "failover"},
+		{"sentinel", "failover"},
+		// The master holding the keys is SIGKILLed; its replica takes over.
+		{"cluster", "kill"},
+		{"sentinel", "kill"},
+	} {
+		mode := tc.mode
+		t.Run(mode+"/"+tc.fault, func(t *testing.T) {
 			t.Parallel()
 			wl := faultWorkload
 			wl.Steps = 50
@@ -139,24 +148,32 @@ func TestRedisHAFailover(t *testing.T) {
 			probe := newAdvantageReader(t, e.seeds, e.names.Advantages(), true)
 			probe.readUntil(t, e.total/4, 60*time.Second)
 			before := len(probe.rows)
-			start := time.Now()
-			ha.run(t, "failover")
-			done := time.Now()
-			t.Logf("%s failover after %d of %d rows took %v", mode, before, e.total, done.Sub(start).Round(time.Millisecond))
-			produced.Wait()
-			if time.Unix(0, lastStepAt.Load()).Before(done) {
-				t.Fatal("every step was produced before the failover finished; lengthen the workload")
-			}
-			rd := e.verify(t, 90*time.Second)
 			target, err := conn.Options{RedisURL: ha.url}.RedisTarget()
 			if err != nil {
 				t.Fatal(err)
 			}
 			rdb := target.Client(false)
 			defer rdb.Close()
-			checkStoreAtLastStep(t, statestore.New(rdb, cc.RedisPrefix, 4), wl)
-			t.Logf("%s: rows=%d digest %s; redis write errors %v, states rewritten after loss %v, digest alarms %v",
-				mode, len(rd.rows), topics.DigestRows(rd.rows),
+			if err := conn.CheckRedis(context.Background(), rdb, false); err != nil {
+				t.Fatalf("start-up check of %s: %v", ha.url, err)
+			}
+			store := statestore.New(rdb, cc.RedisPrefix, 4)
+			start := time.Now()
+			if tc.fault == "kill" {
+				ha.run(t, "kill", masterPort(t, target, rdb, store.HeadKey("r-0", "stream0")))
+			} else {
+				ha.run(t, "failover")
+			}
+			done := time.Now()
+			t.Logf("%s %s after %d of %d rows took %v", mode, tc.fault, before, e.total, done.Sub(start).Round(time.Millisecond))
+			produced.Wait()
+			if time.Unix(0, lastStepAt.Load()).Before(done) {
+				t.Fatal("every step was produced before the failover finished; lengthen the workload")
+			}
+			rd := e.verify(t, 90*time.Second)
+			checkStoreAtLastStep(t, store, wl)
+			t.Logf("%s %s: rows=%d digest %s; redis write errors %v, states rewritten after loss %v, digest alarms %v",
+				mode, tc.fault, len(rd.rows), topics.DigestRows(rd.rows),
 				scrape(t, cc.MetricsAddr, "wmrl_correct_redis_errors_total"),
 				scrape(t, cc.MetricsAddr, "wmrl_correct_redis_state_lost_total"),
 				scrape(t, cc.MetricsAddr, "wmrl_correct_redis_digest_mismatch_total"))
@@ -181,7 +198,13 @@ func checkStoreAtLastStep(t *testing.T, store *statestore.Store, wl SynthConfig)
 	deadline := time.Now().Add(15 * time.Second)
 	for r := range wl.Runs {
 		run := fmt.Sprintf("r-%d", r)
-		if streams, err := store.Streams(ctx, run); err != nil || len(streams) != wl.Streams {
+		// A client's cluster slot map may still name a killed master until go-redis reloads it.
+		streams, err := store.Streams(ctx, run)
+		for (err != nil || len(streams) != wl.Streams) && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			streams, err = store.Streams(ctx, run)
+		}
+		if err != nil || len(streams) != wl.Streams {
 			t.Fatalf("streams set of %s: %v %v", run, streams, err)
 		}
 		for s := range wl.Streams {
@@ -195,6 +218,10 @@ func checkStoreAtLastStep(t *testing.T, store *statestore.Store, wl SynthConfig)
 				t.Fatalf("head %s/%s: %+v %v, want step %d", run, stream, h, err, last)
 			}
 			b, err := store.ReadState(ctx, run, stream, h.SealedStep)
+			for err != nil && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+				b, err = store.ReadState(ctx, run, stream, h.SealedStep)
+			}
 			if err != nil {
 				t.Fatalf("state %s/%s: %v", run, stream, err)
 			}
@@ -207,4 +234,35 @@ func checkStoreAtLastStep(t *testing.T, store *statestore.Store, wl SynthConfig)
 			}
 		}
 	}
+}
+
+// masterPort returns the port of the master that holds key: the cluster node serving its slot,
+// or the master the sentinels name.
+func masterPort(t *testing.T, target conn.RedisTarget, rdb redis.UniversalClient, key string) string {
+	t.Helper()
+	ctx := context.Background()
+	var addr string
+	switch target.Kind() {
+	case conn.RedisCluster:
+		m, err := rdb.(*redis.ClusterClient).MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = m.Options().Addr
+	case conn.RedisSentinel:
+		sc := redis.NewSentinelClient(&redis.Options{Addr: target.Failover.SentinelAddrs[0]})
+		defer sc.Close()
+		hp, err := sc.GetMasterAddrByName(ctx, target.Failover.MasterName).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = net.JoinHostPort(hp[0], hp[1])
+	default:
+		t.Fatalf("no master to find in a %s target", target.Kind())
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
 }

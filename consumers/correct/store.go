@@ -60,12 +60,17 @@ func (c *Consumer) writeRedis(done []*sealed) {
 		w := ws[i]
 		w.Full = true
 		again = append(again, w)
-		if !slices.Contains(streams[w.Snap.RunID], w.Snap.Stream) {
-			streams[w.Snap.RunID] = append(streams[w.Snap.RunID], w.Snap.Stream)
-		}
+		streams[w.Snap.RunID] = nil
 	}
 	if len(again) == 0 {
 		return
+	}
+	// The run's streams set is re-added with every stream the run sealed, not only the ones
+	// rewritten: on a cluster one shard can lose the set while other shards keep their streams.
+	for _, w := range ws {
+		if have, ok := streams[w.Snap.RunID]; ok && !slices.Contains(have, w.Snap.Stream) {
+			streams[w.Snap.RunID] = append(have, w.Snap.Stream)
+		}
 	}
 	c.m.redisLost.Add(float64(len(again)))
 	c.log.Warn("redis does not hold the previous step of some streams (data lost?); writing their whole windows",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# redis-ha.sh {cluster|sentinel} {start|stop|status|failover|url}: a Redis Cluster (3 masters,
+# redis-ha.sh {cluster|sentinel} {start|stop|status|failover|kill PORT|url}: a Redis Cluster (3 masters,
 # 1 replica each) or a Sentinel setup (master, replica, 3 sentinels, quorum 2) from Debian's
 # redis-server on 127.0.0.1, daemonized, without persistence: test state is disposable.
 #
@@ -9,6 +9,9 @@
 # start prints nothing on stdout; url prints the --redis URL. failover moves every master:
 # cluster: CLUSTER FAILOVER on each replica (a coordinated switch, no acknowledged write lost);
 # sentinel: SENTINEL FAILOVER wmrlmaster. Both wait until the new roles are in place.
+# kill PORT SIGKILLs the master on PORT and waits until its replica has taken over (cluster:
+# marked failed after the 2 s node timeout, slots served again; sentinel: down after 1 s, a new
+# master elected by the quorum).
 #
 # Environment (all optional):
 #   WMRL_LOCAL_DIR          runtime dir (default <repo>/.local); this uses <dir>/redis-<mode>
@@ -28,7 +31,7 @@ die() { log "error: $*"; exit 1; }
 case $MODE in
 cluster) BASE=${WMRL_REDIS_HA_PORT:-7000}; PORTS=(0 1 2 3 4 5) ;;
 sentinel) BASE=${WMRL_REDIS_HA_PORT:-7100}; PORTS=(0 1 2 3 4) ;;
-*) echo "usage: $0 {cluster|sentinel} {start|stop|status|failover|url}" >&2; exit 2 ;;
+*) echo "usage: $0 {cluster|sentinel} {start|stop|status|failover|kill PORT|url}" >&2; exit 2 ;;
 esac
 RUN=$LOCAL/redis-$MODE
 
@@ -51,7 +54,7 @@ start_server() { # start_server PORT EXTRA...
 	local p=$1
 	shift
 	mkdir -p "$RUN/$p"
-	redis-server --bind 127.0.0.1 --port "$p" --protected-mode yes --daemonize yes \
+	redis-server --bind 127.0.0.1 --port "$p" --protected-mode yes --daemonize yes --repl-diskless-sync-delay 0 \
 		--pidfile "$RUN/$p/redis.pid" --logfile "$RUN/$p/redis.log" --dir "$RUN/$p" \
 		--save '' --appendonly no "$@" </dev/null
 }
@@ -59,21 +62,28 @@ start_server() { # start_server PORT EXTRA...
 start_cluster() {
 	local addrs=() i
 	for i in "${PORTS[@]}"; do
-		start_server "$(port "$i")" --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000
+		start_server "$(port "$i")" --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+			--cluster-replica-validity-factor 0
 		addrs+=("127.0.0.1:$(port "$i")")
 	done
 	for i in "${PORTS[@]}"; do wait_for 20 "PONG on $(port "$i")" ping "$(port "$i")"; done
 	redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$RUN/create.log" 2>&1 ||
 		{ cat "$RUN/create.log" >&2; die "redis-cli --cluster create failed"; }
 	for i in "${PORTS[@]}"; do wait_for 30 "cluster_state:ok on $(port "$i")" cluster_ok "$(port "$i")"; done
-	wait_for 30 "3 masters with a replica each" cluster_complete
+	wait_for 30 "3 masters with a synced replica each" cluster_complete
 }
 
 cluster_ok() { cli "$1" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; }
+# cluster_complete: 3 replicas connected and each done with its first full sync (a replica
+# promoted before that holds nothing).
 cluster_complete() {
-	local n
+	local n i
 	n=$(cli "$(port 0)" cluster nodes 2>/dev/null | awk '$3 ~ /slave/ && $8 == "connected"' | wc -l)
-	[[ $n == 3 ]]
+	[[ $n == 3 ]] || return 1
+	for i in "${PORTS[@]}"; do
+		[[ $(role "$(port "$i")") == slave ]] && ! replica_synced "$(port "$i")" && return 1
+	done
+	return 0
 }
 role() { cli "$1" role 2>/dev/null | head -n 1; }
 replica_synced() { cli "$1" info replication 2>/dev/null | grep -q '^master_link_status:up'; }
@@ -157,17 +167,42 @@ replicas_synced() {
 }
 master_moved() { local m; m=$(sentinel_master "$1"); [[ -n $m && $m != "$2" ]]; }
 
+kill_master() {
+	local p=$1 f pid
+	f=$RUN/$p/redis.pid
+	[[ -s $f ]] || die "no server of ours on port $p"
+	is_master "$p" || die "$p is not a master"
+	pid=$(<"$f")
+	kill_ours "$p" || die "pid $pid is not the redis-server on $p"
+	log "killed master $p (pid $pid)"
+	if [[ $MODE == cluster ]]; then
+		local i s=()
+		for i in "${PORTS[@]}"; do [[ $(port "$i") == "$p" ]] || s+=("$(port "$i")"); done
+		wait_for 30 "$p marked failed" node_failed "${s[0]}" "$p"
+		for q in "${s[@]}"; do wait_for 30 "cluster_state:ok on $q" cluster_ok "$q"; done
+	else
+		wait_for 30 "a new master" master_moved "$(port 2)" "$p"
+		local now
+		now=$(sentinel_master "$(port 2)")
+		wait_for 30 "$now is master" is_master "$now"
+		log "master $p -> $now"
+	fi
+}
+node_failed() { cli "$1" cluster nodes 2>/dev/null | awk -v a="127.0.0.1:$2@" 'index($2, a) == 1 && $3 ~ /fail/ && $3 !~ /fail\?/ { found = 1 } END { exit !found }'; }
+
+# kill_ours PORT: SIGKILL the server on PORT if its pid file names a redis-server of that port.
+kill_ours() {
+	local f=$RUN/$1/redis.pid pid
+	[[ -s $f ]] || return 1
+	pid=$(<"$f")
+	rm -f "$f"
+	tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q "redis-server.*:$1" || return 1
+	kill -KILL "$pid" 2>/dev/null
+}
+
 stop() {
-	local i pid
-	for i in "${PORTS[@]}"; do
-		local f=$RUN/$(port "$i")/redis.pid
-		[[ -s $f ]] || continue
-		pid=$(<"$f")
-		if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "redis-server.*:$(port "$i")"; then
-			kill -KILL "$pid" 2>/dev/null || true
-		fi
-		rm -f "$f"
-	done
+	local i
+	for i in "${PORTS[@]}"; do kill_ours "$(port "$i")" || true; done
 	log "stopped"
 }
 
@@ -200,6 +235,7 @@ start)
 stop) stop ;;
 status) status ;;
 failover) "failover_$MODE" ;;
+kill) kill_master "${3:?kill needs the port of a master}" ;;
 url) url ;;
-*) echo "usage: $0 {cluster|sentinel} {start|stop|status|failover|url}" >&2; exit 2 ;;
+*) echo "usage: $0 {cluster|sentinel} {start|stop|status|failover|kill PORT|url}" >&2; exit 2 ;;
 esac
