@@ -14,7 +14,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 FUZZTIME ?= 10s
 
 .PHONY: all build test test-suites test-go test-python test-trainers test-trainers-suite services-up services-down services-status \
-	lint fmt-check vet staticcheck compose-check k8s-check fuzz-smoke clean test-cluster chaos chaos-short
+	lint fmt-check vet staticcheck compose-check k8s-check fuzz-smoke clean test-cluster test-redis-ha chaos chaos-short
 
 all: build
 
@@ -98,6 +98,11 @@ test-trainers-suite:
 # services.
 test-cluster:
 	WMRL_TEST_CLUSTER=1 $(GO) test -count=1 -timeout 10m -run TestClusterFailover -v ./cmd/wmrl
+
+# Redis Cluster (3 masters, 1 replica each) and Sentinel failover under a running correct
+# (deploy/local/redis-ha.sh); also part of `make test`. Needs the broker of `make test`.
+test-redis-ha:
+	$(GO) test -count=1 -timeout 5m -run TestRedisHAFailover -v ./consumers/correct
 
 # The fault harness (internal/chaos): real stages as processes on a broker and Redis of its own,
 # SIGKILLs, a broker killed inside a transaction, Redis flushed and killed, a zombie, scale-out;

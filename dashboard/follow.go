@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/wmrl/wmrl/consumers/correct"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -36,7 +36,7 @@ type Config struct {
 	// Redis, if set, is polled for the correction consumer's head of every run.
 	Redis redis.UniversalClient
 	// RedisPrefix maps a topic set's prefix to the Redis key prefix of its correction consumer
-	// (`wmrl correct --redis-prefix`); nil maps every set to correct.DefaultRedisPrefix.
+	// (`wmrl correct --redis-prefix`); nil maps every set to statestore.DefaultPrefix.
 	RedisPrefix func(topicPrefix string) string
 	// PollInterval is how often consumer-group lag and Redis are read (default 1 s).
 	PollInterval time.Duration
@@ -60,7 +60,7 @@ func NewFollower(cfg Config) (*Follower, error) {
 		cfg.TopicPrefix = topics.DefaultPrefix
 	}
 	if cfg.RedisPrefix == nil {
-		cfg.RedisPrefix = func(string) string { return correct.DefaultRedisPrefix }
+		cfg.RedisPrefix = func(string) string { return statestore.DefaultPrefix }
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = time.Second
@@ -249,7 +249,7 @@ func (f *Follower) pollRedis(ctx context.Context) {
 	for _, k := range f.model.RunKeys() {
 		prefix := f.cfg.RedisPrefix(k.prefix)
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		store := correct.NewStore(f.cfg.Redis, prefix, 1)
+		store := statestore.New(f.cfg.Redis, prefix, 1)
 		h, err := store.ReadHead(rctx, k.run, k.stream)
 		if err == nil && f.model.NeedsMap(k, h.FitVersion) {
 			if mp, merr := redisMap(rctx, store, k, h.SealedStep); merr != nil {

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/wmrl/wmrl/consumers/correct"
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/statestore"
 )
 
 // The calibration topic's snapshots carry the map's breakpoints only every few dozen steps (they
@@ -74,7 +74,7 @@ func (r *runModel) withRedisMaps(maps []Map) []Map {
 }
 
 // redisMap reads the map in force after step from the consumer's Redis state.
-func redisMap(ctx context.Context, st *correct.Store, k runKey, step int64) (Map, error) {
+func redisMap(ctx context.Context, st *statestore.Store, k runKey, step int64) (Map, error) {
 	b, err := st.ReadState(ctx, k.run, k.stream, step)
 	if err != nil {
 		return Map{}, fmt.Errorf("read state of %s step %d: %w", k.id(), step, err)

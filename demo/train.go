@@ -8,17 +8,18 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/wmrl/wmrl/consumers/correct"
+
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/sim"
 	"github.com/wmrl/wmrl/sinks/trainer"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
 // train is the trainer sink: it takes each step's fused advantages off the topic, applies the
 // policy-gradient update, reads the sealed calibration state back from Redis for the progress
 // display and lets the generator sample the next step.
-func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *correct.Store, run string) (sim.Result, error) {
+func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *statestore.Store, run string) (sim.Result, error) {
 	res := sim.Result{Arm: a.arm.Name, Seed: a.cfg.Seed, InitialScore: a.pol.ExpectedScore(a.eval)}
 	n := a.cfg.Sim.Groups * a.cfg.Sim.GroupSize
 	adv, wts, masked := make([]float64, n), make([]float64, n), make([]bool, n)
@@ -119,7 +120,7 @@ func (a *armRun) index(groupID, rolloutID string, step int) (int, error) {
 // sealedState reads the calibration state sealed after step v from Redis. The consumer writes
 // Redis right after its transaction commits, so the trainer may see the advantages a moment
 // before the state: poll briefly.
-func (a *armRun) sealedState(ctx context.Context, store *correct.Store, run string, v int64) (*correction.State, error) {
+func (a *armRun) sealedState(ctx context.Context, store *statestore.Store, run string, v int64) (*correction.State, error) {
 	deadline := time.Now().Add(a.cfg.StallTimeout)
 	for {
 		b, err := store.ReadState(ctx, run, sim.Stream, v)

@@ -117,6 +117,12 @@ func DecodeCalibrationChunkValue(value []byte, chunkPairs uint64) (CalibrationCh
 
 // CalibrationChunkRecord returns c as a record for the calibration topic.
 func (n Names) CalibrationChunkRecord(c CalibrationChunk) *kgo.Record {
+	return n.EncodedCalibrationChunkRecord(c, EncodeCalibrationChunk(c))
+}
+
+// EncodedCalibrationChunkRecord is CalibrationChunkRecord with the value already encoded
+// (EncodeCalibrationChunk(c)), for a writer that stores the same bytes elsewhere too.
+func (n Names) EncodedCalibrationChunkRecord(c CalibrationChunk, value []byte) *kgo.Record {
 	return &kgo.Record{Topic: n.Calibration(), Key: CalibrationChunkKey(c.RunID, c.Stream, c.Slot),
-		Value: EncodeCalibrationChunk(c), Headers: Headers(SchemaCalibrationChunk, c.RunID, c.Step, Header(HeaderStream, c.Stream))}
+		Value: value, Headers: Headers(SchemaCalibrationChunk, c.RunID, c.Step, Header(HeaderStream, c.Stream))}
 }

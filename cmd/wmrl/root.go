@@ -126,7 +126,7 @@ Linux, the process is non-dumpable (other processes of its uid cannot read its e
 	f.StringVar(&a.conn.TLSKey, "tls-key", "", "PEM client key for mutual TLS")
 	f.StringVar(&a.conn.TLSServerName, "tls-server-name", "", "server name to verify instead of the broker host")
 	f.BoolVar(&a.conn.TLSSkipVerify, "tls-skip-verify", false, "do not verify broker certificates (lab clusters only)")
-	f.StringVar(&a.conn.RedisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL: redis:// or rediss:// (TLS), optional user:password@ and /db (put the password in --redis-password-file)")
+	f.StringVar(&a.conn.RedisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL: redis:// or rediss:// (TLS), optional user:password@ and /db (put the password in --redis-password-file); a Redis Cluster: several seeds redis://h1:7000,h2:7001 (or redis-cluster://host:port); Sentinel: redis-sentinel://h1:26379,h2:26379/mymaster[/db]")
 	f.String("redis-password-file", "", "file holding the Redis password, for a --redis URL without one (trailing line breaks removed)")
 	f.StringVar(&a.conn.RedisTLSCA, "redis-tls-ca", "", "PEM file with the CA certificates that sign the rediss:// server's certificate (default: system roots)")
 	f.StringVar(&a.conn.RedisTLSCert, "redis-tls-cert", "", "PEM client certificate for a rediss:// server that requires one")
@@ -239,22 +239,24 @@ func (a *app) admin() (*kadm.Client, func(), error) {
 
 // redis returns a client after one PING, so a wrong password, CA or scheme fails the command at
 // once with the cause (conn.CheckRedis).
-func (a *app) redis() (*redis.Client, error) {
-	ro, err := a.conn.RedisOptions()
+func (a *app) redis() (redis.UniversalClient, error) {
+	target, err := a.conn.RedisTarget()
 	if err != nil {
 		return nil, err
 	}
 	// The check gets a client of its own that honours the start-up deadline: go-redis's dial
 	// and connection set-up otherwise run on their own timeouts (5 s and more).
-	co := *ro
-	co.ContextTimeoutEnabled = true
-	check := redis.NewClient(&co)
-	err = conn.CheckRedis(a.startupContext(), check)
+	check := target.Client(true)
+	err = conn.CheckRedis(a.startupContext(), check, target.TLS())
 	_ = check.Close()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", conn.RedactURL(a.conn.RedisURL), err)
+		where := conn.RedactURL(a.conn.RedisURL)
+		if k := target.Kind(); k != conn.RedisSingle {
+			where += " (" + k + ")"
+		}
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	return redis.NewClient(ro), nil
+	return target.Client(false), nil
 }
 
 // kafkaOpts returns the connection options after one metadata round trip (conn.Check): a stage

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -30,7 +32,7 @@ func (c *Consumer) reload(ctx context.Context) error {
 	byRun := map[string][]*correction.State{}
 	partOf := map[string]int32{}
 	rewrite := map[string][]string{}
-	ws := make([]calWrite, len(keys))
+	ws := make([]statestore.Write, len(keys))
 	for i, k := range keys {
 		e := got[k]
 		sn := &e.snap
@@ -39,7 +41,7 @@ func (c *Consumer) reload(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		ws[i] = calWrite{snap: sn, st: st, full: true}
+		ws[i] = statestore.Write{Snap: sn, State: st, Full: true}
 		if legacy {
 			rewrite[sn.RunID] = append(rewrite[sn.RunID], sn.Stream)
 		}
@@ -78,16 +80,16 @@ func (c *Consumer) reload(ctx context.Context) error {
 // repairRedis compares Redis with the changelog's states and rewrites, with whole windows and
 // the runs' streams sets, every (run, stream) it does not hold as the changelog does. It returns
 // how many it rewrote; Redis failures are logged and counted, never fatal.
-func (c *Consumer) repairRedis(ctx context.Context, want []*topics.CalibrationSnapshot, ws []calWrite) int {
+func (c *Consumer) repairRedis(ctx context.Context, want []*topics.CalibrationSnapshot, ws []statestore.Write) int {
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	fromRedis, err := c.store.load(lctx, want)
+	fromRedis, err := c.store.Load(lctx, want)
 	if err != nil {
 		c.m.redisErrors.Inc()
 		c.log.Warn("redis state load failed; not repairing it now", "err", err)
 		return 0
 	}
-	var repair []calWrite
+	var repair []statestore.Write
 	streams := map[string][]string{}
 	lost := 0
 	for i, sn := range want {
@@ -95,7 +97,7 @@ func (c *Consumer) repairRedis(ctx context.Context, want []*topics.CalibrationSn
 		if reason == "" {
 			continue
 		}
-		if fromRedis[i].head == nil && !fromRedis[i].has {
+		if fromRedis[i].Head == nil && !fromRedis[i].Has {
 			lost++
 		}
 		c.m.rebuilds.WithLabelValues(reason).Inc()
@@ -110,7 +112,7 @@ func (c *Consumer) repairRedis(ctx context.Context, want []*topics.CalibrationSn
 	if len(repair) == 0 {
 		return 0
 	}
-	res, err := c.store.writeForce(lctx, repair, streams)
+	res, err := c.store.WriteForce(lctx, repair, streams)
 	if err != nil {
 		c.m.redisErrors.Inc()
 		c.log.Warn("redis repair failed", "err", err)
@@ -121,18 +123,18 @@ func (c *Consumer) repairRedis(ctx context.Context, want []*topics.CalibrationSn
 }
 
 // redisVerdict says why Redis does not hold sn's state as the changelog does ("" when it does).
-func redisVerdict(sn *topics.CalibrationSnapshot, l loaded) string {
+func redisVerdict(sn *topics.CalibrationSnapshot, l statestore.Loaded) string {
 	switch {
-	case l.head == nil && !l.has:
+	case l.Head == nil && !l.Has:
 		return "missing"
-	case l.head != nil && l.head.SealedStep < sn.Step:
+	case l.Head != nil && l.Head.SealedStep < sn.Step:
 		return "behind"
-	case l.head != nil && l.head.SealedStep > sn.Step:
+	case l.Head != nil && l.Head.SealedStep > sn.Step:
 		return "ahead"
-	case !l.has:
+	case !l.Has:
 		return "missing"
 	}
-	if string(l.state) != string(redisValue(sn)) {
+	if string(l.State) != string(statestore.RedisValue(sn)) {
 		return "mismatch"
 	}
 	return ""

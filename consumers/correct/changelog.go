@@ -12,6 +12,7 @@ import (
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/topicread"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -20,32 +21,12 @@ import (
 // or they are refitted from the window on rebuild.
 const mapEvery = 64
 
-// windowChunks returns the chunks of st's window that hold pairs added after prevTotal pairs
-// (prevTotal 0: every chunk of the window), each with all of its window pairs.
-func windowChunks(st *correction.State, prevTotal uint64) []topics.CalibrationChunk {
-	first, n := st.WindowSpan()
-	end := first + uint64(n)
-	from := max(prevTotal, first)
-	if from >= end {
-		return nil
-	}
-	const c = correction.ChunkPairs
-	slots := uint64(correction.ChunkSlots(st.Config().Window))
-	var out []topics.CalibrationChunk
-	for k := from / c; k <= (end-1)/c; k++ {
-		lo := max(k*c, first)
-		out = append(out, topics.CalibrationChunk{RunID: st.Run(), Stream: st.Stream(), Slot: int(k % slots),
-			Step: st.SealedStep(), Chunk: k, First: lo, Pairs: st.AppendWindow(nil, lo, (k+1)*c)})
-	}
-	return out
-}
-
 // calibrationRecords appends a sealed step's changelog records to recs: per stream, the window
 // chunks the step changed, then the snapshot (whose state is the head), all on the run's partition.
 func calibrationRecords(names topics.Names, s *sealed, recs []*kgo.Record) ([]*kgo.Record, error) {
 	for i := range s.snaps {
 		for _, ch := range s.chunks[i] {
-			r := names.CalibrationChunkRecord(ch)
+			r := names.EncodedCalibrationChunkRecord(ch.CalibrationChunk, ch.Value)
 			r.Partition = s.part
 			recs = append(recs, r)
 		}
@@ -134,7 +115,7 @@ func readChangelog(ctx context.Context, opts []kgo.Opt, topic string, parts []in
 func (e *changelogState) stateOf() (st *correction.State, legacy bool, err error) {
 	sn := &e.snap
 	if correction.IsHead(sn.State) {
-		win, err := windowFromChunks(sn.State, func(slot int, _ uint64) (topics.CalibrationChunk, bool) {
+		win, err := statestore.WindowFromChunks(sn.State, func(slot int, _ uint64) (topics.CalibrationChunk, bool) {
 			ch, ok := e.chunks[slot]
 			return ch, ok
 		})
@@ -150,7 +131,7 @@ func (e *changelogState) stateOf() (st *correction.State, legacy bool, err error
 			return nil, false, fmt.Errorf("%w: snapshot %s/%s step %d: %w", ErrChangelog, sn.RunID, sn.Stream, sn.Step, err)
 		}
 	}
-	sum, err := recordedDigest(st, sn.State)
+	sum, err := statestore.RecordedDigest(st, sn.State)
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: snapshot %s/%s step %d: %w", ErrChangelog, sn.RunID, sn.Stream, sn.Step, err)
 	}
@@ -162,51 +143,6 @@ func (e *changelogState) stateOf() (st *correction.State, legacy bool, err error
 			sn.RunID, sn.Stream, sn.Step, st.Run(), st.Stream(), st.SealedStep())
 	}
 	return st, legacy, nil
-}
-
-// recordedDigest returns st's digest under the definition its recorded form rec was written
-// with: a full encoding (written before heads existed) and a version 1 head carry the SHA-256 of
-// the full encoding, a newer head the chunked digest (correction.HeadDigestVersion).
-func recordedDigest(st *correction.State, rec []byte) ([32]byte, error) {
-	v := correction.DigestFlat
-	if correction.IsHead(rec) {
-		var err error
-		if v, err = correction.HeadDigestVersion(rec); err != nil {
-			return [32]byte{}, err
-		}
-	}
-	return st.DigestAs(v)
-}
-
-// windowFromChunks collects the window pairs a head names from its chunks; chunk(slot, number)
-// returns what is stored for chunk number in its slot (Redis stores by number, the changelog by
-// slot).
-func windowFromChunks(head []byte, chunk func(slot int, number uint64) (topics.CalibrationChunk, bool)) ([]byte, error) {
-	first, n, w, err := correction.HeadWindow(head)
-	if err != nil {
-		return nil, err
-	}
-	if n == 0 {
-		return nil, nil
-	}
-	const c = correction.ChunkPairs
-	slots := uint64(correction.ChunkSlots(w))
-	end := first + uint64(n)
-	win := make([]byte, 0, 16*n)
-	for k := first / c; k <= (end-1)/c; k++ {
-		ch, ok := chunk(int(k%slots), k)
-		if !ok {
-			return nil, fmt.Errorf("window chunk %d (slot %d) is missing", k, k%slots)
-		}
-		lo, hi := max(first, k*c), min(end, (k+1)*c)
-		have := ch.First + uint64(len(ch.Pairs)/16)
-		if ch.Chunk != k || ch.First > lo || have < hi {
-			return nil, fmt.Errorf("slot %d holds chunk %d with pairs [%d, %d), the window needs chunk %d pairs [%d, %d)",
-				k%slots, ch.Chunk, ch.First, have, k, lo, hi)
-		}
-		win = append(win, ch.Pairs[16*(lo-ch.First):16*(hi-ch.First)]...)
-	}
-	return win, nil
 }
 
 // RebuildFromChangelog reads the given partitions of the calibration topic and rebuilds every

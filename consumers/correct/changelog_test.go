@@ -18,6 +18,7 @@ import (
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/testenv"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -67,9 +68,9 @@ func TestChangelogRebuildOnBroker(t *testing.T) {
 		default:
 			c := *s
 			if s.step == migrateAt {
-				c.chunks = make([][]topics.CalibrationChunk, len(s.snaps))
+				c.chunks = make([][]statestore.Chunk, len(s.snaps))
 				for i := range s.snaps {
-					c.chunks[i] = windowChunks(s.states[i], 0)
+					c.chunks[i] = statestore.WindowChunks(s.states[i], 0)
 				}
 			}
 			if s.step < chunkedAt {

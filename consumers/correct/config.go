@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -18,7 +19,7 @@ import (
 const (
 	DefaultGroup            = "wmrl-correct"
 	DefaultKeepStates       = 8
-	DefaultRedisPrefix      = "wmrl"
+	DefaultRedisPrefix      = statestore.DefaultPrefix
 	DefaultTxnTimeout       = 20 * time.Second
 	DefaultProgressInterval = 10 * time.Second
 	DefaultChangelogTimeout = 60 * time.Second

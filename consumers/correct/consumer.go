@@ -16,6 +16,7 @@ import (
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/health"
 	"github.com/wmrl/wmrl/internal/stage"
+	"github.com/wmrl/wmrl/statestore"
 )
 
 // Consumer is the stateful, exactly-once correction stage.
@@ -24,7 +25,7 @@ type Consumer struct {
 	log    *slog.Logger
 	corr   *correction.Corrector
 	m      *metrics
-	store  *Store
+	store  *statestore.Store
 	eng    *engine
 	khooks []kgo.Hook // kprom series (stage.KafkaMetrics)
 
@@ -64,7 +65,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		log:      cfg.Logger.With("stage", "correct"),
 		corr:     corr,
 		m:        m,
-		store:    NewStore(cfg.Redis, cfg.RedisPrefix, cfg.KeepStates),
+		store:    statestore.New(cfg.Redis, cfg.RedisPrefix, cfg.KeepStates),
 		eng:      newEngine(corr, cfg.Names, m),
 		khooks:   stage.KafkaMetrics(cfg.Registry, "correct"),
 		assigned: map[int32]bool{},
@@ -78,7 +79,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 func (c *Consumer) RedisRoundTrips() int64 { return c.m.trips.Load() }
 
 // Store returns the consumer's Redis store (for readers of the current fit).
-func (c *Consumer) Store() *Store { return c.store }
+func (c *Consumer) Store() *statestore.Store { return c.store }
 
 func (p outputPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 	if t == p.dlq {
@@ -110,7 +111,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return err
 	}
 	// Load the snapshot script up front so the first write is not a NOSCRIPT miss.
-	if err := writeScript.Load(ctx, c.cfg.Redis).Err(); err != nil {
+	if err := c.store.LoadScript(ctx); err != nil {
 		c.log.Warn("redis script load failed (writes will retry it)", "err", err)
 	}
 	c.healthy.Store(true)

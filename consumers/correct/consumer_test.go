@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -231,7 +232,7 @@ func TestConsumerEndToEndWithReplay(t *testing.T) {
 	}
 
 	// Redis holds the head of every (run, stream) at the last step, with the changelog's digest.
-	store := NewStore(rdb, DefaultRedisPrefix, 3)
+	store := statestore.New(rdb, DefaultRedisPrefix, 3)
 	ctx := context.Background()
 	for r := 0; r < wl.Runs; r++ {
 		run := fmt.Sprintf("run-%d", r)
@@ -307,7 +308,7 @@ func TestConsumerEndToEndWithReplay(t *testing.T) {
 			t.Fatalf("replay %s digest %s (file %s), live %s", run, res.Digest, topics.DigestRows(rows), topics.DigestRows(live))
 		}
 		// The replay wrote its states to its own namespace, equal to the live ones.
-		rh, err := NewStore(rdb, "replay-"+run, 3).ReadHead(ctx, run, "stream0")
+		rh, err := statestore.New(rdb, "replay-"+run, 3).ReadHead(ctx, run, "stream0")
 		if err != nil {
 			t.Fatal(err)
 		}

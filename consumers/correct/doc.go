@@ -106,24 +106,8 @@
 //
 // # Redis key layout
 //
-// With prefix P (Config.RedisPrefix, default "wmrl"), run R and stream S — ids never contain
-// '/', '{' or '}' — every key of one (run, stream) shares the hash tag {R/S}:
-//
-//	P:{R/S}:head        hash: sealed_step, digest (hex, the snapshot's state digest),
-//	                    config_hash (hex correction.Config.Hash), fit_version, anchor_weight,
-//	                    pairs; fit (JSON {"x":[..],"y":[..]}: breakpoints, linear interpolation,
-//	                    clipped at the ends) and fit_step, from the latest snapshot carrying them
-//	P:{R/S}:state:<v>   string: the raw 32-byte digest, then correction.State.EncodeHead() of the
-//	                    state sealed after step v (last K kept)
-//	P:{R/S}:chunk:<c>   string: window chunk c (topics.EncodeCalibrationChunk), kept while a
-//	                    kept step's window reaches it
-//	P:{R/S}:steps       sorted set of the kept steps v (score v)
-//	P:{R/S}:lows        sorted set: kept step v scored by the oldest chunk of its window
-//	P:{R/S}:chunks      sorted set of the stored chunk numbers
-//	P:{R}:streams       set of the run's streams
-//
-// A reader of a state: Store.ReadState (GET state:<v>, then the chunks its head names, joined
-// with correction.AssembleState and checked against the digest).
+// The keys, the write script and the readers live in package statestore (Config.RedisPrefix is
+// its prefix); dashboards and tools read Redis through it, not through this consumer.
 //
 // # Replay
 //

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -124,7 +125,7 @@ type sealed struct {
 	step      int64
 	rows      []topics.AdvantageRow
 	snaps     []topics.CalibrationSnapshot // one per stream, sorted by stream
-	chunks    [][]topics.CalibrationChunk  // per snapshot: the window chunks its step changed
+	chunks    [][]statestore.Chunk         // per snapshot: the window chunks its step changed
 	states    []*correction.State          // per snapshot: the sealed state (read-only)
 	newStream []string                     // streams first seen in this step
 	lastInput time.Time

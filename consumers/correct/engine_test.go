@@ -556,7 +556,7 @@ func changelogOf(all []*sealed, upTo int64) map[string]*changelogState {
 				out[key] = e
 			}
 			for _, ch := range s.chunks[i] {
-				e.chunks[ch.Slot] = ch
+				e.chunks[ch.Slot] = ch.CalibrationChunk
 			}
 			e.snap, e.part = sn, s.part
 		}

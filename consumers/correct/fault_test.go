@@ -26,7 +26,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/internal/conn"
 	"github.com/wmrl/wmrl/internal/testenv"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -61,12 +63,12 @@ func childMain(raw string) int {
 		fmt.Fprintln(os.Stderr, "child config:", err)
 		return 2
 	}
-	ro, err := redis.ParseURL(cc.RedisURL)
+	target, err := conn.Options{RedisURL: cc.RedisURL}.RedisTarget()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	rdb := redis.NewClient(ro)
+	rdb := target.Client(false)
 	defer rdb.Close()
 	corr := correction.DefaultConfig()
 	corr.MinPairs = cc.MinPairs
@@ -320,7 +322,7 @@ func TestFaultRedisFlushAll(t *testing.T) {
 	}
 	// Redis was repaired and kept up: every (run, stream) head is at the last step, the state
 	// assembled from its head and chunks has the head's digest, and the streams sets are back.
-	store := NewStore(rdb, cc.RedisPrefix, 4)
+	store := statestore.New(rdb, cc.RedisPrefix, 4)
 	for r := 0; r < faultWorkload.Runs; r++ {
 		run := fmt.Sprintf("r-%d", r)
 		if streams, err := store.Streams(ctx, run); err != nil || len(streams) != faultWorkload.Streams {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/testenv"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -40,7 +41,7 @@ func BenchmarkRebuildFromChangelog1000(b *testing.B) {
 	for i := range streams {
 		st := fullWindowState(b, corr, fmt.Sprintf("run-%d", i/10), fmt.Sprintf("stream%d", i%10))
 		d := st.Digest()
-		s := &sealed{run: st.Run(), step: st.SealedStep(), chunks: [][]topics.CalibrationChunk{windowChunks(st, 0)},
+		s := &sealed{run: st.Run(), step: st.SealedStep(), chunks: [][]statestore.Chunk{statestore.WindowChunks(st, 0)},
 			snaps: []topics.CalibrationSnapshot{{RunID: st.Run(), Stream: st.Stream(), Step: st.SealedStep(),
 				Digest: fmt.Sprintf("%x", d), State: st.EncodeHead(), FitVersion: st.FitVersion(), Pairs: st.Pairs()}}}
 		recs, err := calibrationRecords(names, s, nil)

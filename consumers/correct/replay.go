@@ -14,6 +14,7 @@ import (
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/topicread"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -132,9 +133,9 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 			return res, err
 		}
 	}
-	var store *Store
+	var store *statestore.Store
 	if cfg.Redis != nil {
-		store = NewStore(cfg.Redis, cfg.RedisPrefix, cfg.KeepStates)
+		store = statestore.New(cfg.Redis, cfg.RedisPrefix, cfg.KeepStates)
 	}
 	dig := topics.NewDigest()
 	written := map[string]bool{}
@@ -150,10 +151,10 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 				ws, _ := sealedWrites([]*sealed{s})
 				for i := range ws {
 					// A replay namespace starts empty: each stream's first write carries its window.
-					ws[i].full = !written[ws[i].snap.Stream]
-					written[ws[i].snap.Stream] = true
+					ws[i].Full = !written[ws[i].Snap.Stream]
+					written[ws[i].Snap.Stream] = true
 				}
-				if _, err := store.write(ctx, ws, map[string][]string{s.run: s.newStream}); err != nil {
+				if _, err := store.Write(ctx, ws, map[string][]string{s.run: s.newStream}); err != nil {
 					return fmt.Errorf("%w: %w", ErrReplay, err)
 				}
 			}
@@ -204,7 +205,7 @@ func loadReplayStart(ctx context.Context, cfg ReplayConfig, corr *correction.Cor
 	if cfg.Redis == nil || cfg.StatePrefix == "" {
 		return nil, fmt.Errorf("%w: --from-offsets with --from-step > 0 needs Redis and the live namespace to load the state after step %d", ErrReplay, cfg.FromStep-1)
 	}
-	live := NewStore(cfg.Redis, cfg.StatePrefix, cfg.KeepStates)
+	live := statestore.New(cfg.Redis, cfg.StatePrefix, cfg.KeepStates)
 	streams, err := live.Streams(ctx, cfg.Run)
 	if err != nil {
 		return nil, fmt.Errorf("%w: streams of run %s: %w", ErrReplay, cfg.Run, err)

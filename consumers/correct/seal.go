@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -229,7 +230,7 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 			prevTotal = 0
 			delete(rb.rewrite, s)
 		}
-		out.chunks = append(out.chunks, windowChunks(st, prevTotal))
+		out.chunks = append(out.chunks, statestore.WindowChunks(st, prevTotal))
 		out.states = append(out.states, st)
 		next[s] = st
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -139,7 +140,7 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 		infos = append(infos, SealedStep{Run: s.run, Step: s.step, Rows: len(s.rows), LastInput: s.lastInput})
 	}
 	// Redis only after the commit, so it is never ahead of committed output.
-	c.writeRedisAsync(snaps, done, infos)
+	c.writeRedisAsync(done, infos)
 	return nil
 }
 

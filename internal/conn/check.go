@@ -87,12 +87,14 @@ func kafkaHint(err error, limit time.Duration) string {
 // well under a millisecond.
 const RedisCheckTimeout = 8 * time.Second
 
-// CheckRedis sends one PING, with the same purpose as Check.
-func CheckRedis(ctx context.Context, rdb *redis.Client) error {
+// CheckRedis sends one PING (for a Sentinel target: asks the sentinels for the master and pings
+// it; for a cluster: loads the slot map and pings a node), with the same purpose as Check.
+// useTLS tailors the hint of a timeout.
+func CheckRedis(ctx context.Context, rdb redis.UniversalClient, useTLS bool) error {
 	ctx, cancel, limit := withDeadline(ctx, RedisCheckTimeout)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis: %s: %w", redisHint(err, rdb.Options().TLSConfig != nil, limit), err)
+		return fmt.Errorf("redis: %s: %w", redisHint(err, useTLS, limit), err)
 	}
 	return nil
 }

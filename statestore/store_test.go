@@ -1,8 +1,10 @@
-package correct
+package statestore
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -51,7 +53,7 @@ func sealedStates(t *testing.T, n int) []*correction.State {
 }
 
 // storeWrite is the write a consumer makes for state st sealed after prev.
-func storeWrite(st, prev *correction.State, full bool) calWrite {
+func storeWrite(st, prev *correction.State, full bool) Write {
 	var prevTotal uint64
 	if prev != nil {
 		prevTotal = prev.TotalPairs()
@@ -59,7 +61,7 @@ func storeWrite(st, prev *correction.State, full bool) calWrite {
 	d := st.Digest()
 	sn := &topics.CalibrationSnapshot{RunID: st.Run(), Stream: st.Stream(), Step: st.SealedStep(), State: st.EncodeHead(),
 		Digest: hex.EncodeToString(d[:]), FitVersion: st.FitVersion(), Pairs: st.Pairs()}
-	return calWrite{snap: sn, chunks: windowChunks(st, prevTotal), st: st, full: full}
+	return Write{Snap: sn, Chunks: WindowChunks(st, prevTotal), State: st, Full: full}
 }
 
 func TestStoreDeltaWrites(t *testing.T) {
@@ -67,29 +69,29 @@ func TestStoreDeltaWrites(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 	const keep = 3
-	s := NewStore(rdb, "p", keep)
+	s := New(rdb, "p", keep)
 	ctx := context.Background()
 	states := sealedStates(t, 60)
-	write := func(w calWrite, force bool) int64 {
+	write := func(w Write, force bool) Status {
 		t.Helper()
-		var res []writeOutcome
+		var res []Outcome
 		var err error
 		if force {
-			res, err = s.writeForce(ctx, []calWrite{w}, map[string][]string{"r": {"s"}})
+			res, err = s.WriteForce(ctx, []Write{w}, map[string][]string{"r": {"s"}})
 		} else {
-			res, err = s.write(ctx, []calWrite{w}, map[string][]string{"r": {"s"}})
+			res, err = s.Write(ctx, []Write{w}, map[string][]string{"r": {"s"}})
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		return res[0].status
+		return res[0].Status
 	}
 	for v, st := range states {
 		var prev *correction.State
 		if v > 0 {
 			prev = states[v-1]
 		}
-		if got := write(storeWrite(st, prev, v == 0), false); got != statusWritten {
+		if got := write(storeWrite(st, prev, v == 0), false); got != Written {
 			t.Fatalf("step %d: status %d", v, got)
 		}
 	}
@@ -116,26 +118,26 @@ func TestStoreDeltaWrites(t *testing.T) {
 		}
 	}
 	h, err := s.ReadHead(ctx, "r", "s")
-	if err != nil || h.SealedStep != int64(last) || h.Digest != storeWrite(states[last], nil, false).snap.Digest {
+	if err != nil || h.SealedStep != int64(last) || h.Digest != storeWrite(states[last], nil, false).Snap.Digest {
 		t.Fatalf("head %+v %v", h, err)
 	}
 
 	for _, tc := range []struct {
 		name  string
-		w     calWrite
+		w     Write
 		force bool
-		want  int64
+		want  Status
 	}{
-		{"identical rewrite", storeWrite(states[last], states[last-1], false), false, statusIdentical},
-		{"older step never moves the head back", storeWrite(states[last-keep-1], states[last-keep-2], false), false, statusIdentical},
-		{"different content for a kept step", storeWrite(states[last-2], states[last-3], false), false, statusDiffers},
-		{"forced repair", storeWrite(states[last-2], states[last-3], true), true, statusRepaired},
+		{"identical rewrite", storeWrite(states[last], states[last-1], false), false, Identical},
+		{"older step never moves the head back", storeWrite(states[last-keep-1], states[last-keep-2], false), false, Identical},
+		{"different content for a kept step", storeWrite(states[last-2], states[last-3], false), false, Differs},
+		{"forced repair", storeWrite(states[last-2], states[last-3], true), true, Repaired},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := tc.w
-			if tc.want >= statusDiffers {
+			if tc.want >= Differs {
 				// Different content: another state of a kept step.
-				w.snap.State = states[last-1].EncodeHead()
+				w.Snap.State = states[last-1].EncodeHead()
 			}
 			if got := write(w, tc.force); got != tc.want {
 				t.Fatalf("status %d, want %d", got, tc.want)
@@ -149,10 +151,10 @@ func TestStoreDeltaWrites(t *testing.T) {
 	// Redis loses its data: a delta write is refused, a whole-window write restores the state.
 	mr.FlushAll()
 	next := sealedStates(t, len(states)+1)[len(states)]
-	if got := write(storeWrite(next, states[last], false), false); got != statusNoBase {
-		t.Fatalf("delta write after FLUSHALL: status %d, want %d", got, statusNoBase)
+	if got := write(storeWrite(next, states[last], false), false); got != NoBase {
+		t.Fatalf("delta write after FLUSHALL: status %d, want %d", got, NoBase)
 	}
-	if got := write(storeWrite(next, states[last], true), false); got != statusWritten {
+	if got := write(storeWrite(next, states[last], true), false); got != Written {
 		t.Fatalf("whole-window write after FLUSHALL: status %d", got)
 	}
 	b, err := s.ReadState(ctx, "r", "s", next.SealedStep())
@@ -175,7 +177,7 @@ func TestStoreReadsVersion1Heads(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	s := NewStore(rdb, "p", 3)
+	s := New(rdb, "p", 3)
 	ctx := context.Background()
 	states := sealedStates(t, 40)
 	for _, tc := range []struct {
@@ -190,8 +192,8 @@ func TestStoreReadsVersion1Heads(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := states[tc.step]
 			w := storeWrite(st, nil, true)
-			w.snap.State, w.snap.Digest = v1Head(w.snap.State), tc.digest(st)
-			if res, err := s.write(ctx, []calWrite{w}, map[string][]string{"r": {"s"}}); err != nil || res[0].status != statusWritten {
+			w.Snap.State, w.Snap.Digest = v1Head(w.Snap.State), tc.digest(st)
+			if res, err := s.Write(ctx, []Write{w}, map[string][]string{"r": {"s"}}); err != nil || res[0].Status != Written {
 				t.Fatalf("write: %v %v", res, err)
 			}
 			b, err := s.ReadState(ctx, "r", "s", int64(tc.step))
@@ -203,4 +205,19 @@ func TestStoreReadsVersion1Heads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// flatDigest is the hex digest a snapshot of st carried before the chunked digest: the SHA-256 of
+// the full encoding.
+func flatDigest(t *testing.T, st *correction.State) string {
+	t.Helper()
+	d := sha256.Sum256(st.Encode())
+	return hex.EncodeToString(d[:])
+}
+
+// v1Head returns head as a version 1 head: the same layout, recorded with the flat digest.
+func v1Head(head []byte) []byte {
+	b := bytes.Clone(head)
+	binary.LittleEndian.PutUint16(b[len("WMRLCHD\x00"):], 1)
+	return b
 }

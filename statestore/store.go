@@ -1,0 +1,291 @@
+package statestore
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// DefaultPrefix is the key prefix of the live state (`wmrl correct --redis-prefix`).
+const DefaultPrefix = "wmrl"
+
+// Store reads and writes the state of every (run, stream) under one key prefix. Any
+// redis.UniversalClient works: a single node, a Redis Cluster or a Sentinel-managed master.
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+	keep   int
+}
+
+// New returns a store under prefix (e.g. DefaultPrefix) that keeps the last keep snapshots.
+func New(rdb redis.UniversalClient, prefix string, keep int) *Store {
+	return &Store{rdb: rdb, prefix: prefix, keep: keep}
+}
+
+// failed passes err through; a failure other than a missing key makes a cluster client reload
+// its slot map. go-redis keeps routing a slot to a master that no longer answers (a dead node
+// sends no MOVED) until its periodic reload, 60 s by default; after a failover the next write
+// or read then reaches the promoted replica.
+func (s *Store) failed(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return err
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		cc.ReloadState(ctx)
+	}
+	return err
+}
+
+func (s *Store) tag(run, stream string) string { return s.prefix + ":{" + run + "/" + stream + "}" }
+
+// StateKey is the key of the state bytes of (run, stream) sealed after step.
+func (s *Store) StateKey(run, stream string, step int64) string {
+	return s.tag(run, stream) + ":state:" + strconv.FormatInt(step, 10)
+}
+
+// HeadKey is the hash with the latest sealed step of (run, stream).
+func (s *Store) HeadKey(run, stream string) string { return s.tag(run, stream) + ":head" }
+
+// StepsKey is the sorted set of the steps whose snapshots are kept.
+func (s *Store) StepsKey(run, stream string) string { return s.tag(run, stream) + ":steps" }
+
+// StreamsKey is the set of a run's streams (its own hash tag {run}).
+func (s *Store) StreamsKey(run string) string { return s.prefix + ":{" + run + "}:streams" }
+
+// writeScript stores one (run, stream) step idempotently: the state value (its digest and head)
+// under the step, the window chunks the step changed under their chunk numbers, and the head
+// hash. It replies {Status} or, for Differs, {Differs, the value found}: nothing is overwritten
+// unless argForce says the changelog proved the content wrong, and a delta is not written on a
+// Redis that lacks the previous step (NoBase) unless argFull says the chunks are the whole
+// window. Steps beyond the newest argKeep are deleted, and with them the chunks that no kept
+// step's window reaches. Keys built from argTag share the hash tag of KEYS, so they live in
+// the same cluster slot.
+//
+//go:embed write.lua
+var writeLua string
+
+var writeScript = redis.NewScript(writeLua)
+
+// KEYS of writeScript.
+const (
+	keyState = iota
+	keyHead
+	keySteps
+	keyLows
+	keyChunks
+	numKeys
+)
+
+// ARGV slots of writeScript (0-based here, ARGV[i+1] in Lua); chunk number, chunk value pairs
+// follow from argFirstChunk on.
+const (
+	argValue        = iota // state value (redisValue)
+	argStep                // sealed step v
+	argDigest              // hex digest of the snapshot
+	argConfigHash          // hex correction.Config.Hash
+	argFitVersion          // fit version
+	argKeep                // steps to keep
+	argTag                 // key prefix with the hash tag, ending in ':'
+	argFit                 // fit breakpoints as JSON, or ""
+	argAnchorWeight        // anchor weight
+	argPairs               // pairs in the window
+	argForce               // "1": overwrite differing content (repair)
+	argFull                // "1": the chunks are the whole window
+	argLowChunk            // oldest chunk of the window
+	argFirstChunk
+)
+
+// Status is the result of writing one step.
+type Status int64
+
+// Write statuses of writeScript.
+const (
+	// Written: the step is stored.
+	Written Status = iota
+	// Identical: the same content was already present, or Redis is already past the step.
+	Identical
+	// Differs: different content is present and was left alone (the alarm case).
+	Differs
+	// Repaired: different content was overwritten (a forced write).
+	Repaired
+	// NoBase: nothing was written because Redis does not hold the previous step, so a delta
+	// would leave holes; write again with Full.
+	NoBase
+)
+
+// Write is one (run, stream) step to store: its snapshot, the window chunks the step changed,
+// and the sealed state, which supplies every chunk when Redis needs the whole window.
+type Write struct {
+	Snap   *topics.CalibrationSnapshot
+	Chunks []Chunk
+	State  *correction.State
+	Full   bool
+}
+
+// Outcome is the result of one snapshot write.
+type Outcome struct {
+	Snap   *topics.CalibrationSnapshot
+	Status Status
+	// Existing is the digest of the different content found (Differs).
+	Existing string
+}
+
+type fitJSON struct {
+	X []float64 `json:"x"`
+	Y []float64 `json:"y"`
+}
+
+// Write stores steps in one round trip (one pipeline of scripts, plus SADD for streams seen for
+// the first time). A script cache miss (NOSCRIPT after a Redis restart) costs one more.
+func (s *Store) Write(ctx context.Context, ws []Write, newStreams map[string][]string) ([]Outcome, error) {
+	return s.write(ctx, ws, newStreams, false)
+}
+
+// WriteForce is Write for repairs: the states come from the changelog, which is the source of
+// truth, so differing Redis content is replaced, with the whole window.
+func (s *Store) WriteForce(ctx context.Context, ws []Write, streams map[string][]string) ([]Outcome, error) {
+	return s.write(ctx, ws, streams, true)
+}
+
+func (s *Store) write(ctx context.Context, ws []Write, newStreams map[string][]string, force bool) ([]Outcome, error) {
+	if len(ws) == 0 {
+		return nil, nil
+	}
+	run := func(eval bool) ([]*redis.Cmd, error) {
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(ws))
+		for i := range ws {
+			keys, args := s.writeArgs(&ws[i], force)
+			if eval {
+				cmds[i] = writeScript.Eval(ctx, pipe, keys, args...)
+			} else {
+				cmds[i] = writeScript.EvalSha(ctx, pipe, keys, args...)
+			}
+		}
+		for r, streams := range newStreams {
+			if len(streams) == 0 {
+				continue
+			}
+			members := make([]any, len(streams))
+			for i, st := range streams {
+				members[i] = st
+			}
+			pipe.SAdd(ctx, s.StreamsKey(r), members...)
+		}
+		_, err := pipe.Exec(ctx)
+		return cmds, err
+	}
+	cmds, err := run(false)
+	if err != nil && isNoScript(err) {
+		cmds, err = run(true)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redis snapshot write: %w", s.failed(ctx, err))
+	}
+	out := make([]Outcome, len(ws))
+	for i, c := range cmds {
+		sn := ws[i].Snap
+		res, err := c.Slice()
+		if err != nil || len(res) == 0 {
+			return nil, fmt.Errorf("redis snapshot write %s/%s step %d: unexpected reply %v: %w", sn.RunID, sn.Stream, sn.Step, res, err)
+		}
+		st, _ := res[0].(int64)
+		out[i] = Outcome{Snap: sn, Status: Status(st)}
+		if Status(st) == Differs && len(res) > 1 {
+			b, _ := res[1].(string)
+			if len(b) >= sha256.Size && correction.IsHead([]byte(b[sha256.Size:])) {
+				out[i].Existing = hex.EncodeToString([]byte(b[:sha256.Size]))
+			} else {
+				sum := sha256.Sum256([]byte(b))
+				out[i].Existing = hex.EncodeToString(sum[:])
+			}
+		}
+	}
+	return out, nil
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+func (s *Store) writeArgs(w *Write, force bool) ([]string, []any) {
+	sn := w.Snap
+	var fit string
+	if len(sn.BreakX) > 0 {
+		b, _ := json.Marshal(fitJSON{X: sn.BreakX, Y: sn.BreakY})
+		fit = string(b)
+	}
+	chunks := w.Chunks
+	full := w.Full || force
+	if full && w.State != nil {
+		chunks = WindowChunks(w.State, 0)
+	}
+	low := uint64(0)
+	if w.State != nil {
+		first, _ := w.State.WindowSpan()
+		low = first / correction.ChunkPairs
+	}
+	tag := s.tag(sn.RunID, sn.Stream)
+	keys := make([]string, numKeys)
+	keys[keyState] = s.StateKey(sn.RunID, sn.Stream, sn.Step)
+	keys[keyHead] = s.HeadKey(sn.RunID, sn.Stream)
+	keys[keySteps] = s.StepsKey(sn.RunID, sn.Stream)
+	keys[keyLows] = tag + ":lows"
+	keys[keyChunks] = tag + ":chunks"
+	args := make([]any, argFirstChunk, argFirstChunk+2*len(chunks))
+	args[argValue] = RedisValue(sn)
+	args[argStep] = strconv.FormatInt(sn.Step, 10)
+	args[argDigest] = sn.Digest
+	args[argConfigHash] = sn.ConfigHash
+	args[argFitVersion] = strconv.FormatUint(sn.FitVersion, 10)
+	args[argKeep] = s.keep
+	args[argTag] = tag + ":"
+	args[argFit] = fit
+	args[argAnchorWeight] = strconv.FormatFloat(sn.AnchorWeight, 'g', -1, 64)
+	args[argPairs] = sn.Pairs
+	args[argForce] = boolArg(force)
+	args[argFull] = boolArg(full)
+	args[argLowChunk] = strconv.FormatUint(low, 10)
+	for _, ch := range chunks {
+		args = append(args, strconv.FormatUint(ch.Chunk, 10), ch.Value)
+	}
+	return keys, args
+}
+
+// RedisValue is what Redis stores under state:<v>: the raw digest and the head, so a reader can
+// check the state it assembles from the head and the chunks. A snapshot holding a full
+// encoding (written before heads existed) is stored as it is.
+func RedisValue(sn *topics.CalibrationSnapshot) []byte {
+	if !correction.IsHead(sn.State) {
+		return sn.State
+	}
+	d, err := hex.DecodeString(sn.Digest)
+	if err != nil || len(d) != sha256.Size {
+		d = make([]byte, sha256.Size)
+	}
+	return append(d, sn.State...)
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// LoadScript loads the write script into the script cache (of every master of a cluster), so
+// the first write is not a NOSCRIPT miss. Writes reload it themselves when it is missing.
+func (s *Store) LoadScript(ctx context.Context) error {
+	return writeScript.Load(ctx, s.rdb).Err()
+}

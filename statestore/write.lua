@@ -1,0 +1,49 @@
+-- Stores one (run, stream) step idempotently; see writeScript in store.go for the contract.
+-- Argument positions are the arg* constants of store.go (Lua counts from 1).
+local KEY_STATE, KEY_HEAD, KEY_STEPS, KEY_LOWS, KEY_CHUNKS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local value, step, digest, config_hash = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local fit_version, keep, tag, fit = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
+local anchor_weight, npairs, force, full, low = ARGV[9], ARGV[10], ARGV[11] == '1', ARGV[12] == '1', ARGV[13]
+local FIRST_CHUNK = 14
+local v = tonumber(step)
+local cur = redis.call('GET', KEY_STATE)
+local status = 0
+if cur and cur == value then
+  return {1}
+elseif cur and not force then
+  return {2, cur}
+end
+if cur then status = 3 end
+local head = redis.call('HGET', KEY_HEAD, 'sealed_step')
+if not force then
+  if head and tonumber(head) >= v then return {1} end
+  if not full and ((not head) or tonumber(head) ~= v - 1) then return {4} end
+end
+for i = FIRST_CHUNK, #ARGV, 2 do
+  redis.call('SET', tag .. 'chunk:' .. ARGV[i], ARGV[i + 1])
+  redis.call('ZADD', KEY_CHUNKS, ARGV[i], ARGV[i])
+end
+redis.call('SET', KEY_STATE, value)
+redis.call('ZADD', KEY_STEPS, v, v)
+redis.call('ZADD', KEY_LOWS, low, v)
+if (not head) or tonumber(head) <= v or force then
+  redis.call('HSET', KEY_HEAD, 'sealed_step', step, 'digest', digest, 'config_hash', config_hash,
+    'fit_version', fit_version, 'anchor_weight', anchor_weight, 'pairs', npairs)
+  if fit ~= '' then redis.call('HSET', KEY_HEAD, 'fit', fit, 'fit_step', step) end
+end
+local n = redis.call('ZCARD', KEY_STEPS)
+if n > keep then
+  local old = redis.call('ZRANGE', KEY_STEPS, 0, n - keep - 1)
+  for _, s in ipairs(old) do
+    redis.call('DEL', tag .. 'state:' .. s)
+    redis.call('ZREM', KEY_LOWS, s)
+  end
+  redis.call('ZREMRANGEBYRANK', KEY_STEPS, 0, n - keep - 1)
+end
+local lowest = redis.call('ZRANGE', KEY_LOWS, 0, 0, 'WITHSCORES')
+if lowest[2] then
+  local dead = redis.call('ZRANGEBYSCORE', KEY_CHUNKS, '-inf', '(' .. lowest[2])
+  for _, c in ipairs(dead) do redis.call('DEL', tag .. 'chunk:' .. c) end
+  redis.call('ZREMRANGEBYSCORE', KEY_CHUNKS, '-inf', '(' .. lowest[2])
+end
+return {status}
