@@ -157,6 +157,7 @@ func TestRedisHAFailover(t *testing.T) {
 			if err := conn.CheckRedis(context.Background(), rdb, false); err != nil {
 				t.Fatalf("start-up check of %s: %v", ha.url, err)
 			}
+			checkWrongForm(t, ha, target)
 			store := statestore.New(rdb, cc.RedisPrefix, 4)
 			start := time.Now()
 			if tc.fault == "kill" {
@@ -265,4 +266,28 @@ func masterPort(t *testing.T, target conn.RedisTarget, rdb redis.UniversalClient
 		t.Fatal(err)
 	}
 	return port
+}
+
+// checkWrongForm: the start-up check fails with a hint when the URL names the deployment
+// wrongly: a cluster node given as a single server, or a master set the sentinels do not know.
+func checkWrongForm(t *testing.T, ha *redisHA, target conn.RedisTarget) {
+	t.Helper()
+	var wrong, want string
+	switch target.Kind() {
+	case conn.RedisCluster:
+		wrong, want = "redis://"+target.Cluster.Addrs[0]+"/0", conn.ErrRedisIsCluster.Error()
+	case conn.RedisSentinel:
+		wrong, want = strings.Replace(ha.url, "/wmrlmaster/", "/nosuchmaster/", 1), "no sentinel named a master"
+	}
+	wt, err := conn.Options{RedisURL: wrong}.RedisTarget()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := wt.Client(true)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := conn.CheckRedis(ctx, cl, false); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("check of %s: %v, want an error saying %q", wrong, err, want)
+	}
 }

@@ -96,8 +96,18 @@ func CheckRedis(ctx context.Context, rdb redis.UniversalClient, useTLS bool) err
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis: %s: %w", redisHint(err, useTLS, limit), err)
 	}
+	// A single-node client answers PING from a cluster node too, and then fails every write of
+	// a slot that node does not serve (MOVED). A server that refuses INFO is not judged.
+	if single, ok := rdb.(*redis.Client); ok {
+		if info, err := single.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
+			return fmt.Errorf("redis: %w: list its seeds (redis://h1:7000,h2:7001) or use redis-cluster://host:port", ErrRedisIsCluster)
+		}
+	}
 	return nil
 }
+
+// ErrRedisIsCluster: a single-node Redis URL names a node of a Redis Cluster.
+var ErrRedisIsCluster = errors.New("the server is a Redis Cluster node")
 
 func redisHint(err error, useTLS bool, limit time.Duration) string {
 	var unknownCA x509.UnknownAuthorityError
@@ -117,6 +127,10 @@ func redisHint(err error, useTLS bool, limit time.Duration) string {
 		return "rediss:// (TLS) was requested but the server speaks plaintext: use redis://"
 	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
 		return "the server closed the connection: if it is a TLS port, use rediss://"
+	case strings.Contains(msg, "all sentinels specified in configuration are unreachable"):
+		return "no sentinel named a master: check the sentinel hosts and the master set name (redis-sentinel://host:26379,host2:26379/<master>)"
+	case strings.Contains(msg, "cluster support disabled"):
+		return "the seeds are not a Redis Cluster: give one address (redis://host:port/db) for a single server"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "nothing listens there: check the host and port of --redis"
 	case errors.Is(err, context.DeadlineExceeded) && useTLS:

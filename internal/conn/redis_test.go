@@ -1,9 +1,15 @@
 package conn
 
 import (
+	"context"
 	"errors"
+	neturl "net/url"
 	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/wmrl/wmrl/internal/testenv"
 )
 
 func TestRedisTarget(t *testing.T) {
@@ -72,5 +78,35 @@ func TestRedisTarget(t *testing.T) {
 					addrs, master, db, user, pass, tt.addrs, tt.master, tt.db, tt.user, tt.pass)
 			}
 		})
+	}
+}
+
+// TestCheckRedisNotACluster: cluster seeds that name a plain server fail the start-up check
+// with a hint (against the shared test Redis, a single server).
+func TestCheckRedisNotACluster(t *testing.T) {
+	url := testenv.Redis(t)
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := Options{RedisURL: "redis-cluster://" + u.Host}.RedisTarget()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := target.Client(true)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := CheckRedis(ctx, cl, false); err == nil || !strings.Contains(err.Error(), "not a Redis Cluster") {
+		t.Fatalf("check: %v, want the not-a-cluster hint", err)
+	}
+	single, err := Options{RedisURL: url}.RedisTarget()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := single.Client(true)
+	defer sc.Close()
+	if err := CheckRedis(ctx, sc, false); err != nil {
+		t.Fatalf("check of the single server: %v", err)
 	}
 }
