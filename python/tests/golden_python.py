@@ -17,20 +17,17 @@ import sys
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
+from stage_records import CalibrationSnapshot, ExecutedReward, PredictedReward, encode, encode_advantage_rows_json
+
 from wmrl_client import (
     AdvantageRow,
-    CalibrationSnapshot,
-    ExecutedReward,
     GroupManifest,
-    PredictedReward,
     Rollout,
     StepManifest,
     digest_rows,
     encode_advantages,
-    encode_record,
 )
 from wmrl_client import contract as c
-from wmrl_client.records import encode_advantage_rows_json
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "topics" / "testdata" / "golden" / "python"
@@ -165,9 +162,9 @@ def valid_records() -> dict[str, tuple[str, object]]:
 
 def invalid_records() -> dict[str, tuple[str, bytes, str]]:
     """File name → (schema, bytes, reason): cases beyond Go's own invalid set."""
-    ok = encode_record(valid_records()["predicted.json"][1]).decode()  # type: ignore[arg-type]
-    step = encode_record(valid_records()["step.json"][1]).decode()  # type: ignore[arg-type]
-    roll = encode_record(valid_records()["rollout_by_reference.json"][1]).decode()  # type: ignore[arg-type]
+    ok = encode(valid_records()["predicted.json"][1]).decode()  # type: ignore[arg-type]
+    step = encode(valid_records()["step.json"][1]).decode()  # type: ignore[arg-type]
+    roll = encode(valid_records()["rollout_by_reference.json"][1]).decode()  # type: ignore[arg-type]
 
     def rep(s: str, old: str, new: str) -> bytes:
         assert old in s, old
@@ -283,7 +280,7 @@ def build() -> dict[str, bytes]:
     manifest: dict[str, object] = {"valid": {}, "invalid": {}}
     for name, (schema, rec) in valid_records().items():
         # JSON files end with a newline, as Go's golden files do; binary ones are the value alone.
-        files[name] = encode_record(rec) + (b"\n" if name.endswith(".json") else b"")  # type: ignore[arg-type]
+        files[name] = encode(rec) + (b"\n" if name.endswith(".json") else b"")  # type: ignore[arg-type]
         manifest["valid"][name] = schema  # type: ignore[index]
     for name, (schema, data, why) in invalid_records().items():
         files[f"invalid/{name}"] = data

@@ -12,19 +12,17 @@ from pathlib import Path
 
 import golden_python
 import pytest
+from stage_records import advantage_row_from_json, decode, encode
 
 from wmrl_client import (
     AdvantageRow,
     WmrlError,
     anchor,
     decode_advantages,
-    decode_record,
     digest_rows,
     encode_advantages,
-    encode_record,
     reason,
 )
-from wmrl_client.records import advantage_row_from_json
 
 VALID = [
     ("rollout.json", "wmrl.rollout.v1"),
@@ -44,31 +42,31 @@ def golden_rows(golden: Path) -> list[AdvantageRow]:
 @pytest.mark.parametrize("name,schema", VALID)
 def test_go_records_decode_and_reencode_byte_for_byte(golden: Path, name: str, schema: str) -> None:
     raw = (golden / name).read_bytes()
-    rec = decode_record(schema, raw)
-    assert encode_record(rec) + (b"\n" if name.endswith(".json") else b"") == raw
+    rec = decode(schema, raw)
+    assert encode(rec) + (b"\n" if name.endswith(".json") else b"") == raw
 
 
 def test_go_v1_calibration_still_reads(golden: Path) -> None:
     """A v1 (JSON) snapshot, as written before v2, decodes to the v2 golden's value and re-encodes
     as v2, byte for byte what Go writes."""
-    v1 = decode_record("wmrl.calibration.v1", (golden / "calibration.json").read_bytes())
+    v1 = decode("wmrl.calibration.v1", (golden / "calibration.json").read_bytes())
     v2_raw = (golden / "calibration.bin").read_bytes()
-    v2 = decode_record("wmrl.calibration.v2", v2_raw)
+    v2 = decode("wmrl.calibration.v2", v2_raw)
     assert v1.schema == "wmrl.calibration.v1"
     assert replace(v1, schema=v2.schema) == v2
-    assert encode_record(v1) == v2_raw
+    assert encode(v1) == v2_raw
 
 
 def test_calibration_binary_errors_match_go() -> None:
     snap = golden_python.valid_records()["calibration.bin"][1]
-    raw = encode_record(snap)  # type: ignore[arg-type]
+    raw = encode(snap)  # type: ignore[arg-type]
     for bad, want in [
         (raw[:-1], "malformed-binary"),
         (raw + b"\0", "malformed-binary"),
         (raw[:20], "malformed-binary"),
     ]:
         with pytest.raises(WmrlError) as ei:
-            decode_record("wmrl.calibration.v2", bad)
+            decode("wmrl.calibration.v2", bad)
         assert reason(ei.value) == want
 
 
@@ -77,7 +75,7 @@ def test_go_invalid_records_fail_with_go_reason(golden: Path) -> None:
     assert len(expected) >= 10
     for name, want in expected.items():
         with pytest.raises(WmrlError) as ei:
-            decode_record(want["schema"], (golden / "invalid" / name).read_bytes())
+            decode(want["schema"], (golden / "invalid" / name).read_bytes())
         assert reason(ei.value) == want["reason"], f"{name}: {ei.value}"
 
 
@@ -155,7 +153,7 @@ def test_python_invalid_cases_fail_in_python_with_recorded_reason() -> None:
     assert len(cases) >= 10
     for name, (schema, data, want) in cases.items():
         with pytest.raises(WmrlError) as ei:
-            decode_record(schema, data)
+            decode(schema, data)
         assert reason(ei.value) == want, f"{name}: {ei.value}"
 
 

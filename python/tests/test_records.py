@@ -7,12 +7,11 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from stage_records import ExecutedReward, PredictedReward
 
 from wmrl_client import (
-    ExecutedReward,
     FieldError,
     GroupManifest,
-    PredictedReward,
     Rollout,
     SchemaVersionError,
     StepManifest,
@@ -254,6 +253,16 @@ def test_decode_rejects_what_go_rejects() -> None:
         assert reason(ei.value) == want, (data[:80], ei.value)
     with pytest.raises(FieldError):
         decode_record("wmrl.nope.v1", good)
+
+
+@pytest.mark.parametrize("schema", ["wmrl.reward.predicted.v1", "wmrl.reward.executed.v1", "wmrl.calibration.v2"])
+def test_client_has_no_codec_for_stage_records(schema: str) -> None:
+    # Only Go stages write these; the client neither writes nor reads them (tests/stage_records.py does).
+    with pytest.raises(FieldError) as ei:
+        decode_record(schema, b"{}")
+    assert reason(ei.value) == "unknown-schema"
+    with pytest.raises(TypeError, match="not a wmrl JSON record type"):
+        encode_record(PredictedReward())  # type: ignore[arg-type]
 
 
 def test_decode_null_optional_fields_and_lone_surrogate() -> None:

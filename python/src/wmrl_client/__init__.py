@@ -19,6 +19,7 @@ from .arrow import (
     table_from_rows,
     validate_table,
 )
+from .codec import decode_record, encode_record
 from .contract import (
     MASK_STALE,
     SCHEMA_ADVANTAGES,
@@ -47,22 +48,11 @@ from .errors import (
     WmrlError,
     reason,
 )
+from .ids import valid_id
 from .masked import MaskedStepError
 from .options import KafkaOptions
 from .producer import PublishStats, RolloutProducer
-from .records import (
-    AdvantageRow,
-    CalibrationSnapshot,
-    ExecutedReward,
-    GroupManifest,
-    PredictedReward,
-    Rollout,
-    StepManifest,
-    decode_record,
-    encode_record,
-    valid_id,
-    validate_advantage_rows,
-)
+from .records import AdvantageRow, GroupManifest, Rollout, StepManifest, validate_advantage_rows
 from .reward import Group, RewardClient, StepResult
 from .stream import AdvantageStream, ChunkMismatchError, StaleStepError, Step, StreamStats
 
@@ -84,16 +74,13 @@ __all__ = [
     "MASK_STALE",
     "AdvantageRow",
     "AdvantageStream",
-    "CalibrationSnapshot",
     "ConflictError",
     "DeliveryError",
-    "ExecutedReward",
     "FieldError",
     "GroupManifest",
     "HeaderError",
     "KafkaOptions",
     "MalformedError",
-    "PredictedReward",
     "PublishStats",
     "Rollout",
     "RolloutProducer",

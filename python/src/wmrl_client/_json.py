@@ -14,7 +14,7 @@ import binascii
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
@@ -68,11 +68,12 @@ class Field:
 
 @dataclass(frozen=True)
 class Spec:
-    """A record type's JSON layout in Go struct order, and the constructor for decoded values."""
+    """A record type's JSON layout in Go struct order (the Python form of Go's struct tags), and the
+    dataclass a decoded value becomes (keyword arguments named as the fields)."""
 
     kind: str
     fields: tuple[Field, ...]
-    build: Callable[[dict[str, Any]], Any]
+    cls: type
 
     def by_name(self) -> dict[str, Field]:
         return {f.name: f for f in self.fields}
@@ -311,7 +312,7 @@ def _build(pairs: _Obj, spec: Spec, record: str) -> Any:
     fields = spec.by_name()
     for key, v in pairs:
         values[key] = _convert(v, fields[key], record)
-    return spec.build(values)
+    return spec.cls(**values)
 
 
 def decode(b: bytes, spec: Spec, want_schema: str) -> Any:

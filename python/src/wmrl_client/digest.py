@@ -14,16 +14,22 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Protocol, TypeAlias
 
 import pyarrow as pa
 
 from .records import AdvantageRow
 
-if TYPE_CHECKING:
-    from .stream import Step
 
-Rows = Union[pa.Table, pa.RecordBatch, "Step", Iterable[AdvantageRow], Iterable[Mapping[str, Any]]]
+class HasTable(Protocol):
+    """Anything that carries its rows as a pyarrow Table, as a Step does. Typed by shape, so this
+    module needs nothing from the stream that delivers steps (no import circle)."""
+
+    @property
+    def table(self) -> pa.Table: ...
+
+
+Rows: TypeAlias = pa.Table | pa.RecordBatch | HasTable | Iterable[AdvantageRow] | Iterable[Mapping[str, Any]]
 
 _STR = struct.Struct(">I")
 _NUMS1 = struct.Struct(">d?d")  # predicted, predicted_ok, calibrated

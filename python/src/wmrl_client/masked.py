@@ -5,14 +5,12 @@ would otherwise train on a step of zero-weight rows without a word."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 
 from .errors import WmrlError
-
-if TYPE_CHECKING:
-    from .stream import Step
+from .step import Step
 
 log = logging.getLogger("wmrl_client")
 

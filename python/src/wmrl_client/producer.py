@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import contract as c
+from .codec import encode_record
 from .errors import DeliveryError
 from .options import KafkaOptions, split_brokers
-from .records import Rollout, StepManifest, encode_record
+from .records import Rollout, StepManifest
 
 log = logging.getLogger("wmrl_client")
 

@@ -33,9 +33,10 @@ from .anchor import is_anchor
 from .cluster import DEFAULT_CONNECT_TIMEOUT, LIBRDKAFKA_LOGGER, check_topics
 from .digest import digest_rows
 from .errors import ConflictError, StepTimeoutError, WmrlError
+from .ids import check_id
 from .options import KafkaOptions, split_brokers
 from .producer import RolloutProducer
-from .records import GroupManifest, Rollout, StepManifest, check_id
+from .records import GroupManifest, Rollout, StepManifest
 from .stream import AdvantageStream, Step
 
 log = logging.getLogger("wmrl_client")

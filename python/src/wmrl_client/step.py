@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -16,8 +16,6 @@ from .records import AdvantageRow
 if TYPE_CHECKING:
     import torch
 
-    from .stream import AdvantageStream
-
 TopicPartition = tuple[str, int]
 
 NUMERIC_COLUMNS = (
@@ -29,6 +27,13 @@ _TORCH_MISSING = (
     "Step.to_torch() needs PyTorch, which is not installed: pip install 'wmrl-client[torch]' "
     "(or torch itself), or use Step.to_numpy()"
 )
+
+
+class Acker(Protocol):
+    """What a Step needs from the stream that delivered it (AdvantageStream): a callback on ack.
+    Typed by shape, so this module imports nothing from stream.py, which imports it."""
+
+    def _acked(self, st: Step) -> None: ...
 
 
 def parse_canonical_int(s: str, what: str) -> int:
@@ -67,7 +72,7 @@ class Step:
 
     def __init__(
         self,
-        stream: AdvantageStream | None,
+        stream: Acker | None,
         run_id: str,
         step: int,
         table: pa.Table,

@@ -31,9 +31,9 @@ from . import contract as c
 from .arrow import decode_advantages, validate_table
 from .cluster import DEFAULT_CONNECT_TIMEOUT, LIBRDKAFKA_LOGGER, check_topics
 from .errors import ConflictError, HeaderError, SchemaVersionError, UnknownRunError, WmrlError
+from .ids import check_id
 from .masked import check_masked, masked_rows
 from .options import KafkaOptions, split_brokers
-from .records import check_id
 from .step import NUMERIC_COLUMNS as NUMERIC_COLUMNS
 from .step import Step as Step
 from .step import TopicPartition, header_map, parse_canonical_int

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import contract as c
 from ..errors import FieldError
-from ..records import _check_text as check_text
+from ..ids import check_text
 from ..reward import Group, RewardClient, StepResult
 
 

@@ -1,0 +1,54 @@
+"""The JSON codec of the records the trainer writes (``topics/codec.go``): ``encode_record``
+validates and produces the bytes Go's ``Encode*`` would produce; ``decode_record`` is as strict as
+Go's ``Decode*`` (unknown fields, duplicate keys, wrong JSON types and unknown schema ids are
+refused). Advantages travel as Arrow (arrow.py). The records only Go stages write (predicted,
+executed, calibration) are not decoded here: nothing in the client reads them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from . import _json as j
+from . import contract as c
+from .errors import UNKNOWN_SCHEMA, FieldError, SchemaVersionError
+from .records import ROLLOUT_SPEC, STEP_SPEC, Rollout, StepManifest
+
+Record = Rollout | StepManifest
+
+_SPECS: dict[str, j.Spec] = {c.SCHEMA_ROLLOUT: ROLLOUT_SPEC, c.SCHEMA_STEP: STEP_SPEC}
+_SCHEMA_OF: dict[type, str] = {spec.cls: schema for schema, spec in _SPECS.items()}
+
+
+def schema_of(record: Record) -> str:
+    """The schema id a record type travels under (its type alone decides it)."""
+    try:
+        return _SCHEMA_OF[type(record)]
+    except KeyError:
+        raise TypeError(f"{type(record).__name__} is not a wmrl JSON record type the client writes") from None
+
+
+def encode_record(record: Record) -> bytes:
+    """Validate a record and encode it as Go's Encode* functions do, byte for byte.
+
+    An empty schema is filled in; any other schema than the type's own is refused
+    (SchemaVersionError), because the type alone decides the wire schema.
+    """
+    schema = schema_of(record)
+    if record.schema == "":
+        record = replace(record, schema=schema)
+    record.validate()
+    return j.encode(record, _SPECS[schema], type(record).__name__)
+
+
+def decode_record(schema: str, b: bytes) -> Record:
+    """Strictly decode and validate the record named by schema (the wmrl-schema header)."""
+    if schema in c.ADVANTAGE_SCHEMAS:
+        raise SchemaVersionError(
+            c.HEADER_SCHEMA, schema, "a JSON record schema", "advantages are Arrow: use decode_advantages"
+        )
+    spec = _SPECS.get(schema)
+    if spec is None:
+        raise FieldError("", c.HEADER_SCHEMA, schema, "no decoder for this schema", UNKNOWN_SCHEMA)
+    rec: Record = j.decode(b, spec, schema)
+    rec.validate()
+    return rec

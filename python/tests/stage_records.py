@@ -1,0 +1,427 @@
+"""The records only Go stages write (predicted and executed rewards, calibration snapshots): their
+types, JSON layouts, rules and the binary calibration snapshot, for the contract tests alone.
+
+The trainer client never writes or reads these records, so they are not part of wmrl_client; the
+tests keep them to prove the client's generic codec (wmrl_client._json) and checker reproduce
+Go's bytes and errors on every golden file, and golden_python.py writes them for
+topics/python_contract_test.go. ``encode``/``decode`` cover every JSON record schema.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from wmrl_client import _json as j
+from wmrl_client import contract as c
+from wmrl_client.codec import decode_record, encode_record
+from wmrl_client.errors import TOO_LARGE, FieldError, MalformedError
+from wmrl_client.ids import record_name
+from wmrl_client.records import ADVANTAGE_SPEC, AdvantageRow, Rollout, StepManifest
+from wmrl_client.validate import Checker, check_types
+
+F = j.Field
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(kw_only=True)
+class PredictedReward:
+    """The world model's score for one rollout; score is present iff status is ok."""
+
+    schema: str = c.SCHEMA_PREDICTED
+    run_id: str = ""
+    step: int = 0
+    group_id: str = ""
+    rollout_id: str = ""
+    stream: str = ""
+    policy_version: str = ""
+    anchor: bool = False
+    score: float | None = None
+    status: str = ""
+    reason: str = ""
+    model: str = ""
+    attempts: int = 0
+    latency_ms: float = 0.0
+    created_at: datetime = field(default_factory=_now)
+
+    def validate(self) -> None:
+        _validate_predicted(self)
+
+
+@dataclass(kw_only=True)
+class ExecutedReward:
+    """The sandbox's real score for one anchor rollout; score iff ok, or imputed with a failure."""
+
+    schema: str = c.SCHEMA_EXECUTED
+    run_id: str = ""
+    step: int = 0
+    group_id: str = ""
+    rollout_id: str = ""
+    stream: str = ""
+    policy_version: str = ""
+    score: float | None = None
+    imputed: bool = False
+    status: str = ""
+    reason: str = ""
+    exit_code: int = 0
+    duration_ms: float = 0.0
+    stderr_tail: str = ""
+    created_at: datetime = field(default_factory=_now)
+
+    def validate(self) -> None:
+        _validate_executed(self)
+
+
+@dataclass(kw_only=True)
+class CalibrationSnapshot:
+    """The correction state of one (run, stream) sealed after step; keyed run_id/stream.
+
+    Written as the binary v2 snapshot (``encode_record``); the JSON v1 form is still read.
+    """
+
+    schema: str = c.SCHEMA_CALIBRATION_V2
+    run_id: str = ""
+    stream: str = ""
+    step: int = 0
+    fit_version: int = 0
+    pairs: int = 0
+    config_hash: str = ""
+    digest: str = ""
+    state: bytes | None = None
+    break_x: list[float] = field(default_factory=list)
+    break_y: list[float] = field(default_factory=list)
+    anchor_weight: float = 0.0
+    bias_before: float = 0.0
+    bias_after: float = 0.0
+    step_pairs: int = 0
+    created_at: datetime = field(default_factory=_now)
+
+    def validate(self) -> None:
+        _validate_calibration(self)
+
+
+PREDICTED_SPEC = j.Spec(
+    "predicted",
+    (
+        F("schema", j.STR),
+        F("run_id", j.STR),
+        F("step", j.INT),
+        F("group_id", j.STR),
+        F("rollout_id", j.STR),
+        F("stream", j.STR),
+        F("policy_version", j.STR),
+        F("anchor", j.BOOL),
+        F("score", j.OPT_FLOAT, True),
+        F("status", j.STR),
+        F("reason", j.STR, True),
+        F("model", j.STR, True),
+        F("attempts", j.INT, True),
+        F("latency_ms", j.FLOAT, True),
+        F("created_at", j.TIME),
+    ),
+    PredictedReward,
+)
+EXECUTED_SPEC = j.Spec(
+    "executed",
+    (
+        F("schema", j.STR),
+        F("run_id", j.STR),
+        F("step", j.INT),
+        F("group_id", j.STR),
+        F("rollout_id", j.STR),
+        F("stream", j.STR),
+        F("policy_version", j.STR),
+        F("score", j.OPT_FLOAT, True),
+        F("imputed", j.BOOL, True),
+        F("status", j.STR),
+        F("reason", j.STR, True),
+        F("exit_code", j.INT, True),
+        F("duration_ms", j.FLOAT, True),
+        F("stderr_tail", j.STR, True),
+        F("created_at", j.TIME),
+    ),
+    ExecutedReward,
+)
+CALIBRATION_SPEC = j.Spec(
+    "calibration",
+    (
+        F("schema", j.STR),
+        F("run_id", j.STR),
+        F("stream", j.STR),
+        F("step", j.INT),
+        F("fit_version", j.UINT),
+        F("pairs", j.INT),
+        F("config_hash", j.STR),
+        F("digest", j.STR),
+        F("state", j.BYTES),
+        F("break_x", j.FLOAT_LIST, True),
+        F("break_y", j.FLOAT_LIST, True),
+        F("anchor_weight", j.FLOAT),
+        F("bias_before", j.FLOAT),
+        F("bias_after", j.FLOAT),
+        F("step_pairs", j.INT),
+        F("created_at", j.TIME),
+    ),
+    CalibrationSnapshot,
+)
+
+StageRecord = PredictedReward | ExecutedReward | CalibrationSnapshot
+Record = Rollout | StepManifest | StageRecord
+
+_SPECS: dict[str, j.Spec] = {
+    c.SCHEMA_PREDICTED: PREDICTED_SPEC,
+    c.SCHEMA_EXECUTED: EXECUTED_SPEC,
+    c.SCHEMA_CALIBRATION: CALIBRATION_SPEC,
+}
+
+
+def encode(record: Record) -> bytes:
+    """encode_record for every record type: JSON, or the binary v2 layout for a CalibrationSnapshot
+    (a snapshot read as v1 is written as v2, as Go's EncodeCalibration does)."""
+    if isinstance(record, (Rollout, StepManifest)):
+        return encode_record(record)
+    if isinstance(record, CalibrationSnapshot):
+        if record.schema in ("", c.SCHEMA_CALIBRATION):
+            record = replace(record, schema=c.SCHEMA_CALIBRATION_V2)
+        record.validate()
+        return _encode_calibration(record)
+    schema = {PredictedReward: c.SCHEMA_PREDICTED, ExecutedReward: c.SCHEMA_EXECUTED}[type(record)]
+    if record.schema == "":
+        record = replace(record, schema=schema)
+    record.validate()
+    return j.encode(record, _SPECS[schema], type(record).__name__)
+
+
+def decode(schema: str, b: bytes) -> Record:
+    """decode_record for every record schema, as strict as Go's decoders."""
+    if schema == c.SCHEMA_CALIBRATION_V2:
+        snap = _decode_calibration(b)
+        snap.validate()
+        return snap
+    spec = _SPECS.get(schema)
+    if spec is None:
+        return decode_record(schema, b)
+    rec: StageRecord = j.decode(b, spec, schema)
+    rec.validate()
+    return rec
+
+
+def advantage_row_from_json(obj: Mapping[str, Any]) -> AdvantageRow:
+    """An AdvantageRow from its JSON object form (as in golden advantages.json)."""
+    names = {f.name for f in fields(AdvantageRow)}
+    unknown = set(obj) - names
+    if unknown:
+        raise FieldError("advantage", sorted(unknown)[0], None, "unknown field")
+    return AdvantageRow(**dict(obj))
+
+
+def encode_advantage_rows_json(rows: list[AdvantageRow]) -> str:
+    """Rows as a JSON array with Go's field order and float formatting (one object per line)."""
+    return "[\n" + ",\n".join(j.encode_obj(r, ADVANTAGE_SPEC) for r in rows) + "\n]\n"
+
+
+class StageChecker(Checker):
+    """The checker's rules that only the stages' records use."""
+
+    def status(self, v: str) -> None:
+        if v not in c.STATUSES:
+            self.fail("status", v or None, "must be one of ok, timeout, error, invalid")
+
+    def score_status(self, score: float | None, status: str, reason: str, imputed: bool) -> None:
+        self.status(status)
+        ok = status == c.STATUS_OK
+        if ok and imputed:
+            self.fail("imputed", True, "an imputed score needs a failure status, not ok")
+        elif ok and score is None:
+            self.fail("score", None, "required when status is ok")
+        elif not ok and imputed and score is None:
+            self.fail("score", None, "required when imputed is set")
+        elif not ok and not imputed and score is not None:
+            self.fail("score", score, f"must be absent when status is {status} (set imputed to record a policy score)")
+        if score is not None:
+            self.score("score", score)
+        if not ok and reason == "":
+            self.fail("reason", None, f"required when status is {status}")
+        self.text("reason", reason, c.MAX_REASON_LEN, True)
+
+    def monotone(self, fld: str, xs: list[float]) -> None:
+        for i, x in enumerate(xs):
+            f = f"{fld}[{i}]"
+            self.score(f, x)
+            if i > 0 and x < xs[i - 1]:
+                self.fail(f, x, f"decreases (previous {xs[i - 1]:g})")
+
+
+def _validate_predicted(p: PredictedReward) -> None:
+    name = record_name("predicted", "run", p.run_id, "rollout", p.rollout_id)
+    check_types(p, PREDICTED_SPEC, name)
+    ch = StageChecker(name)
+    ch.schema(p.schema, c.SCHEMA_PREDICTED)
+    ch.id("run_id", p.run_id)
+    ch.step(p.step)
+    ch.id("group_id", p.group_id)
+    ch.id("rollout_id", p.rollout_id)
+    ch.id("stream", p.stream)
+    ch.text("policy_version", p.policy_version, c.MAX_LABEL_LEN)
+    ch.score_status(p.score, p.status, p.reason, False)
+    ch.text("model", p.model, c.MAX_LABEL_LEN)
+    if p.attempts < 0:
+        ch.fail("attempts", p.attempts, "must be >= 0")
+    ch.non_negative("latency_ms", p.latency_ms)
+    ch.done()
+
+
+def _validate_executed(e: ExecutedReward) -> None:
+    name = record_name("executed", "run", e.run_id, "rollout", e.rollout_id)
+    check_types(e, EXECUTED_SPEC, name)
+    ch = StageChecker(name)
+    ch.schema(e.schema, c.SCHEMA_EXECUTED)
+    ch.id("run_id", e.run_id)
+    ch.step(e.step)
+    ch.id("group_id", e.group_id)
+    ch.id("rollout_id", e.rollout_id)
+    ch.id("stream", e.stream)
+    ch.text("policy_version", e.policy_version, c.MAX_LABEL_LEN)
+    ch.score_status(e.score, e.status, e.reason, e.imputed)
+    ch.non_negative("duration_ms", e.duration_ms)
+    ch.text("stderr_tail", e.stderr_tail, c.MAX_STDERR_TAIL, True)
+    ch.done()
+
+
+def _validate_calibration(s: CalibrationSnapshot) -> None:
+    name = record_name("calibration", "run", s.run_id, "stream", s.stream)
+    check_types(s, CALIBRATION_SPEC, name)
+    ch = StageChecker(name)
+    if s.schema != c.SCHEMA_CALIBRATION:
+        ch.schema(s.schema, c.SCHEMA_CALIBRATION_V2)
+    ch.id("run_id", s.run_id)
+    ch.id("stream", s.stream)
+    ch.step(s.step)
+    if s.pairs < 0:
+        ch.fail("pairs", s.pairs, "must be >= 0")
+    if s.step_pairs < 0:
+        ch.fail("step_pairs", s.step_pairs, "must be >= 0")
+    ch.text("config_hash", s.config_hash, c.MAX_LABEL_LEN)
+    if s.digest == "":
+        ch.fail("digest", None, "required")
+    ch.text("digest", s.digest, c.MAX_LABEL_LEN)
+    if len(s.break_x) != len(s.break_y):
+        ch.fail("break_y", len(s.break_y), f"length differs from break_x ({len(s.break_x)})")
+    if len(s.break_x) > c.MAX_BREAKPOINTS:
+        ch.fail("break_x", len(s.break_x), f"more than {c.MAX_BREAKPOINTS} breakpoints")
+    ch.monotone("break_x", [float(x) for x in s.break_x])
+    ch.monotone("break_y", [float(x) for x in s.break_y])
+    ch.non_negative("anchor_weight", s.anchor_weight)
+    ch.finite("bias_before", s.bias_before)
+    ch.finite("bias_after", s.bias_after)
+    ch.done()
+
+
+# ---- binary calibration snapshot (topics/calibsnap.go) ----------------------------------------
+
+_SNAP_MAGIC = b"WMRLCAL\x02"
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _encode_calibration(s: CalibrationSnapshot) -> bytes:
+    """The v2 layout of topics.EncodeCalibration: magic | run_id, stream, config_hash, digest
+    (u16 length + UTF-8) | step i64 | fit_version, pairs, step_pairs u64 | anchor_weight,
+    bias_before, bias_after f64 | created_at seconds i64, nanoseconds u32 | n u32, n break_x f64,
+    n break_y f64 | state (u32 length + bytes); little endian."""
+    out = bytearray(_SNAP_MAGIC)
+    for v in (s.run_id, s.stream, s.config_hash, s.digest):
+        raw = v.encode()
+        out += struct.pack("<H", len(raw)) + raw
+    delta = s.created_at - _UNIX_EPOCH
+    sec = delta.days * 86400 + delta.seconds
+    out += struct.pack(
+        "<qQQQdddqI",
+        s.step,
+        s.fit_version,
+        s.pairs,
+        s.step_pairs,
+        s.anchor_weight,
+        s.bias_before,
+        s.bias_after,
+        sec,
+        delta.microseconds * 1000,
+    )
+    out += struct.pack(f"<I{len(s.break_x)}d{len(s.break_y)}d", len(s.break_x), *s.break_x, *s.break_y)
+    state = bytes(s.state or b"")
+    out += struct.pack("<I", len(state)) + state
+    if len(out) > c.MAX_RECORD_BYTES:
+        raise FieldError(
+            record_name("calibration", "run", s.run_id, "stream", s.stream),
+            "state",
+            len(state),
+            f"snapshot of {len(out)} bytes exceeds {c.MAX_RECORD_BYTES}",
+            TOO_LARGE,
+        )
+    return bytes(out)
+
+
+def _decode_calibration(b: bytes) -> CalibrationSnapshot:
+    """Parse a v2 snapshot (unvalidated), with the errors topics.DecodeCalibration gives."""
+    if len(b) > c.MAX_RECORD_BYTES:
+        raise FieldError("calibration", "value", len(b), f"exceeds {c.MAX_RECORD_BYTES} bytes", TOO_LARGE)
+    if not b.startswith(_SNAP_MAGIC):
+        raise MalformedError("binary", "calibration: not a v2 snapshot (magic)")
+    pos = len(_SNAP_MAGIC)
+
+    def take(n: int) -> bytes:
+        nonlocal pos
+        if n > len(b) - pos:
+            raise MalformedError("binary", "calibration: value ends early")
+        v = b[pos : pos + n]
+        pos += n
+        return v
+
+    def text() -> str:
+        # Invalid UTF-8 survives as lone surrogates, which validation refuses as Go's does.
+        return take(struct.unpack("<H", take(2))[0]).decode("utf-8", errors="surrogateescape")
+
+    run_id, stream, config_hash, digest = text(), text(), text(), text()
+    step, fit_version, pairs, step_pairs, aw, bb, ba, sec, nsec = struct.unpack("<qQQQdddqI", take(68))
+    (n,) = struct.unpack("<I", take(4))
+    if n > (len(b) - pos) // 16:
+        raise MalformedError("binary", "calibration: value ends early")
+    breaks = struct.unpack(f"<{2 * n}d", take(16 * n))
+    (m,) = struct.unpack("<I", take(4))
+    state = take(m)
+    if pos != len(b):
+        raise MalformedError("binary", f"calibration: {len(b) - pos} bytes after the state")
+    record = record_name("calibration", "run", run_id, "stream", stream)
+    if pairs > 2**31 - 1:
+        raise FieldError(record, "pairs", pairs, "out of range")
+    if step_pairs > 2**31 - 1:
+        raise FieldError(record, "step_pairs", step_pairs, "out of range")
+    if nsec >= 10**9:
+        raise FieldError(record, "created_at", nsec, "nanoseconds out of range")
+    try:
+        created_at = _UNIX_EPOCH + timedelta(seconds=sec, microseconds=nsec // 1000)
+    except OverflowError:
+        raise FieldError(record, "created_at", sec, "out of the range of a Python datetime") from None
+    return CalibrationSnapshot(
+        schema=c.SCHEMA_CALIBRATION_V2,
+        run_id=run_id,
+        stream=stream,
+        step=step,
+        fit_version=fit_version,
+        pairs=pairs,
+        config_hash=config_hash,
+        digest=digest,
+        state=state or None,
+        break_x=list(breaks[:n]),
+        break_y=list(breaks[n:]),
+        anchor_weight=aw,
+        bias_before=bb,
+        bias_after=ba,
+        step_pairs=step_pairs,
+        created_at=created_at,
+    )
