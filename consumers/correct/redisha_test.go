@@ -47,7 +47,7 @@ func startRedisHA(t *testing.T, mode string) *redisHA {
 		}
 	}
 	h := &redisHA{mode: mode}
-	h.env = append(os.Environ(), "WMRL_LOCAL_DIR="+t.TempDir(), "WMRL_REDIS_HA_PORT="+strconv.Itoa(freePortRun(t, 6)))
+	h.env = append(os.Environ(), "WMRL_LOCAL_DIR="+t.TempDir(), "WMRL_TEST_REDIS_HA_PORT="+strconv.Itoa(freePortRun(t, 6)))
 	t.Cleanup(func() {
 		if t.Failed() {
 			h.logs(t)

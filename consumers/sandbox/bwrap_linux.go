@@ -80,17 +80,19 @@ func jailArgs(s jailSpec) []string {
 	for _, p := range jailEtcFiles {
 		args = append(args, "--ro-bind-try", p, p)
 	}
-	for _, p := range s.readOnly {
-		args = append(args, "--ro-bind", p, p)
-	}
 	args = append(args,
 		"--proc", "/proc",
 		"--dev", "/dev",
 		"--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
 		"--remount-ro", "/dev",
 		"--perms", "1777", "--size", size, "--tmpfs", "/tmp",
-		"--perms", "0700", "--size", size, "--tmpfs", s.dir,
 	)
+	// After the private /tmp, so that a configured path under /tmp (a checkout in a temporary
+	// directory, a scorer unpacked there) is bound on top of it instead of being hidden by it.
+	for _, p := range s.readOnly {
+		args = append(args, "--ro-bind", p, p)
+	}
+	args = append(args, "--perms", "0700", "--size", size, "--tmpfs", s.dir)
 	for i, name := range s.files {
 		args = append(args, "--perms", fmt.Sprintf("%04o", s.modes[i].Perm()), "--file", strconv.Itoa(jailFD+i), filepath.Join(s.dir, name))
 	}

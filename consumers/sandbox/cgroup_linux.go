@@ -458,10 +458,15 @@ func (j *cgroupJob) remove() error {
 		if d == "" {
 			continue
 		}
+		// Killed processes leave the cgroup only once the kernel has reaped them, which takes
+		// longer on a loaded machine: retry for up to 10 s before reporting it.
 		var err error
-		for i := 0; i < 200; i++ {
+		for deadline := time.Now().Add(10 * time.Second); ; {
 			if err = os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
 				err = nil
+				break
+			}
+			if time.Now().After(deadline) {
 				break
 			}
 			j.kill()

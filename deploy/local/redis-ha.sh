@@ -15,7 +15,7 @@
 #
 # Environment (all optional):
 #   WMRL_LOCAL_DIR          runtime dir (default <repo>/.local); this uses <dir>/redis-<mode>
-#   WMRL_REDIS_HA_PORT      base port (default 7000 for cluster, 7100 for sentinel)
+#   WMRL_TEST_REDIS_HA_PORT      base port (default 7000 for cluster, 7100 for sentinel)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -29,8 +29,8 @@ log() { printf 'redis-ha.sh %s: %s\n' "$MODE" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 case $MODE in
-cluster) BASE=${WMRL_REDIS_HA_PORT:-7000}; PORTS=(0 1 2 3 4 5) ;;
-sentinel) BASE=${WMRL_REDIS_HA_PORT:-7100}; PORTS=(0 1 2 3 4) ;;
+cluster) BASE=${WMRL_TEST_REDIS_HA_PORT:-7000}; PORTS=(0 1 2 3 4 5) ;;
+sentinel) BASE=${WMRL_TEST_REDIS_HA_PORT:-7100}; PORTS=(0 1 2 3 4) ;;
 *) echo "usage: $0 {cluster|sentinel} {start|stop|status|failover|kill PORT|url}" >&2; exit 2 ;;
 esac
 RUN=$LOCAL/redis-$MODE

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"syscall"
 	"time"
@@ -109,6 +110,13 @@ func CheckRedis(ctx context.Context, rdb redis.UniversalClient, useTLS bool) err
 // ErrRedisIsCluster: a single-node Redis URL names a node of a Redis Cluster.
 var ErrRedisIsCluster = errors.New("the server is a Redis Cluster node")
 
+// timedOut: the deadline passed, as the context's or as a socket read timeout (go-redis reports
+// either, depending on where the wait was).
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
 func redisHint(err error, useTLS bool, limit time.Duration) string {
 	var unknownCA x509.UnknownAuthorityError
 	var hostname x509.HostnameError
@@ -133,10 +141,10 @@ func redisHint(err error, useTLS bool, limit time.Duration) string {
 		return "the seeds are not a Redis Cluster: give one address (redis://host:port/db) for a single server"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "nothing listens there: check the host and port of --redis"
-	case errors.Is(err, context.DeadlineExceeded) && useTLS:
+	case timedOut(err) && useTLS:
 		// A plaintext Redis reads a TLS ClientHello as an unfinished inline command and waits.
 		return fmt.Sprintf("no TLS handshake within %v: if the server speaks plaintext, use redis://", limit)
-	case errors.Is(err, context.DeadlineExceeded):
+	case timedOut(err):
 		return fmt.Sprintf("no answer within %v: if it is a TLS port, use rediss://", limit)
 	}
 	return "the server could not be reached"

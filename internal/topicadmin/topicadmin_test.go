@@ -210,6 +210,17 @@ func TestRequireLayout(t *testing.T) {
 	if _, err := adm.CreatePartitions(ctx, 1, names.Executed()); err != nil {
 		t.Fatal(err)
 	}
+	// The broker answers CreatePartitions before its metadata shows the new partition.
+	for {
+		d, err := adm.ListTopics(ctx, names.Executed())
+		if err == nil && len(d[names.Executed()].Partitions) == 3 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the third partition of %s never showed in the metadata: %v", names.Executed(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	err = RequireLayout(ctx, adm, names, []string{names.Rollouts(), names.Predicted(), names.Executed()})
 	if err == nil || !strings.Contains(err.Error(), "co-partitioning") || !strings.Contains(err.Error(), "wmrl topics check") {
 		t.Fatalf("mismatched partitions: %v", err)
