@@ -6,38 +6,27 @@ import (
 	"slices"
 
 	"github.com/wmrl/wmrl/sim"
-	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
 // stepTicks labels an axis of steps (or counts) with integers only.
 type stepTicks struct{}
 
-func newPlot(title, x, y string) *plot.Plot {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = x
-	p.Y.Label.Text = y
-	p.Legend.Top = false
-	p.Legend.Left = false
-	p.Add(plotter.NewGrid())
-	return p
-}
-
-func addLine(p *plot.Plot, i int, name string, xys plotter.XYs, dashed bool) error {
+// addLine draws xys in colour c and records it as the arm's element (arm empty: a reference).
+func (f *figure) addLine(arm, name string, xys plotter.XYs, c color.NRGBA, dashed bool) error {
 	l, err := plotter.NewLine(xys)
 	if err != nil {
 		return err
 	}
-	l.Color = plotutil.Color(i)
-	l.Width = vg.Points(1.8)
+	l.Color = c
+	l.Width = vg.Points(2)
 	if dashed {
 		l.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
 	}
-	p.Add(l)
-	p.Legend.Add(name, l)
+	f.Add(l)
+	f.Legend.Add(name, l)
+	f.record(name, arm, c)
 	return nil
 }
 
@@ -45,8 +34,8 @@ func addLine(p *plot.Plot, i int, name string, xys plotter.XYs, dashed bool) err
 // over few seeds can reach past a weight cap or below an error of 0).
 type bounds struct{ lo, hi float64 }
 
-// addBand shades mean ± CI where the estimates have a CI (two or more seeds).
-func addBand(p *plot.Plot, i int, xs []float64, es []sim.Estimate, b bounds) error {
+// addBand shades mean ± CI where the estimates have a CI (two or more seeds), in a light tint of c.
+func (f *figure) addBand(arm string, c color.NRGBA, xs []float64, es []sim.Estimate, b bounds) error {
 	var upper, lower plotter.XYs
 	for j, e := range es {
 		if math.IsNaN(e.CI) || math.IsNaN(e.Mean) {
@@ -63,17 +52,17 @@ func addBand(p *plot.Plot, i int, xs []float64, es []sim.Estimate, b bounds) err
 	if err != nil {
 		return err
 	}
-	c := color.NRGBAModel.Convert(plotutil.Color(i)).(color.NRGBA)
 	c.A = 50
 	poly.Color = c
 	poly.LineStyle.Width = 0
-	p.Add(poly)
+	f.Add(poly)
+	f.record("CI band", arm, c)
 	return nil
 }
 
-// addMeanBand draws the mean line of es over xs with its CI band.
-func addMeanBand(p *plot.Plot, i int, name string, xs []float64, es []sim.Estimate, dashed bool, b bounds) error {
-	if err := addBand(p, i, xs, es, b); err != nil {
+// addMeanBand draws the mean line of es over xs with its CI band, in colour c.
+func (f *figure) addMeanBand(arm, name string, c color.NRGBA, xs []float64, es []sim.Estimate, dashed bool, b bounds) error {
+	if err := f.addBand(arm, c, xs, es, b); err != nil {
 		return err
 	}
 	var xys plotter.XYs
@@ -85,29 +74,31 @@ func addMeanBand(p *plot.Plot, i int, name string, xs []float64, es []sim.Estima
 	if len(xys) == 0 {
 		return nil
 	}
-	return addLine(p, i, name, xys, dashed)
+	return f.addLine(arm, name, xys, c, dashed)
 }
 
-func addHLine(p *plot.Plot, name string, y, x0, x1 float64, c color.Color) error {
-	l, err := plotter.NewLine(plotter.XYs{{X: x0, Y: y}, {X: x1, Y: y}})
-	if err != nil {
-		return err
-	}
-	l.Color = c
-	l.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
-	p.Add(l)
-	p.Legend.Add(name, l)
-	return nil
+// addArm draws an arm's mean line and band in the arm's colour.
+func (f *figure) addArm(arm, name string, xs []float64, es []sim.Estimate, dashed bool, b bounds) error {
+	return f.addMeanBand(arm, name, sim.ArmColor(arm), xs, es, dashed, b)
 }
 
-func addHLineXY(p *plot.Plot, name string, xys plotter.XYs, c color.Color) error {
+// addRefLine draws a dotted reference line (a target, a cap, the identity): grey unless it
+// stands for an arm (real-GRPO's zero in the gap plot), then in the arm's colour.
+func (f *figure) addRefLine(arm, name string, xys plotter.XYs, c color.NRGBA) error {
 	l, err := plotter.NewLine(xys)
 	if err != nil {
 		return err
 	}
 	l.Color = c
-	l.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
-	p.Add(l)
-	p.Legend.Add(name, l)
+	l.Width = vg.Points(1.5)
+	l.Dashes = []vg.Length{vg.Points(2), vg.Points(3)}
+	f.Add(l)
+	f.Legend.Add(name, l)
+	f.record(name, arm, c)
 	return nil
+}
+
+// addHLine is addRefLine for a horizontal line at y from x0 to x1.
+func (f *figure) addHLine(arm, name string, y, x0, x1 float64, c color.NRGBA) error {
+	return f.addRefLine(arm, name, plotter.XYs{{X: x0, Y: y}, {X: x1, Y: y}}, c)
 }

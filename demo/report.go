@@ -77,19 +77,13 @@ func WriteReport(dir string, r Report) ([]string, error) {
 	}
 	arms := aggregate(r.Results)
 	var files []string
-	for _, p := range []struct {
-		name string
-		make func(Report, []armAgg) (*plot.Plot, error)
-	}{
-		{FileScore, scoreVsCompute}, {FileScoreSteps, scoreVsStep}, {FileGap, gapPlot},
-		{FileCalibration, calibrationPlot}, {FileCalError, calErrorPlot}, {FileIVD, ivdPlot},
-	} {
+	for _, p := range reportPlots {
 		pl, err := p.make(r, arms)
 		if err != nil {
 			return files, fmt.Errorf("demo: report: %s: %w", p.name, err)
 		}
 		path := filepath.Join(dir, p.name)
-		if err := pl.Save(7*vg.Inch, 4.5*vg.Inch, path); err != nil {
+		if err := savePNG(pl, path); err != nil {
 			return files, fmt.Errorf("demo: report: %s: %w", p.name, err)
 		}
 		files = append(files, path)
@@ -114,6 +108,15 @@ func WriteReport(dir string, r Report) ([]string, error) {
 		files = append(files, path)
 	}
 	return files, nil
+}
+
+// reportPlots are the report's plots, by file name, in page order.
+var reportPlots = []struct {
+	name string
+	make func(Report, []armAgg) (*figure, error)
+}{
+	{FileScore, scoreVsCompute}, {FileScoreSteps, scoreVsStep}, {FileGap, gapPlot},
+	{FileCalibration, calibrationPlot}, {FileCalError, calErrorPlot}, {FileIVD, ivdPlot},
 }
 
 // armAgg is one arm over its seeds, per step (index 0 is the untrained policy, index v+1 the
@@ -239,8 +242,8 @@ func target(r Report) (float64, bool) {
 	return sim.NewEstimate(ts).Mean, true
 }
 
-func scoreVsCompute(r Report, arms []armAgg) (*plot.Plot, error) {
-	p := newPlot("Score vs execution compute"+seedNote(arms), "real executions (sandbox runs, mean over seeds)", "expected true score (held-out)")
+func scoreVsCompute(r Report, arms []armAgg) (*figure, error) {
+	p := newFigure("Score vs execution compute"+seedNote(arms), "real executions (sandbox runs, mean over seeds)", "expected true score (held-out)")
 	p.X.Tick.Marker = stepTicks{}
 	maxX := 1.0
 	for _, a := range arms {
@@ -248,12 +251,12 @@ func scoreVsCompute(r Report, arms []armAgg) (*plot.Plot, error) {
 			maxX = math.Max(maxX, a.execs[n-1].Mean)
 		}
 	}
-	for i, a := range arms {
+	for _, a := range arms {
 		if a.execs[len(a.execs)-1].Mean == 0 {
 			// An arm that never executes is a point at x = 0; draw its final score across the
 			// axis so it can be compared at all.
 			fin := a.score[len(a.score)-1]
-			if err := addMeanBand(p, i, a.name+" (final, 0 executions)", []float64{0, maxX}, []sim.Estimate{fin, fin}, true, bounds{0, 1}); err != nil {
+			if err := p.addArm(a.name, a.name+" (final, 0 executions)", []float64{0, maxX}, []sim.Estimate{fin, fin}, true, bounds{0, 1}); err != nil {
 				return nil, err
 			}
 			continue
@@ -262,30 +265,30 @@ func scoreVsCompute(r Report, arms []armAgg) (*plot.Plot, error) {
 		for j, e := range a.execs {
 			xs[j] = e.Mean
 		}
-		if err := addMeanBand(p, i, a.name, xs, a.score, false, bounds{0, 1}); err != nil {
+		if err := p.addArm(a.name, a.name, xs, a.score, false, bounds{0, 1}); err != nil {
 			return nil, err
 		}
 	}
 	if t, ok := target(r); ok {
-		if err := addHLine(p, "target", t, 0, maxX, color.Gray{Y: 120}); err != nil {
+		if err := p.addHLine("", "target", t, 0, maxX, grey(90)); err != nil {
 			return nil, err
 		}
 	}
 	return p, nil
 }
 
-func scoreVsStep(r Report, arms []armAgg) (*plot.Plot, error) {
-	p := newPlot("Score vs training step"+seedNote(arms), "step (0: untrained policy)", "expected true score (held-out)")
+func scoreVsStep(r Report, arms []armAgg) (*figure, error) {
+	p := newFigure("Score vs training step"+seedNote(arms), "step (0: untrained policy)", "expected true score (held-out)")
 	p.X.Tick.Marker = stepTicks{}
 	steps := 1.0
-	for i, a := range arms {
+	for _, a := range arms {
 		steps = math.Max(steps, float64(len(a.score)-1))
-		if err := addMeanBand(p, i, a.name, stepXs(len(a.score)), a.score, false, bounds{0, 1}); err != nil {
+		if err := p.addArm(a.name, a.name, stepXs(len(a.score)), a.score, false, bounds{0, 1}); err != nil {
 			return nil, err
 		}
 	}
 	if t, ok := target(r); ok {
-		if err := addHLine(p, "target", t, 0, steps, color.Gray{Y: 120}); err != nil {
+		if err := p.addHLine("", "target", t, 0, steps, grey(90)); err != nil {
 			return nil, err
 		}
 	}
@@ -294,20 +297,20 @@ func scoreVsStep(r Report, arms []armAgg) (*plot.Plot, error) {
 
 // gapPlot is every arm's score minus real-GRPO's in the same seed, per step: how far training on
 // the world model alone (pure-wm) or with corrections falls behind real execution.
-func gapPlot(r Report, arms []armAgg) (*plot.Plot, error) {
-	p := newPlot("Gap to real-GRPO over steps"+seedNote(arms), "step (0: untrained policy)", "score − real-GRPO's score (same seed)")
+func gapPlot(r Report, arms []armAgg) (*figure, error) {
+	p := newFigure("Gap to real-GRPO over steps"+seedNote(arms), "step (0: untrained policy)", "score − real-GRPO's score (same seed)")
 	p.X.Tick.Marker = stepTicks{}
 	steps := 1.0
-	for i, a := range arms {
+	for _, a := range arms {
 		if a.name == sim.ArmRealGRPO {
 			continue
 		}
 		steps = math.Max(steps, float64(len(a.gap)-1))
-		if err := addMeanBand(p, i, a.name, stepXs(len(a.gap)), a.gap, a.name == sim.ArmPureWM, unbounded); err != nil {
+		if err := p.addArm(a.name, a.name, stepXs(len(a.gap)), a.gap, a.name == sim.ArmPureWM, unbounded); err != nil {
 			return nil, err
 		}
 	}
-	if err := addHLine(p, "real-GRPO (0)", 0, 0, steps, color.Gray{Y: 90}); err != nil {
+	if err := p.addHLine(sim.ArmRealGRPO, sim.ArmRealGRPO+" (0)", 0, 0, steps, sim.ArmColor(sim.ArmRealGRPO)); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -324,9 +327,9 @@ func calArm(r Report, arms []armAgg) *armAgg {
 
 // calErrorPlot is the calibration arm's per-step error of the raw world-model score and of the
 // debiased one (the map in force before the step: out of sample).
-func calErrorPlot(r Report, arms []armAgg) (*plot.Plot, error) {
+func calErrorPlot(r Report, arms []armAgg) (*figure, error) {
 	a := calArm(r, arms)
-	p := newPlot("Calibration error per step ("+r.CalibrationArm+")"+seedNote(arms), "step",
+	p := newFigure("Calibration error per step ("+r.CalibrationArm+")"+seedNote(arms), "step",
 		"mean |score − executed| over anchor rollouts")
 	p.X.Tick.Marker = stepTicks{}
 	if a == nil {
@@ -337,10 +340,11 @@ func calErrorPlot(r Report, arms []armAgg) (*plot.Plot, error) {
 	for j := range xs {
 		xs[j] = float64(j - 1) // index 0 is the untrained policy, which has no error
 	}
-	if err := addMeanBand(p, 1, "raw world-model score", xs[1:], a.raw[1:], false, bounds{0, 1}); err != nil {
+	// The raw score is the reference (grey); the debiased one is what the arm trains on (its colour).
+	if err := p.addMeanBand("", "raw world-model score", grey(110), xs[1:], a.raw[1:], true, bounds{0, 1}); err != nil {
 		return nil, err
 	}
-	if err := addMeanBand(p, 0, "debiased (map in force for the step)", xs[1:], a.cal[1:], true, bounds{0, 1}); err != nil {
+	if err := p.addArm(a.name, "debiased (map in force for the step)", xs[1:], a.cal[1:], false, bounds{0, 1}); err != nil {
 		return nil, err
 	}
 	p.Y.Min = 0
@@ -349,11 +353,10 @@ func calErrorPlot(r Report, arms []armAgg) (*plot.Plot, error) {
 
 // calibrationPlot shows the calibration arm's anchor pairs (first seed), shaded from early to
 // late steps, and its fitted map at up to four points in time.
-func calibrationPlot(r Report, arms []armAgg) (*plot.Plot, error) {
-	p := newPlot("Calibration over time ("+r.CalibrationArm+")", "world-model score (raw)", "executed score")
-	p.Legend.Left, p.Legend.Top = true, true
+func calibrationPlot(r Report, arms []armAgg) (*figure, error) {
+	p := newFigure("Calibration over time ("+r.CalibrationArm+")", "world-model score (raw)", "executed score")
 	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, 1, 0, 1
-	if err := addHLineXY(p, "identity (the map until the first refit)", plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 1}}, color.Gray{Y: 150}); err != nil {
+	if err := p.addRefLine("", "identity (the map until the first refit)", plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 1}}, grey(150)); err != nil {
 		return nil, err
 	}
 	a := calArm(r, arms)
@@ -366,13 +369,15 @@ func calibrationPlot(r Report, arms []armAgg) (*plot.Plot, error) {
 		p.Title.Text += fmt.Sprintf(", seed %d", res.Seed)
 	}
 	steps := len(res.Steps)
+	// The arm's pairs in the arm's colour, fainter for earlier steps; the maps in greys, darker
+	// and thicker for later refits.
 	thirds := []struct {
 		lo, hi int
 		c      color.NRGBA
 	}{
-		{0, steps / 3, color.NRGBA{R: 150, G: 190, B: 230, A: 170}},
-		{steps / 3, 2 * steps / 3, color.NRGBA{R: 60, G: 120, B: 200, A: 170}},
-		{2 * steps / 3, steps, color.NRGBA{R: 10, G: 40, B: 120, A: 190}},
+		{0, steps / 3, armColor(a.name, 70)},
+		{steps / 3, 2 * steps / 3, armColor(a.name, 140)},
+		{2 * steps / 3, steps, armColor(a.name, 230)},
 	}
 	for _, th := range thirds {
 		var pts plotter.XYs
@@ -392,7 +397,9 @@ func calibrationPlot(r Report, arms []armAgg) (*plot.Plot, error) {
 		sc.GlyphStyle.Radius = vg.Points(2)
 		sc.GlyphStyle.Shape = draw.CircleGlyph{}
 		p.Add(sc)
-		p.Legend.Add(fmt.Sprintf("anchor pairs, steps %d–%d (%d)", th.lo, th.hi-1, len(pts)), sc)
+		label := fmt.Sprintf("anchor pairs, steps %d–%d (%d)", th.lo, th.hi-1, len(pts))
+		p.Legend.Add(label, sc)
+		p.record(label, a.name, th.c)
 	}
 	var refits []sim.Map
 	for _, m := range res.Maps {
@@ -415,10 +422,13 @@ func calibrationPlot(r Report, arms []armAgg) (*plot.Plot, error) {
 		if len(maps) > 1 {
 			t = float64(i) / float64(len(maps)-1)
 		}
-		l.Color = color.RGBA{R: uint8(250 - 80*t), G: uint8(180 - 150*t), B: uint8(110 - 90*t), A: 255}
-		l.Width = vg.Points(1.4 + 1.2*t)
+		c := grey(uint8(170 - 170*t))
+		l.Color = c
+		l.Width = vg.Points(1.4 + 1.4*t)
 		p.Add(l)
-		p.Legend.Add(fmt.Sprintf("map after step %d (refit %d)", m.Step, m.FitVersion), l)
+		label := fmt.Sprintf("map after step %d (refit %d)", m.Step, m.FitVersion)
+		p.Legend.Add(label, l)
+		p.record(label, "", c)
 	}
 	return p, nil
 }
@@ -435,23 +445,23 @@ func pickMaps(ms []sim.Map, n int) []sim.Map {
 	return out
 }
 
-func ivdPlot(r Report, arms []armAgg) (*plot.Plot, error) {
-	p := newPlot("Inverse-variance anchor weight"+seedNote(arms), "step", "anchor row weight in force (world-model rows: 1)")
+func ivdPlot(r Report, arms []armAgg) (*figure, error) {
+	p := newFigure("Inverse-variance anchor weight"+seedNote(arms), "step", "anchor row weight in force (world-model rows: 1)")
 	p.X.Tick.Marker = stepTicks{}
 	capW, steps := 0.0, 1.0
-	for i, a := range arms {
+	for _, a := range arms {
 		if a.name == sim.ArmRealGRPO || a.name == sim.ArmPureWM {
 			continue
 		}
 		capW = math.Max(capW, a.weightCap)
 		steps = math.Max(steps, float64(len(a.weight)-1))
-		if err := addMeanBand(p, i, a.name, stepXs(len(a.weight)-1), a.weight[1:], false, bounds{1, a.weightCap}); err != nil {
+		if err := p.addArm(a.name, a.name, stepXs(len(a.weight)-1), a.weight[1:], false, bounds{1, a.weightCap}); err != nil {
 			return nil, err
 		}
 	}
 	p.Y.Min = 0
 	if capW > 0 {
-		if err := addHLine(p, fmt.Sprintf("cap (%g)", capW), capW, 0, steps, color.RGBA{R: 200, G: 30, B: 30, A: 255}); err != nil {
+		if err := p.addHLine("", fmt.Sprintf("cap (%g)", capW), capW, 0, steps, grey(60)); err != nil {
 			return nil, err
 		}
 		p.Y.Max = capW + 0.5
@@ -459,28 +469,43 @@ func ivdPlot(r Report, arms []armAgg) (*plot.Plot, error) {
 	return p, nil
 }
 
+// page is report.html: what the run found first (headline numbers, the summary table, the plots),
+// how it was set up last. Every plot fills the content column (imgCSSWidth pixels).
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"est": func(e sim.Estimate, d int) string { return e.Format(d) },
+	"est":    func(e sim.Estimate, d int) string { return e.Format(d) },
+	"swatch": swatch,
 }).Parse(`<!doctype html>
 <html><head><meta charset="utf-8"><title>{{.R.Title}}</title>
 <style>
-body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
+body{font-family:system-ui,sans-serif;max-width:{{.ImgW}}px;margin:2em auto;padding:0 1em;color:#222;line-height:1.4}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}img{max-width:100%;border:1px solid #eee;margin:.5em 0}
-table.settings td{text-align:left}code{background:#f5f5f5;padding:1px 4px}dt{font-weight:600}dd{margin:0 0 .4em 1.5em}
-.cap{color:#444;font-size:.92em;max-width:60em}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+img.plot{display:block;width:100%;height:auto;border:1px solid #eee;margin:.5em 0 1.5em}
+table.settings td{text-align:left}code{background:#f5f5f5;padding:1px 4px}
+.cap{color:#444;font-size:.92em}
+.sw{display:inline-block;width:.9em;height:.9em;border-radius:2px;margin-right:.4em;vertical-align:-.1em}
+.headline{display:flex;gap:1em;flex-wrap:wrap;margin:1em 0}
+.headline>div{flex:1 1 14em;border:1px solid #ddd;border-radius:6px;padding:.6em 1em}
+.headline .v{font-size:1.8em;font-weight:600}.headline .k{color:#555;font-size:.9em}
+dl.defs{display:grid;grid-template-columns:max-content 1fr;gap:.15em 1em;font-size:.9em;color:#444}
+dl.defs dt{font-weight:600}dl.defs dd{margin:0}
 </style></head><body>
 <h1>{{.R.Title}}</h1>
 {{if .R.FinalLine}}<p><code>{{.R.FinalLine}}</code></p>{{end}}
-<h2>Settings</h2>
-<table class="settings">{{range .R.Settings}}<tr><th>{{index . 0}}</th><td>{{index . 1}}</td></tr>{{end}}</table>
-<h2>Summary</h2>
+<section id="results">
+<h2>Results</h2>
+{{with .Head}}<div class="headline">
+<div><div class="k">speedup to target ({{.Arm}} vs {{.Real}})</div><div class="v">{{.Speedup}}</div><div class="k">{{.SpeedupNote}}</div></div>
+<div><div class="k">final score (held-out)</div><div class="v"><span class="sw" style="background:{{swatch .Arm}}"></span>{{.Final}}</div><div class="k">{{.Arm}}{{if .RealFinal}} · {{.Real}}: {{.RealFinal}}{{end}}</div></div>
+<div><div class="k">real executions (sandbox runs)</div><div class="v"><span class="sw" style="background:{{swatch .Arm}}"></span>{{.Execs}}</div><div class="k">{{.Arm}}{{if .RealExecs}} · {{.Real}}: {{.RealExecs}}{{end}}</div></div>
+</div>{{end}}
 <p>Target: {{printf "%.0f" .Pct}}% of real-GRPO's final score{{if .HasTarget}} ({{printf "%.3f" .Target}}{{if gt .Seeds 1}}, mean over seeds{{end}}){{end}}.
-{{if gt .Seeds 1}}Values are mean ± 95% CI over {{.Seeds}} seeds (Student t).{{else}}One seed, so no confidence intervals.{{end}}</p>
-<table><tr><th>arm</th><th>final</th><th>Δ real</th><th>reached</th><th>execs→tgt</th><th>exec s→tgt</th><th>speedup</th><th>execs</th></tr>
-{{range .Sums}}<tr><td>{{.Arm}}</td><td>{{est .Final 3}}</td><td>{{est .FinalDelta 3}}</td><td>{{.Reached}}/{{.Seeds}}</td><td>{{est .ExecutionsToTarget 0}}</td><td>{{est .ExecSecondsToTarget 2}}</td><td>{{if and .Reached (not .Speedup.N)}}∞{{else}}{{est .Speedup 2}}{{end}}</td><td>{{est .Executions 0}}</td></tr>
+{{if gt .Seeds 1}}Values are mean ± 95% CI over {{.Seeds}} seeds (Student t).{{else}}One seed, so no confidence intervals.{{end}}
+An arm's colour is the same in every plot.</p>
+<table class="summary"><tr><th>arm</th><th>final</th><th>Δ real</th><th>reached</th><th>execs→tgt</th><th>exec s→tgt</th><th>speedup</th><th>execs</th></tr>
+{{range .Sums}}<tr><td><span class="sw" style="background:{{swatch .Arm}}"></span>{{.Arm}}</td><td>{{est .Final 3}}</td><td>{{est .FinalDelta 3}}</td><td>{{.Reached}}/{{.Seeds}}</td><td>{{est .ExecutionsToTarget 0}}</td><td>{{est .ExecSecondsToTarget 2}}</td><td>{{if and .Reached (not .Speedup.N)}}∞{{else}}{{est .Speedup 2}}{{end}}</td><td>{{est .Executions 0}}</td></tr>
 {{end}}</table>
-<dl>
+<dl class="defs">
 <dt>final</dt><dd>expected true score of the policy on the held-out problems after the last step</dd>
 <dt>Δ real</dt><dd>final minus real-GRPO's final score in the same seed</dd>
 <dt>reached</dt><dd>seeds in which the arm reached the target</dd>
@@ -489,12 +514,19 @@ table.settings td{text-align:left}code{background:#f5f5f5;padding:1px 4px}dt{fon
 <dt>speedup</dt><dd>real-GRPO's execs→tgt divided by the arm's, per seed; ∞ when the arm reached the target without executing</dd>
 <dt>execs</dt><dd>real executions of the whole run</dd>
 </dl>
-<h2>Score vs execution compute</h2><img src="score_vs_compute.png" alt="score vs execution compute">
-<h2>Score vs step</h2><img src="score_vs_step.png" alt="score vs step">
-<h2>Gap to real-GRPO</h2><p class="cap">Each arm's score minus real-GRPO's in the same seed, per step. The dashed line is the pure world model (no execution at all).</p><img src="gap_vs_step.png" alt="gap to real-GRPO over steps">
-<h2>Calibration</h2><p class="cap">Anchor pairs (raw world-model score, executed score) of the {{.R.CalibrationArm}} arm, darker for later steps, and the monotone map fitted by Online Debiasing at a few points in time (the identity map is in force until the window holds enough pairs). Pairs at a world-model score of about {{.Floor}} are solutions the proxy scores at its read-out floor; pairs at an executed score of 0 are solutions that score 0 when really executed.</p><img src="calibration.png" alt="calibration map over time">
-<h2>Calibration error per step</h2><p class="cap">Mean |score − executed| over each step's anchor rollouts, for the raw world-model score and for the debiased score (the map in force before the step, so out of sample).</p><img src="calibration_error.png" alt="calibration error per step, raw vs debiased">
-<h2>IVD weight</h2><p class="cap">Weight of anchor rows in the loss (world-model rows have weight 1); the red line is the configured cap.</p><img src="ivd_weight.png" alt="IVD weight over steps">
+</section>
+<section id="plots">
+<h2>Score vs execution compute</h2><img class="plot" src="score_vs_compute.png" width="{{.ImgW}}" height="{{.ImgH}}" alt="score vs execution compute">
+<h2>Score vs step</h2><img class="plot" src="score_vs_step.png" width="{{.ImgW}}" height="{{.ImgH}}" alt="score vs step">
+<h2>Gap to real-GRPO</h2><p class="cap">Each arm's score minus real-GRPO's in the same seed, per step. The dashed line is the pure world model (no execution at all).</p><img class="plot" src="gap_vs_step.png" width="{{.ImgW}}" height="{{.ImgH}}" alt="gap to real-GRPO over steps">
+<h2>Calibration</h2><p class="cap">Anchor pairs (raw world-model score, executed score) of the {{.R.CalibrationArm}} arm in its colour, fainter for earlier steps, and the monotone map fitted by Online Debiasing at a few points in time in greys, darker for later refits (the identity map is in force until the window holds enough pairs). Pairs at a world-model score of about {{.Floor}} are solutions the proxy scores at its read-out floor; pairs at an executed score of 0 are solutions that score 0 when really executed.</p><img class="plot" src="calibration.png" width="{{.ImgW}}" height="{{.ImgH}}" alt="calibration map over time">
+<h2>Calibration error per step</h2><p class="cap">Mean |score − executed| over each step's anchor rollouts, for the raw world-model score (grey, dashed) and for the debiased score (the map in force before the step, so out of sample). Until the first refit the map is the identity and the two lines coincide.</p><img class="plot" src="calibration_error.png" width="{{.ImgW}}" height="{{.ImgH}}" alt="calibration error per step, raw vs debiased">
+<h2>IVD weight</h2><p class="cap">Weight of anchor rows in the loss (world-model rows have weight 1); the dotted grey line is the configured cap.</p><img class="plot" src="ivd_weight.png" width="{{.ImgW}}" height="{{.ImgH}}" alt="IVD weight over steps">
+</section>
+<section id="settings">
+<h2>Settings</h2>
+<table class="settings">{{range .R.Settings}}<tr><th>{{index . 0}}</th><td>{{index . 1}}</td></tr>{{end}}</table>
+</section>
 <p>Raw data: <a href="steps.csv">steps.csv</a>, <a href="summary.csv">summary.csv</a>.</p>
 </body></html>
 `))
@@ -512,7 +544,7 @@ func renderHTML(b *bytes.Buffer, r Report, sums []sim.ArmSummary, arms []armAgg)
 		}
 	}
 	if err := page.Execute(b, map[string]any{"R": r, "Sums": sums, "Pct": 100 * r.TargetFraction, "Target": t, "HasTarget": ok,
-		"Seeds": seeds, "Floor": floor}); err != nil {
+		"Seeds": seeds, "Floor": floor, "Head": newHeadline(sums, r.CalibrationArm), "ImgW": imgCSSWidth, "ImgH": imgCSSHeight}); err != nil {
 		return fmt.Errorf("demo: report: html: %w", err)
 	}
 	return nil

@@ -9,7 +9,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/palette/moreland"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -101,7 +100,7 @@ func WriteGridPlots(dir string, cells []GridCell) ([]string, error) {
 		p.Y.Label.Text = "final score"
 		p.Add(plotter.NewGrid())
 		p.Legend.Top, p.Legend.Left = false, true
-		for i, arm := range arms {
+		for _, arm := range arms {
 			var xys plotter.XYs
 			for _, b := range biases {
 				for k := range cells {
@@ -116,7 +115,7 @@ func WriteGridPlots(dir string, cells []GridCell) ([]string, error) {
 			if err != nil {
 				return files, fmt.Errorf("sim: plot: %w", err)
 			}
-			l.Color = plotutil.Color(i)
+			l.Color = ArmColor(arm)
 			l.Width = vg.Points(1.6)
 			p.Add(l)
 			p.Legend.Add(arm, l)
