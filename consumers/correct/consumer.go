@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -313,31 +312,22 @@ func (c *Consumer) batching(sess *kgo.GroupTransactSession, from *time.Time) boo
 }
 
 // decodeAll decodes a poll's records on all cores (decoding is most of the consumer's CPU and
-// pure); they are applied to the engine afterwards in input order, so results do not change.
+// pure), in chunks of decodeChunk; they are applied to the engine afterwards in input order, so
+// results do not change.
 func (c *Consumer) decodeAll(recs []*kgo.Record) []decoded {
 	out := make([]decoded, len(recs))
-	workers := min(runtime.GOMAXPROCS(0), len(recs)/64)
-	if workers < 2 {
-		for i, r := range recs {
-			out[i] = c.eng.decode(r)
+	_ = ordered((len(recs)+decodeChunk-1)/decodeChunk, func(_, i int) error {
+		for j := i * decodeChunk; j < min((i+1)*decodeChunk, len(recs)); j++ {
+			out[j] = c.eng.decode(recs[j])
 		}
-		return out
-	}
-	var wg sync.WaitGroup
-	per := (len(recs) + workers - 1) / workers
-	for lo := 0; lo < len(recs); lo += per {
-		hi := min(lo+per, len(recs))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := lo; i < hi; i++ {
-				out[i] = c.eng.decode(recs[i])
-			}
-		}()
-	}
-	wg.Wait()
+		return nil
+	}, nil)
 	return out
 }
+
+// decodeChunk is how many records one goroutine decodes at a time: enough that starting it is
+// negligible, few enough that a typical poll spreads over the cores.
+const decodeChunk = 64
 
 func (c *Consumer) logProgress(msg string) {
 	s := c.stats
