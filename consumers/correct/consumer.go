@@ -14,6 +14,7 @@ import (
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/health"
+	"github.com/wmrl/wmrl/internal/retry"
 	"github.com/wmrl/wmrl/internal/stage"
 )
 
@@ -269,30 +270,28 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 func (c *Consumer) reloadRetrying(ctx context.Context) error {
 	c.outage.setLoaded(false)
 	c.m.forgetStreams()
-	b := newBackoff()
-	for attempt := 1; ; attempt++ {
+	tries, err := retry.Forever(ctx, outageBackoff.New(), func() error {
 		c.takeChanged()
 		err := c.reload(ctx)
-		if err == nil {
-			c.outage.setLoaded(true)
-			if attempt > 1 {
-				c.log.Info("state reloaded after an outage", "attempts", attempt)
-			}
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, ErrConfigChanged) || !transient(err) {
+		switch {
+		case err == nil || ctx.Err() != nil:
 			return err
+		case errors.Is(err, ErrConfigChanged) || !transient(err):
+			return retry.Permanent(err)
 		}
 		c.outage.set(err)
-		d := b.next()
-		c.logOutage("state reload failed; retrying", err, "attempt", attempt, "retry_in", d.Round(time.Millisecond))
-		if err := sleep(ctx, d); err != nil {
-			return err
-		}
+		return err
+	}, func(try int, err error, d time.Duration) {
+		c.logOutage("state reload failed; retrying", err, "attempt", try, "retry_in", d.Round(time.Millisecond))
+	})
+	if err != nil {
+		return err
 	}
+	c.outage.setLoaded(true)
+	if tries > 1 {
+		c.log.Info("state reloaded after an outage", "attempts", tries)
+	}
+	return nil
 }
 
 // batching reports whether to put the transaction off and poll again first: only while the client
