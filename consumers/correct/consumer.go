@@ -65,12 +65,10 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		corr:     corr,
 		m:        m,
 		store:    NewStore(cfg.Redis, cfg.RedisPrefix, cfg.KeepStates),
-		eng:      newEngine(corr, cfg.Names, m),
+		eng:      newEngine(corr, cfg.Names, cfg.MaxStaleness, cfg.Limits, m),
 		khooks:   stage.KafkaMetrics(cfg.Registry, "correct"),
 		assigned: map[int32]bool{},
 	}
-	c.eng.maxStaleness = cfg.MaxStaleness
-	c.eng.limits = cfg.Limits
 	return c, nil
 }
 
@@ -87,10 +85,7 @@ func (p outputPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 	return kgo.ManualPartitioner().ForTopic(t)
 }
 
-func (c *Consumer) inputs() []string {
-	n := c.cfg.Names
-	return []string{n.Steps(), n.Predicted(), n.Executed()}
-}
+func (c *Consumer) inputs() []string { return inputTopics(c.cfg.Names) }
 
 // Run consumes until ctx is cancelled (then it finishes the current transaction and leaves the
 // group) or a non-retryable error occurs (fenced by another instance with the same

@@ -99,9 +99,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 		return res, fmt.Errorf("%w: %w", ErrReplay, err)
 	}
 	m, _ := newMetrics(prometheus.NewRegistry())
-	eng := newEngine(corr, cfg.Names, m)
-	eng.maxStaleness = cfg.MaxStaleness
-	eng.limits = limits
+	eng := newEngine(corr, cfg.Names, cfg.MaxStaleness, limits, m)
 
 	var part int32
 	if cfg.Partition != nil {
@@ -109,7 +107,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	} else if part, err = runPartition(ctx, cfg.KafkaOpts, cfg.Names.Steps(), cfg.Run); err != nil {
 		return res, err
 	}
-	inputs := []string{cfg.Names.Steps(), cfg.Names.Predicted(), cfg.Names.Executed()}
+	inputs := inputTopics(cfg.Names)
 	start := map[string]map[int32]kgo.Offset{}
 	for _, t := range inputs {
 		o := kgo.NewOffset().AtStart()

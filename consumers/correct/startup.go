@@ -29,9 +29,7 @@ func (c *Consumer) checkTopics(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	n := c.cfg.Names
-	need := []string{n.Steps(), n.Predicted(), n.Executed(), n.Advantages(), n.Calibration(), n.DLQ()}
-	if err := topicadmin.RequireLayout(ctx, kadm.NewClient(cl), n, need); err != nil {
+	if err := topicadmin.RequireLayout(ctx, kadm.NewClient(cl), c.cfg.Names, allTopics(c.cfg.Names)); err != nil {
 		return fmt.Errorf("correct: %w", err)
 	}
 	return nil
