@@ -139,11 +139,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Limits, err = c.Limits.withDefaults(true); err != nil {
 		return c, err
 	}
+	// Correction is validated (and hashed) once, by correction.New in NewConsumer.
 	if c.Correction == (correction.Config{}) {
 		c.Correction = correction.DefaultConfig()
-	}
-	if err := c.Correction.Validate(); err != nil {
-		return c, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if c.ChunkBytes == 0 {
 		c.ChunkBytes = topics.DefaultChunkBytes

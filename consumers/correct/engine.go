@@ -152,7 +152,7 @@ type engine struct {
 // withDefaults). None has a default here, so a replay cannot forget one and silently diverge from
 // the live consumer it must reproduce.
 func newEngine(corr *correction.Corrector, names topics.Names, maxStaleness int64, limits Limits, m *metrics) *engine {
-	h := corr.Config().Hash()
+	h := corr.Hash()
 	kinds := make(map[string]kind, numKinds)
 	for k := range numKinds {
 		kinds[k.topic(names)] = k

@@ -221,7 +221,7 @@ func loadReplayStart(ctx context.Context, cfg ReplayConfig, corr *correction.Cor
 		if err != nil {
 			return nil, fmt.Errorf("%w: state of %s/%s: %w", ErrReplay, cfg.Run, s, err)
 		}
-		if st.Config().Hash() != corr.Config().Hash() {
+		if st.ConfigHash() != corr.Hash() {
 			return nil, fmt.Errorf("%w: state of %s/%s: %w", ErrReplay, cfg.Run, s, ErrConfigChanged)
 		}
 		out = append(out, st)
