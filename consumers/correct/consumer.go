@@ -72,9 +72,6 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	return c, nil
 }
 
-// RedisRoundTrips is the number of Redis round trips so far (the benchmark reports it per step).
-func (c *Consumer) RedisRoundTrips() int64 { return c.m.trips.Load() }
-
 // Store returns the consumer's Redis store (for readers of the current fit).
 func (c *Consumer) Store() *Store { return c.store }
 
