@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wmrl/wmrl/internal/httpretry"
+	"github.com/wmrl/wmrl/internal/retry"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -134,20 +135,6 @@ func (s *sleepRecorder) got() []time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]time.Duration(nil), s.delays...)
-}
-
-// jittered reports whether each wait in got lies in [w/2, w] of its counterpart in want: a
-// backoff wait is drawn from there (d doubling from the base), a Retry-After is w itself.
-func jittered(got, want []time.Duration) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i, w := range want {
-		if got[i] < w/2 || got[i] > w {
-			return false
-		}
-	}
-	return true
 }
 
 func testConfig(url string, sl *sleepRecorder) OpenAIConfig {
@@ -311,7 +298,7 @@ func TestOpenAIScorer(t *testing.T) {
 			if got := len(m.requests()); got != tt.wantAttempt {
 				t.Errorf("server saw %d requests, want %d", got, tt.wantAttempt)
 			}
-			if got := sl.got(); !jittered(got, tt.wantSleeps) {
+			if got := sl.got(); !retry.Drawn(got, tt.wantSleeps) {
 				t.Errorf("slept %v, want each in [w/2, w] of %v", got, tt.wantSleeps)
 			}
 			for _, sub := range tt.wantReason {

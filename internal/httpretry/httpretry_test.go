@@ -12,20 +12,6 @@ import (
 	"github.com/wmrl/wmrl/internal/retry"
 )
 
-// jittered reports whether each wait in got lies in [w/2, w] of its counterpart in want: a
-// backoff wait is drawn from there (retry.Backoff), a Retry-After is w itself.
-func jittered(got, want []time.Duration) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i, w := range want {
-		if got[i] < w/2 || got[i] > w {
-			return false
-		}
-	}
-	return true
-}
-
 func TestPolicyDo(t *testing.T) {
 	b := retry.Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}
 	tests := []struct {
@@ -56,7 +42,7 @@ func TestPolicyDo(t *testing.T) {
 			if err != nil || n != tt.wantTries {
 				t.Fatalf("Do = %d, %v; want %d tries", n, err, tt.wantTries)
 			}
-			if !jittered(slept, tt.wantWaits) || !slices.Equal(heard, slept) {
+			if !retry.Drawn(slept, tt.wantWaits) || !slices.Equal(heard, slept) {
 				t.Fatalf("slept %v, onRetry heard %v, want each in [w/2, w] of %v", slept, heard, tt.wantWaits)
 			}
 		})
@@ -108,7 +94,7 @@ func TestPolicyObserve(t *testing.T) {
 			for _, h := range tt.want {
 				wantReasons, wantWaits = append(wantReasons, h.reason), append(wantWaits, h.delay)
 			}
-			if !slices.Equal(reasons, wantReasons) || !jittered(waits, wantWaits) {
+			if !slices.Equal(reasons, wantReasons) || !retry.Drawn(waits, wantWaits) {
 				t.Fatalf("Observe heard %v, want %v (waits in [w/2, w])", got, tt.want)
 			}
 		})

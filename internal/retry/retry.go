@@ -49,3 +49,18 @@ func Forever(ctx context.Context, s backoff.BackOff, op func() error, notify fun
 	}))
 	return tries, err
 }
+
+// Drawn reports whether each wait in got could come from a Backoff whose ceilings were want:
+// in [w/2, w] (a fixed wait, such as a server's Retry-After, is its own ceiling). It is for the
+// tests of callers that inject their sleep, since the jitter is not theirs to seed.
+func Drawn(got, want []time.Duration) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i, w := range want {
+		if got[i] < w/2 || got[i] > w {
+			return false
+		}
+	}
+	return true
+}

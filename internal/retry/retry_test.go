@@ -88,3 +88,25 @@ func repeat(err error, n int) []error {
 	}
 	return out
 }
+
+func TestDrawn(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name      string
+		got, want []time.Duration
+		ok        bool
+	}{
+		{"none", nil, nil, true},
+		{"floor and ceiling", []time.Duration{50 * ms, 200 * ms}, []time.Duration{100 * ms, 200 * ms}, true},
+		{"below the floor", []time.Duration{49 * ms}, []time.Duration{100 * ms}, false},
+		{"above the ceiling", []time.Duration{101 * ms}, []time.Duration{100 * ms}, false},
+		{"fixed wait", []time.Duration{3 * time.Second}, []time.Duration{3 * time.Second}, true},
+		{"one wait missing", []time.Duration{100 * ms}, []time.Duration{100 * ms, 200 * ms}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Drawn(tc.got, tc.want); got != tc.ok {
+				t.Errorf("Drawn(%v, %v) = %v, want %v", tc.got, tc.want, got, tc.ok)
+			}
+		})
+	}
+}
