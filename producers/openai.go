@@ -29,11 +29,6 @@ const (
 	APIChat        = "chat"
 )
 
-// ErrPolicyServer reports a policy-server request that failed for good (a non-retryable status,
-// or retries exhausted); the generator stops, because a step with missing rollouts must not be
-// published.
-var ErrPolicyServer = errors.New("producers: policy server request failed")
-
 // Prompt is one task prompt; prompts files hold one JSON object per line:
 //
 //	{"prompt": "Train a classifier on …", "stream": "mle-dojo"}

@@ -1,7 +1,6 @@
 package correct
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -25,16 +24,6 @@ const (
 	DefaultMaxTxnSteps      = 512
 	DefaultMaxTxnLinger     = 100 * time.Millisecond
 )
-
-// ErrConfig is wrapped by every Config validation failure.
-var ErrConfig = errors.New("correct: invalid config")
-
-// ErrConfigChanged stops the consumer when the calibration changelog holds state built with a
-// different correction config than the running one (Config.AllowConfigChange overrides it).
-var ErrConfigChanged = errors.New("correct: correction config differs from the one the stored state was built with")
-
-// ErrChangelog marks a calibration changelog the consumer cannot rebuild state from.
-var ErrChangelog = errors.New("correct: calibration changelog")
 
 // Config configures a Consumer. KafkaOpts, Redis and TransactionalID are required; zero values
 // elsewhere take the defaults above.

@@ -167,11 +167,6 @@ func (c *Consumer) watch(ctx context.Context, cl *kgo.Client) {
 	})
 }
 
-// errEpochFenced marks a transaction the broker refused because this producer's epoch was bumped:
-// by a successor with the same transactional id (a zombie must stop), or by the broker itself
-// when a transaction of ours outlived its timeout during an outage (we may carry on).
-var errEpochFenced = errors.New("producer epoch fenced")
-
 // txnFatal wraps a transaction error a retry cannot fix, marking epoch fencing as errEpochFenced.
 func txnFatal(op string, err error) error {
 	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {

@@ -2,7 +2,6 @@ package correct
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -59,9 +58,6 @@ type ReplayResult struct {
 	DeadLetters int    // input records the live consumer would have dead-lettered
 	Incomplete  int    // buffered steps that never completed (inputs missing from the topics)
 }
-
-// ErrReplay marks a replay that cannot run as configured.
-var ErrReplay = errors.New("correct: replay")
 
 // Replay re-runs correction for one run from the retained input topics with fresh state (the
 // same engine as the live consumer, so the rows are bit-identical) and calls emit with every
