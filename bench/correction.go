@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/bench/workload"
 	"github.com/wmrl/wmrl/consumers/correct"
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/topicadmin"
@@ -29,7 +30,7 @@ type CorrectionConfig struct {
 	KafkaOpts []kgo.Opt
 	Redis     redis.UniversalClient
 	// Workload of the throughput phase.
-	Workload   correct.SynthConfig
+	Workload   workload.Config
 	Partitions int32
 	// LatencySteps is the number of single steps timed in the latency phase.
 	LatencySteps int
@@ -139,7 +140,7 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 		}()
 	}
 
-	steps, err := correct.Synthesize(names, cfg.Workload)
+	steps, err := workload.Synthesize(names, cfg.Workload)
 	if err != nil {
 		return rep, err
 	}
@@ -175,16 +176,17 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 	wantSteps := len(steps)
 	phaseDone := make(chan struct{})
 	var once sync.Once
+	reg := prometheus.NewRegistry()
 	ccfg := correct.Config{
 		KafkaOpts: consumeOpts, Redis: cfg.Redis, Names: names, Group: prefix + "correct",
 		TransactionalID: prefix + "tx", Correction: cfg.Correction, ChunkBytes: cfg.ChunkBytes,
 		MaxTxnSteps: cfg.MaxTxnSteps, MaxTxnLinger: cfg.MaxTxnLinger,
-		RedisPrefix: strings.TrimSuffix(prefix, "."), Logger: cfg.Logger, Registry: prometheus.NewRegistry(),
+		RedisPrefix: strings.TrimSuffix(prefix, "."), Logger: cfg.Logger, Registry: reg,
 		OnRecords: func(int) {
 			if started.CompareAndSwap(false, true) {
 				mu.Lock()
 				first = time.Now()
-				tripsBase = c.RedisRoundTrips()
+				tripsBase, _ = redisTrips(reg)
 				mu.Unlock()
 			}
 		},
@@ -221,8 +223,12 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 	mu.Lock()
 	rep.CorrectionElapsed = lastSeal.Sub(first)
 	rep.SealedSteps, rep.Transactions = sealed, txns
-	rep.RedisTrips = c.RedisRoundTrips() - tripsBase
+	trips, err := redisTrips(reg)
+	rep.RedisTrips = trips - tripsBase
 	mu.Unlock()
+	if err != nil {
+		return rep, err
+	}
 	rep.CorrectionPerSec = float64(len(recs)) / rep.CorrectionElapsed.Seconds()
 	rep.Ratio = rep.CorrectionPerSec / rep.PassThroughPerSec
 	rep.TripsPerStep = float64(rep.RedisTrips) / float64(rep.SealedSteps)
@@ -251,7 +257,7 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 	return rep, nil
 }
 
-func flattenSteps(steps []correct.SynthStep) []*kgo.Record {
+func flattenSteps(steps []workload.Step) []*kgo.Record {
 	var out []*kgo.Record
 	for _, s := range steps {
 		out = append(out, s.Records()...)
@@ -334,6 +340,21 @@ func passThrough(ctx context.Context, opts []kgo.Opt, names topics.Names, out, i
 	return time.Since(first), nil
 }
 
+// redisTrips reads the correction consumer's Redis round-trip counter from its registry.
+func redisTrips(g prometheus.Gatherer) (int64, error) {
+	const name = "wmrl_correct_redis_roundtrips_total"
+	mfs, err := g.Gather()
+	if err != nil {
+		return 0, fmt.Errorf("bench: gather metrics: %w", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return int64(mf.GetMetric()[0].GetCounter().GetValue()), nil
+		}
+	}
+	return 0, fmt.Errorf("bench: the correction consumer exports no %s", name)
+}
+
 // latencyProbe times single steps: all of a step's records but its last reward are produced,
 // then the last reward; the clock runs from that produce's acknowledgement until every chunk of
 // the step is visible to a read_committed consumer of the advantages topic.
@@ -342,7 +363,7 @@ type latencyProbe struct{}
 func (p *latencyProbe) run(ctx context.Context, cfg CorrectionConfig, names topics.Names) ([]time.Duration, error) {
 	wl := cfg.Workload
 	wl.Runs, wl.Steps, wl.RunPrefix = 1, cfg.LatencySteps, "latency"
-	steps, err := correct.Synthesize(names, wl)
+	steps, err := workload.Synthesize(names, wl)
 	if err != nil {
 		return nil, err
 	}

@@ -115,10 +115,13 @@ func New(cfg Config) (*Corrector, error) {
 // Config returns the corrector's configuration.
 func (c *Corrector) Config() Config { return c.cfg }
 
+// Hash is Config().Hash(), computed once by New.
+func (c *Corrector) Hash() [32]byte { return c.hash }
+
 // NewState returns the empty state of a (run, stream) under the corrector's
 // config: nothing sealed (SealedStep −1), identity calibration, anchor
 // weight 1. The first step it accepts is step 0.
-func (c *Corrector) NewState(run, stream string) *State { return newState(run, stream, c.cfg) }
+func (c *Corrector) NewState(run, stream string) *State { return newState(run, stream, c.cfg, c.hash) }
 
 // Correct computes the rows of step from prev, the state sealed after
 // step.Step−1, and returns them in canonical order together with the new

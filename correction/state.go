@@ -48,8 +48,8 @@ type State struct {
 // States come only from Corrector.NewState and DecodeState, the two ways a
 // Config enters the package, and both validate it, so nothing downstream
 // re-checks a field.
-func newState(run, stream string, cfg Config) *State {
-	s := &State{cfg: cfg, cfgHash: cfg.Hash(), run: run, stream: stream, sealed: -1}
+func newState(run, stream string, cfg Config, hash [32]byte) *State {
+	s := &State{cfg: cfg, cfgHash: hash, run: run, stream: stream, sealed: -1}
 	if cfg.FreezeAfter == 0 {
 		s.c = 1
 	}
@@ -64,6 +64,9 @@ func (s *State) Stream() string { return s.stream }
 
 // Config is the configuration the state was created with.
 func (s *State) Config() Config { return s.cfg }
+
+// ConfigHash is Config().Hash(), carried by the state (and its encoding).
+func (s *State) ConfigHash() [32]byte { return s.cfgHash }
 
 // SealedStep is the last step folded into the state, −1 if none.
 func (s *State) SealedStep() int64 { return s.sealed }

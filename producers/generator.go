@@ -30,13 +30,6 @@ import (
 // 1 MiB message limit for the prompt and the other fields.
 const DefaultInlineLimit = 256 << 10
 
-// ErrConfig reports an unusable generator or backend configuration.
-var ErrConfig = errors.New("producers: invalid config")
-
-// ErrBadBatch reports a step batch that cannot be published (duplicate ids, empty groups, an
-// earlier step than the last one); the generator stops rather than publish a broken step.
-var ErrBadBatch = errors.New("producers: bad step batch")
-
 // StepBatch is one training step's groups, as yielded by a Backend.
 type StepBatch struct {
 	Step int64
@@ -185,9 +178,6 @@ func New(b Backend, cfg Config) (*Generator, error) {
 
 // Close releases the Kafka client.
 func (g *Generator) Close() { g.cl.Close() }
-
-// ErrBadInput is the DLQ reason ("bad-input") of input the generator skipped (DeadLetterInput).
-var ErrBadInput = errors.New("bad input")
 
 type badInput struct{ err error }
 

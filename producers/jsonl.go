@@ -17,9 +17,6 @@ import (
 // reference anyway, so lines of a few MiB are the most a sane producer writes.
 const DefaultMaxLineBytes = 64 << 20
 
-// ErrLine is wrapped by every JSONL input error; the message starts with "line N:".
-var ErrLine = errors.New("bad JSONL line")
-
 // JSONLine is the short JSONL form: one rollout per line. Only step and group_id are required.
 //
 //	{"step": 3, "group_id": "q17", "prompt": "…", "artifact": "…", "stream": "main",

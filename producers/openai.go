@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/wmrl/wmrl/internal/httpretry"
+	"github.com/wmrl/wmrl/internal/retry"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -28,11 +28,6 @@ const (
 	APICompletions = "completions"
 	APIChat        = "chat"
 )
-
-// ErrPolicyServer reports a policy-server request that failed for good (a non-retryable status,
-// or retries exhausted); the generator stops, because a step with missing rollouts must not be
-// published.
-var ErrPolicyServer = errors.New("producers: policy server request failed")
 
 // Prompt is one task prompt; prompts files hold one JSON object per line:
 //
@@ -180,7 +175,7 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 		client:   client,
 		retry: httpretry.Policy{
 			MaxAttempts: cfg.MaxAttempts,
-			Backoff:     httpretry.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff, Rand: rand.Float64},
+			Backoff:     retry.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff},
 			Sleep:       cfg.Sleep,
 		},
 		next: cfg.FirstStep,

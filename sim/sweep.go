@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
 	"gonum.org/v1/gonum/stat"
 	"gonum.org/v1/gonum/stat/distuv"
 
@@ -84,48 +85,28 @@ func (s Sweep) Run(ctx context.Context, eval *task.EvalSet, progress func(Progre
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	results := make([]Result, len(s.Arms)*len(s.Seeds))
-	ch := make(chan job)
-	var (
-		mu       sync.Mutex
-		firstErr error
-		done     int
-		wg       sync.WaitGroup
-	)
-	for range min(workers, len(jobs)) {
-		wg.Go(func() {
-			for j := range ch {
-				r, err := Run(ctx, s.Config, s.Arms[j.arm], eval, s.Seeds[j.seed], nil)
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("arm %s seed %d: %w", s.Arms[j.arm].Name, s.Seeds[j.seed], err)
-					cancel()
-				}
-				if err == nil {
-					results[j.arm*len(s.Seeds)+j.seed] = r
-					done++
-					if progress != nil {
-						progress(Progress{Done: done, Total: len(jobs), Result: r})
-					}
-				}
-				mu.Unlock()
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	var mu sync.Mutex // progress is called from one goroutine at a time
+	done := 0
+	for _, j := range jobs {
+		g.Go(func() error {
+			r, err := Run(ctx, s.Config, s.Arms[j.arm], eval, s.Seeds[j.seed], nil)
+			if err != nil {
+				return fmt.Errorf("arm %s seed %d: %w", s.Arms[j.arm].Name, s.Seeds[j.seed], err)
 			}
+			results[j.arm*len(s.Seeds)+j.seed] = r
+			mu.Lock()
+			defer mu.Unlock()
+			done++
+			if progress != nil {
+				progress(Progress{Done: done, Total: len(jobs), Result: r})
+			}
+			return nil
 		})
 	}
-	for _, j := range jobs {
-		select {
-		case ch <- j:
-		case <-ctx.Done():
-		}
-	}
-	close(ch)
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	if err := ctx.Err(); err != nil {
+	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 	return results, nil

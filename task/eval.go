@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // EffectiveSolutions lists every distinct effective solution (decisions the
@@ -61,26 +62,23 @@ func NewEvalSet(ctx context.Context, problems []*Problem, workers int) (*EvalSet
 		e.problems = append(e.problems, p.String())
 	}
 	e.scores = make([]float64, len(e.solutions))
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < len(e.solutions); i += workers {
-				sum := 0.0
-				for _, p := range problems {
-					s, err := Execute(ctx, p, e.solutions[i])
-					if err != nil {
-						errs[w] = err
-						return
-					}
-					sum += s
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	for i, sol := range e.solutions {
+		g.Go(func() error {
+			sum := 0.0
+			for _, p := range problems {
+				s, err := Execute(ctx, p, sol)
+				if err != nil {
+					return err
 				}
-				e.scores[i] = sum / float64(len(problems))
+				sum += s
 			}
+			e.scores[i] = sum / float64(len(problems))
+			return nil
 		})
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := g.Wait(); err != nil {
 		return nil, fmt.Errorf("task: eval set: %w", err)
 	}
 	return e, nil

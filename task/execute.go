@@ -3,7 +3,6 @@ package task
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -11,10 +10,6 @@ import (
 
 	"gonum.org/v1/gonum/stat"
 )
-
-// ErrNoProblem is returned when Execute gets a nil problem or Predict a zero
-// TrainView.
-var ErrNoProblem = errors.New("task: no problem")
 
 // Execute runs the real experiment: it fits solution s on the problem's
 // training rows and scores it on the held-out validation rows. The score is

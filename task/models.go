@@ -13,11 +13,6 @@ import (
 	"gonum.org/v1/gonum/stat/distuv"
 )
 
-// errDiverged marks a fit whose parameters became non-finite. It is not
-// returned to callers: a diverged experiment is a valid experiment that
-// scores 0, just as NaN losses do in real research code.
-var errDiverged = errors.New("task: fit diverged")
-
 // fidelity scales the cost of a run. Execute uses full fidelity; the world
 // model runs the same code at reduced fidelity.
 type fidelity struct {

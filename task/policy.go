@@ -7,9 +7,6 @@ import (
 	"math/rand/v2"
 )
 
-// ErrInvalidUpdate is wrapped by Policy.Update argument errors.
-var ErrInvalidUpdate = errors.New("task: invalid policy update")
-
 // Policy is a factorized softmax policy: one independent categorical
 // distribution per decision. It stands in for the agent LLM: sampling a
 // solution is generating a rollout, and Update is a GRPO policy-gradient

@@ -1,7 +1,6 @@
 package task
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -23,9 +22,6 @@ const (
 	// rescaled so that chance is 0 and perfect is 1.
 	Classification
 )
-
-// ErrInvalidKind is returned for an unknown Kind.
-var ErrInvalidKind = errors.New("task: invalid kind")
 
 // String returns "regression" or "classification".
 func (k Kind) String() string {

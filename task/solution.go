@@ -3,7 +3,6 @@ package task
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -106,10 +105,6 @@ type Solution struct {
 	// 128, 256} for RandomNet.
 	Capacity int
 }
-
-// ErrInvalidSolution is wrapped by every Solution validation or decoding
-// error.
-var ErrInvalidSolution = errors.New("task: invalid solution")
 
 // Regularization returns the regularization strength.
 func (s Solution) Regularization() float64 { return regValues[s.Reg] }

@@ -2,16 +2,12 @@ package task
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 
 	"gonum.org/v1/gonum/mat"
 )
-
-// ErrInvalidConfig is wrapped by WorldModelConfig validation errors.
-var ErrInvalidConfig = errors.New("task: invalid world model config")
 
 // WorldModelConfig sets the fidelity of the proxy. Each knob is a real
 // shortcut whose side effects become the world model's bias and noise.

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/bench"
+	"github.com/wmrl/wmrl/bench/workload"
 	"github.com/wmrl/wmrl/consumers/correct"
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/topics"
@@ -32,7 +33,7 @@ type benchCorrectionOptions struct {
 
 func newBenchCorrectionCmd(a *app) *cobra.Command {
 	o := &benchCorrectionOptions{a: a, cfg: bench.CorrectionConfig{
-		Workload: correct.SynthConfig{Runs: 6, Steps: 1000, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1},
+		Workload: workload.Config{Runs: 6, Steps: 1000, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1},
 	}}
 	cmd := &cobra.Command{
 		Use: "correction",

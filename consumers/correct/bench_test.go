@@ -31,7 +31,7 @@ func benchEngine(b *testing.B, wl SynthConfig) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		m, _ := newMetrics(nopRegisterer{})
-		f := &feeder{e: newEngine(corr, testNames, m), next: map[tp]int64{}, part: map[string]int32{}}
+		f := &feeder{e: newEngine(corr, testNames, 0, replayLimits(b, Limits{}), m), next: map[tp]int64{}, part: map[string]int32{}}
 		for _, r := range recs {
 			f.add(r)
 		}

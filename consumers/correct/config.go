@@ -1,7 +1,6 @@
 package correct
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -26,16 +25,6 @@ const (
 	DefaultMaxTxnSteps      = 512
 	DefaultMaxTxnLinger     = 100 * time.Millisecond
 )
-
-// ErrConfig is wrapped by every Config validation failure.
-var ErrConfig = errors.New("correct: invalid config")
-
-// ErrConfigChanged stops the consumer when the calibration changelog holds state built with a
-// different correction config than the running one (Config.AllowConfigChange overrides it).
-var ErrConfigChanged = errors.New("correct: correction config differs from the one the stored state was built with")
-
-// ErrChangelog marks a calibration changelog the consumer cannot rebuild state from.
-var ErrChangelog = errors.New("correct: calibration changelog")
 
 // Config configures a Consumer. KafkaOpts, Redis and TransactionalID are required; zero values
 // elsewhere take the defaults above.
@@ -140,11 +129,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Limits, err = c.Limits.withDefaults(true); err != nil {
 		return c, err
 	}
+	// Correction is validated (and hashed) once, by correction.New in NewConsumer.
 	if c.Correction == (correction.Config{}) {
 		c.Correction = correction.DefaultConfig()
-	}
-	if err := c.Correction.Validate(); err != nil {
-		return c, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if c.ChunkBytes == 0 {
 		c.ChunkBytes = topics.DefaultChunkBytes

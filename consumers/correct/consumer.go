@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/health"
+	"github.com/wmrl/wmrl/internal/retry"
 	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/statestore"
 )
@@ -66,17 +66,12 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		corr:     corr,
 		m:        m,
 		store:    statestore.New(cfg.Redis, cfg.RedisPrefix, cfg.KeepStates),
-		eng:      newEngine(corr, cfg.Names, m),
+		eng:      newEngine(corr, cfg.Names, cfg.MaxStaleness, cfg.Limits, m),
 		khooks:   stage.KafkaMetrics(cfg.Registry, "correct"),
 		assigned: map[int32]bool{},
 	}
-	c.eng.maxStaleness = cfg.MaxStaleness
-	c.eng.limits = cfg.Limits
 	return c, nil
 }
-
-// RedisRoundTrips is the number of Redis round trips so far (the benchmark reports it per step).
-func (c *Consumer) RedisRoundTrips() int64 { return c.m.trips.Load() }
 
 // Store returns the consumer's Redis store (for readers of the current fit).
 func (c *Consumer) Store() *statestore.Store { return c.store }
@@ -88,10 +83,7 @@ func (p outputPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 	return kgo.ManualPartitioner().ForTopic(t)
 }
 
-func (c *Consumer) inputs() []string {
-	n := c.cfg.Names
-	return []string{n.Steps(), n.Predicted(), n.Executed()}
-}
+func (c *Consumer) inputs() []string { return inputTopics(c.cfg.Names) }
 
 // Run consumes until ctx is cancelled (then it finishes the current transaction and leaves the
 // group) or a non-retryable error occurs (fenced by another instance with the same
@@ -271,30 +263,28 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 func (c *Consumer) reloadRetrying(ctx context.Context) error {
 	c.outage.setLoaded(false)
 	c.m.forgetStreams()
-	b := newBackoff()
-	for attempt := 1; ; attempt++ {
+	tries, err := retry.Forever(ctx, outageBackoff.New(), func() error {
 		c.takeChanged()
 		err := c.reload(ctx)
-		if err == nil {
-			c.outage.setLoaded(true)
-			if attempt > 1 {
-				c.log.Info("state reloaded after an outage", "attempts", attempt)
-			}
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, ErrConfigChanged) || !transient(err) {
+		switch {
+		case err == nil || ctx.Err() != nil:
 			return err
+		case errors.Is(err, ErrConfigChanged) || !transient(err):
+			return retry.Permanent(err)
 		}
 		c.outage.set(err)
-		d := b.next()
-		c.logOutage("state reload failed; retrying", err, "attempt", attempt, "retry_in", d.Round(time.Millisecond))
-		if err := sleep(ctx, d); err != nil {
-			return err
-		}
+		return err
+	}, func(try int, err error, d time.Duration) {
+		c.logOutage("state reload failed; retrying", err, "attempt", try, "retry_in", d.Round(time.Millisecond))
+	})
+	if err != nil {
+		return err
 	}
+	c.outage.setLoaded(true)
+	if tries > 1 {
+		c.log.Info("state reloaded after an outage", "attempts", tries)
+	}
+	return nil
 }
 
 // batching reports whether to put the transaction off and poll again first: only while the client
@@ -314,31 +304,22 @@ func (c *Consumer) batching(sess *kgo.GroupTransactSession, from *time.Time) boo
 }
 
 // decodeAll decodes a poll's records on all cores (decoding is most of the consumer's CPU and
-// pure); they are applied to the engine afterwards in input order, so results do not change.
+// pure), in chunks of decodeChunk; they are applied to the engine afterwards in input order, so
+// results do not change.
 func (c *Consumer) decodeAll(recs []*kgo.Record) []decoded {
 	out := make([]decoded, len(recs))
-	workers := min(runtime.GOMAXPROCS(0), len(recs)/64)
-	if workers < 2 {
-		for i, r := range recs {
-			out[i] = c.eng.decode(r)
+	_ = ordered((len(recs)+decodeChunk-1)/decodeChunk, func(_, i int) error {
+		for j := i * decodeChunk; j < min((i+1)*decodeChunk, len(recs)); j++ {
+			out[j] = c.eng.decode(recs[j])
 		}
-		return out
-	}
-	var wg sync.WaitGroup
-	per := (len(recs) + workers - 1) / workers
-	for lo := 0; lo < len(recs); lo += per {
-		hi := min(lo+per, len(recs))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := lo; i < hi; i++ {
-				out[i] = c.eng.decode(recs[i])
-			}
-		}()
-	}
-	wg.Wait()
+		return nil
+	}, nil)
 	return out
 }
+
+// decodeChunk is how many records one goroutine decodes at a time: enough that starting it is
+// negligible, few enough that a typical poll spreads over the cores.
+const decodeChunk = 64
 
 func (c *Consumer) logProgress(msg string) {
 	s := c.stats

@@ -105,7 +105,7 @@ func (e *engine) holdback() map[tp]offEpoch {
 				if !b.hasOff[k] {
 					continue
 				}
-				key := tp{e.topic(k), rb.part}
+				key := tp{k.topic(e.names), rb.part}
 				if cur, ok := out[key]; !ok || b.minOff[k].off < cur.off {
 					out[key] = b.minOff[k]
 				}

@@ -14,18 +14,6 @@ import (
 	"github.com/wmrl/wmrl/topics"
 )
 
-// kind is an input topic of the correction consumer.
-type kind uint8
-
-const (
-	kindStep kind = iota
-	kindPredicted
-	kindExecuted
-	numKinds
-)
-
-var kindNames = [numKinds]string{"steps", "predicted", "executed"}
-
 // Record outcomes counted in wmrl_correct_records_total{result}.
 const (
 	resultBuffered  = "buffered"
@@ -144,47 +132,45 @@ type engine struct {
 	hash  string
 	// maxStaleness masks the rows of steps whose policy lags by more steps (0: off); see staleness.go.
 	maxStaleness int64
-
-	runs map[string]*runBuf
-	dlq  map[tp][]deadLetter
-	// undeliverable counts, per input record, the refusals of its dead letter; kept by reset.
-	undeliverable map[tp]map[int64]int
 	// limits bound the buffered steps (limits.go); nSteps and nGroups count the buffered steps
 	// and their manifests' groups, dlqBytes the dead letters held.
 	limits          Limits
 	nSteps, nGroups int
 	dlqBytes        int
+
+	runs map[string]*runBuf
+	dlq  map[tp][]deadLetter
+	// undeliverable counts, per input record, the refusals of its dead letter; kept by reset.
+	undeliverable map[tp]map[int64]int
 	// deadLettered counts records judged bad since the engine was made.
 	deadLettered int
 	// scratch holds one sealScratch per sealing goroutine.
 	scratch []*sealScratch
 }
 
-func newEngine(corr *correction.Corrector, names topics.Names, m *metrics) *engine {
-	h := corr.Config().Hash()
+// newEngine takes everything the engine's output depends on besides its input records: the
+// corrector, the topic names, the staleness bound and the buffering limits (as filled by
+// withDefaults). None has a default here, so a replay cannot forget one and silently diverge from
+// the live consumer it must reproduce.
+func newEngine(corr *correction.Corrector, names topics.Names, maxStaleness int64, limits Limits, m *metrics) *engine {
+	h := corr.Hash()
+	kinds := make(map[string]kind, numKinds)
+	for k := range numKinds {
+		kinds[k.topic(names)] = k
+	}
 	return &engine{
-		corr:  corr,
-		names: names,
-		kinds: map[string]kind{names.Steps(): kindStep, names.Predicted(): kindPredicted, names.Executed(): kindExecuted},
-		dlqw:  topics.NewDeadLetterWriter(names, "correct"),
-		m:     m,
-		hash:  hex.EncodeToString(h[:]),
-		runs:  map[string]*runBuf{},
-		dlq:   map[tp][]deadLetter{},
+		corr:         corr,
+		names:        names,
+		kinds:        kinds,
+		dlqw:         topics.NewDeadLetterWriter(names, "correct"),
+		m:            m,
+		hash:         hex.EncodeToString(h[:]),
+		maxStaleness: maxStaleness,
+		limits:       limits,
+		runs:         map[string]*runBuf{},
+		dlq:          map[tp][]deadLetter{},
 
 		undeliverable: map[tp]map[int64]int{},
-		limits:        Limits{PendingStepsPerRun: DefaultPendingStepsPerRun, StepGroups: DefaultStepGroups, StepRows: DefaultStepRows},
-	}
-}
-
-func (e *engine) topic(k kind) string {
-	switch k {
-	case kindStep:
-		return e.names.Steps()
-	case kindPredicted:
-		return e.names.Predicted()
-	default:
-		return e.names.Executed()
 	}
 }
 
@@ -454,7 +440,7 @@ func (e *engine) addReward(rec *kgo.Record, k kind, run string, step int64, gid,
 				return
 			}
 			e.deadLetter(rec, k, conflict("rollout %s of group %s step %d: %s reward differs from the one already buffered (offset %d)",
-				id, gid, step, kindNames[k], prev.rec.Offset))
+				id, gid, step, k, prev.rec.Offset))
 			return
 		}
 	} else {

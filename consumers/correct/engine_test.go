@@ -28,7 +28,17 @@ func testEngine(t *testing.T, cfg correction.Config) *engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newEngine(corr, testNames, m)
+	return newEngine(corr, testNames, 0, replayLimits(t, Limits{}), m)
+}
+
+// replayLimits fills l as Replay does: per-run and per-step defaults, no instance limits.
+func replayLimits(t testing.TB, l Limits) Limits {
+	t.Helper()
+	l, err := l.withDefaults(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 func synth(t *testing.T, cfg SynthConfig) []SynthStep {

@@ -150,7 +150,7 @@ func (m *metrics) forgetStreams() {
 }
 
 func (m *metrics) record(k kind, result string) {
-	m.records.WithLabelValues(kindNames[k], result).Inc()
+	m.records.WithLabelValues(k.String(), result).Inc()
 }
 
 // tripHook counts Redis round trips: every command and every pipeline (MULTI/EXEC or plain) is one.

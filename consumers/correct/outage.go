@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -16,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/health"
+	"github.com/wmrl/wmrl/internal/retry"
 	"github.com/wmrl/wmrl/internal/stage"
 )
 
@@ -25,54 +23,17 @@ import (
 // what a restart cannot fix: fenced by a successor, a changed correction config, an unreadable
 // changelog.
 
-// backoff is a jittered exponential delay: each wait is uniform in [d/2, d], d doubling from
-// min to max, so that instances recovering together do not hammer a returning broker in step.
-type backoff struct {
-	min, max time.Duration
-	d        time.Duration
-}
-
-func newBackoff() backoff { return backoff{min: 250 * time.Millisecond, max: 10 * time.Second} }
-
-func (b *backoff) next() time.Duration {
-	if b.d == 0 {
-		b.d = b.min
-	} else {
-		b.d = min(2*b.d, b.max)
-	}
-	return b.d/2 + rand.N(b.d/2+1)
-}
-
-// sleep waits d or until ctx ends (then it returns ctx's error).
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+// outageBackoff paces the retries of an outage: from 250 ms up to 10 s between tries.
+var outageBackoff = retry.Backoff{Base: 250 * time.Millisecond, Max: 10 * time.Second}
 
 // transient reports whether err is what an outage looks like (a refused or reset connection, a
-// timeout, a broker-side retriable code) rather than a verdict a retry cannot change.
+// timeout, a broker-side retriable code) rather than a verdict a retry cannot change. franz-go's
+// own test leaves out refused dials (it wants call sites to choose) and deadlines, which are
+// exactly what a broker or Redis away for minutes produces.
 func transient(err error) bool {
-	if err == nil {
-		return false
-	}
 	var ne net.Error
-	var ke *kerr.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.As(err, &ne):
-		return true
-	case errors.As(err, &ke):
-		return ke.Retriable || errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.NotCoordinator)
-	}
-	return false
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) ||
+		kgo.IsRetryableBrokerErr(err) || kerr.IsRetriable(err)
 }
 
 // abortTxn ends the open transaction as an abort and rewinds the consumer to its committed
@@ -85,29 +46,30 @@ func (c *Consumer) abortTxn(ctx context.Context, sess *kgo.GroupTransactSession,
 	c.stats.aborts++
 	c.markChanged()
 	c.log.Warn("transaction aborted; state will be rebuilt from the changelog", "cause", cause)
-	b := newBackoff()
-	for attempt := 1; ; attempt++ {
+	tries, err := retry.Forever(ctx, outageBackoff.New(), func() error {
 		actx, cancel := context.WithTimeout(context.Background(), c.cfg.TxnTimeout+10*time.Second)
+		defer cancel()
 		_, err := sess.End(actx, kgo.TryAbort)
-		cancel()
-		if err == nil {
-			if attempt > 1 {
-				c.log.Info("transaction abort confirmed", "attempts", attempt)
-			}
+		switch {
+		case err == nil:
 			return nil
-		}
-		if isFatalTxnErr(err) {
-			return txnFatal("abort transaction", err)
+		case isFatalTxnErr(err):
+			return retry.Permanent(txnFatal("abort transaction", err))
 		}
 		c.outage.set(err)
-		d := b.next()
-		c.logOutage("transaction abort not confirmed; retrying", err, "attempt", attempt, "retry_in", d.Round(time.Millisecond))
-		if err := sleep(ctx, d); err != nil {
-			// Shutting down: the broker aborts the transaction after its timeout, and a successor
-			// with the same transactional id fences it at once.
-			return err
-		}
+		return err
+	}, func(try int, err error, d time.Duration) {
+		c.logOutage("transaction abort not confirmed; retrying", err, "attempt", try, "retry_in", d.Round(time.Millisecond))
+	})
+	if err != nil {
+		// Shutting down (or fenced): the broker aborts the transaction after its timeout, and a
+		// successor with the same transactional id fences it at once.
+		return err
 	}
+	if tries > 1 {
+		c.log.Info("transaction abort confirmed", "attempts", tries)
+	}
+	return nil
 }
 
 // outageState is what /readyz and the logs know of the last failure to reach the cluster.
@@ -204,11 +166,6 @@ func (c *Consumer) watch(ctx context.Context, cl *kgo.Client) {
 		}
 	})
 }
-
-// errEpochFenced marks a transaction the broker refused because this producer's epoch was bumped:
-// by a successor with the same transactional id (a zombie must stop), or by the broker itself
-// when a transaction of ours outlived its timeout during an outage (we may carry on).
-var errEpochFenced = errors.New("producer epoch fenced")
 
 // txnFatal wraps a transaction error a retry cannot fix, marking epoch fencing as errEpochFenced.
 func txnFatal(op string, err error) error {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 )
@@ -37,33 +36,6 @@ func TestTransient(t *testing.T) {
 				t.Errorf("transient(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 		})
-	}
-}
-
-func TestBackoffGrowsJitteredAndCapped(t *testing.T) {
-	b := newBackoff()
-	ceiling := b.min
-	for i := range 12 {
-		d := b.next()
-		if d < ceiling/2 || d > ceiling {
-			t.Fatalf("wait %d = %v, want in [%v, %v]", i, d, ceiling/2, ceiling)
-		}
-		ceiling = min(2*ceiling, b.max)
-	}
-	if b.d != b.max {
-		t.Errorf("after 12 waits the delay is %v, want the cap %v", b.d, b.max)
-	}
-}
-
-func TestSleepEndsWithContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	start := time.Now()
-	if err := sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
-		t.Fatalf("sleep on a cancelled context = %v, want context.Canceled", err)
-	}
-	if time.Since(start) > time.Second {
-		t.Errorf("sleep did not return at once on a cancelled context")
 	}
 }
 

@@ -2,7 +2,6 @@ package correct
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -61,9 +60,6 @@ type ReplayResult struct {
 	Incomplete  int    // buffered steps that never completed (inputs missing from the topics)
 }
 
-// ErrReplay marks a replay that cannot run as configured.
-var ErrReplay = errors.New("correct: replay")
-
 // Replay re-runs correction for one run from the retained input topics with fresh state (the
 // same engine as the live consumer, so the rows are bit-identical) and calls emit with every
 // sealed step's rows in canonical order, in step order.
@@ -100,9 +96,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 		return res, fmt.Errorf("%w: %w", ErrReplay, err)
 	}
 	m, _ := newMetrics(prometheus.NewRegistry())
-	eng := newEngine(corr, cfg.Names, m)
-	eng.maxStaleness = cfg.MaxStaleness
-	eng.limits = limits
+	eng := newEngine(corr, cfg.Names, cfg.MaxStaleness, limits, m)
 
 	var part int32
 	if cfg.Partition != nil {
@@ -110,7 +104,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	} else if part, err = runPartition(ctx, cfg.KafkaOpts, cfg.Names.Steps(), cfg.Run); err != nil {
 		return res, err
 	}
-	inputs := []string{cfg.Names.Steps(), cfg.Names.Predicted(), cfg.Names.Executed()}
+	inputs := inputTopics(cfg.Names)
 	start := map[string]map[int32]kgo.Offset{}
 	for _, t := range inputs {
 		o := kgo.NewOffset().AtStart()
@@ -224,7 +218,7 @@ func loadReplayStart(ctx context.Context, cfg ReplayConfig, corr *correction.Cor
 		if err != nil {
 			return nil, fmt.Errorf("%w: state of %s/%s: %w", ErrReplay, cfg.Run, s, err)
 		}
-		if st.Config().Hash() != corr.Config().Hash() {
+		if st.ConfigHash() != corr.Hash() {
 			return nil, fmt.Errorf("%w: state of %s/%s: %w", ErrReplay, cfg.Run, s, ErrConfigChanged)
 		}
 		out = append(out, st)

@@ -7,8 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"sort"
-	"sync"
-	"sync/atomic"
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/statestore"
@@ -78,38 +76,22 @@ func (e *engine) sealReady() ([]*sealed, error) {
 			jobs = append(jobs, &job{rb: rb, steps: steps})
 		}
 	}
-	run := func(j *job, sc *sealScratch) {
+	for len(e.scratch) < max(1, min(runtime.GOMAXPROCS(0), len(jobs))) {
+		e.scratch = append(e.scratch, new(sealScratch))
+	}
+	// A seal that fails stops only its own run; the error is returned below, in run order.
+	_ = ordered(len(jobs), func(slot, i int) error {
+		j := jobs[i]
 		for _, b := range j.steps {
-			s, err := e.seal(j.rb, b, sc)
+			s, err := e.seal(j.rb, b, e.scratch[slot])
 			if err != nil {
 				j.err = err
-				return
+				return nil
 			}
 			j.out = append(j.out, s)
 		}
-	}
-	workers := min(runtime.GOMAXPROCS(0), len(jobs))
-	for len(e.scratch) < max(workers, 1) {
-		e.scratch = append(e.scratch, new(sealScratch))
-	}
-	if workers < 2 {
-		for _, j := range jobs {
-			run(j, e.scratch[0])
-		}
-	} else {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := int(next.Add(1) - 1); i < len(jobs); i = int(next.Add(1) - 1) {
-					run(jobs[i], e.scratch[w])
-				}
-			}()
-		}
-		wg.Wait()
-	}
+		return nil
+	}, nil)
 	var out []*sealed
 	for _, j := range jobs {
 		out = append(out, j.out...)

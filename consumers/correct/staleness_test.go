@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -74,8 +75,12 @@ func TestEngineStaleness(t *testing.T) {
 					steps[i] = withPolicyStep(t, testNames, steps[i], lag)
 				}
 			}
-			e := testEngine(t, defaultCorr())
-			e.maxStaleness = tt.maxStaleness
+			corr, err := correction.New(defaultCorr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, _ := newMetrics(prometheus.NewRegistry())
+			e := newEngine(corr, testNames, tt.maxStaleness, replayLimits(t, Limits{}), m)
 			f := newFeeder(e)
 			f.add(flatten(steps)...)
 			sealed := f.seal(t)

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/wmrl/wmrl/internal/retry"
 	"github.com/wmrl/wmrl/internal/topicadmin"
 )
 
@@ -27,9 +29,7 @@ func (c *Consumer) checkTopics(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	n := c.cfg.Names
-	need := []string{n.Steps(), n.Predicted(), n.Executed(), n.Advantages(), n.Calibration(), n.DLQ()}
-	if err := topicadmin.RequireLayout(ctx, kadm.NewClient(cl), n, need); err != nil {
+	if err := topicadmin.RequireLayout(ctx, kadm.NewClient(cl), c.cfg.Names, allTopics(c.cfg.Names)); err != nil {
 		return fmt.Errorf("correct: %w", err)
 	}
 	return nil
@@ -51,21 +51,25 @@ func (c *Consumer) fencePredecessor(ctx context.Context) error {
 	req.TransactionalID = &id
 	req.TransactionTimeoutMillis = int32(c.cfg.TxnTimeout.Milliseconds())
 	req.ProducerID, req.ProducerEpoch = -1, -1
-	for {
+	// The broker answers CONCURRENT_TRANSACTIONS while it still completes the predecessor's
+	// transaction: worth the same short wait as a retriable code.
+	var last error
+	_, err = retry.Forever(ctx, backoff.NewConstantBackOff(200*time.Millisecond), func() error {
 		resp, err := req.RequestWith(ctx, cl)
 		if err == nil {
 			err = kerr.ErrorForCode(resp.ErrorCode)
 		}
-		if err == nil {
-			return nil
+		if err != nil && !kerr.IsRetriable(err) && !errors.Is(err, kerr.ConcurrentTransactions) {
+			return retry.Permanent(err)
 		}
-		if !kerr.IsRetriable(err) && !errors.Is(err, kerr.ConcurrentTransactions) {
-			return fmt.Errorf("correct: init producer id for %s: %w", id, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("correct: init producer id for %s: %w", id, errors.Join(ctx.Err(), err))
-		case <-time.After(200 * time.Millisecond):
-		}
+		last = err
+		return err
+	}, nil)
+	if err != nil && ctx.Err() != nil {
+		err = errors.Join(ctx.Err(), last)
 	}
+	if err != nil {
+		return fmt.Errorf("correct: init producer id for %s: %w", id, err)
+	}
+	return nil
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -176,55 +174,18 @@ func (c *Consumer) produceOutputs(done []*sealed, produce func(*kgo.Record)) ([]
 			snaps = append(snaps, &s.snaps[i])
 		}
 	}
-	workers := min(runtime.GOMAXPROCS(0), len(done))
-	if workers < 2 {
-		for _, s := range done {
-			recs, err := c.stepRecords(s)
-			if err != nil {
-				return nil, err
-			}
-			for _, r := range recs {
-				produce(r)
-			}
-		}
-		return snaps, nil
-	}
-	type encoded struct {
-		recs []*kgo.Record
-		err  error
-	}
-	out := make([]encoded, len(done))
-	ready := make([]chan struct{}, len(done))
-	for i := range ready {
-		ready[i] = make(chan struct{})
-	}
-	var next atomic.Int64
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(done) || stop.Load() {
-					return
-				}
-				out[i].recs, out[i].err = c.stepRecords(done[i])
-				close(ready[i])
-			}
-		}()
-	}
-	defer wg.Wait()
-	for i := range done {
-		<-ready[i]
-		if out[i].err != nil {
-			stop.Store(true)
-			return nil, out[i].err
-		}
-		for _, r := range out[i].recs {
+	recs := make([][]*kgo.Record, len(done))
+	err := ordered(len(done), func(_, i int) (err error) {
+		recs[i], err = c.stepRecords(done[i])
+		return err
+	}, func(i int) error {
+		for _, r := range recs[i] {
 			produce(r)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return snaps, nil
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/wmrl/wmrl/internal/httpretry"
+	"github.com/wmrl/wmrl/internal/retry"
 )
 
 // DefaultPromptTemplate asks for a JSON score in the configured range. It is a text/template
@@ -68,7 +68,7 @@ type OpenAIConfig struct {
 	Timeout time.Duration
 	// MaxAttempts is the total number of requests per input, first try included.
 	MaxAttempts int
-	// BaseBackoff and MaxBackoff shape the jittered exponential backoff (see httpretry.Backoff). MaxBackoff
+	// BaseBackoff and MaxBackoff shape the jittered exponential backoff (see retry.Backoff). MaxBackoff
 	// also caps a server's Retry-After.
 	BaseBackoff time.Duration
 	MaxBackoff  time.Duration
@@ -81,9 +81,6 @@ type OpenAIConfig struct {
 	MaxIdleConnsPerHost int
 	// MaxResponseBytes bounds a reply body; larger replies are errors.
 	MaxResponseBytes int64
-	// Rand returns uniform values in [0, 1) for backoff jitter; it must be safe for concurrent
-	// use. Default: math/rand/v2.Float64.
-	Rand func() float64
 	// Sleep waits between attempts. Default: httpretry.Sleep.
 	Sleep httpretry.SleepFunc
 	// Now is the clock used to interpret Retry-After dates. Default: time.Now.
@@ -134,9 +131,6 @@ func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
 	cfg.MaxIdleConnsPerHost = cmp.Or(cfg.MaxIdleConnsPerHost, DefaultMaxIdleConnsPerHost)
 	cfg.MaxResponseBytes = cmp.Or(cfg.MaxResponseBytes, DefaultMaxResponseBytes)
 	cfg.PromptTemplate = cmp.Or(cfg.PromptTemplate, DefaultPromptTemplate)
-	if cfg.Rand == nil {
-		cfg.Rand = rand.Float64
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -176,7 +170,7 @@ func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
 		client:   client,
 		retry: httpretry.Policy{
 			MaxAttempts: cfg.MaxAttempts,
-			Backoff:     httpretry.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff, Rand: cfg.Rand},
+			Backoff:     retry.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff},
 			Sleep:       cfg.Sleep,
 			Observe:     func(reason string, _ time.Duration) { m.retries.WithLabelValues(reason).Inc() },
 		},

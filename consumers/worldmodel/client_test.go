@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -22,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wmrl/wmrl/internal/httpretry"
+	"github.com/wmrl/wmrl/internal/retry"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -146,7 +146,6 @@ func testConfig(url string, sl *sleepRecorder) OpenAIConfig {
 		MaxAttempts: 4,
 		BaseBackoff: 100 * time.Millisecond,
 		MaxBackoff:  10 * time.Second,
-		Rand:        func() float64 { return 0 },
 		Sleep:       sl.sleep,
 		Now:         func() time.Time { return fixedNow },
 	}
@@ -200,7 +199,7 @@ func TestOpenAIScorer(t *testing.T) {
 			wantRetries: map[string]int{"429": 1}},
 		{name: "429 without retry-after backs off", steps: []http.HandlerFunc{
 			raw(429, ""), raw(429, ""), reply(`{"score": 0.6}`)},
-			wantStatus: StatusOK, wantScore: 0.6, wantAttempt: 3, wantSleeps: []time.Duration{50 * ms, 100 * ms},
+			wantStatus: StatusOK, wantScore: 0.6, wantAttempt: 3, wantSleeps: []time.Duration{100 * ms, 200 * ms},
 			wantRetries: map[string]int{"429": 2}},
 		{name: "503 retry-after honoured", steps: []http.HandlerFunc{
 			raw(503, "overloaded", "Retry-After", "2"), reply(`{"score": 0.1}`)},
@@ -212,11 +211,11 @@ func TestOpenAIScorer(t *testing.T) {
 			wantReason:  []string{"gave up after 4 attempts", "http 429", "quota"},
 			wantRetries: map[string]int{"429": 3}},
 		{name: "500 exhausted", steps: []http.HandlerFunc{raw(500, "internal boom")},
-			wantStatus: StatusError, wantAttempt: 4, wantSleeps: []time.Duration{50 * ms, 100 * ms, 200 * ms},
+			wantStatus: StatusError, wantAttempt: 4, wantSleeps: []time.Duration{100 * ms, 200 * ms, 400 * ms},
 			wantReason:  []string{"gave up after 4 attempts", "http 500", "internal boom"},
 			wantRetries: map[string]int{"5xx": 3}},
 		{name: "5xx then success", steps: []http.HandlerFunc{raw(502, "bad gateway"), raw(503, ""), reply(`{"score": 0.3}`)},
-			wantStatus: StatusOK, wantScore: 0.3, wantAttempt: 3, wantSleeps: []time.Duration{50 * ms, 100 * ms},
+			wantStatus: StatusOK, wantScore: 0.3, wantAttempt: 3, wantSleeps: []time.Duration{100 * ms, 200 * ms},
 			wantRetries: map[string]int{"5xx": 2}},
 
 		{name: "400 not retried", steps: []http.HandlerFunc{raw(400, `{"error": {"message": "max_tokens too large"}}`), reply(`{"score": 0.3}`)},
@@ -248,29 +247,29 @@ func TestOpenAIScorer(t *testing.T) {
 
 		{name: "hang past timeout", cfg: func(c *OpenAIConfig) { c.Timeout, c.MaxAttempts = 50*ms, 2 },
 			steps:      []http.HandlerFunc{hang},
-			wantStatus: StatusTimeout, wantAttempt: 2, wantSleeps: []time.Duration{50 * ms},
+			wantStatus: StatusTimeout, wantAttempt: 2, wantSleeps: []time.Duration{100 * ms},
 			wantReason: []string{"gave up after 2 attempts", "timed out after 50ms"}, minLatency: 100 * ms,
 			wantRetries: map[string]int{"timeout": 1}},
 		{name: "body stalls past timeout", cfg: func(c *OpenAIConfig) { c.Timeout, c.MaxAttempts = 50*ms, 2 },
 			steps:      []http.HandlerFunc{stallBody},
-			wantStatus: StatusTimeout, wantAttempt: 2, wantSleeps: []time.Duration{50 * ms},
+			wantStatus: StatusTimeout, wantAttempt: 2, wantSleeps: []time.Duration{100 * ms},
 			wantReason:  []string{"timed out"},
 			wantRetries: map[string]int{"timeout": 1}},
 		{name: "timeout then success", cfg: func(c *OpenAIConfig) { c.Timeout = 50 * ms },
 			steps:      []http.HandlerFunc{hang, reply(`{"score": 0.8}`)},
-			wantStatus: StatusOK, wantScore: 0.8, wantAttempt: 2, wantSleeps: []time.Duration{50 * ms},
+			wantStatus: StatusOK, wantScore: 0.8, wantAttempt: 2, wantSleeps: []time.Duration{100 * ms},
 			wantRetries: map[string]int{"timeout": 1}},
 		{name: "timeout then 500 reports error", cfg: func(c *OpenAIConfig) { c.Timeout, c.MaxAttempts = 50*ms, 2 },
 			steps:      []http.HandlerFunc{hang, raw(500, "")},
-			wantStatus: StatusError, wantAttempt: 2, wantSleeps: []time.Duration{50 * ms}, wantReason: []string{"http 500"},
+			wantStatus: StatusError, wantAttempt: 2, wantSleeps: []time.Duration{100 * ms}, wantReason: []string{"http 500"},
 			wantRetries: map[string]int{"timeout": 1}},
 		{name: "connection dropped", cfg: func(c *OpenAIConfig) { c.MaxAttempts = 3 },
 			steps:      []http.HandlerFunc{dropConn},
-			wantStatus: StatusError, wantAttempt: 3, wantSleeps: []time.Duration{50 * ms, 100 * ms},
+			wantStatus: StatusError, wantAttempt: 3, wantSleeps: []time.Duration{100 * ms, 200 * ms},
 			wantReason:  []string{"gave up after 3 attempts", "transport"},
 			wantRetries: map[string]int{"transport": 2}},
 		{name: "connection dropped then success", steps: []http.HandlerFunc{dropConn, reply(`{"score": 0.2}`)},
-			wantStatus: StatusOK, wantScore: 0.2, wantAttempt: 2, wantSleeps: []time.Duration{50 * ms},
+			wantStatus: StatusOK, wantScore: 0.2, wantAttempt: 2, wantSleeps: []time.Duration{100 * ms},
 			wantRetries: map[string]int{"transport": 1}},
 	}
 	for _, tt := range tests {
@@ -299,8 +298,8 @@ func TestOpenAIScorer(t *testing.T) {
 			if got := len(m.requests()); got != tt.wantAttempt {
 				t.Errorf("server saw %d requests, want %d", got, tt.wantAttempt)
 			}
-			if got := sl.got(); fmt.Sprint(got) != fmt.Sprint(tt.wantSleeps) {
-				t.Errorf("slept %v, want %v", got, tt.wantSleeps)
+			if got := sl.got(); !retry.Drawn(got, tt.wantSleeps) {
+				t.Errorf("slept %v, want each in [w/2, w] of %v", got, tt.wantSleeps)
 			}
 			for _, sub := range tt.wantReason {
 				if !strings.Contains(res.Reason, sub) {

@@ -11,10 +11,6 @@ import (
 	"strings"
 )
 
-// ErrNoScore reports that a world model's reply holds no usable score. The scorer turns it into
-// a StatusInvalid result: the model answered, but not with something we can train on.
-var ErrNoScore = errors.New("worldmodel: no usable score in reply")
-
 const numberPattern = `[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?`
 
 var (

@@ -12,9 +12,6 @@ import (
 	"time"
 )
 
-// ErrUnreachable is wrapped by Probe's errors: the world model cannot be used as configured.
-var ErrUnreachable = errors.New("world model unusable")
-
 // ProbeTimeout bounds Probe (a caller's earlier deadline wins).
 const ProbeTimeout = 10 * time.Second
 

@@ -16,13 +16,6 @@ import (
 	"time"
 )
 
-// ErrInvalidConfig reports a configuration that cannot work; constructors wrap it.
-var ErrInvalidConfig = errors.New("worldmodel: invalid config")
-
-// ErrScoringFailed is wrapped by the stage.Failed error the handler returns with the failure
-// record of a rollout it could not score.
-var ErrScoringFailed = errors.New("scoring failed")
-
 // Input is what a world model may see of a rollout. Artifact holds the rollout's output when it
 // travelled inline; otherwise ArtifactURI names it (claim check) and the caller decides whether
 // to resolve it before scoring.

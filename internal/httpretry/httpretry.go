@@ -1,6 +1,7 @@
 // Package httpretry is the one retry loop of wmrl's HTTP clients (the world-model scorer and the
-// policy-server generator): jittered exponential backoff, a server's Retry-After honoured but
-// capped, transient statuses retried and every other failure returned at once.
+// policy-server generator): waits from retry.Backoff, a server's Retry-After honoured but
+// capped, transient statuses retried and every other failure returned at once. It keeps its own
+// loop (not backoff.Retry) so that tests can inject Sleep and a Retry-After can replace a wait.
 package httpretry
 
 import (
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/wmrl/wmrl/internal/retry"
 )
 
 var deltaSecondsRE = regexp.MustCompile(`^[0-9]+(?:\.[0-9]+)?$`)
@@ -33,32 +36,6 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-}
-
-// Backoff computes jittered exponential retry delays. The delay before retry n (n ≥ 1) is drawn
-// uniformly from [d/2, d] with d = min(Max, Base·2^(n−1)): "equal jitter" spreads synchronized
-// clients apart while keeping a floor, so retries never collapse into an immediate storm.
-type Backoff struct {
-	Base time.Duration
-	Max  time.Duration
-	// Rand returns a uniform value in [0, 1); it must be safe for concurrent use.
-	Rand func() float64
-}
-
-// Delay returns the wait before retry n, where n = 1 is the first retry.
-func (b Backoff) Delay(n int) time.Duration {
-	if n < 1 {
-		n = 1
-	}
-	d := b.Base
-	for i := 1; i < n && d < b.Max; i++ {
-		d *= 2
-	}
-	if d > b.Max {
-		d = b.Max
-	}
-	half := d / 2
-	return half + time.Duration(b.Rand()*float64(d-half))
 }
 
 // ParseRetryAfter reads an HTTP Retry-After value, either delta-seconds (fractions tolerated) or
@@ -129,7 +106,7 @@ type Attempt struct {
 // with Sleep (default: the package's Sleep).
 type Policy struct {
 	MaxAttempts int
-	Backoff     Backoff
+	Backoff     retry.Backoff
 	Sleep       SleepFunc
 	// Observe, when not nil, hears every retry with the reason its try reported, before the wait.
 	// It is the policy-wide hook for metrics, so httpretry needs no metrics library; Do's onRetry
@@ -146,6 +123,7 @@ func (p Policy) Do(ctx context.Context, try func(n int) Attempt, onRetry func(n 
 	if sleep == nil {
 		sleep = Sleep
 	}
+	b := p.Backoff.New()
 	for n := 1; ; n++ {
 		a := try(n)
 		if ctx.Err() != nil {
@@ -154,7 +132,7 @@ func (p Policy) Do(ctx context.Context, try func(n int) Attempt, onRetry func(n 
 		if !a.Retry || n >= p.MaxAttempts {
 			return n, nil
 		}
-		delay := p.Backoff.Delay(n)
+		delay := b.NextBackOff()
 		if a.HasRetryAfter {
 			delay = min(a.RetryAfter, p.Backoff.Max)
 		}

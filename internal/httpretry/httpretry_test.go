@@ -8,37 +8,12 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/wmrl/wmrl/internal/retry"
 )
 
-func TestBackoffDelay(t *testing.T) {
-	base, maxB := 100*time.Millisecond, time.Second
-	tests := []struct {
-		name string
-		n    int
-		rand float64
-		want time.Duration
-	}{
-		{"first retry low jitter", 1, 0, 50 * time.Millisecond},
-		{"first retry mid jitter", 1, 0.5, 75 * time.Millisecond},
-		{"second retry doubles", 2, 0, 100 * time.Millisecond},
-		{"third retry", 3, 0, 200 * time.Millisecond},
-		{"fourth retry high jitter", 4, 0.75, 700 * time.Millisecond},
-		{"capped at max", 5, 0, 500 * time.Millisecond},
-		{"capped far out", 60, 0.75, 875 * time.Millisecond},
-		{"n below 1 acts as 1", 0, 0, 50 * time.Millisecond},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			b := Backoff{Base: base, Max: maxB, Rand: func() float64 { return tt.rand }}
-			if got := b.Delay(tt.n); got != tt.want {
-				t.Errorf("Delay(%d) with rand %v = %v, want %v", tt.n, tt.rand, got, tt.want)
-			}
-		})
-	}
-}
-
 func TestPolicyDo(t *testing.T) {
-	b := Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second, Rand: func() float64 { return 0 }}
+	b := retry.Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}
 	tests := []struct {
 		name      string
 		attempts  []Attempt // what each try reports; the last one repeats
@@ -47,11 +22,11 @@ func TestPolicyDo(t *testing.T) {
 		wantWaits []time.Duration
 	}{
 		{"success first try", []Attempt{{}}, 5, 1, nil},
-		{"no header uses backoff", []Attempt{{Retry: true}, {Retry: true}, {}}, 5, 3, []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}},
+		{"no header uses backoff", []Attempt{{Retry: true}, {Retry: true}, {}}, 5, 3, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
 		{"header wins over backoff", []Attempt{{Retry: true, HasRetryAfter: true, RetryAfter: 3 * time.Second}, {}}, 5, 2, []time.Duration{3 * time.Second}},
 		{"header zero retries at once", []Attempt{{Retry: true, HasRetryAfter: true}, {}}, 5, 2, []time.Duration{0}},
 		{"header capped by max", []Attempt{{Retry: true, HasRetryAfter: true, RetryAfter: time.Hour}, {}}, 5, 2, []time.Duration{10 * time.Second}},
-		{"gives up at max attempts", []Attempt{{Retry: true}}, 3, 3, []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}},
+		{"gives up at max attempts", []Attempt{{Retry: true}}, 3, 3, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
 		{"zero max still tries once", []Attempt{{Retry: true}}, 0, 1, nil},
 	}
 	for _, tt := range tests {
@@ -67,8 +42,8 @@ func TestPolicyDo(t *testing.T) {
 			if err != nil || n != tt.wantTries {
 				t.Fatalf("Do = %d, %v; want %d tries", n, err, tt.wantTries)
 			}
-			if !slices.Equal(slept, tt.wantWaits) || !slices.Equal(heard, tt.wantWaits) {
-				t.Fatalf("slept %v, onRetry heard %v, want %v", slept, heard, tt.wantWaits)
+			if !retry.Drawn(slept, tt.wantWaits) || !slices.Equal(heard, slept) {
+				t.Fatalf("slept %v, onRetry heard %v, want each in [w/2, w] of %v", slept, heard, tt.wantWaits)
 			}
 		})
 	}
@@ -92,9 +67,9 @@ func TestPolicyObserve(t *testing.T) {
 			{Retry: true, Reason: ReasonRateLimited, HasRetryAfter: true, RetryAfter: time.Second},
 			{Retry: true, Reason: ReasonTimeout},
 			{},
-		}, 5, []heard{{ReasonRateLimited, time.Second}, {ReasonTimeout, 100 * time.Millisecond}}},
+		}, 5, []heard{{ReasonRateLimited, time.Second}, {ReasonTimeout, 200 * time.Millisecond}}},
 		{"last try of an exhausted loop is not a retry", []Attempt{{Retry: true, Reason: ReasonServerError}}, 2,
-			[]heard{{ReasonServerError, 50 * time.Millisecond}}},
+			[]heard{{ReasonServerError, 100 * time.Millisecond}}},
 		{"permanent failure is not a retry", []Attempt{{Reason: ReasonTransport}}, 5, nil},
 	}
 	for _, tt := range tests {
@@ -102,7 +77,7 @@ func TestPolicyObserve(t *testing.T) {
 			var got []heard
 			p := Policy{
 				MaxAttempts: tt.max,
-				Backoff:     Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second, Rand: func() float64 { return 0 }},
+				Backoff:     retry.Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second},
 				Sleep:       func(context.Context, time.Duration) error { return nil },
 				Observe:     func(reason string, d time.Duration) { got = append(got, heard{reason, d}) },
 			}
@@ -111,8 +86,16 @@ func TestPolicyObserve(t *testing.T) {
 			}, nil); err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(got, tt.want) {
-				t.Fatalf("Observe heard %v, want %v", got, tt.want)
+			var reasons, wantReasons []string
+			var waits, wantWaits []time.Duration
+			for _, h := range got {
+				reasons, waits = append(reasons, h.reason), append(waits, h.delay)
+			}
+			for _, h := range tt.want {
+				wantReasons, wantWaits = append(wantReasons, h.reason), append(wantWaits, h.delay)
+			}
+			if !slices.Equal(reasons, wantReasons) || !retry.Drawn(waits, wantWaits) {
+				t.Fatalf("Observe heard %v, want %v (waits in [w/2, w])", got, tt.want)
 			}
 		})
 	}
@@ -121,7 +104,7 @@ func TestPolicyObserve(t *testing.T) {
 func TestPolicyDoStopsWhenContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	stop := errors.New("shutting down")
-	p := Policy{MaxAttempts: 100, Backoff: Backoff{Base: time.Hour, Max: time.Hour, Rand: func() float64 { return 0 }}}
+	p := Policy{MaxAttempts: 100, Backoff: retry.Backoff{Base: time.Hour, Max: time.Hour}}
 	n, err := p.Do(ctx, func(int) Attempt {
 		cancel(stop)
 		return Attempt{Retry: true}

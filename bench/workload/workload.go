@@ -1,4 +1,7 @@
-package correct
+// Package workload synthesizes the correction consumer's inputs (step manifests, predicted and
+// executed rewards) as the generator, world-model and sandbox stages would write them, without
+// running those stages: for `wmrl bench correction` and the correction consumer's tests.
+package workload
 
 import (
 	"fmt"
@@ -10,9 +13,8 @@ import (
 	"github.com/wmrl/wmrl/topics"
 )
 
-// SynthConfig describes a synthetic workload for tests and `wmrl bench correction`: inputs as
-// the generator, world-model and sandbox stages would write them, without running those stages.
-type SynthConfig struct {
+// Config describes a synthetic workload.
+type Config struct {
 	Runs, Steps, Groups, GroupSize int
 	// AnchorEvery makes every AnchorEvery-th group of a step an anchor group (0: none).
 	AnchorEvery int
@@ -25,8 +27,8 @@ type SynthConfig struct {
 	RunPrefix string
 }
 
-// SynthStep is one step of one run: its manifest and reward records, in generation order.
-type SynthStep struct {
+// Step is one step of one run: its manifest and reward records, in generation order.
+type Step struct {
 	Run      string
 	Step     int64
 	Manifest *kgo.Record
@@ -34,11 +36,11 @@ type SynthStep struct {
 }
 
 // Records returns the step's records: manifest first.
-func (s SynthStep) Records() []*kgo.Record { return append([]*kgo.Record{s.Manifest}, s.Rewards...) }
+func (s Step) Records() []*kgo.Record { return append([]*kgo.Record{s.Manifest}, s.Rewards...) }
 
 // Synthesize builds the workload deterministically from cfg.Seed, grouped by (run, step) in the
 // order a live pipeline would produce it (runs interleaved per step).
-func Synthesize(names topics.Names, cfg SynthConfig) ([]SynthStep, error) {
+func Synthesize(names topics.Names, cfg Config) ([]Step, error) {
 	if cfg.Streams < 1 {
 		cfg.Streams = 1
 	}
@@ -47,7 +49,7 @@ func Synthesize(names topics.Names, cfg SynthConfig) ([]SynthStep, error) {
 	}
 	rng := splitmix(cfg.Seed)
 	ts := time.Unix(1_700_000_000, 0).UTC()
-	var out []SynthStep
+	var out []Step
 	counter := 0
 	for v := 0; v < cfg.Steps; v++ {
 		for r := 0; r < cfg.Runs; r++ {
@@ -101,7 +103,7 @@ func Synthesize(names topics.Names, cfg SynthConfig) ([]SynthStep, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, SynthStep{Run: run, Step: int64(v), Manifest: mrec, Rewards: append(rewards, execs...)})
+			out = append(out, Step{Run: run, Step: int64(v), Manifest: mrec, Rewards: append(rewards, execs...)})
 		}
 	}
 	return out, nil

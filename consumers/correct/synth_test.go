@@ -1,0 +1,11 @@
+package correct
+
+import "github.com/wmrl/wmrl/bench/workload"
+
+// The synthetic workload lives in bench/workload; the tests keep their short names for it.
+type (
+	SynthConfig = workload.Config
+	SynthStep   = workload.Step
+)
+
+var Synthesize = workload.Synthesize
