@@ -53,6 +53,7 @@ from .producer import PublishStats, RolloutProducer
 from .records import (
     AdvantageRow,
     CalibrationSnapshot,
+    DebiasShift,
     ExecutedReward,
     GroupManifest,
     PredictedReward,
@@ -85,6 +86,7 @@ __all__ = [
     "AdvantageRow",
     "AdvantageStream",
     "CalibrationSnapshot",
+    "DebiasShift",
     "ConflictError",
     "DeliveryError",
     "ExecutedReward",
