@@ -83,6 +83,7 @@ func WriteReport(dir string, r Report) ([]string, error) {
 	}{
 		{FileScore, scoreVsCompute}, {FileScoreSteps, scoreVsStep}, {FileGap, gapPlot},
 		{FileCalibration, calibrationPlot}, {FileCalError, calErrorPlot}, {FileIVD, ivdPlot},
+		{FileDebias, debiasPlot},
 	} {
 		pl, err := p.make(r, arms)
 		if err != nil {
@@ -495,6 +496,7 @@ table.settings td{text-align:left}code{background:#f5f5f5;padding:1px 4px}dt{fon
 <h2>Calibration</h2><p class="cap">Anchor pairs (raw world-model score, executed score) of the {{.R.CalibrationArm}} arm, darker for later steps, and the monotone map fitted by Online Debiasing at a few points in time (the identity map is in force until the window holds enough pairs). Pairs at a world-model score of about {{.Floor}} are solutions the proxy scores at its read-out floor; pairs at an executed score of 0 are solutions that score 0 when really executed.</p><img src="calibration.png" alt="calibration map over time">
 <h2>Calibration error per step</h2><p class="cap">Mean |score − executed| over each step's anchor rollouts, for the raw world-model score and for the debiased score (the map in force before the step, so out of sample).</p><img src="calibration_error.png" alt="calibration error per step, raw vs debiased">
 <h2>IVD weight</h2><p class="cap">Weight of anchor rows in the loss (world-model rows have weight 1); the red line is the configured cap.</p><img src="ivd_weight.png" alt="IVD weight over steps">
+<h2>Debias shift</h2><p class="cap">Mean |A(f(r̂)) − A(r̂)| over each step's world-model rows: how far the calibration map moved their advantages (steps.csv: debias_shift). Under std-normalised GRPO a map that is affine over a group's scores is cancelled, so a calibration error that falls while this stays near 0 means Online Debiasing did not change the gradient.</p><img src="debias_shift.png" alt="debias shift per step">
 <p>Raw data: <a href="steps.csv">steps.csv</a>, <a href="summary.csv">summary.csv</a>.</p>
 </body></html>
 `))
