@@ -66,6 +66,8 @@ func TestDebiasEffect(t *testing.T) {
 func TestDebiasEffectOfRuns(t *testing.T) {
 	off := DefaultConfig()
 	off.Debias = false
+	refOff := ReferenceConfig()
+	refOff.Debias = false
 	for _, tc := range []struct {
 		name     string
 		cfg      Config
@@ -74,6 +76,8 @@ func TestDebiasEffectOfRuns(t *testing.T) {
 		{"off", off, true},
 		{"isotonic", DefaultConfig(), false},
 		{"zspace", ZSpaceConfig(), false},
+		{"reference off", refOff, true}, // numpy arithmetic on both sides: exactly 0
+		{"reference", ReferenceConfig(), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mustNew(t, tc.cfg)
