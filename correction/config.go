@@ -63,6 +63,12 @@ const (
 	// between the outermost block centres and keeps the world model's
 	// ranking there, which a flat stretch would erase.
 	MapCentred
+	// MapZSpace is the authors' abandoned variant (doc.go): φ(z_wm) =
+	// E[z_exec | z_wm] fitted on within-group standardised anchor pairs by
+	// quantile bins and PAV, applied to world-model advantages instead of
+	// rewards, so std-normalised GRPO cannot cancel it. ZSpaceConfig gives
+	// the authors' settings (12 bins, 400 pairs).
+	MapZSpace
 )
 
 func (k MapKind) String() string {
@@ -71,8 +77,26 @@ func (k MapKind) String() string {
 		return "isotonic"
 	case MapCentred:
 		return "centred"
+	case MapZSpace:
+		return "zspace"
 	}
 	return fmt.Sprintf("MapKind(%d)", uint8(k))
+}
+
+// ErrUnknownMap is returned by ParseMapKind for a name it does not know.
+var ErrUnknownMap = errors.New("correction: unknown map kind")
+
+// MapKinds lists the map kinds in their order, for flags and help texts.
+var MapKinds = []MapKind{MapIsotonic, MapCentred, MapZSpace}
+
+// ParseMapKind returns the map kind String names.
+func ParseMapKind(name string) (MapKind, error) {
+	for _, k := range MapKinds {
+		if k.String() == name {
+			return k, nil
+		}
+	}
+	return 0, fmt.Errorf("%w %q (isotonic, centred or zspace)", ErrUnknownMap, name)
 }
 
 // ErrInvalidConfig is wrapped by every Config.Validate failure.
@@ -98,7 +122,7 @@ type Config struct {
 	DDOF        int     // 0 (population std, reference) or 1 (sample std)
 	Debias      bool    // OD on/off (ablations); off => identity calibration
 	Denoise     bool    // IVD on/off (ablations); off => anchor weight 1
-	Map         MapKind // default mode only: MapIsotonic (default) or MapCentred
+	Map         MapKind // default mode only: MapIsotonic (default), MapCentred or MapZSpace
 }
 
 // DefaultConfig is wmrl's recommended configuration.
@@ -171,8 +195,10 @@ func (c Config) Validate() error {
 		return bad("eps %v must be finite and >= 0", c.Eps)
 	case c.DDOF != 0 && c.DDOF != 1:
 		return bad("ddof %d must be 0 or 1", c.DDOF)
-	case c.Map > MapCentred:
+	case c.Map > MapZSpace:
 		return bad("unknown map kind %d", c.Map)
+	case c.Map == MapZSpace && c.Bins < 2:
+		return bad("bins %d: the z-space map needs at least 2 quantile bins", c.Bins)
 	case c.Mode == ModeReference && c.Map != MapIsotonic:
 		return bad("map %v: reference mode has the authors' binned map only", c.Map)
 	}

@@ -233,12 +233,14 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 	dst = slices.Grow(dst, total)
 	base := len(dst)
 	weight := st.AnchorWeight()
+	zspace := c.cfg.Map == MapZSpace
 	var (
 		vals    []float64
 		mask    []bool
 		adv     []float64
 		newP    []pair
 		dn, tn  []float64
+		pn      []float64
 		rorder  []int
 		anchorN int
 	)
@@ -279,6 +281,9 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 		}
 		adv = slices.Grow(adv[:0], len(vals))[:len(vals)]
 		groupAdvantages(vals, mask, adv, c.cfg.Advantage, c.cfg.Eps, c.cfg.DDOF)
+		if zspace && !g.Anchor {
+			st.applyZSpace(vals, mask, adv)
+		}
 		for k := range vals {
 			row := &dst[start+k]
 			row.Mask = mask[k]
@@ -304,14 +309,21 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 				j++
 			}
 			if dst[i].Source == SourceAnchor {
-				dn, tn = dn[:0], tn[:0]
+				dn, tn, pn = dn[:0], tn[:0], pn[:0]
 				for k := i; k < j; k++ {
 					r := &dst[k]
 					if r.PredictedOK && r.ExecutedOK {
-						newP = append(newP, pair{r.Predicted, r.Executed})
+						if !zspace {
+							newP = append(newP, pair{r.Predicted, r.Executed})
+						}
+						pn = append(pn, r.Predicted)
 						dn = append(dn, r.Calibrated)
 						tn = append(tn, r.Executed)
 					}
+				}
+				if zspace {
+					// The window holds standardised pairs (zspace.go).
+					newP = zPairs(newP, pn, tn, c.cfg.Eps, c.cfg.DDOF)
 				}
 				if c.cfg.Denoise {
 					st.observeGroup(dn, tn)

@@ -15,13 +15,15 @@ func (s *State) refitDue() bool {
 }
 
 // maybeRefit is the default mode's refit at a sealed step: the exact
-// isotonic (or centred isotonic) fit of the whole window, if due.
+// isotonic (centred isotonic, z-space) fit of the whole window, if due. A
+// z-space window that cannot define a map yet keeps the old one and its
+// pending count, so the fit is retried at the next step.
 func (s *State) maybeRefit() error {
 	if !s.refitDue() {
 		return nil
 	}
-	bx, by, err := fitSortedPairs(s.sorted, s.cfg.Map == MapCentred)
-	if err != nil {
+	bx, by, err := s.fitWindow()
+	if err != nil || bx == nil {
 		return err
 	}
 	s.setFit(bx, by)
@@ -122,10 +124,11 @@ func fitReference(win *fifo, bins int) (bx, by []float64) {
 
 // Calibrate applies the map currently in force: identity until the first
 // fit (or when Debias is off), else the fitted monotone map (np.interp of
-// the bin breakpoints in reference mode).
+// the bin breakpoints in reference mode). The z-space map acts on
+// advantages, not scores, so under it Calibrate is the identity.
 func (s *State) Calibrate(x float64) float64 {
 	switch {
-	case s.fitX == nil:
+	case s.fitX == nil, s.cfg.Map == MapZSpace:
 		return x
 	case s.cfg.Mode == ModeReference:
 		return npInterp(s.fitX, s.fitY, x)

@@ -200,7 +200,7 @@ func AssembleState(head, window []byte) (*State, error) {
 	if st.cfg.Mode == ModeReference {
 		bx, by = fitReference(&st.win, st.cfg.Bins)
 	} else {
-		bx, by, err = fitSortedPairs(st.sorted, st.cfg.Map == MapCentred)
+		bx, by, err = st.fitWindow()
 	}
 	if err != nil || bx == nil {
 		return nil, fmt.Errorf("%w: refitting the window of a head: %v", ErrCorruptState, err)

@@ -71,6 +71,7 @@ func TestHeadAndChunksReassemble(t *testing.T) {
 	noDebias.Debias = false
 	for name, cfg := range map[string]Config{
 		"default": small(DefaultConfig()), "reference": small(ReferenceConfig()), "centred": centred,
+		"zspace":                 small(ZSpaceConfig()),
 		"default_refit_every_50": every, "no_debias": noDebias, "default_5000": DefaultConfig(),
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -138,6 +138,38 @@
 //     increasing evidence, which erases the world model's within-group
 //     ranking exactly where the policy concentrates; the centred map keeps
 //     it. States with it encode as version 2 (one more config byte).
+//   - Map shape (option): Map = MapZSpace is the authors' ABANDONED
+//     variant (a φ-map kept, unused, in ml_research/grading/grade_store.py of
+//     their public repository, push_phi_pairs; written here from its
+//     description, none of their code is in this package). Per anchor group,
+//     over the rollouts with both scores, predicted and executed scores are
+//     standardised within the group, z = (r − mean)/(std + Eps) with the
+//     config's DDOF, and the window holds these (z_wm, z_exec) pairs instead
+//     of raw ones. φ(z) = E[z_exec | z_wm] is fitted when due (MinPairs 400,
+//     RefitEvery as configured): Bins (12) quantile bins of z_wm (numpy's
+//     linear quantiles, repeated edges collapsed, np.digitize binning), one
+//     breakpoint per bin at its mean z_wm with its mean z_exec, weighted PAV;
+//     fewer than 3 distinct edges give no map and the fit is retried at the
+//     next step. φ is applied to the advantages of world-model groups, not
+//     to their rewards — "so std-normalised GRPO cannot undo it": under GRPO
+//     A = φ(A), under Dr.GRPO A = φ(A/d)·d with d = std + Eps of the group.
+//     ZSpaceConfig has these settings. Consequences: Calibrated = Predicted
+//     for every row (Calibrate is the identity, the map is not a score map),
+//     so the snapshot's bias_after equals bias_before and its breakpoints,
+//     which live in z-space, are not published; IVD measures the
+//     disagreement between raw predictions and executions, so the anchor
+//     weight no longer falls when OD removes a bias (with a score map it
+//     does, since the noise estimate is taken after the map); masking is
+//     unchanged (φ touches only unmasked world-model rows, and a group
+//     without spread in its predictions keeps advantage 0), but the
+//     advantages of a world-model group need no longer sum to zero, as
+//     φ(0) need not be 0. States with it encode as version 2.
+//   - Debias effect: Corrector.DebiasEffect compares, for one sealed step,
+//     each world-model advantage with the advantage the raw prediction would
+//     have had (mean shift, groups whose order or ties changed, groups
+//     flattened to zero spread). It is a pure function of the rows, so a
+//     replay reproduces it; the correction consumer publishes it in the
+//     calibration snapshot and as metrics.
 //   - Calibration per (run, stream): both modes keep one State per (run,
 //     stream); with a single stream reference mode equals the authors'
 //     global calibration.

@@ -78,3 +78,22 @@ func ExampleDecodeState() {
 	fmt.Println(d.Run(), d.SealedStep(), d.Digest() == s.Digest())
 	// Output: run-1 -1 true
 }
+
+func ExampleCorrector_DebiasEffect() {
+	cfg := correction.DefaultConfig()
+	cfg.Advantage = correction.DrGRPO
+	c, err := correction.New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	// One world-model group as a map left it: the two low predictions were
+	// mapped to one value (a flat stretch), so their tie is new.
+	wm := func(id string, predicted, adv float64) correction.Row {
+		return correction.Row{GroupID: "g", RolloutID: id, Source: correction.SourceWorldModel,
+			Predicted: predicted, PredictedOK: true, Mask: true, Advantage: adv}
+	}
+	e := c.DebiasEffect([]correction.Row{wm("r0", 0.2, -0.1), wm("r1", 0.4, -0.1), wm("r2", 0.6, 0.2)})
+	fmt.Printf("rows=%d groups=%d reordered=%d (%.0f%%) flattened=%d shift=%.4f\n",
+		e.Rows, e.Groups, e.Reordered, 100*e.ReorderedShare(), e.Flattened, e.MeanShift)
+	// Output: rows=3 groups=1 reordered=1 (100%) flattened=0 shift=0.0667
+}

@@ -90,6 +90,16 @@ func (s *State) Breakpoints() (x, y []float64) {
 	return slices.Clone(s.fitX), slices.Clone(s.fitY)
 }
 
+// ScoreBreakpoints is Breakpoints for a map of scores: nil under the z-space
+// map, whose breakpoints live in within-group standardised space and map
+// advantages, not scores.
+func (s *State) ScoreBreakpoints() (x, y []float64) {
+	if s.cfg.Map == MapZSpace {
+		return nil, nil
+	}
+	return s.Breakpoints()
+}
+
 // clone returns a state that can be advanced without touching s. The FIFO
 // shares its chunks copy-on-write; sorted is shared until the next merge,
 // which always writes a buffer owned by the clone (Correct copies it if no

@@ -71,6 +71,11 @@ type Step struct {
 	// BiasBefore and BiasAfter are the snapshot's mean signed errors (predicted − executed).
 	BiasBefore float64 `json:"bias_before"`
 	BiasAfter  float64 `json:"bias_after"`
+	// DebiasShift is the snapshot's mean |A(f(r̂)) − A(r̂)| over the step's world-model rows and
+	// DebiasReordered the share of world-model groups whose order or ties the map changed
+	// (correction.DebiasEffect); null in snapshots written before they existed.
+	DebiasShift     *float64 `json:"debias_shift"`
+	DebiasReordered *float64 `json:"debias_reordered_share"`
 	// Rows and AnchorRows count the step's advantage rows and those using an executed reward.
 	Rows       int `json:"rows"`
 	AnchorRows int `json:"anchor_rows"`
@@ -275,6 +280,13 @@ func (r *runModel) view() (steps []Step, maps []Map) {
 		st := Step{Step: v, FitVersion: s.FitVersion, AnchorWeight: prevWeight, NextAnchorWeight: s.AnchorWeight,
 			Pairs: s.Pairs, StepPairs: s.StepPairs, BiasBefore: s.BiasBefore, BiasAfter: s.BiasAfter, SealedAt: si.at}
 		prevWeight = s.AnchorWeight
+		if d := s.Debias; d != nil {
+			shift, share := d.MeanShift, 0.0
+			if d.Groups > 0 {
+				share = float64(d.Reordered) / float64(d.Groups)
+			}
+			st.DebiasShift, st.DebiasReordered = &shift, &share
+		}
 		if a, ok := r.accs[v]; ok {
 			st.Rows, st.AnchorRows, st.MaskedRows = a.rows, a.anchorRows, a.masked
 			if a.pairs > 0 {

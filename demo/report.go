@@ -117,6 +117,7 @@ var reportPlots = []struct {
 }{
 	{FileScore, scoreVsCompute}, {FileScoreSteps, scoreVsStep}, {FileGap, gapPlot},
 	{FileCalibration, calibrationPlot}, {FileCalError, calErrorPlot}, {FileIVD, ivdPlot},
+	{FileDebias, debiasPlot},
 }
 
 // armAgg is one arm over its seeds, per step (index 0 is the untrained policy, index v+1 the
@@ -522,6 +523,7 @@ An arm's colour is the same in every plot.</p>
 <h2>Calibration</h2><p class="cap">Anchor pairs (raw world-model score, executed score) of the {{.R.CalibrationArm}} arm in its colour, fainter for earlier steps, and the monotone map fitted by Online Debiasing at a few points in time in greys, darker for later refits (the identity map is in force until the window holds enough pairs). Pairs at a world-model score of about {{.Floor}} are solutions the proxy scores at its read-out floor; pairs at an executed score of 0 are solutions that score 0 when really executed.</p><img class="plot" src="calibration.png" width="{{.ImgW}}" height="{{.ImgH}}" alt="calibration map over time">
 <h2>Calibration error per step</h2><p class="cap">Mean |score − executed| over each step's anchor rollouts, for the raw world-model score (grey, dashed) and for the debiased score (the map in force before the step, so out of sample). Until the first refit the map is the identity and the two lines coincide.</p><img class="plot" src="calibration_error.png" width="{{.ImgW}}" height="{{.ImgH}}" alt="calibration error per step, raw vs debiased">
 <h2>IVD weight</h2><p class="cap">Weight of anchor rows in the loss (world-model rows have weight 1); the dotted grey line is the configured cap.</p><img class="plot" src="ivd_weight.png" width="{{.ImgW}}" height="{{.ImgH}}" alt="IVD weight over steps">
+<h2>Debias shift</h2><p class="cap">Mean |A(f(r̂)) − A(r̂)| over each step's world-model rows: how far the calibration map moved their advantages (steps.csv: debias_shift). Under std-normalised GRPO a map that is affine over a group's scores is cancelled, so a calibration error that falls while this stays near 0 means Online Debiasing did not change the gradient.</p><img class="plot" src="debias_shift.png" width="{{.ImgW}}" height="{{.ImgH}}" alt="debias shift per step">
 </section>
 <section id="settings">
 <h2>Settings</h2>

@@ -40,7 +40,7 @@ func TestWriteReport(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(files) != 9 {
+		if len(files) != 10 {
 			t.Fatalf("wrote %v", files)
 		}
 		for _, f := range files {
@@ -62,7 +62,7 @@ func TestWriteReport(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"real-grpo", "pure-wm", "wmrl", FileScore, FileScoreSteps, FileGap, FileCalibration, FileCalError, FileIVD,
+		for _, want := range []string{"real-grpo", "pure-wm", "wmrl", FileScore, FileScoreSteps, FileGap, FileCalibration, FileCalError, FileIVD, FileDebias,
 			"speedup-to-target: 1x", "mean ± 95% CI over 2 seeds", "world model: read-out floor</th><td>0.1<"} {
 			if !bytes.Contains(html, []byte(want)) {
 				t.Errorf("report.html lacks %q", want)

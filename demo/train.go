@@ -24,6 +24,10 @@ func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *state
 	n := a.cfg.Sim.Groups * a.cfg.Sim.GroupSize
 	adv, wts, masked := make([]float64, n), make([]float64, n), make([]bool, n)
 	weightInForce := 1.0
+	corr, err := correction.New(a.arm.Correction)
+	if err != nil {
+		return res, fmt.Errorf("trainer: arm %s: %w", a.arm.Name, err)
+	}
 	for v := int64(0); v < int64(a.cfg.Sim.Steps); v++ {
 		sctx, cancel := context.WithTimeout(ctx, a.cfg.StallTimeout)
 		st, err := stream.Next(sctx)
@@ -71,6 +75,7 @@ func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *state
 		if err != nil {
 			return res, err
 		}
+		rec.DebiasShift = debiasShift(corr, st.Rows)
 		rec.Score = a.pol.ExpectedScore(a.eval)
 		rec.Entropy = a.pol.Entropy()
 		rec.AnchorGroups = len(groups)

@@ -53,6 +53,28 @@ func Arms(anchorFraction float64) []Arm {
 	}
 }
 
+// WithMap returns arms with the calibration map k in place of the isotonic map on every
+// default-mode arm that debiases; those arms are renamed "<name>-<map>" (wmrl-zspace), so a
+// report says which map it ran. The z-space map brings its own settings (correction.ZSpaceConfig:
+// 12 quantile bins, 400 pairs before the first fit). k = MapIsotonic returns arms unchanged.
+func WithMap(arms []Arm, k correction.MapKind) []Arm {
+	out := make([]Arm, len(arms))
+	for i, a := range arms {
+		c := a.Correction
+		if k != correction.MapIsotonic && c.Mode == correction.ModeDefault && c.Debias && c.Map == correction.MapIsotonic {
+			if k == correction.MapZSpace {
+				z := correction.ZSpaceConfig()
+				c.Bins, c.MinPairs = z.Bins, z.MinPairs
+			}
+			c.Map = k
+			a.Name += "-" + k.String()
+			a.Correction = c
+		}
+		out[i] = a
+	}
+	return out
+}
+
 // ArmNames lists the standard arm names.
 func ArmNames() []string {
 	var out []string
@@ -66,7 +88,9 @@ func ArmNames() []string {
 // missing because every other arm's target is defined relative to it.
 func ArmsByName(names []string, anchorFraction float64) ([]Arm, error) {
 	byName := map[string]Arm{}
-	for _, a := range append(Arms(anchorFraction), GridArms(anchorFraction)...) {
+	all := append(Arms(anchorFraction), GridArms(anchorFraction)...)
+	all = append(all, WithMap(Arms(anchorFraction), correction.MapCentred)...)
+	for _, a := range append(all, WithMap(Arms(anchorFraction), correction.MapZSpace)...) {
 		byName[a.Name] = a
 	}
 	var out []Arm
@@ -75,7 +99,7 @@ func ArmsByName(names []string, anchorFraction float64) ([]Arm, error) {
 		n = strings.ToLower(strings.TrimSpace(n))
 		a, ok := byName[n]
 		if !ok {
-			return nil, fmt.Errorf("%w %q (have %s)", ErrUnknownArm, n, strings.Join(append(ArmNames(), ArmWMRLCentred), ", "))
+			return nil, fmt.Errorf("%w %q (have %s)", ErrUnknownArm, n, strings.Join(append(ArmNames(), ArmWMRLCentred, "od-centred", "wmrl-centred", "od-zspace", "wmrl-zspace"), ", "))
 		}
 		if !seen[n] {
 			seen[n] = true

@@ -13,7 +13,7 @@ import (
 var StepsHeader = []string{
 	"arm", "seed", "step", "score", "executions", "exec_seconds", "exec_overhead_seconds",
 	"predictions", "wm_seconds", "anchor_groups", "calibration_mae", "raw_mae", "anchor_weight",
-	"noise_ratio", "fit_version", "pairs", "entropy",
+	"noise_ratio", "fit_version", "pairs", "entropy", "debias_shift",
 }
 
 // WriteStepsCSV writes one row per arm × seed × step (step −1 is the untrained policy), the raw
@@ -27,7 +27,7 @@ func WriteStepsCSV(w io.Writer, results []Result) error {
 	for _, r := range results {
 		seed := strconv.FormatInt(r.Seed, 10)
 		nan := f(math.NaN())
-		if err := cw.Write([]string{r.Arm, seed, "-1", f(r.InitialScore), "0", "0", "0", "0", "0", "0", nan, nan, "1", "0", "0", "0", nan}); err != nil {
+		if err := cw.Write([]string{r.Arm, seed, "-1", f(r.InitialScore), "0", "0", "0", "0", "0", "0", nan, nan, "1", "0", "0", "0", nan, "0"}); err != nil {
 			return fmt.Errorf("sim: csv: %w", err)
 		}
 		for _, s := range r.Steps {
@@ -36,7 +36,7 @@ func WriteStepsCSV(w io.Writer, results []Result) error {
 				f(s.ExecCompute.Seconds()), f(s.ExecOverhead.Seconds()), strconv.Itoa(s.Predictions),
 				f(s.WMCompute.Seconds()), strconv.Itoa(s.AnchorGroups), f(s.CalibrationMAE), f(s.RawMAE),
 				f(s.AnchorWeight), f(s.NoiseRatio), strconv.FormatUint(s.FitVersion, 10),
-				strconv.Itoa(s.Pairs), f(s.Entropy),
+				strconv.Itoa(s.Pairs), f(s.Entropy), f(s.DebiasShift),
 			}
 			if err := cw.Write(row); err != nil {
 				return fmt.Errorf("sim: csv: %w", err)

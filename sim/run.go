@@ -80,6 +80,9 @@ type StepRecord struct {
 	FitVersion             uint64  // refits so far
 	Pairs                  int     // anchor pairs in the window after the step
 	Entropy                float64 // policy entropy after the update (nats)
+	// DebiasShift is mean |A(f(r̂)) − A(r̂)| over the step's unmasked world-model rows: how far
+	// the calibration map moved their advantages (correction.DebiasEffect; 0 without OD).
+	DebiasShift float64
 }
 
 // Pair is one anchor observation: the raw world-model score and the executed score.
@@ -100,7 +103,10 @@ func AppendMap(maps []Map, step int, st *correction.State) []Map {
 	if n := len(maps); n > 0 && maps[n-1].FitVersion == st.FitVersion() {
 		return maps
 	}
-	x, y := st.Breakpoints()
+	x, y := st.ScoreBreakpoints()
+	if x == nil && st.FitVersion() > 0 {
+		return maps // the z-space map maps advantages, not scores: nothing to draw
+	}
 	return append(maps, Map{Step: step, FitVersion: st.FitVersion(), X: x, Y: y})
 }
 
@@ -295,6 +301,7 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 		if err := pol.Update(samples, adv, wts, masked, cfg.LR); err != nil {
 			return res, fmt.Errorf("sim: update step %d: %w", v, err)
 		}
+		rec.DebiasShift = corr.DebiasEffect(rows).MeanShift
 		rec.Score = pol.ExpectedScore(eval)
 		rec.CalibrationMAE, rec.RawMAE = math.NaN(), math.NaN()
 		if nPairs > 0 {

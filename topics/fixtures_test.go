@@ -124,6 +124,13 @@ func encodeCalibrationV1(s CalibrationSnapshot) ([]byte, error) {
 }
 
 // sampleCalibrationV1 is sampleCalibration as a v1 reader returns it.
+// sampleCalibrationDebias is sampleCalibration with the debias effect (binary layout 3).
+func sampleCalibrationDebias() CalibrationSnapshot {
+	s := sampleCalibration()
+	s.Debias = &DebiasShift{Rows: 45, Groups: 6, Reordered: 2, Flattened: 1, MeanShift: 0.0390625}
+	return s
+}
+
 func sampleCalibrationV1() CalibrationSnapshot {
 	s := sampleCalibration()
 	s.Schema = SchemaCalibration

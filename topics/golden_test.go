@@ -54,7 +54,7 @@ func validGolden() []struct {
 	encode       func() ([]byte, error)
 } {
 	r, s, p, e, i, c := sampleRollout(), sampleStep(), samplePredicted(), sampleExecuted(), sampleImputed(), sampleCalibration()
-	sp := sampleStepPolicyStep()
+	sp, cd := sampleStepPolicyStep(), sampleCalibrationDebias()
 	return []struct {
 		file, schema string
 		value        any
@@ -67,6 +67,7 @@ func validGolden() []struct {
 		{"executed.json", SchemaExecuted, e, func() ([]byte, error) { return EncodeExecuted(e) }},
 		{"executed_imputed.json", SchemaExecuted, i, func() ([]byte, error) { return EncodeExecuted(i) }},
 		{"calibration.bin", SchemaCalibrationV2, c, func() ([]byte, error) { return EncodeCalibration(c) }},
+		{"calibration_debias.bin", SchemaCalibrationV2, cd, func() ([]byte, error) { return EncodeCalibration(cd) }},
 		// v1 is read, not written: its golden file pins what the v1 reader must still accept.
 		{"calibration.json", SchemaCalibration, sampleCalibrationV1(), func() ([]byte, error) { return encodeCalibrationV1(c) }},
 	}
@@ -94,6 +95,9 @@ func invalidGolden(t *testing.T) []invalidCase {
 	im := enc(func() ([]byte, error) { return EncodeExecuted(sampleImputed()) })
 	ca := enc(func() ([]byte, error) { return encodeCalibrationV1(sampleCalibration()) })
 	cb := enc(func() ([]byte, error) { return EncodeCalibration(sampleCalibration()) })
+	badDebias := sampleCalibrationDebias()
+	badDebias.Debias.Flattened = 3
+	cdb := enc(func() ([]byte, error) { return EncodeCalibration(sampleCalibrationDebias()) })
 	decreasing := sampleCalibration()
 	decreasing.BreakY = []float64{0.1, 0.3, 0.2}
 	rep := func(s, old, new string) []byte {
@@ -123,6 +127,8 @@ func invalidGolden(t *testing.T) []invalidCase {
 		{"calibration_decreasing_fit.bin", SchemaCalibrationV2, "invalid-field:break_y[2]", appendCalibration(nil, &decreasing)},
 		{"calibration_truncated.bin", SchemaCalibrationV2, "malformed-binary", []byte(cb[:len(cb)-1])},
 		{"calibration_trailing.bin", SchemaCalibrationV2, "malformed-binary", []byte(cb + "\x00")},
+		{"calibration_debias_flattened.bin", SchemaCalibrationV2, "invalid-field:debias.flattened", appendCalibration(nil, &badDebias)},
+		{"calibration_debias_truncated.bin", SchemaCalibrationV2, "malformed-binary", []byte(cdb[:len(cdb)-1])},
 		{"calibration_huge_count.bin", SchemaCalibrationV2, "malformed-binary", rep(cb, "\x03\x00\x00\x00\x9a", "\xff\xff\xff\x7f\x9a")},
 	}
 }

@@ -238,4 +238,24 @@ type CalibrationSnapshot struct {
 	BiasAfter  float64   `json:"bias_after"`
 	StepPairs  int       `json:"step_pairs"`
 	CreatedAt  time.Time `json:"created_at"`
+	// Debias is what Online Debiasing did to this step's world-model advantages; nil in a
+	// snapshot written before it existed (binary layout 2, JSON v1), which is not the same as a
+	// map that did nothing (all zero).
+	Debias *DebiasShift `json:"debias,omitempty"`
+}
+
+// DebiasShift is the effect of the calibration map on one step's world-model advantages
+// (correction.DebiasEffect): each unmasked world-model row's advantage against the one its raw
+// prediction would have given.
+type DebiasShift struct {
+	// Rows is the number of unmasked world-model rows compared, Groups the world-model groups
+	// with at least two of them.
+	Rows   int `json:"rows"`
+	Groups int `json:"groups"`
+	// Reordered counts the groups whose order or ties the map changed; Flattened those it
+	// flattened to zero spread (a subset of Reordered).
+	Reordered int `json:"reordered"`
+	Flattened int `json:"flattened"`
+	// MeanShift is mean |A(f(r̂)) − A(r̂)| over the Rows rows.
+	MeanShift float64 `json:"mean_shift"`
 }

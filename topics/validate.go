@@ -394,6 +394,23 @@ func (s *CalibrationSnapshot) Validate() error {
 	c.nonNegative("anchor_weight", s.AnchorWeight)
 	c.finite("bias_before", s.BiasBefore)
 	c.finite("bias_after", s.BiasAfter)
+	if d := s.Debias; d != nil {
+		for _, f := range []struct {
+			name string
+			v    int
+		}{{"debias.rows", d.Rows}, {"debias.groups", d.Groups}, {"debias.reordered", d.Reordered}, {"debias.flattened", d.Flattened}} {
+			if f.v < 0 || f.v > math.MaxInt32 {
+				c.fail(f.name, f.v, nil, "not in [0, %d]", math.MaxInt32)
+			}
+		}
+		if d.Reordered > d.Groups {
+			c.fail("debias.reordered", d.Reordered, nil, "exceeds groups (%d)", d.Groups)
+		}
+		if d.Flattened > d.Reordered {
+			c.fail("debias.flattened", d.Flattened, nil, "exceeds reordered (%d)", d.Reordered)
+		}
+		c.nonNegative("debias.mean_shift", d.MeanShift)
+	}
 	return c.result()
 }
 

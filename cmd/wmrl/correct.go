@@ -20,7 +20,7 @@ func init() { register(newCorrectCmd) }
 // so `--mode reference` alone is exactly the authors' configuration.
 func correctionFlags(f *pflag.FlagSet) func() (correction.Config, error) {
 	var (
-		mode, adv           string
+		mode, adv, mapName  string
 		window, minPairs    int
 		weightCap, eps      float64
 		ddof                int
@@ -28,6 +28,7 @@ func correctionFlags(f *pflag.FlagSet) func() (correction.Config, error) {
 	)
 	f.StringVar(&mode, "mode", "default", "correction mode: default (exact isotonic, per-step refit) or reference (the authors' code)")
 	f.StringVar(&adv, "advantage", "grpo", "advantage estimator: grpo or drgrpo")
+	f.StringVar(&mapName, "map", "isotonic", "default mode's calibration map: isotonic (exact isotonic regression), centred (centred isotonic, keeps the ranking between block centres) or zspace (the authors' abandoned variant: φ(z)=E[z_exec|z_wm] on within-group standardised pairs, applied to world-model advantages; 12 quantile bins, --min-pairs 400 unless given)")
 	f.IntVar(&window, "window", 5000, "anchor-pair FIFO window")
 	f.IntVar(&minPairs, "min-pairs", 200, "identity calibration until this many anchor pairs")
 	f.Float64Var(&weightCap, "weight-cap", 4, "anchor weight is clipped to [1, weight-cap]")
@@ -52,6 +53,17 @@ func correctionFlags(f *pflag.FlagSet) func() (correction.Config, error) {
 			c.Advantage = correction.DrGRPO
 		default:
 			return c, fmt.Errorf("--advantage %q: want grpo or drgrpo", adv)
+		}
+		if f.Changed("map") {
+			k, err := correction.ParseMapKind(strings.ToLower(mapName))
+			if err != nil {
+				return c, fmt.Errorf("--map: %w", err)
+			}
+			if k == correction.MapZSpace {
+				z := correction.ZSpaceConfig()
+				c.Bins, c.MinPairs = z.Bins, z.MinPairs
+			}
+			c.Map = k
 		}
 		if f.Changed("window") {
 			c.Window = window

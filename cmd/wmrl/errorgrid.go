@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/sim"
 	"github.com/wmrl/wmrl/task"
 )
@@ -16,6 +17,7 @@ import (
 type errorGridOptions struct {
 	biases, noises []float64
 	armsChanged    bool
+	mapKind        correction.MapKind // simulate --map, applied to the default grid arms too
 }
 
 // Grid defaults, fixed in docs/error_grid.md before the grid was run.
@@ -31,7 +33,7 @@ const defaultGridSteps = 40
 func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms []sim.Arm, seeds []int64) error {
 	a, g0, out := o.a, o.grid, o.out
 	if !g0.armsChanged {
-		arms = sim.GridArms(o.anchorFraction)
+		arms = sim.WithMap(sim.GridArms(o.anchorFraction), g0.mapKind)
 	}
 	g := sim.ErrorGrid{Config: cfg, Biases: g0.biases, Noises: g0.noises, Arms: arms, Seeds: seeds,
 		Workers: o.workers, TargetFraction: o.targetFraction}

@@ -43,7 +43,9 @@ to their current end), re-runs the correction consumer's engine with fresh state
 advantage rows of every sealed step either to --to-topic (chunked exactly like the live topic) or
 to --out FILE: length-prefixed (uint32 big-endian) Arrow IPC payloads exactly as they appear as
 record values; 'wmrl digest --file FILE' reads it. The printed digest equals 'wmrl digest --run R
---topic <advantages>' of the live run when the correction flags match the live consumer's.
+--topic <advantages>' of the live run when the correction flags (--mode, --map, ...) match the live
+consumer's; replay warns when they do not (it compares with the config hash in the run's
+calibration snapshots).
 
 Replayed states go to an isolated Redis namespace (--redis-prefix, default wmrl-replay-<run>-<time>).
 --from-step S emits only steps >= S (earlier ones are still recomputed). --from-offsets
@@ -117,6 +119,7 @@ func (o *replayOptions) run(_ *cobra.Command, _ []string) error {
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
+	o.checkReplayConfig(ctx, opts, names, rc.Partition, cc)
 	emit, finish, err := o.emitter(ctx, names)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/demo"
 	"github.com/wmrl/wmrl/sim"
 	"github.com/wmrl/wmrl/task"
@@ -46,6 +47,7 @@ type simulateOptions struct {
 	out            string
 	errorGrid      bool
 	quick          bool
+	mapName        string
 	grid           errorGridOptions
 }
 
@@ -60,7 +62,10 @@ func newSimulateCmd(a *app) *cobra.Command {
 		Long: `simulate trains the built-in task's policy with the same correction core the pipeline uses,
 but without Kafka, for sweeps. Arms: real-grpo (every group executed), pure-wm (no anchors, no
 correction), none (anchors, no OD/IVD), ivd, od, wmrl (OD+IVD, default mode), reference (the
-authors' code), wmrl-cir (OD+IVD with the centred isotonic map). Every arm of a seed shares anchor groups, training problems and sampler seed.
+authors' code), wmrl-cir (OD+IVD with the centred isotonic map), and od-<map> / wmrl-<map> for the
+maps centred and zspace (--map sets the map of every debiasing arm at once). Every arm of a seed shares
+anchor groups, training problems and sampler seed. steps.csv's debias_shift is the mean
+|A(f(r̂)) − A(r̂)|: how far the map moved the world-model rows' advantages in that step.
 
 Compute is counted primarily as the number of real executions (deterministic, load-independent);
 measured execution wall time and the simulated --exec-overhead are reported beside it. The score is
@@ -77,6 +82,7 @@ sweeps its (bias, noise) grid instead (docs/error_grid.md).`,
 	cfg := &o.cfg
 	f := cmd.Flags()
 	f.StringSliceVar(&o.arms, "arms", sim.ArmNames(), "arms to run (real-grpo is always added: targets are relative to it)")
+	f.StringVar(&o.mapName, "map", "isotonic", "calibration map of the arms that debias in default mode: isotonic, centred or zspace (those arms are renamed <arm>-<map>, e.g. wmrl-zspace; --no-debias arms such as none and ivd are unchanged)")
 	f.IntVar(&o.seeds, "seeds", 5, "number of seeds")
 	f.Int64Var(&o.firstSeed, "seed", 1, "first seed (seeds are seed, seed+1, ...)")
 	f.IntVar(&cfg.Steps, "steps", cfg.Steps, "training steps")
@@ -125,6 +131,10 @@ func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	if o.grid.mapKind, err = correction.ParseMapKind(strings.ToLower(o.mapName)); err != nil {
+		return fmt.Errorf("--map: %w", err)
+	}
+	as = sim.WithMap(as, o.grid.mapKind)
 	if o.seeds < 1 {
 		return fmt.Errorf("--seeds %d: want >= 1", o.seeds)
 	}

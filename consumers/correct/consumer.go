@@ -109,7 +109,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.healthy.Store(true)
 	defer c.healthy.Store(false)
 	c.log.Info("correction consumer started", "group", c.cfg.Group, "transactional_id", c.cfg.TransactionalID,
-		"instance_id", c.cfg.InstanceID, "mode", c.cfg.Correction.Mode.String(), "redis_prefix", c.cfg.RedisPrefix)
+		"instance_id", c.cfg.InstanceID, "mode", c.cfg.Correction.Mode.String(), "map", c.cfg.Correction.Map.String(), "redis_prefix", c.cfg.RedisPrefix)
 	var err error
 	for {
 		var reinit bool

@@ -35,6 +35,7 @@ type metrics struct {
 	windowPairs  *prometheus.GaugeVec
 	sealedStep   *prometheus.GaugeVec
 	maskedShare  *prometheus.GaugeVec
+	debias       *debiasMetrics // debias.go
 	maskedRows   prometheus.Counter
 	staleRows    prometheus.Counter
 	reinits      prometheus.Counter
@@ -128,6 +129,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, err
 		}
 	}
+	var err error
+	if m.debias, err = newDebiasMetrics(reg); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -139,6 +144,7 @@ func (m *metrics) observe(sn *topics.CalibrationSnapshot) {
 	m.fitVersion.WithLabelValues(sn.RunID, sn.Stream).Set(float64(sn.FitVersion))
 	m.windowPairs.WithLabelValues(sn.RunID, sn.Stream).Set(float64(sn.Pairs))
 	m.sealedStep.WithLabelValues(sn.RunID, sn.Stream).Set(float64(sn.Step))
+	m.debias.observe(sn)
 }
 
 // forgetStreams drops every per-(run, stream) series: after a reassignment the instance reports
@@ -147,6 +153,7 @@ func (m *metrics) forgetStreams() {
 	for _, g := range []*prometheus.GaugeVec{m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.maskedShare} {
 		g.Reset()
 	}
+	m.debias.reset()
 }
 
 func (m *metrics) record(k kind, result string) {

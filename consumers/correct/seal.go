@@ -199,7 +199,7 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 		sum := st.Digest()
 		var bx, by []float64
 		if v%mapEvery == 0 {
-			bx, by = st.Breakpoints()
+			bx, by = st.ScoreBreakpoints()
 		}
 		out.snaps = append(out.snaps, topics.CalibrationSnapshot{
 			RunID: rb.id, Stream: s, Step: v,
@@ -207,6 +207,7 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 			Digest: hex.EncodeToString(sum[:]), State: st.EncodeHead(),
 			BreakX: bx, BreakY: by, AnchorWeight: st.AnchorWeight(),
 			BiasBefore: biasRaw, BiasAfter: biasCal, StepPairs: pairs,
+			Debias: debiasShift(e.corr.DebiasEffect(rows)),
 		})
 		if rb.rewrite[s] {
 			prevTotal = 0

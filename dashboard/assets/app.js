@@ -74,6 +74,14 @@
       series: [{ name: "raw world model", color: "#e6550d", dots: true, width: 3, points: raw }, { name: "debiased (map in force)", color: "#3182bd", dots: true, dashed: true, points: cal }],
     }), raw.map(p => p[0]));
 
+    // 2b. What the map did to the world-model advantages (0: OD did not reach the gradient).
+    const shift = stepSeries(run, s => s.debias_shift), reord = stepSeries(run, s => s.debias_reordered_share);
+    chartBox(charts, "debias-shift", run, svgChart({
+      title: "Debias shift: world-model advantages moved by the map", xLabel: "step", yLabel: "mean |A(f(r̂)) − A(r̂)| · share", xInteger: true, yMin: 0,
+      empty: "no debias effect in the snapshots",
+      series: [{ name: "mean advantage shift", color: "#a63603", dots: true, points: shift }, { name: "share of groups reordered/tied", color: "#756bb1", dots: true, dashed: true, points: reord }],
+    }), shift.map(p => p[0]));
+
     // 3. IVD anchor weight, 4. fit version, 5. step latency.
     const w = stepSeries(run, s => s.anchor_weight);
     chartBox(charts, "anchor-weight", run, svgChart({

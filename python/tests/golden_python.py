@@ -17,7 +17,14 @@ import sys
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
-from stage_records import CalibrationSnapshot, ExecutedReward, PredictedReward, encode, encode_advantage_rows_json
+from stage_records import (
+    CalibrationSnapshot,
+    DebiasShift,
+    ExecutedReward,
+    PredictedReward,
+    encode,
+    encode_advantage_rows_json,
+)
 
 from wmrl_client import (
     AdvantageRow,
@@ -155,6 +162,25 @@ def valid_records() -> dict[str, tuple[str, object]]:
                 bias_after=123456789012345680000.0,
                 step_pairs=16,
                 created_at=T0,
+            ),
+        ),
+        "calibration_debias.bin": (
+            c.SCHEMA_CALIBRATION_V2,
+            CalibrationSnapshot(
+                run_id="py-run_1",
+                stream="mle",
+                step=13,
+                fit_version=7,
+                pairs=4096,
+                config_hash="cfg",
+                digest="sha256:def",
+                state=b"\x00\xff",
+                anchor_weight=1.25,
+                bias_before=0.1,
+                bias_after=0.0,
+                step_pairs=12,
+                created_at=T1,
+                debias=DebiasShift(rows=2**31 - 1, groups=40, reordered=40, flattened=0, mean_shift=1 / 3),
             ),
         ),
     }

@@ -79,6 +79,20 @@ class ExecutedReward:
 
 
 @dataclass(kw_only=True)
+class DebiasShift:
+    """What Online Debiasing did to one step's world-model advantages (topics.DebiasShift):
+    ``rows`` unmasked world-model rows and ``groups`` groups compared, ``reordered`` groups whose
+    order or ties the map changed, ``flattened`` groups it flattened to zero spread, and
+    ``mean_shift`` = mean |A(f(r̂)) − A(r̂)| over the rows."""
+
+    rows: int = 0
+    groups: int = 0
+    reordered: int = 0
+    flattened: int = 0
+    mean_shift: float = 0.0
+
+
+@dataclass(kw_only=True)
 class CalibrationSnapshot:
     """The correction state of one (run, stream) sealed after step; keyed run_id/stream.
 
@@ -101,6 +115,8 @@ class CalibrationSnapshot:
     bias_after: float = 0.0
     step_pairs: int = 0
     created_at: datetime = field(default_factory=_now)
+    # None in a snapshot written before the debias effect existed (binary layout 2, JSON v1).
+    debias: DebiasShift | None = None
 
     def validate(self) -> None:
         _validate_calibration(self)
@@ -320,12 +336,28 @@ def _validate_calibration(s: CalibrationSnapshot) -> None:
     ch.non_negative("anchor_weight", s.anchor_weight)
     ch.finite("bias_before", s.bias_before)
     ch.finite("bias_after", s.bias_after)
+    if (d := s.debias) is not None:
+        for fname, v in (
+            ("debias.rows", d.rows),
+            ("debias.groups", d.groups),
+            ("debias.reordered", d.reordered),
+            ("debias.flattened", d.flattened),
+        ):
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 2**31 - 1:
+                ch.fail(fname, v, f"not in [0, {2**31 - 1}]")
+        if d.reordered > d.groups:
+            ch.fail("debias.reordered", d.reordered, f"exceeds groups ({d.groups})")
+        if d.flattened > d.reordered:
+            ch.fail("debias.flattened", d.flattened, f"exceeds reordered ({d.reordered})")
+        ch.non_negative("debias.mean_shift", float(d.mean_shift))
     ch.done()
 
 
 # ---- binary calibration snapshot (topics/calibsnap.go) ----------------------------------------
 
-_SNAP_MAGIC = b"WMRLCAL\x02"
+_SNAP_MAGIC = b"WMRLCAL\x02"  # layout 2
+_SNAP_MAGIC_DEBIAS = b"WMRLCAL\x03"  # layout 3: layout 2 plus the debias effect after created_at
+_SNAP_DEBIAS = struct.Struct("<IIIId")  # rows, groups, reordered, flattened, mean_shift
 _UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -334,7 +366,7 @@ def _encode_calibration(s: CalibrationSnapshot) -> bytes:
     (u16 length + UTF-8) | step i64 | fit_version, pairs, step_pairs u64 | anchor_weight,
     bias_before, bias_after f64 | created_at seconds i64, nanoseconds u32 | n u32, n break_x f64,
     n break_y f64 | state (u32 length + bytes); little endian."""
-    out = bytearray(_SNAP_MAGIC)
+    out = bytearray(_SNAP_MAGIC if s.debias is None else _SNAP_MAGIC_DEBIAS)
     for v in (s.run_id, s.stream, s.config_hash, s.digest):
         raw = v.encode()
         out += struct.pack("<H", len(raw)) + raw
@@ -352,6 +384,8 @@ def _encode_calibration(s: CalibrationSnapshot) -> bytes:
         sec,
         delta.microseconds * 1000,
     )
+    if (d := s.debias) is not None:
+        out += _SNAP_DEBIAS.pack(d.rows, d.groups, d.reordered, d.flattened, d.mean_shift)
     out += struct.pack(f"<I{len(s.break_x)}d{len(s.break_y)}d", len(s.break_x), *s.break_x, *s.break_y)
     state = bytes(s.state or b"")
     out += struct.pack("<I", len(state)) + state
@@ -370,7 +404,7 @@ def _decode_calibration(b: bytes) -> CalibrationSnapshot:
     """Parse a v2 snapshot (unvalidated), with the errors topics.DecodeCalibration gives."""
     if len(b) > c.MAX_RECORD_BYTES:
         raise FieldError("calibration", "value", len(b), f"exceeds {c.MAX_RECORD_BYTES} bytes", TOO_LARGE)
-    if not b.startswith(_SNAP_MAGIC):
+    if not (b.startswith(_SNAP_MAGIC) or b.startswith(_SNAP_MAGIC_DEBIAS)):
         raise MalformedError("binary", "calibration: not a v2 snapshot (magic)")
     pos = len(_SNAP_MAGIC)
 
@@ -388,6 +422,10 @@ def _decode_calibration(b: bytes) -> CalibrationSnapshot:
 
     run_id, stream, config_hash, digest = text(), text(), text(), text()
     step, fit_version, pairs, step_pairs, aw, bb, ba, sec, nsec = struct.unpack("<qQQQdddqI", take(68))
+    debias = None
+    if b.startswith(_SNAP_MAGIC_DEBIAS):
+        rows, groups, reordered, flattened, shift = _SNAP_DEBIAS.unpack(take(_SNAP_DEBIAS.size))
+        debias = DebiasShift(rows=rows, groups=groups, reordered=reordered, flattened=flattened, mean_shift=shift)
     (n,) = struct.unpack("<I", take(4))
     if n > (len(b) - pos) // 16:
         raise MalformedError("binary", "calibration: value ends early")
@@ -424,4 +462,5 @@ def _decode_calibration(b: bytes) -> CalibrationSnapshot:
         bias_after=ba,
         step_pairs=step_pairs,
         created_at=created_at,
+        debias=debias,
     )

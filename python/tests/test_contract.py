@@ -31,6 +31,7 @@ VALID = [
     ("executed.json", "wmrl.reward.executed.v1"),
     ("executed_imputed.json", "wmrl.reward.executed.v1"),
     ("calibration.bin", "wmrl.calibration.v2"),
+    ("calibration_debias.bin", "wmrl.calibration.v2"),
     ("step_policy_step.json", "wmrl.step.v1"),
 ]
 
