@@ -186,6 +186,9 @@ func TestPlotColoursComeFromThePalette(t *testing.T) {
 		c := draw.New(vgimg.NewWith(vgimg.UseWH(plotWidth, plotHeight), vgimg.UseDPI(plotDPI)))
 		plotArea, legendArea := layout(f.Plot, c)
 		data := f.DataCanvas(plotArea)
+		if legendArea.Canvas == nil && len(f.series) == 0 {
+			continue // nothing drawn (e.g. no arm of the kind the plot is about), no legend
+		}
 		if legendArea.Canvas == nil || legendArea.Min.X < data.Max.X || legendArea.Max.X > c.Max.X {
 			t.Errorf("%s: legend %v overlaps the data area %v or leaves the image %v", rp.name, legendArea.Rectangle, data.Rectangle, c.Rectangle)
 		}
