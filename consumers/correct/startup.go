@@ -29,7 +29,9 @@ func (c *Consumer) checkTopics(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	if err := topicadmin.RequireLayout(ctx, kadm.NewClient(cl), c.cfg.Names, allTopics(c.cfg.Names)); err != nil {
+	n := c.cfg.Names
+	need := append(inputTopics(n), n.Advantages(), n.Calibration(), n.DLQ())
+	if err := topicadmin.RequireLayout(ctx, kadm.NewClient(cl), n, need); err != nil {
 		return fmt.Errorf("correct: %w", err)
 	}
 	return nil

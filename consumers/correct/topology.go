@@ -2,10 +2,10 @@ package correct
 
 import "github.com/wmrl/wmrl/topics"
 
-// The correction consumer's topology, written once (after goka's graph.go): the input kinds it
-// joins per step and the outputs it writes. The group subscription, the lag gauge, the engine's
-// topic-to-kind lookup, metrics labels, replay's reads and the startup check all read these
-// tables, so an input cannot be added in one place and forgotten in another.
+// The correction consumer's inputs, written once (after goka's graph.go): the kinds of record it
+// joins per step and their topics. The group subscription, the lag gauge, the engine's
+// topic-to-kind lookup, metrics labels, replay's reads and the startup check all read this
+// table, so an input cannot be added in one place and forgotten in another.
 
 // kind is an input topic of the correction consumer.
 type kind uint8
@@ -27,9 +27,6 @@ var inputEdges = [numKinds]struct {
 	kindExecuted:  {"executed", topics.Names.Executed},
 }
 
-// outputEdges are the topics the consumer writes: rows, the calibration changelog, dead letters.
-var outputEdges = []func(topics.Names) string{topics.Names.Advantages, topics.Names.Calibration, topics.Names.DLQ}
-
 func (k kind) String() string { return inputEdges[k].name }
 
 // topic is k's topic under n.
@@ -40,15 +37,6 @@ func inputTopics(n topics.Names) []string {
 	out := make([]string, 0, numKinds)
 	for k := range numKinds {
 		out = append(out, k.topic(n))
-	}
-	return out
-}
-
-// allTopics lists the input topics, then the output topics: what must exist before a start.
-func allTopics(n topics.Names) []string {
-	out := inputTopics(n)
-	for _, t := range outputEdges {
-		out = append(out, t(n))
 	}
 	return out
 }
