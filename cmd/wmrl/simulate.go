@@ -99,6 +99,7 @@ sweeps its (bias, noise) grid instead (docs/error_grid.md).`,
 		"arms default to real-grpo, pure-wm, none, od, ivd, wmrl, wmrl-cir and steps to 40; writes error_grid.csv, error_grid.md and plots to --out")
 	f.Float64SliceVar(&o.grid.biases, "grid-bias", defaultGridBiases, "error grid: bias strengths B")
 	f.Float64SliceVar(&o.grid.noises, "grid-noise", defaultGridNoises, "error grid: noise levels σ")
+	gridFlags(f, &o.grid)
 	f.BoolVar(&o.quick, "quick", false, "short sweep: 2 seeds, 30 steps, 2 held-out problems (explicit --seeds/--steps/--eval-problems win)")
 	wmFlags(f, &cfg.WorldModel)
 	return cmd
