@@ -57,7 +57,8 @@ func newSimulateCmd(a *app) *cobra.Command {
 		Use: "simulate",
 		Example: `  wmrl simulate --quick
   wmrl simulate --seeds 10 --arms real-grpo,pure-wm,wmrl --out sweep
-  wmrl simulate --error-grid --seeds 3`,
+  wmrl simulate --error-grid --seeds 3
+  wmrl simulate --error-grid --grid-family calibration --seeds 5`,
 		Short: "Sweep arms × seeds of the WMRL task loop in one process (no Kafka)",
 		Long: `simulate trains the built-in task's policy with the same correction core the pipeline uses,
 but without Kafka, for sweeps. Arms: real-grpo (every group executed), pure-wm (no anchors, no
