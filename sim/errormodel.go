@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 
 	"github.com/wmrl/wmrl/task"
@@ -22,6 +23,9 @@ import (
 // (problem, effective solution).
 type ErrorModel struct {
 	Bias, Noise float64
+	// Distortion, if not nil, replaces the real score r by g(r) in r̂ (the
+	// calibration-bias family, docs/error_grid.md): r̂ = g(r) + b(τ) + ξ.
+	Distortion *Distortion
 	// Scores caches real scores; nil means no caching.
 	Scores *ScoreCache
 }
@@ -31,7 +35,51 @@ func (m ErrorModel) Validate() error {
 	if !(m.Bias >= 0) || math.IsInf(m.Bias, 0) || !(m.Noise >= 0) || math.IsInf(m.Noise, 0) {
 		return fmt.Errorf("%w: error model bias %v noise %v, want finite and >= 0", ErrConfig, m.Bias, m.Noise)
 	}
+	if m.Distortion != nil {
+		return m.Distortion.Validate()
+	}
 	return nil
+}
+
+// Distortion is a judge that reads a monotone function of the truth,
+// g(r) = Offset + Scale·r^Gamma on r ∈ [0, 1]: Gamma ≠ 1 is the non-affine
+// miscalibration Online Debiasing exists for, Gamma = 1 an affine one that
+// std-normalised GRPO cancels inside every group.
+type Distortion struct {
+	Offset, Scale, Gamma float64
+}
+
+// Power is g(r) = r^γ.
+func Power(gamma float64) Distortion { return Distortion{Scale: 1, Gamma: gamma} }
+
+// Affine is g(r) = offset + scale·r.
+func Affine(offset, scale float64) Distortion {
+	return Distortion{Offset: offset, Scale: scale, Gamma: 1}
+}
+
+// Validate reports a distortion that is not finite or not strictly increasing.
+func (d Distortion) Validate() error {
+	if !(d.Scale > 0) || !(d.Gamma > 0) || math.IsInf(d.Scale, 0) || math.IsInf(d.Gamma, 0) || math.IsNaN(d.Offset) || math.IsInf(d.Offset, 0) {
+		return fmt.Errorf("%w: distortion offset %v scale %v gamma %v, want finite, scale and gamma > 0", ErrConfig, d.Offset, d.Scale, d.Gamma)
+	}
+	return nil
+}
+
+// Apply is g(r); r below 0 (never a real score) is read as 0.
+func (d Distortion) Apply(r float64) float64 {
+	return d.Offset + d.Scale*math.Pow(math.Max(r, 0), d.Gamma)
+}
+
+// String names the shape as docs/error_grid.md does: "r^2", "0.3+0.4r".
+func (d Distortion) String() string {
+	if d.Offset == 0 && d.Scale == 1 {
+		return "r^" + strconv.FormatFloat(d.Gamma, 'g', -1, 64)
+	}
+	s := strconv.FormatFloat(d.Offset, 'g', -1, 64) + "+" + strconv.FormatFloat(d.Scale, 'g', -1, 64) + "r"
+	if d.Gamma != 1 {
+		s += "^" + strconv.FormatFloat(d.Gamma, 'g', -1, 64)
+	}
+	return s
 }
 
 // Elaborateness κ(s) ∈ [0, 1] is the mean of three normalised features of
@@ -55,6 +103,9 @@ func (m ErrorModel) predict(r float64, s task.Solution, seed int64, v, j, i int)
 	if m.Noise > 0 {
 		key := splitmix(splitmix(splitmix(uint64(v))^uint64(j)) ^ uint64(i))
 		xi = rand.New(rand.NewPCG(uint64(seed)^key, noiseStream)).NormFloat64()
+	}
+	if m.Distortion != nil {
+		r = m.Distortion.Apply(r)
 	}
 	return r + float64(m.Bias*(2*Elaborateness(s)-1)) + float64(m.Noise*xi)
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/sim"
 	"github.com/wmrl/wmrl/task"
@@ -18,6 +20,25 @@ type errorGridOptions struct {
 	biases, noises []float64
 	armsChanged    bool
 	mapKind        correction.MapKind // simulate --map, applied to the default grid arms too
+	// family "bias" is the B×σ grid; "calibration" the calibration-bias family
+	// r̂ = g(r) + σ·ξ over shapes × estimators × maps (docs/error_grid.md).
+	family     string
+	calNoise   float64
+	estimators []string
+}
+
+// Error-grid families.
+const (
+	gridFamilyBias        = "bias"
+	gridFamilyCalibration = "calibration"
+)
+
+// gridFlags binds the flags of the calibration-bias family.
+func gridFlags(f *pflag.FlagSet, g *errorGridOptions) {
+	f.StringVar(&g.family, "grid-family", gridFamilyBias, "error grid family: bias (B×σ, r̂ = r + b(τ) + ξ) or calibration "+
+		"(r̂ = g(r) + σ·ξ for g ∈ r, r², √r, 0.3+0.4r × --grid-estimators × maps off, isotonic, centred, zspace on OD-only arms)")
+	f.Float64Var(&g.calNoise, "grid-calibration-noise", sim.DefaultCalibrationNoise, "calibration family: noise σ")
+	f.StringSliceVar(&g.estimators, "grid-estimators", []string{"grpo", "drgrpo"}, "calibration family: advantage estimators (grpo, drgrpo)")
 }
 
 // Grid defaults, fixed in docs/error_grid.md before the grid was run.
@@ -32,6 +53,13 @@ const defaultGridSteps = 40
 // error_grid.md and the plots into --out; cfg and seeds are simulate's, resolved.
 func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms []sim.Arm, seeds []int64) error {
 	a, g0, out := o.a, o.grid, o.out
+	switch g0.family {
+	case gridFamilyBias:
+	case gridFamilyCalibration:
+		return o.runCalibrationGrid(ctx, cfg, seeds)
+	default:
+		return fmt.Errorf("--grid-family %q: want %s or %s", g0.family, gridFamilyBias, gridFamilyCalibration)
+	}
 	if !g0.armsChanged {
 		arms = sim.WithMap(sim.GridArms(o.anchorFraction), g0.mapKind)
 	}
@@ -81,5 +109,63 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 		fmt.Fprintf(a.stdout, "wrote error_grid.csv, error_grid.md and %d plots to %s\n", len(files), out)
 	}
 	fmt.Fprintf(a.stdout, "error grid done in %s\n", time.Since(start).Round(time.Second))
+	return nil
+}
+
+// runCalibrationGrid runs the calibration-bias family and writes
+// calibration_grid.csv and calibration_grid.md into --out. --arms and --map
+// do not apply: the family's arms are fixed (sim.CalibrationArms).
+func (o *simulateOptions) runCalibrationGrid(ctx context.Context, cfg sim.Config, seeds []int64) error {
+	a, g0, out := o.a, o.grid, o.out
+	var ests []correction.AdvantageKind
+	for _, name := range g0.estimators {
+		switch name {
+		case "grpo":
+			ests = append(ests, correction.GRPO)
+		case "drgrpo":
+			ests = append(ests, correction.DrGRPO)
+		default:
+			return fmt.Errorf("--grid-estimators %q: want grpo or drgrpo", name)
+		}
+	}
+	g := sim.CalibrationGrid{Config: cfg, Shapes: sim.DefaultCalibrationShapes, Estimators: ests, Noise: g0.calNoise,
+		AnchorFraction: o.anchorFraction, Seeds: seeds, Workers: o.workers, TargetFraction: o.targetFraction}
+	if err := (sim.ErrorModel{Noise: g0.calNoise}).Validate(); err != nil {
+		return err
+	}
+	start := time.Now()
+	fmt.Fprintf(a.stdout, "eval set: %d held-out problems × %d solutions ...\n", o.evalProblems, len(task.EffectiveSolutions()))
+	eval, err := sim.Eval(ctx, o.evalProblems, o.workers)
+	if err != nil {
+		return err
+	}
+	cells := len(g.Shapes) * len(ests)
+	fmt.Fprintf(a.stdout, "eval set ready in %s; calibration grid %d cells (g %v × %v) × %d arms × %d seeds, σ %g, %d steps × %d groups × G=%d\n",
+		time.Since(start).Round(time.Millisecond), cells, g.Shapes, g0.estimators, len(sim.CalibrationArms(0, 0)), len(seeds), g.Noise,
+		cfg.Steps, cfg.Groups, cfg.GroupSize)
+	res, err := g.Run(ctx, eval, func(cell int, p sim.Progress) {
+		fmt.Fprintf(a.stdout, "[cell %d/%d run %2d/%d] %-9s seed %-3d final %.3f executions %5d shift %.3f (%s)\n",
+			cell+1, cells, p.Done, p.Total, p.Result.Arm, p.Result.Seed, p.Result.FinalScore(),
+			last(p.Result).Executions, sim.LateShift(p.Result), time.Since(start).Round(time.Second))
+	})
+	if err != nil {
+		return err
+	}
+	if err := sim.CalibrationTable(a.stdout, res); err != nil {
+		return err
+	}
+	if out != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+		if err := writeFile(filepath.Join(out, "calibration_grid.csv"), func(f *os.File) error { return sim.WriteCalibrationCSV(f, res) }); err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(out, "calibration_grid.md"), func(f *os.File) error { return sim.CalibrationTable(f, res) }); err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "wrote calibration_grid.csv and calibration_grid.md to %s\n", out)
+	}
+	fmt.Fprintf(a.stdout, "calibration grid done in %s\n", time.Since(start).Round(time.Second))
 	return nil
 }

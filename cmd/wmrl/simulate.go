@@ -57,7 +57,8 @@ func newSimulateCmd(a *app) *cobra.Command {
 		Use: "simulate",
 		Example: `  wmrl simulate --quick
   wmrl simulate --seeds 10 --arms real-grpo,pure-wm,wmrl --out sweep
-  wmrl simulate --error-grid --seeds 3`,
+  wmrl simulate --error-grid --seeds 3
+  wmrl simulate --error-grid --grid-family calibration --seeds 5`,
 		Short: "Sweep arms × seeds of the WMRL task loop in one process (no Kafka)",
 		Long: `simulate trains the built-in task's policy with the same correction core the pipeline uses,
 but without Kafka, for sweeps. Arms: real-grpo (every group executed), pure-wm (no anchors, no
@@ -99,6 +100,7 @@ sweeps its (bias, noise) grid instead (docs/error_grid.md).`,
 		"arms default to real-grpo, pure-wm, none, od, ivd, wmrl, wmrl-cir and steps to 40; writes error_grid.csv, error_grid.md and plots to --out")
 	f.Float64SliceVar(&o.grid.biases, "grid-bias", defaultGridBiases, "error grid: bias strengths B")
 	f.Float64SliceVar(&o.grid.noises, "grid-noise", defaultGridNoises, "error grid: noise levels σ")
+	gridFlags(f, &o.grid)
 	f.BoolVar(&o.quick, "quick", false, "short sweep: 2 seeds, 30 steps, 2 held-out problems (explicit --seeds/--steps/--eval-problems win)")
 	wmFlags(f, &cfg.WorldModel)
 	return cmd
