@@ -187,7 +187,17 @@ func newHarness(t *testing.T, sz size) *harness {
 	t.Cleanup(func() { h.redis.Close() })
 	h.wm = httptest.NewServer(testenv.WorldModel(nil))
 	t.Cleanup(h.wm.Close)
-	script := filepath.Join(dir, "score.sh")
+	// The sandbox's jail runs jobs as an unprivileged uid, which cannot search t.TempDir (0700):
+	// the task script gets a directory of its own that every user can read.
+	taskDir, err := os.MkdirTemp("", "wmrl-chaos-task-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(taskDir) })
+	if err := os.Chmod(taskDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(taskDir, "score.sh")
 	if err := os.WriteFile(script, []byte(scoreScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
