@@ -289,6 +289,7 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 		if e.cfg.BwrapPath, err = findBwrap(cfg.BwrapPath); err != nil {
 			return nil, err
 		}
+		reapJailOrphans() // reaper_linux.go: each job leaves an orphaned jail init
 		e.readOnly = jailReadOnlyPaths(cfg.ReadOnlyPaths, e.argv)
 		if err := checkReachable(append(slices.Clone(e.readOnly), absArgs(e.argv)...), e.cfg.RunAs); err != nil {
 			return nil, err
