@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,10 +21,10 @@ func init() { register(newRunsCmd) }
 func newRunsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "runs",
-		Short: "Operate on training runs (end a run)",
+		Short: "Operate on training runs (list the runs in Redis, end a run)",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newRunsEndCmd(a))
+	cmd.AddCommand(newRunsEndCmd(a), newRunsListCmd(a))
 	return cmd
 }
 
@@ -133,4 +136,56 @@ func (o *runsEndOptions) sealedInRedis(ctx context.Context, run string) (int64, 
 		return 0, fmt.Errorf("run %s under prefix %q: %w; name the run's last step with --last-step", run, o.redisPrefix, errNoSealedStep)
 	}
 	return last, nil
+}
+
+func newRunsListCmd(a *app) *cobra.Command {
+	var prefix string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use: "list",
+		Example: `  wmrl runs list
+  wmrl runs list --redis redis://redis:6379/0 --redis-prefix lab`,
+		Short: "List the runs 'wmrl correct' holds state of in Redis, one line per (run, stream)",
+		Long: `list prints, per (run, stream) that 'wmrl correct' wrote under --redis-prefix, the last sealed
+step, the calibration's fit version, the anchor weight for the next step and the anchor pairs in
+the window. It scans the Redis keyspace (every master of a cluster): an operator's view, not
+something to poll. Ended runs are listed too while their keys exist (no retention expires them
+yet).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			rdb, err := a.redis()
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			st := statestore.New(rdb, prefix, 0)
+			runs, err := st.Runs(ctx)
+			if err != nil {
+				return fmt.Errorf("list runs: %w", err)
+			}
+			w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "RUN\tSTREAM\tSEALED_STEP\tFIT_VERSION\tANCHOR_WEIGHT\tPAIRS")
+			for _, run := range runs {
+				streams, err := st.Streams(ctx, run)
+				if err != nil {
+					return fmt.Errorf("run %s: streams: %w", run, err)
+				}
+				slices.Sort(streams)
+				for _, s := range streams {
+					h, err := st.ReadHead(ctx, run, s)
+					if err != nil {
+						return fmt.Errorf("run %s stream %s: head: %w", run, s, err)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%d\n", run, s, h.SealedStep, h.FitVersion,
+						strconv.FormatFloat(h.AnchorWeight, 'g', 4, 64), h.Pairs)
+				}
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&prefix, "redis-prefix", statestore.DefaultPrefix, "key prefix of the correction state in Redis (as 'wmrl correct --redis-prefix')")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
+	return cmd
 }

@@ -2,15 +2,21 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/testenv"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -54,9 +60,19 @@ func TestRunsEndOnBroker(t *testing.T) {
 		t.Fatalf("runs end without state: exit %d, stderr %q", code, errOut)
 	}
 
+	// A run 'wmrl correct' sealed up to step 2 (its state written to Redis as the consumer
+	// writes it): runs list shows it, and runs end without --last-step ends it there.
+	seedRedisRun(t, redisURL, unique, "sealed", 2)
+	if out := h.run(time.Minute, 0, "runs", "list", "--redis-prefix", unique); !regexp.MustCompile(`(?m)^sealed\s+s\s+2\s`).MatchString(out) {
+		t.Fatalf("runs list printed %q", out)
+	}
+	if out := h.run(time.Minute, 0, "runs", "end", "sealed", "--redis-prefix", unique); !strings.Contains(out, "run sealed ended after step 2") {
+		t.Fatalf("runs end from Redis printed %q", out)
+	}
+
 	ends := map[string]int64{}
 	manifests := map[string]int{}
-	for _, r := range readSteps(t, brokers, names.Steps(), 2+2+1+1) {
+	for _, r := range readSteps(t, brokers, names.Steps(), 2+2+1+1+1) {
 		m, err := topics.DecodeStep(r.Value)
 		if err != nil {
 			t.Fatal(err)
@@ -67,7 +83,7 @@ func TestRunsEndOnBroker(t *testing.T) {
 			manifests[m.RunID]++
 		}
 	}
-	if want := map[string]int64{"gen": 1, "cli": 7}; fmt.Sprint(ends) != fmt.Sprint(want) {
+	if want := map[string]int64{"gen": 1, "cli": 7, "sealed": 2}; fmt.Sprint(ends) != fmt.Sprint(want) {
 		t.Fatalf("end-of-run records %v, want %v", ends, want)
 	}
 	if manifests["gen"] != 2 || manifests["open"] != 2 {
@@ -94,4 +110,33 @@ func readSteps(t *testing.T, brokers []string, topic string, n int) []*kgo.Recor
 		out = append(out, fs.Records()...)
 	}
 	return out
+}
+
+// seedRedisRun writes the state of (run, "s") sealed after empty steps 0..last under prefix, as
+// 'wmrl correct' writes it.
+func seedRedisRun(t *testing.T, redisURL, prefix, run string, last int64) {
+	t.Helper()
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	c, err := correction.New(correction.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := c.NewState(run, "s")
+	for v := int64(0); v <= last; v++ {
+		if _, err := c.Advance(st, correction.Step{Run: run, Stream: "s", Step: v}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := st.Digest()
+	sn := &topics.CalibrationSnapshot{RunID: run, Stream: "s", Step: st.SealedStep(), State: st.EncodeHead(),
+		Digest: hex.EncodeToString(d[:]), FitVersion: st.FitVersion(), Pairs: st.Pairs()}
+	w := statestore.Write{Snap: sn, Chunks: statestore.WindowChunks(st, 0), State: st, Full: true}
+	if _, err := statestore.New(rdb, prefix, 3).Write(context.Background(), []statestore.Write{w}, map[string][]string{run: {"s"}}); err != nil {
+		t.Fatal(err)
+	}
 }
