@@ -55,8 +55,8 @@ run that must go on needs a new run id.
 
 --last-step names the last step. Without it, the last step sealed in Redis (the state 'wmrl correct'
 writes under --redis-prefix) is used: the run ends where it stands. A record naming a step
-before one already sealed, or before a manifest already published, is dead-lettered as a
-conflict and ends nothing. 'wmrl generate' publishes the record itself when its input ends.`,
+before one already sealed, or before a manifest already published, or for a run without a
+manifest before it, is dead-lettered as a conflict and ends nothing. 'wmrl generate' publishes the record itself when its input ends.`,
 		Args: cobra.ExactArgs(1),
 		RunE: o.run,
 	}

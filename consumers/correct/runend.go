@@ -30,9 +30,9 @@ import (
 // sealed, and it receives them again as duplicates) or starts a new run id. Rewards of steps
 // beyond the last one that arrived before the marker (topics interleave freely) are
 // dead-lettered with the same reason when the marker arrives, so the set of dead letters does not
-// depend on that interleaving. A marker contradicting the run (a manifest of a later step is
-// already buffered, the run already sealed beyond it, or a second marker with another step) is
-// dead-lettered as a conflict.
+// depend on that interleaving. A marker contradicting the run (no manifest of the run before it,
+// a manifest of a later step already buffered, the run already sealed beyond it, or a second
+// marker with another step) is dead-lettered as a conflict.
 //
 // Known limits: the retired runs' last steps (e.ended) live in memory only and are forgotten by
 // reset; after a restart or rebalance that rebuilds from the changelog, a retired run is
@@ -76,6 +76,14 @@ func (e *engine) endedRecord(rec *kgo.Record, k kind, run string, step int64) bo
 
 // addEnd takes a run's end-of-run record.
 func (e *engine) addEnd(rec *kgo.Record, m topics.StepManifest) {
+	// A marker for a run without a manifest before it (a typo in `wmrl runs end`, a run keyed
+	// elsewhere) would wait for steps that never come and hold the partition's commit back for
+	// ever. Manifests share the marker's partition, so whether one came first is fixed by the
+	// input order (a run restored from the changelog has sealed steps, which count).
+	if rb := e.runs[m.RunID]; rb == nil || (rb.sealed < 0 && !rb.hasManifest()) {
+		e.deadLetter(rec, kindStep, conflict("end-of-run record of run %s, which has no step manifest before it", m.RunID))
+		return
+	}
 	rb, err := e.runFor(m.RunID, rec.Partition)
 	if err != nil {
 		e.deadLetter(rec, kindStep, err)
@@ -121,6 +129,16 @@ func (e *engine) addEnd(rec *kgo.Record, m topics.StepManifest) {
 	rb.end = &runEnd{last: m.Step, off: offEpoch{rec.Offset, rec.LeaderEpoch}}
 	e.m.record(kindStep, resultBuffered)
 	e.retireIfDone(rb)
+}
+
+// hasManifest reports whether a manifest of the run is buffered.
+func (rb *runBuf) hasManifest() bool {
+	for _, b := range rb.steps {
+		if b.manifest != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // retireIfDone retires rb once its end is known and its last step sealed.

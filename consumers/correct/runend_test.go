@@ -166,9 +166,16 @@ func TestEngineRunEndConflicts(t *testing.T) {
 		{"same marker twice", func() []*kgo.Record {
 			return append(flatten(steps[:2]), endRecord(t, "run-0", 1), endRecord(t, "run-0", 1))
 		}, map[string]int{}, 0},
-		{"marker before its last step, rewards beyond it", func() []*kgo.Record {
-			return append(append([]*kgo.Record{endRecord(t, "run-0", 0)}, steps[1].Rewards...), steps[0].Records()...)
+		{"marker before its last step is complete, rewards beyond it", func() []*kgo.Record {
+			recs := append([]*kgo.Record{steps[0].Manifest}, steps[1].Rewards...)
+			return append(append(recs, endRecord(t, "run-0", 0)), steps[0].Rewards...)
 		}, map[string]int{reasonRunEnded: len(steps[1].Rewards)}, 0},
+		{"marker for a run without a manifest", func() []*kgo.Record {
+			return append(slices.Clone(steps[0].Rewards), endRecord(t, "run-0", 0))
+		}, map[string]int{"conflict": 1}, 1},
+		{"marker for an unknown run", func() []*kgo.Record {
+			return []*kgo.Record{endRecord(t, "nobody", 3)}
+		}, map[string]int{"conflict": 1}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFeeder(testEngine(t, correction.DefaultConfig()))
