@@ -17,6 +17,9 @@ var (
 	// ErrBadInput is the DLQ reason ("bad-input") of input the generator skipped (DeadLetterInput).
 	ErrBadInput = errors.New("bad input")
 
+	// ErrNoSteps: Generator.EndRun before any step was published names no last step.
+	ErrNoSteps = errors.New("producers: no step published, so no end of run to publish")
+
 	// ErrPolicyServer reports a policy-server request that failed for good (a non-retryable status,
 	// or retries exhausted); the generator stops, because a step with missing rollouts must not be
 	// published.

@@ -255,6 +255,25 @@ func (g *Generator) Publish(ctx context.Context, b StepBatch) (Stats, error) {
 	return st, nil
 }
 
+// EndRun publishes the run's end-of-run record (topics.EndOfRunMarker) naming the last step this
+// generator published, and waits for the broker's acknowledgement. The correction consumer retires
+// the run once that step is sealed and dead-letters later steps (reason run_ended). It fails with
+// ErrNoSteps when nothing was published: the end of a run without steps names no last step.
+func (g *Generator) EndRun(ctx context.Context) (int64, error) {
+	if !g.started {
+		return 0, ErrNoSteps
+	}
+	rec, err := g.cfg.Names.StepRecord(topics.EndOfRunMarker(g.cfg.RunID, g.last, g.cfg.Now()))
+	if err != nil {
+		return 0, fmt.Errorf("producers: end of run: %w", err)
+	}
+	if err := g.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return 0, fmt.Errorf("producers: produce end of run after step %d: %w", g.last, err)
+	}
+	g.log.Info("end of run published", "last_step", g.last)
+	return g.last, nil
+}
+
 // build turns a batch into rollout records and the manifest, checking ids before anything is
 // produced so a bad batch publishes nothing.
 func (g *Generator) build(b StepBatch) ([]*kgo.Record, topics.StepManifest, Stats, error) {

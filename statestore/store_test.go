@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -220,4 +221,35 @@ func v1Head(head []byte) []byte {
 	b := bytes.Clone(head)
 	binary.LittleEndian.PutUint16(b[len("WMRLCHD\x00"):], 1)
 	return b
+}
+
+// Runs finds every run with a streams set under the prefix, and only those: not another
+// prefix's runs, not per-stream keys.
+func TestStoreRuns(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	states := sealedStates(t, 1)
+	for _, tc := range []struct {
+		prefix string
+		runs   []string
+	}{{"p", []string{"a", "b"}}, {"p2", []string{"c"}}} {
+		s := New(rdb, tc.prefix, 3)
+		for _, run := range tc.runs {
+			w := storeWrite(states[0], nil, true)
+			sn := *w.Snap
+			sn.RunID = run
+			w.Snap = &sn
+			if _, err := s.Write(ctx, []Write{w}, map[string][]string{run: {"s"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for prefix, want := range map[string][]string{"p": {"a", "b"}, "p2": {"c"}, "none": nil} {
+		got, err := New(rdb, prefix, 3).Runs(ctx)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("prefix %s: runs %v (%v), want %v", prefix, got, err, want)
+		}
+	}
 }

@@ -105,6 +105,9 @@ func sampleStepPolicyStep() StepManifest {
 	return m
 }
 
+// sampleStepEnd is the end-of-run record of sampleStep's run, whose last step is 3.
+func sampleStepEnd() StepManifest { return EndOfRunMarker("r1", 3, t0) }
+
 // sampleAdvantagesV2 is sampleAdvantages with the v2 columns: staleness 2 on every row but the
 // last, whose staleness is unknown, and the single graded rollout of g5 masked as stale.
 func sampleAdvantagesV2() []AdvantageRow {

@@ -54,7 +54,7 @@ func validGolden() []struct {
 	encode       func() ([]byte, error)
 } {
 	r, s, p, e, i, c := sampleRollout(), sampleStep(), samplePredicted(), sampleExecuted(), sampleImputed(), sampleCalibration()
-	sp, cd := sampleStepPolicyStep(), sampleCalibrationDebias()
+	sp, cd, se := sampleStepPolicyStep(), sampleCalibrationDebias(), sampleStepEnd()
 	return []struct {
 		file, schema string
 		value        any
@@ -63,6 +63,7 @@ func validGolden() []struct {
 		{"rollout.json", SchemaRollout, r, func() ([]byte, error) { return EncodeRollout(r) }},
 		{"step.json", SchemaStep, s, func() ([]byte, error) { return EncodeStep(s) }},
 		{"step_policy_step.json", SchemaStep, sp, func() ([]byte, error) { return EncodeStep(sp) }},
+		{"step_end.json", SchemaStep, se, func() ([]byte, error) { return EncodeStep(se) }},
 		{"predicted.json", SchemaPredicted, p, func() ([]byte, error) { return EncodePredicted(p) }},
 		{"executed.json", SchemaExecuted, e, func() ([]byte, error) { return EncodeExecuted(e) }},
 		{"executed_imputed.json", SchemaExecuted, i, func() ([]byte, error) { return EncodeExecuted(i) }},
@@ -90,6 +91,7 @@ func invalidGolden(t *testing.T) []invalidCase {
 	ro := enc(func() ([]byte, error) { return EncodeRollout(sampleRollout()) })
 	st := enc(func() ([]byte, error) { return EncodeStep(sampleStep()) })
 	sp := enc(func() ([]byte, error) { return EncodeStep(sampleStepPolicyStep()) })
+	se := enc(func() ([]byte, error) { return EncodeStep(sampleStepEnd()) })
 	pr := enc(func() ([]byte, error) { return EncodePredicted(samplePredicted()) })
 	ex := enc(func() ([]byte, error) { return EncodeExecuted(sampleExecuted()) })
 	im := enc(func() ([]byte, error) { return EncodeExecuted(sampleImputed()) })
@@ -122,6 +124,8 @@ func invalidGolden(t *testing.T) []invalidCase {
 		{"step_null_step.json", SchemaStep, "invalid-field:step", rep(st, `"step":3`, `"step":null`)},
 		{"step_policy_step_ahead.json", SchemaStep, "invalid-field:policy_step", rep(sp, `"policy_step":1`, `"policy_step":4`)},
 		{"step_policy_step_as_string.json", SchemaStep, "invalid-field:policy_step", rep(sp, `"policy_step":1`, `"policy_step":"1"`)},
+		{"step_end_with_groups.json", SchemaStep, "invalid-field:groups", rep(se, `"groups":null`, `"groups":[{"group_id":"g0","stream":"code","size":2,"anchor":false}]`)},
+		{"step_end_with_policy_step.json", SchemaStep, "invalid-field:policy_step", rep(se, `"end_of_run":true`, `"policy_step":1,"end_of_run":true`)},
 		{"calibration_decreasing_fit.json", SchemaCalibration, "invalid-field:break_y[2]", rep(ca, `[0.1,0.3,0.3]`, `[0.1,0.3,0.2]`)},
 		{"calibration_truncated.json", SchemaCalibration, "malformed-json", []byte(ca[:len(ca)/2])},
 		{"calibration_decreasing_fit.bin", SchemaCalibrationV2, "invalid-field:break_y[2]", appendCalibration(nil, &decreasing)},

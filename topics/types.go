@@ -106,9 +106,21 @@ type StepManifest struct {
 	// in [0, Step]; nil (absent in JSON) when the generator does not know it. The correction
 	// consumer derives each row's staleness, Step − PolicyStep, from it, so staleness is a pure
 	// function of the step's records and replays reproduce it.
-	PolicyStep *int64          `json:"policy_step,omitempty"`
-	Groups     []GroupManifest `json:"groups"`
-	CreatedAt  time.Time       `json:"created_at"`
+	PolicyStep *int64 `json:"policy_step,omitempty"`
+	// EndOfRun marks the run's end-of-run record instead of a step: Step is then the run's last
+	// step (the run has steps 0..Step) and Groups is empty. It travels on the steps topic, keyed
+	// by run_id like the run's manifests, so its position among them is fixed and a replay of the
+	// input topics sees the end exactly where the live consumer did. Absent (false) in every
+	// ordinary manifest, so manifests written before it existed are unchanged byte for byte.
+	EndOfRun  bool            `json:"end_of_run,omitempty"`
+	Groups    []GroupManifest `json:"groups"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// EndOfRunMarker builds the end-of-run record of run: lastStep is the run's last step. Its groups
+// are nil ("groups":null), which the Python client encodes the same way, so both sides agree byte for byte.
+func EndOfRunMarker(run string, lastStep int64, at time.Time) StepManifest {
+	return StepManifest{Schema: SchemaStep, RunID: run, Step: lastStep, EndOfRun: true, CreatedAt: at}
 }
 
 // PredictedReward is the world model's score for one rollout. Score is present iff Status is ok.

@@ -270,8 +270,11 @@ func (r *Rollout) Validate() error {
 }
 
 // Validate checks a step manifest: at least one group, unique group ids, sizes in
-// [1,MaxGroupSize].
+// [1,MaxGroupSize]. An end-of-run record (EndOfRun) has no groups and no policy_step.
 func (m *StepManifest) Validate() error {
+	if m.EndOfRun {
+		return m.validateEnd()
+	}
 	c := checker{kind: "step", kv: [4]string{"run", m.RunID, "step", strconv.FormatInt(m.Step, 10)}}
 	c.schema(m.Schema, SchemaStep)
 	c.id("run_id", m.RunID)
@@ -298,6 +301,22 @@ func (m *StepManifest) Validate() error {
 		if g.Size < 1 || g.Size > MaxGroupSize {
 			c.fail(p+"size", g.Size, nil, "must be in [1,%d]", MaxGroupSize)
 		}
+	}
+	return c.result()
+}
+
+// validateEnd checks an end-of-run record: a run id, its last step, nothing else.
+func (m *StepManifest) validateEnd() error {
+	c := checker{kind: "step", kv: [4]string{"run", m.RunID, "step", strconv.FormatInt(m.Step, 10)}}
+	c.schema(m.Schema, SchemaStep)
+	c.id("run_id", m.RunID)
+	c.step(m.Step)
+	c.text("policy_version", m.PolicyVersion, MaxLabelLen, false)
+	if m.PolicyStep != nil {
+		c.fail("policy_step", *m.PolicyStep, nil, "must be absent in an end-of-run record")
+	}
+	if len(m.Groups) != 0 {
+		c.fail("groups", len(m.Groups), nil, "must be empty in an end-of-run record")
 	}
 	return c.result()
 }

@@ -35,6 +35,7 @@ type generateOptions struct {
 	maxAhead, policyLag                                       int64
 	trainerGroups                                             []string
 	metricsAddr                                               string
+	endRun                                                    bool
 }
 
 func newGenerateCmd(a *app) *cobra.Command {
@@ -43,7 +44,8 @@ func newGenerateCmd(a *app) *cobra.Command {
 		Use: "generate",
 		Example: `  wmrl generate --run r1 --base-url http://vllm:8000/v1 --model policy --prompts prompts.jsonl --anchor-fraction 0.25
   my-sampler | wmrl generate --backend jsonl --input - --run r1
-  wmrl generate --backend jsonl --input rollouts.jsonl --run r1 --max-steps-ahead 2 --trainer-group trainer-r1`,
+  wmrl generate --backend jsonl --input rollouts.jsonl --run r1 --max-steps-ahead 2 --trainer-group trainer-r1
+  wmrl generate --backend jsonl --input part1.jsonl --run r1 --end-run=false`,
 		Short: "Publish rollouts and step manifests from a policy (openai, jsonl)",
 		Long: `Publish one training step at a time: every rollout to the rollouts topic, then, once all are
 acknowledged, the step's manifest. Anchor groups are chosen deterministically:
@@ -67,7 +69,13 @@ the slowest --trainer-group has not acknowledged (read from the group's committe
 advantages topic; trainers commit only past acknowledged steps). K=1 is on-policy lock-step; 0
 turns the bound off. A pause and a resume are logged, and --metrics-addr serves
 wmrl_generate_paused, wmrl_generate_steps_ahead, wmrl_generate_pauses_total and
-wmrl_generate_paused_seconds_total.`,
+wmrl_generate_paused_seconds_total.
+
+End of run: when the input ends (not on a signal or an error), generate publishes the run's
+end-of-run record naming the last step it published; 'wmrl correct' then retires the run once
+that step is sealed and dead-letters records of later steps (reason run_ended). Pass
+--end-run=false when another generate invocation continues the same run ('wmrl runs end' ends it
+later).`,
 		Args: cobra.NoArgs,
 		RunE: o.run,
 	}
@@ -86,6 +94,7 @@ wmrl_generate_paused_seconds_total.`,
 	f.StringVar(&o.input, "input", "", "jsonl: input file, - for stdin")
 	f.Int64Var(&o.maxAhead, "max-steps-ahead", 0, "hold a step back while it is this many steps ahead of the slowest trainer (0: no bound)")
 	f.StringSliceVar(&o.trainerGroups, "trainer-group", nil, "consumer group of a trainer of this run (repeatable; needed with --max-steps-ahead)")
+	f.BoolVar(&o.endRun, "end-run", true, "when the input ends, publish the run's end-of-run record naming the last step published (--end-run=false when more generate invocations continue the run)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "with --max-steps-ahead: serve Prometheus /metrics here, e.g. 127.0.0.1:9469 (empty: off)")
 	f.String("policy-api-key-file", "", "openai: file holding the policy server's API key, instead of WMRL_POLICY_API_KEY (trailing line breaks removed)")
 	f.StringVar(&o.promptsFile, "prompts", "", "openai: prompts JSONL file")
@@ -164,6 +173,16 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 	st, err := g.Run(ctx)
 	fmt.Fprintf(a.stdout, "published %d steps, %d groups (%d anchor), %d rollouts (%d by reference)\n",
 		st.Steps, st.Groups, st.AnchorGroups, st.Rollouts, st.ByReference)
+	if err == nil && o.endRun {
+		switch last, eerr := g.EndRun(ctx); {
+		case errors.Is(eerr, producers.ErrNoSteps):
+			a.log.Warn("no step published: no end-of-run record")
+		case eerr != nil:
+			return eerr
+		default:
+			fmt.Fprintf(a.stdout, "run %s ended after step %d\n", o.runID, last)
+		}
+	}
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// A requested stop (SIGINT/SIGTERM): the steps published so far are complete.
 		a.log.Info("generate stopped by signal")

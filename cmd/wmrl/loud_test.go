@@ -43,7 +43,8 @@ func TestScoringFailuresAreLoud(t *testing.T) {
 
 	// pipeline makes a prefix's topics; publish sends the rollouts, every group an anchor.
 	publish := func(h *e2eHarness) {
-		h.run(time.Minute, 0, "generate", "--backend", "jsonl", "--input", input, "--run", run, "--anchor-fraction", "1")
+		// --end-run=false: the run stays live, so correct keeps its per-run gauges (masked share).
+		h.run(time.Minute, 0, "generate", "--backend", "jsonl", "--input", input, "--run", run, "--anchor-fraction", "1", "--end-run=false")
 	}
 	pipeline := func(name string) *e2eHarness {
 		prefix := unique + "-" + name + "."

@@ -100,6 +100,12 @@ func conflict(format string, args ...any) error {
 func (e *engine) holdback() map[tp]offEpoch {
 	out := map[tp]offEpoch{}
 	for _, rb := range e.runs {
+		if rb.end != nil { // the end-of-run record is needed until the run is retired
+			key := tp{kindStep.topic(e.names), rb.part}
+			if cur, ok := out[key]; !ok || rb.end.off.off < cur.off {
+				out[key] = rb.end.off
+			}
+		}
 		for _, b := range rb.steps {
 			for k := kind(0); k < numKinds; k++ {
 				if !b.hasOff[k] {

@@ -36,6 +36,14 @@
 // (wmrl_correct_dead_letters_undeliverable_total), so a poison record costs at most two aborts
 // instead of an abort loop.
 //
+// A run ends with its end-of-run record on the steps topic (topics.StepManifest.EndOfRun, naming
+// the run's last step): once its last step is sealed the run leaves memory, its per-run metric
+// series are deleted after the commit (wmrl_correct_active_runs counts the runs held), later
+// records of steps beyond the end are dead-lettered with reason run_ended and re-reads of sealed
+// steps dropped as sealed_duplicate. Runs do not resume after their end; runend.go says why and
+// what is not built yet (the end is not recorded on the changelog, so a rebuild re-installs an
+// ended run; no retention, tombstones or idle timeout).
+//
 // Every stream of a run advances at every step (streams without groups in the step get an
 // empty step); a stream first seen at step v starts from an empty state fast-forwarded through
 // empty steps 0..v−1. Calibration is per (run, stream).

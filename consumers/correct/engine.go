@@ -104,6 +104,8 @@ type runBuf struct {
 	// changelog holds no chunks yet (state taken from a snapshot of the full encoding, or
 	// restarted for a config change).
 	rewrite map[string]bool
+	// end is the run's buffered end-of-run record, nil until it arrives (runend.go).
+	end *runEnd
 }
 
 // sealed is one step's output, ready to be produced.
@@ -144,6 +146,10 @@ type engine struct {
 	undeliverable map[tp]map[int64]int
 	// deadLettered counts records judged bad since the engine was made.
 	deadLettered int
+	// ended maps each run retired since the last reset to its last step, retired lists the runs
+	// retired since the consumer last took them (runend.go).
+	ended   map[string]int64
+	retired []string
 	// scratch holds one sealScratch per sealing goroutine.
 	scratch []*sealScratch
 }
@@ -169,6 +175,7 @@ func newEngine(corr *correction.Corrector, names topics.Names, maxStaleness int6
 		limits:       limits,
 		runs:         map[string]*runBuf{},
 		dlq:          map[tp][]deadLetter{},
+		ended:        map[string]int64{},
 
 		undeliverable: map[tp]map[int64]int{},
 	}
@@ -178,6 +185,9 @@ func newEngine(corr *correction.Corrector, names topics.Names, maxStaleness int6
 func (e *engine) reset() {
 	e.runs = map[string]*runBuf{}
 	e.dlq = map[tp][]deadLetter{}
+	// A reset precedes a rebuild from the changelog, which may lack the step that retired a run
+	// (an aborted transaction); the re-read input ends it again.
+	e.ended, e.retired = map[string]int64{}, nil
 	e.nSteps, e.nGroups, e.dlqBytes = 0, 0, 0
 }
 
@@ -311,6 +321,13 @@ func (e *engine) apply(d decoded, now time.Time) {
 }
 
 func (e *engine) addManifest(rec *kgo.Record, m topics.StepManifest, now time.Time) {
+	if e.endedRecord(rec, kindStep, m.RunID, m.Step) {
+		return
+	}
+	if m.EndOfRun {
+		e.addEnd(rec, m)
+		return
+	}
 	rb, err := e.runFor(m.RunID, rec.Partition)
 	if err != nil {
 		e.deadLetter(rec, kindStep, err)
@@ -318,6 +335,10 @@ func (e *engine) addManifest(rec *kgo.Record, m topics.StepManifest, now time.Ti
 	}
 	if m.Step <= rb.sealed {
 		e.m.record(kindStep, resultSealed)
+		return
+	}
+	if rb.end != nil && m.Step > rb.end.last {
+		e.deadLetter(rec, kindStep, &runEndedError{run: rb.id, step: m.Step, last: rb.end.last})
 		return
 	}
 	if b := rb.steps[m.Step]; b != nil && b.manifest != nil {
@@ -414,6 +435,9 @@ func (b *stepBuf) check(k kind, gid, id string, rw *reward, gr *groupRewards, bu
 }
 
 func (e *engine) addReward(rec *kgo.Record, k kind, run string, step int64, gid, id string, rw *reward, now time.Time) {
+	if e.endedRecord(rec, k, run, step) {
+		return
+	}
 	rb, err := e.runFor(run, rec.Partition)
 	if err != nil {
 		e.deadLetter(rec, k, err)
@@ -421,6 +445,10 @@ func (e *engine) addReward(rec *kgo.Record, k kind, run string, step int64, gid,
 	}
 	if step <= rb.sealed {
 		e.m.record(k, resultSealed)
+		return
+	}
+	if rb.end != nil && step > rb.end.last {
+		e.deadLetter(rec, k, &runEndedError{run: run, step: step, last: rb.end.last})
 		return
 	}
 	b, err := e.buf(rb, step)

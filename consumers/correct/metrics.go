@@ -17,6 +17,7 @@ type metrics struct {
 	deadLetters  *prometheus.CounterVec
 	dlqRefused   prometheus.Counter // records skipped: Kafka refused their dead letter (deadletters.go)
 	dlqHeld      prometheus.Gauge   // dead letters waiting for the offsets to pass their source
+	activeRuns   prometheus.Gauge   // runs held in memory (runend.go)
 	sealedSteps  prometheus.Counter
 	rows         prometheus.Counter
 	txns         *prometheus.CounterVec
@@ -120,11 +121,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "wmrl_correct_dead_letters_undeliverable_total",
 		Help: "ERROR: input records skipped because Kafka refused their dead letter for good (e.g. MESSAGE_TOO_LARGE on a DLQ topic with a small max.message.bytes).",
 	})
+	m.activeRuns = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "wmrl_correct_active_runs",
+		Help: "Runs this instance holds in memory: seen and not yet retired by their end-of-run record.",
+	})
 	m.dlqHeld = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "wmrl_correct_dead_letters_held",
 		Help: "Dead letters judged but not written yet: they wait for the transaction that commits past their source, which a step that never completes holds back on its partition.",
 	})
-	for _, c := range []prometheus.Collector{m.dlqRefused, m.dlqHeld} {
+	for _, c := range []prometheus.Collector{m.dlqRefused, m.dlqHeld, m.activeRuns} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

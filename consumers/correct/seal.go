@@ -101,6 +101,7 @@ func (e *engine) sealReady() ([]*sealed, error) {
 		if j.err != nil {
 			return out, j.err
 		}
+		e.retireIfDone(j.rb)
 	}
 	return out, nil
 }

@@ -33,6 +33,7 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 	hold := c.eng.holdback()
 	dlq := c.eng.takeDeadLetters(hold)
 	if len(done) == 0 && len(dlq) == 0 {
+		c.afterCommit()
 		return nil
 	}
 
@@ -122,6 +123,7 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 	for _, sn := range snaps {
 		c.m.observe(sn)
 	}
+	c.afterCommit()
 	var infos []SealedStep
 	now := time.Now()
 	for _, s := range done {

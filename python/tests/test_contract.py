@@ -33,6 +33,7 @@ VALID = [
     ("calibration.bin", "wmrl.calibration.v2"),
     ("calibration_debias.bin", "wmrl.calibration.v2"),
     ("step_policy_step.json", "wmrl.step.v1"),
+    ("step_end.json", "wmrl.step.v1"),
 ]
 
 

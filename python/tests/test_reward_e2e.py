@@ -310,7 +310,8 @@ def test_generator_waits_for_a_python_trainer(
         gen_log = open(tmp_path / "generate.log", "w")  # noqa: SIM115
         gen = subprocess.Popen(
             [str(wmrl_cli), *st.glob, "generate", "--backend", "jsonl", "--input", str(tmp_path / "in.jsonl"),
-             "--run", run, "--anchor-fraction", "0.5", "--max-steps-ahead", str(ahead), "--trainer-group", trainer],
+             "--run", run, "--anchor-fraction", "0.5", "--max-steps-ahead", str(ahead), "--trainer-group", trainer,
+             "--end-run=false"],  # manifests() counts steps-topic records: no end-of-run record
             stdout=gen_log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         held = []

@@ -73,6 +73,9 @@ class StepManifest:
     # Training step of the checkpoint that sampled the step, in [0, step]; None when unknown.
     # The correction consumer reports step - policy_step as each row's staleness.
     policy_step: int | None = None
+    # Marks the run's end-of-run record instead of a step: ``step`` is then the run's last step
+    # and ``groups`` is empty (Go's topics.StepManifest.EndOfRun).
+    end_of_run: bool = False
     groups: list[GroupManifest] = field(default_factory=list)
     created_at: datetime = field(default_factory=_now)
 
@@ -160,6 +163,7 @@ STEP_SPEC = j.Spec(
         F("step", j.INT),
         F("policy_version", j.STR),
         F("policy_step", j.OPT_INT, True),
+        F("end_of_run", j.BOOL, True),
         F("groups", j.STRUCT_LIST, False, GROUP_SPEC),
         F("created_at", j.TIME),
     ),
@@ -257,6 +261,13 @@ def _validate_step(m: StepManifest) -> None:
     ch.id("run_id", m.run_id)
     ch.step(m.step)
     ch.text("policy_version", m.policy_version, c.MAX_LABEL_LEN)
+    if m.end_of_run:
+        if m.policy_step is not None:
+            ch.fail("policy_step", m.policy_step, "must be absent in an end-of-run record")
+        if m.groups:
+            ch.fail("groups", len(m.groups), "must be empty in an end-of-run record")
+        ch.done()
+        return
     if m.policy_step is not None and not 0 <= m.policy_step <= m.step:
         ch.fail(
             "policy_step",

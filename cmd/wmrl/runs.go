@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/statestore"
+	"github.com/wmrl/wmrl/topics"
+)
+
+func init() { register(newRunsCmd) }
+
+func newRunsCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "Operate on training runs (list the runs in Redis, end a run)",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newRunsEndCmd(a), newRunsListCmd(a))
+	return cmd
+}
+
+// runsEndOptions holds `runs end`'s flags; its run method is the command's body.
+type runsEndOptions struct {
+	a           *app
+	lastStep    int64
+	redisPrefix string
+	timeout     time.Duration
+}
+
+func newRunsEndCmd(a *app) *cobra.Command {
+	o := &runsEndOptions{a: a}
+	cmd := &cobra.Command{
+		Use: "end RUN",
+		Example: `  wmrl runs end r1 --last-step 499
+  wmrl runs end r1 --redis redis://redis:6379/0 --redis-prefix lab`,
+		Short: "Publish a run's end-of-run record: 'wmrl correct' retires it after its last step",
+		Long: `end publishes the end-of-run record of RUN on the steps topic (a step manifest with
+"end_of_run": true whose step is the run's last step), keyed by the run like its manifests, so its
+place among them is fixed and a replay sees the end where the live consumer did.
+
+'wmrl correct' retires the run once the last step is sealed: its state leaves memory and its
+per-run metric series are deleted. Records of later steps are dead-lettered with reason
+run_ended; re-sent records of sealed steps are dropped as duplicates. A run does not resume after
+its end: a trainer restarting from a checkpoint re-sends steps that are already sealed, and a
+run that must go on needs a new run id.
+
+--last-step names the last step. Without it, the last step sealed in Redis (the state 'wmrl correct'
+writes under --redis-prefix) is used: the run ends where it stands. A record naming a step
+before one already sealed, or before a manifest already published, or for a run without a
+manifest before it, is dead-lettered as a conflict and ends nothing. 'wmrl generate' publishes the record itself when its input ends.`,
+		Args: cobra.ExactArgs(1),
+		RunE: o.run,
+	}
+	f := cmd.Flags()
+	f.Int64Var(&o.lastStep, "last-step", -1, "the run's last step (default: the last step sealed in Redis)")
+	f.StringVar(&o.redisPrefix, "redis-prefix", statestore.DefaultPrefix, "key prefix of the correction state in Redis (as 'wmrl correct --redis-prefix')")
+	f.DurationVar(&o.timeout, "timeout", time.Minute, "give up after this long")
+	return cmd
+}
+
+// errNoSealedStep: the run has no state in Redis, so its last step must be named.
+var errNoSealedStep = errors.New("no sealed step in Redis")
+
+func (o *runsEndOptions) run(cmd *cobra.Command, args []string) error {
+	a, run := o.a, args[0]
+	if !topics.ValidID(run) {
+		return fmt.Errorf("run id %q is not a valid id (see topics.ValidID)", run)
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+	defer cancel()
+	last := o.lastStep
+	if !cmd.Flags().Changed("last-step") {
+		var err error
+		if last, err = o.sealedInRedis(ctx, run); err != nil {
+			return err
+		}
+	}
+	if last < 0 {
+		return fmt.Errorf("--last-step %d: a step is >= 0", last)
+	}
+	kopts, err := a.kafkaOpts()
+	if err != nil {
+		return err
+	}
+	names := a.conn.Names()
+	if err := a.requireTopics(kopts, names.Steps()); err != nil {
+		return err
+	}
+	rec, err := names.StepRecord(topics.EndOfRunMarker(run, last, time.Now().UTC()))
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(kopts, kgo.RequiredAcks(kgo.AllISRAcks()))...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return fmt.Errorf("produce the end-of-run record of run %s: %w", run, err)
+	}
+	fmt.Fprintf(a.stdout, "run %s ended after step %d\n", run, last)
+	return nil
+}
+
+// sealedInRedis returns the last step of run that 'wmrl correct' sealed, from its Redis heads
+// (the streams of a run advance together; the largest is taken should one lag).
+func (o *runsEndOptions) sealedInRedis(ctx context.Context, run string) (int64, error) {
+	rdb, err := o.a.redis()
+	if err != nil {
+		return 0, err
+	}
+	defer rdb.Close()
+	st := statestore.New(rdb, o.redisPrefix, 0)
+	streams, err := st.Streams(ctx, run)
+	if err != nil {
+		return 0, fmt.Errorf("run %s: streams: %w", run, err)
+	}
+	last := int64(-1)
+	for _, s := range streams {
+		h, err := st.ReadHead(ctx, run, s)
+		if err != nil {
+			return 0, fmt.Errorf("run %s stream %s: head: %w", run, s, err)
+		}
+		last = max(last, h.SealedStep)
+	}
+	if last < 0 {
+		return 0, fmt.Errorf("run %s under prefix %q: %w; name the run's last step with --last-step", run, o.redisPrefix, errNoSealedStep)
+	}
+	return last, nil
+}
+
+func newRunsListCmd(a *app) *cobra.Command {
+	var prefix string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use: "list",
+		Example: `  wmrl runs list
+  wmrl runs list --redis redis://redis:6379/0 --redis-prefix lab`,
+		Short: "List the runs 'wmrl correct' holds state of in Redis, one line per (run, stream)",
+		Long: `list prints, per (run, stream) that 'wmrl correct' wrote under --redis-prefix, the last sealed
+step, the calibration's fit version, the anchor weight for the next step and the anchor pairs in
+the window. It scans the Redis keyspace (every master of a cluster): an operator's view, not
+something to poll. Ended runs are listed too while their keys exist (no retention expires them
+yet).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			rdb, err := a.redis()
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			st := statestore.New(rdb, prefix, 0)
+			runs, err := st.Runs(ctx)
+			if err != nil {
+				return fmt.Errorf("list runs: %w", err)
+			}
+			w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "RUN\tSTREAM\tSEALED_STEP\tFIT_VERSION\tANCHOR_WEIGHT\tPAIRS")
+			for _, run := range runs {
+				streams, err := st.Streams(ctx, run)
+				if err != nil {
+					return fmt.Errorf("run %s: streams: %w", run, err)
+				}
+				slices.Sort(streams)
+				for _, s := range streams {
+					h, err := st.ReadHead(ctx, run, s)
+					if err != nil {
+						return fmt.Errorf("run %s stream %s: head: %w", run, s, err)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%d\n", run, s, h.SealedStep, h.FitVersion,
+						strconv.FormatFloat(h.AnchorWeight, 'g', 4, 64), h.Pairs)
+				}
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&prefix, "redis-prefix", statestore.DefaultPrefix, "key prefix of the correction state in Redis (as 'wmrl correct --redis-prefix')")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
+	return cmd
+}

@@ -1,0 +1,184 @@
+package correct
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/topics"
+)
+
+// A run ends with its end-of-run record (topics.StepManifest.EndOfRun, written by `wmrl runs
+// end` and by `wmrl generate` when its input ends): Step names the run's last step. The record
+// travels on the steps topic among the run's manifests, so where it falls in the run's input is
+// fixed and a replay sees it where the live consumer did.
+//
+// Once the marker is buffered and the last step is sealed, the run is retired: its states and
+// buffers leave memory and its per-run metric series are deleted after the transaction that
+// sealed the last step commits. Until then the marker holds the steps partition's commit back
+// (like any buffered record), so a crash before the last step commits re-reads the marker.
+//
+// Records that arrive later for the run are judged against its last step: those of steps up to
+// it are re-reads of sealed steps (sealed_duplicate, as for a live run) and those beyond it are
+// dead-lettered with reason run_ended. We chose that over resuming: resuming would need the
+// retired state back (an engine is free of I/O, and a resumed run would seal the same steps a
+// second time under a different calibration than a replay that never saw the end), while a
+// trainer restarting from a checkpoint either continues before the end (its steps are already
+// sealed, and it receives them again as duplicates) or starts a new run id. Rewards of steps
+// beyond the last one that arrived before the marker (topics interleave freely) are
+// dead-lettered with the same reason when the marker arrives, so the set of dead letters does not
+// depend on that interleaving. A marker contradicting the run (no manifest of the run before it,
+// a manifest of a later step already buffered, the run already sealed beyond it, or a second
+// marker with another step) is dead-lettered as a conflict.
+//
+// Known limits: the retired runs' last steps (e.ended) live in memory only and are forgotten by
+// reset; after a restart or rebalance that rebuilds from the changelog, a retired run is
+// installed again from its snapshots and runs on as if it had not ended. Recording the end on the
+// calibration changelog (and tombstoning the run's keys after a retention) is not built yet.
+
+// reasonRunEnded is the dead-letter reason of records for steps beyond an ended run's last step.
+const reasonRunEnded = "run_ended"
+
+// runEndedError refuses a record of a step beyond its run's last step.
+type runEndedError struct {
+	run        string
+	step, last int64
+}
+
+func (e *runEndedError) Error() string {
+	return fmt.Sprintf("run %s ended with step %d; a record for step %d comes after its end", e.run, e.last, e.step)
+}
+
+func (e *runEndedError) DLQReason() string { return reasonRunEnded }
+
+// runEnd is a run's buffered end-of-run record.
+type runEnd struct {
+	last int64
+	off  offEpoch // of the marker: held back until the run is retired
+}
+
+// endedRecord judges a record of a retired run; it reports false when run is not retired.
+func (e *engine) endedRecord(rec *kgo.Record, k kind, run string, step int64) bool {
+	last, ok := e.ended[run]
+	if !ok {
+		return false
+	}
+	if step <= last {
+		e.m.record(k, resultSealed)
+		return true
+	}
+	e.deadLetter(rec, k, &runEndedError{run: run, step: step, last: last})
+	return true
+}
+
+// addEnd takes a run's end-of-run record.
+func (e *engine) addEnd(rec *kgo.Record, m topics.StepManifest) {
+	// A marker for a run without a manifest before it (a typo in `wmrl runs end`, a run keyed
+	// elsewhere) would wait for steps that never come and hold the partition's commit back for
+	// ever. Manifests share the marker's partition, so whether one came first is fixed by the
+	// input order (a run restored from the changelog has sealed steps, which count).
+	if rb := e.runs[m.RunID]; rb == nil || (rb.sealed < 0 && !rb.hasManifest()) {
+		e.deadLetter(rec, kindStep, conflict("end-of-run record of run %s, which has no step manifest before it", m.RunID))
+		return
+	}
+	rb, err := e.runFor(m.RunID, rec.Partition)
+	if err != nil {
+		e.deadLetter(rec, kindStep, err)
+		return
+	}
+	switch {
+	case rb.end != nil && rb.end.last == m.Step:
+		e.m.record(kindStep, resultDuplicate)
+		return
+	case rb.end != nil:
+		e.deadLetter(rec, kindStep, conflict("run %s already ended with step %d; this end-of-run record names step %d", m.RunID, rb.end.last, m.Step))
+		return
+	case m.Step < rb.sealed:
+		e.deadLetter(rec, kindStep, conflict("end-of-run record of run %s names step %d as the last, but step %d is already sealed", m.RunID, m.Step, rb.sealed))
+		return
+	}
+	for v, b := range rb.steps {
+		if v > m.Step && b.manifest != nil {
+			e.deadLetter(rec, kindStep, conflict("end-of-run record of run %s names step %d as the last, but a manifest of step %d came before it", m.RunID, m.Step, v))
+			return
+		}
+	}
+	// Rewards of later steps that came before the marker: dead-lettered as those after it will be.
+	for _, v := range slices.Sorted(maps.Keys(rb.steps)) {
+		if v <= m.Step {
+			continue
+		}
+		b := rb.steps[v]
+		for _, k := range []kind{kindPredicted, kindExecuted} {
+			rewards := b.pred
+			if k == kindExecuted {
+				rewards = b.exec
+			}
+			for _, gid := range slices.Sorted(maps.Keys(rewards)) {
+				for _, id := range rewards[gid].order {
+					e.deadLetter(rewards[gid].byID[id].rec, k, &runEndedError{run: m.RunID, step: v, last: m.Step})
+				}
+			}
+		}
+		delete(rb.steps, v)
+		e.dropStep(b)
+	}
+	rb.end = &runEnd{last: m.Step, off: offEpoch{rec.Offset, rec.LeaderEpoch}}
+	e.m.record(kindStep, resultBuffered)
+	e.retireIfDone(rb)
+}
+
+// hasManifest reports whether a manifest of the run is buffered.
+func (rb *runBuf) hasManifest() bool {
+	for _, b := range rb.steps {
+		if b.manifest != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// retireIfDone retires rb once its end is known and its last step sealed.
+func (e *engine) retireIfDone(rb *runBuf) {
+	if rb.end == nil || rb.sealed < rb.end.last {
+		return
+	}
+	for _, b := range rb.steps { // none after the last step can be buffered; be safe anyway
+		e.dropStep(b)
+	}
+	delete(e.runs, rb.id)
+	e.ended[rb.id] = rb.end.last
+	e.retired = append(e.retired, rb.id)
+}
+
+// takeRetired returns the runs retired since the last call.
+func (e *engine) takeRetired() []string {
+	out := e.retired
+	e.retired = nil
+	return out
+}
+
+// activeRuns counts the runs held in memory.
+func (e *engine) activeRuns() int { return len(e.runs) }
+
+// forgetRuns deletes the per-run metric series of retired runs; called after the transaction
+// that sealed their last step committed (and so after observe set them a last time).
+func (m *metrics) forgetRuns(runs []string) {
+	vecs := append([]*prometheus.GaugeVec{m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.maskedShare},
+		m.debias.vecs()...)
+	for _, run := range runs {
+		for _, g := range vecs {
+			g.DeletePartialMatch(prometheus.Labels{"run": run})
+		}
+	}
+}
+
+// afterCommit finishes what a commit (or a poll without one) leaves: the retired runs' series go
+// and the active-runs gauge is set.
+func (c *Consumer) afterCommit() {
+	c.m.forgetRuns(c.eng.takeRetired())
+	c.m.activeRuns.Set(float64(c.eng.activeRuns()))
+}
