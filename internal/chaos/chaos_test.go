@@ -341,7 +341,10 @@ func (h *harness) run(t *testing.T, sc scenario) result {
 
 // generate publishes half i of the workload.
 func (r *runCtx) generate(i int) {
-	r.wmrl(5*time.Minute, "generate", "--backend", "jsonl", "--input", r.h.inputs[i], "--run", runID, "--anchor-fraction", "0.25")
+	// Two generate calls publish one run in halves: neither ends it (no end-of-run record), so
+	// every scenario compares the same input with the baseline.
+	r.wmrl(5*time.Minute, "generate", "--backend", "jsonl", "--input", r.h.inputs[i], "--run", runID, "--anchor-fraction", "0.25",
+		"--end-run=false")
 }
 
 func (r *runCtx) global() []string {
