@@ -147,6 +147,24 @@ func runPipeline(t *testing.T, brokers []string, wm string) {
 	if _, err := adm.CreateTopics(ctx, 3, 1, nil, names.All()...); err != nil {
 		t.Fatal(err)
 	}
+	// The stages check at start-up that their topics exist: wait until the metadata shows them
+	// all with their leaders (CreateTopics answers before every broker's metadata does).
+	for ready := false; !ready; {
+		td, err := adm.ListTopics(ctx, names.All()...)
+		ready = err == nil && len(td) == len(names.All())
+		for _, d := range td {
+			ready = ready && d.Err == nil && len(d.Partitions) == 3
+			for _, p := range d.Partitions {
+				ready = ready && p.Leader >= 0
+			}
+		}
+		if !ready {
+			if ctx.Err() != nil {
+				t.Fatalf("topics never showed in the metadata: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	t.Cleanup(func() {
 		dctx, dcancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer dcancel()
