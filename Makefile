@@ -14,7 +14,8 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 FUZZTIME ?= 10s
 
 .PHONY: all build test test-suites test-go test-python test-trainers test-trainers-suite services-up services-down services-status \
-	lint fmt-check vet staticcheck compose-check k8s-check fuzz-smoke clean test-cluster test-redis-ha chaos chaos-short
+	lint fmt-check vet staticcheck compose-check k8s-check fuzz-smoke clean test-cluster test-redis-ha chaos chaos-short capacity \
+	soak soak-short
 
 all: build
 
@@ -112,6 +113,22 @@ chaos:
 
 chaos-short:
 	WMRL_CHAOS=short $(GO) test -tags chaos -count=1 -timeout 60m -run TestChaos -v ./internal/chaos
+
+# The measurements behind docs/capacity.md (bench/capacity.sh): about 3 minutes on the services
+# of `make services-up`; prints the tables and the fleet estimate. Not part of `make test`.
+capacity:
+	GO=$(GO) bench/capacity.sh
+
+# The soak (internal/soak): ≥ 1,000 runs start, stream and end in compressed time against 3
+# correct processes on a 3-broker cluster with a Redis Cluster, through rolling restarts and
+# failovers; RSS, heap, goroutines, live states, series, changelog and Redis bytes must stay flat
+# in the ended runs. Plots, CSV and summary.md in .local/soak/<time>-<mode>/. soak: 20–40 min;
+# soak-short: the same soak with 200 runs, under 3 min. WMRL_SOAK_RUNS overrides the run count.
+soak:
+	WMRL_SOAK=full $(GO) test -tags soak -count=1 -timeout 120m -run TestSoak -v ./internal/soak
+
+soak-short:
+	WMRL_SOAK=short $(GO) test -tags soak -count=1 -timeout 15m -run TestSoak -v ./internal/soak
 
 services-up:
 	$(SERVICES) up

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -37,7 +38,7 @@ type CorrectionConfig struct {
 	Correction   correction.Config
 	ChunkBytes   int
 	Logger       *slog.Logger
-	// KeepTopics leaves the benchmark's topics in place.
+	// KeepTopics leaves the benchmark's topics and Redis keys in place.
 	KeepTopics bool
 	// FetchMaxPartitionBytes bounds one fetch per partition (both consumers); default 1 MiB, the
 	// Kafka and franz-go consumer default.
@@ -49,18 +50,22 @@ type CorrectionConfig struct {
 
 // CorrectionReport is the result of Benchmark.
 type CorrectionReport struct {
-	Records            int
-	PassThroughPerSec  float64
-	CorrectionPerSec   float64
-	Ratio              float64
-	SealedSteps        int
-	Transactions       int
-	RedisTrips         int64
-	TripsPerStep       float64
-	TripsPerTxn        float64
-	LatencyP50         time.Duration
-	LatencyP99         time.Duration
-	LatencySamples     int
+	Records           int
+	PassThroughPerSec float64
+	CorrectionPerSec  float64
+	Ratio             float64
+	SealedSteps       int
+	Transactions      int
+	RedisTrips        int64
+	TripsPerStep      float64
+	TripsPerTxn       float64
+	LatencyP50        time.Duration
+	LatencyP99        time.Duration
+	LatencySamples    int
+	// LatencyCPU is the process's CPU time during the latency phase, where every step is its own
+	// transaction: an upper bound on a sparse live step's cost, since it includes the probe's
+	// producer and read_committed reader, which run in the same process.
+	LatencyCPU         time.Duration
 	PassThroughElapsed time.Duration
 	CorrectionElapsed  time.Duration
 	// PassThroughCPU and CorrectionCPU are the process's CPU time (user + system) during each phase.
@@ -70,6 +75,14 @@ type CorrectionReport struct {
 	// throughput phase; per sealed (run, stream) step it is CalibrationBytesPerStep.
 	CalibrationBytes        int64
 	CalibrationBytesPerStep float64
+	// TopicBytes, by topic suffix (topics.SuffixSteps, …), is the size of every benchmark topic's
+	// log on the broker (one replica) after the throughput phase wrote SealedSteps run steps to
+	// them: the inputs, as the generator, world-model and sandbox stages would write them, and
+	// the correction consumer's outputs, batch headers and transaction markers included.
+	TopicBytes map[string]int64
+	// SparseTopicBytes is what the latency phase added to each log, LatencySamples steps of one
+	// run, each step its own transaction (as steps arriving one at a time are).
+	SparseTopicBytes map[string]int64
 	// RebuildStreams (run, stream) states were rebuilt from the calibration topic in RebuildTime,
 	// growing the live heap by RebuildHeapBytes.
 	RebuildStreams   int
@@ -77,6 +90,8 @@ type CorrectionReport struct {
 	RebuildHeapBytes int64
 }
 
+// String is the report as `wmrl bench correction` prints it; bench/capacity_table.py parses its
+// lines (records per CPU-second, broker bytes per run step, CPU per step), so keep their prefixes.
 func (r CorrectionReport) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "records                      %d (steps, predicted, executed)\n", r.Records)
@@ -88,11 +103,37 @@ func (r CorrectionReport) String() string {
 		r.RebuildStreams, r.RebuildTime.Round(time.Millisecond), float64(r.RebuildHeapBytes)/(1<<20))
 	fmt.Fprintf(&b, "process CPU: correction %.2fs, pass-through %.2fs (ratio %.2f)\n",
 		r.CorrectionCPU.Seconds(), r.PassThroughCPU.Seconds(), r.CorrectionCPU.Seconds()/r.PassThroughCPU.Seconds())
+	fmt.Fprintf(&b, "correction records per CPU-second (records/s per core): %.0f\n", r.RecordsPerCPUSecond())
+	perStep := func(what string, bytes map[string]int64, steps int) {
+		if steps == 0 || len(bytes) == 0 {
+			return
+		}
+		fmt.Fprintf(&b, "broker log bytes per run step, %s (one replica):", what)
+		for _, t := range slices.Sorted(maps.Keys(bytes)) {
+			fmt.Fprintf(&b, " %s=%.0f", t, float64(bytes[t])/float64(steps))
+		}
+		b.WriteString("\n")
+	}
+	perStep("backlog", r.TopicBytes, r.SealedSteps)
+	perStep("one step per transaction", r.SparseTopicBytes, r.LatencySamples)
 	fmt.Fprintf(&b, "sealed steps %d in %d transactions; Redis round trips %d: %.3f per sealed step, %.3f per transaction\n",
 		r.SealedSteps, r.Transactions, r.RedisTrips, r.TripsPerStep, r.TripsPerTxn)
 	fmt.Fprintf(&b, "latency last reward → advantages visible (read_committed), %d steps: p50 %v  p99 %v\n",
 		r.LatencySamples, r.LatencyP50.Round(time.Microsecond), r.LatencyP99.Round(time.Microsecond))
+	if r.LatencySamples > 0 {
+		fmt.Fprintf(&b, "CPU per step when each step is its own transaction (latency phase, probe included): %v\n",
+			(r.LatencyCPU / time.Duration(r.LatencySamples)).Round(time.Microsecond))
+	}
 	return b.String()
+}
+
+// RecordsPerCPUSecond is the input records the correction consumer processed per second of the
+// process's CPU time during its phase: its throughput per core, whatever GOMAXPROCS is.
+func (r CorrectionReport) RecordsPerCPUSecond() float64 {
+	if r.CorrectionCPU <= 0 {
+		return 0
+	}
+	return float64(r.Records) / r.CorrectionCPU.Seconds()
 }
 
 // Benchmark measures, on one broker in one run: records/s through the correction consumer versus a
@@ -129,6 +170,7 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 		return rep, fmt.Errorf("bench topics: %w", err)
 	}
 	passTopic := prefix + "passthrough"
+	redisPrefix := strings.TrimSuffix(prefix, ".")
 	if _, err := adm.CreateTopic(ctx, cfg.Partitions, 1, nil, passTopic); err != nil {
 		return rep, fmt.Errorf("bench topics: %w", err)
 	}
@@ -137,6 +179,9 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 			dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			_, _ = adm.DeleteTopics(dctx, append(names.All(), passTopic)...)
+			if err := deleteRedisPrefix(dctx, cfg.Redis, redisPrefix); err != nil {
+				cfg.Logger.Warn("bench: the benchmark's Redis keys are left behind", "prefix", redisPrefix, "err", err)
+			}
 		}()
 	}
 
@@ -181,7 +226,7 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 		KafkaOpts: consumeOpts, Redis: cfg.Redis, Names: names, Group: prefix + "correct",
 		TransactionalID: prefix + "tx", Correction: cfg.Correction, ChunkBytes: cfg.ChunkBytes,
 		MaxTxnSteps: cfg.MaxTxnSteps, MaxTxnLinger: cfg.MaxTxnLinger,
-		RedisPrefix: strings.TrimSuffix(prefix, "."), Logger: cfg.Logger, Registry: reg,
+		RedisPrefix: redisPrefix, Logger: cfg.Logger, Registry: reg,
 		OnRecords: func(int) {
 			if started.CompareAndSwap(false, true) {
 				mu.Lock()
@@ -233,11 +278,24 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 	rep.Ratio = rep.CorrectionPerSec / rep.PassThroughPerSec
 	rep.TripsPerStep = float64(rep.RedisTrips) / float64(rep.SealedSteps)
 	rep.TripsPerTxn = float64(rep.RedisTrips) / float64(rep.Transactions)
+	if rep.TopicBytes, err = topicLogBytes(ctx, adm, names, cfg.Partitions); err != nil {
+		return rep, err
+	}
 
 	if cfg.LatencySteps > 0 {
+		cpu0 := cpuTime()
 		samples, err := lat.run(ctx, cfg, names)
+		rep.LatencyCPU = cpuTime() - cpu0
 		if err != nil {
 			return rep, fmt.Errorf("latency phase: %w", err)
+		}
+		after, err := topicLogBytes(ctx, adm, names, cfg.Partitions)
+		if err != nil {
+			return rep, err
+		}
+		rep.SparseTopicBytes = make(map[string]int64, len(after))
+		for t, n := range after {
+			rep.SparseTopicBytes[t] = n - rep.TopicBytes[t]
 		}
 		slices.Sort(samples)
 		rep.LatencySamples = len(samples)
@@ -444,17 +502,8 @@ func changelogCost(ctx context.Context, rep *CorrectionReport, adm *kadm.Client,
 	for i := range parts {
 		parts[i] = int32(i)
 	}
-	var set kadm.TopicsSet
-	set.Add(names.Calibration(), parts...)
-	dirs, err := adm.DescribeAllLogDirs(ctx, set)
-	if err != nil {
-		return fmt.Errorf("calibration log size: %w", err)
-	}
-	dirs.Each(func(d kadm.DescribedLogDir) {
-		for _, p := range d.Topics[names.Calibration()] {
-			rep.CalibrationBytes += p.Size
-		}
-	})
+	// The throughput phase's steps only (the latency phase's are on the log too, and rebuilt).
+	rep.CalibrationBytes = rep.TopicBytes[topics.SuffixCalibration]
 	rep.CalibrationBytesPerStep = float64(rep.CalibrationBytes) / float64(rep.SealedSteps*max(cfg.Workload.Streams, 1))
 	start := time.Now()
 	states, err := correct.RebuildFromChangelog(ctx, opts, names, parts, 2*time.Minute, cfg.Logger)
@@ -465,6 +514,52 @@ func changelogCost(ctx context.Context, rep *CorrectionReport, adm *kadm.Client,
 	rep.RebuildStreams = len(states)
 	rep.RebuildHeapBytes = retainedBy(func() { states = nil })
 	return nil
+}
+
+// topicLogBytes returns the size of each topic's log on the brokers by topic suffix (every
+// replica's log dir summed, so one replica on a single broker), from DescribeLogDirs.
+func topicLogBytes(ctx context.Context, adm *kadm.Client, names topics.Names, partitions int32) (map[string]int64, error) {
+	var set kadm.TopicsSet
+	for _, t := range names.All() {
+		for p := range partitions {
+			set.Add(t, p)
+		}
+	}
+	dirs, err := adm.DescribeAllLogDirs(ctx, set)
+	if err != nil {
+		return nil, fmt.Errorf("topic log sizes: %w", err)
+	}
+	out := make(map[string]int64)
+	dirs.Each(func(d kadm.DescribedLogDir) {
+		for t, ps := range d.Topics {
+			for _, p := range ps {
+				out[strings.TrimPrefix(t, names.EffectivePrefix())] += p.Size
+			}
+		}
+	})
+	return out, nil
+}
+
+// deleteRedisPrefix deletes every key under prefix (the correction consumer's --redis-prefix),
+// on every master of a Redis Cluster. One DEL a key: a cluster refuses a DEL across slots.
+func deleteRedisPrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
+	del := func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+		for it.Next(ctx) {
+			if err := c.Del(ctx, it.Val()).Err(); err != nil {
+				return fmt.Errorf("delete %s: %w", it.Val(), err)
+			}
+		}
+		return it.Err()
+	}
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, del)
+	case *redis.Client:
+		return del(ctx, c)
+	default:
+		return fmt.Errorf("bench: cannot scan a %T", rdb)
+	}
 }
 
 // retainedBy returns how much the live heap shrinks when release drops the references it holds.

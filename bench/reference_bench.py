@@ -25,26 +25,13 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-M64 = (1 << 64) - 1
-TWO_M53 = 1.0 / 9007199254740992.0
-
-
-class SplitMix64:
-    def __init__(self, seed):
-        self.s = seed & M64
-
-    def next(self):
-        self.s = (self.s + 0x9E3779B97F4A7C15) & M64
-        z = self.s
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-        return z ^ (z >> 31)
-
-    def u(self):
-        return float(self.next() >> 11) * TWO_M53
+# The splitmix64 generator shared with correction/testdata/gen_isotonic_golden.py and the Go tests.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "correction" / "testdata"))
+from splitmix64 import SplitMix64  # noqa: E402
 
 
 def simulate(steps, seed, groups=8, size=8, anchors=2):

@@ -3,17 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/wmrl/wmrl/consumers/sandbox"
-
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/topics"
@@ -25,13 +17,8 @@ type SandboxConfig struct {
 	Slots int
 	// JobTime is the fixed duration of every execution (default 20 ms).
 	JobTime time.Duration
-	// Records is the number of anchor rollouts executed (default 50·S).
-	Records int
-	// StageConcurrency overrides the runtime's handler count (0 = sandbox.NewStage's 2·S). S shows what
-	// holding a slot's handler through the produce acknowledgement costs.
-	StageConcurrency int
-	Partitions       int // default 3
-	Logger           *slog.Logger
+	// StageLoad: Records counts anchor rollouts executed.
+	StageLoad
 }
 
 // SandboxReport is what Benchmark measured, from the first job starting to the last executed
@@ -62,34 +49,19 @@ func Sandbox(ctx context.Context, cfg SandboxConfig) (SandboxReport, error) {
 	if cfg.JobTime <= 0 {
 		cfg.JobTime = 20 * time.Millisecond
 	}
-	if cfg.Records <= 0 {
-		cfg.Records = 50 * cfg.Slots
-	}
-	if cfg.Partitions <= 0 {
-		cfg.Partitions = 3
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if cfg.StageConcurrency == 0 {
-		cfg.StageConcurrency = 2 * cfg.Slots
-	}
+	cfg.StageLoad = cfg.withDefaults(cfg.Slots)
 	names := topics.NewNames("bench.")
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(cfg.Partitions), names.Rollouts(), names.Executed(), names.DLQ()))
+	cluster, seeds, err := cfg.fakeKafka(names, names.Executed())
 	if err != nil {
-		return SandboxReport{}, fmt.Errorf("kfake: %w", err)
+		return SandboxReport{}, err
 	}
 	defer cluster.Close()
-	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
 
-	var busy atomic.Int64
-	var first sync.Once
-	var firstAt time.Time
+	var clock jobClock
 	exec, err := sandbox.NewBuiltinExecutor(func(ctx context.Context, _ sandbox.Job) (float64, error) {
-		start := time.Now()
-		first.Do(func() { firstAt = start })
+		start := clock.start()
 		time.Sleep(cfg.JobTime)
-		busy.Add(int64(time.Since(start)))
+		clock.done(start)
 		return 1, nil
 	}, sandbox.BuiltinConfig{Timeout: time.Minute})
 	if err != nil {
@@ -99,7 +71,7 @@ func Sandbox(ctx context.Context, cfg SandboxConfig) (SandboxReport, error) {
 	if err != nil {
 		return SandboxReport{}, err
 	}
-	if err := produceAnchors(ctx, seeds, names, cfg.Records, cfg.Partitions); err != nil {
+	if err := produceRollouts(ctx, seeds, names, cfg.Records, cfg.Partitions, topics.Rollout{Anchor: true, Artifact: "print(1)"}); err != nil {
 		return SandboxReport{}, err
 	}
 	st, err := sandbox.NewStage(stage.Config{Names: names, Group: "bench-sandbox", KafkaOpts: seeds, Concurrency: cfg.StageConcurrency, Logger: cfg.Logger},
@@ -107,48 +79,16 @@ func Sandbox(ctx context.Context, cfg SandboxConfig) (SandboxReport, error) {
 	if err != nil {
 		return SandboxReport{}, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	runErr := make(chan error, 1)
-	go func() { runErr <- st.Run(runCtx) }()
-	end, err := awaitRecords(ctx, seeds, names.Executed(), cfg.Records)
-	stop()
-	if rerr := <-runErr; err == nil {
-		err = rerr
-	}
+	end, err := runStageUntil(ctx, st, seeds, names.Executed(), cfg.Records)
 	if err != nil {
 		return SandboxReport{}, err
 	}
-	wall := end.Sub(firstAt)
+	wall := end.Sub(clock.firstAt)
 	return SandboxReport{
 		Slots: cfg.Slots, StageConcurrency: cfg.StageConcurrency, Records: cfg.Records, JobTime: cfg.JobTime, Wall: wall,
-		Utilization: float64(busy.Load()) / (float64(cfg.Slots) * float64(wall)),
+		Utilization: float64(clock.busy.Load()) / (float64(cfg.Slots) * float64(wall)),
 		JobsPerSec:  float64(cfg.Records) / wall.Seconds(),
 		IdealPerSec: float64(cfg.Slots) / cfg.JobTime.Seconds(),
-		MeanJob:     time.Duration(busy.Load() / int64(cfg.Records)),
+		MeanJob:     time.Duration(clock.busy.Load() / int64(cfg.Records)),
 	}, nil
-}
-
-func produceAnchors(ctx context.Context, seeds []kgo.Opt, names topics.Names, n, runs int) error {
-	cl, err := kgo.NewClient(seeds...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	recs := make([]*kgo.Record, 0, n)
-	for i := range n {
-		g := strconv.Itoa(i / 8)
-		rec, err := names.RolloutRecord(topics.Rollout{
-			RunID: "bench-" + strconv.Itoa(i%runs), GroupID: g, RolloutID: g + "-" + strconv.Itoa(i%8), Stream: "main",
-			Anchor: true, Index: i % 8, Artifact: "print(1)", CreatedAt: time.Now(),
-		})
-		if err != nil {
-			return err
-		}
-		recs = append(recs, rec)
-	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return fmt.Errorf("produce rollouts: %w", err)
-	}
-	return nil
 }

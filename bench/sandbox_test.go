@@ -15,7 +15,7 @@ func BenchmarkSandboxStage(b *testing.B) {
 	for _, slots := range []int{4, 16} {
 		for _, handlers := range []int{slots, 2 * slots} {
 			b.Run(fmt.Sprintf("S=%d/handlers=%d", slots, handlers), func(b *testing.B) {
-				rep, err := Sandbox(context.Background(), SandboxConfig{Slots: slots, StageConcurrency: handlers, JobTime: 20 * time.Millisecond, Records: b.N * 4 * slots})
+				rep, err := Sandbox(context.Background(), SandboxConfig{Slots: slots, JobTime: 20 * time.Millisecond, StageLoad: StageLoad{StageConcurrency: handlers, Records: b.N * 4 * slots}})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -29,7 +29,7 @@ func BenchmarkSandboxStage(b *testing.B) {
 }
 
 func TestSandboxSmoke(t *testing.T) {
-	rep, err := Sandbox(context.Background(), SandboxConfig{Slots: 2, JobTime: time.Millisecond, Records: 20})
+	rep, err := Sandbox(context.Background(), SandboxConfig{Slots: 2, JobTime: time.Millisecond, StageLoad: StageLoad{Records: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}

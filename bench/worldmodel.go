@@ -4,18 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/wmrl/wmrl/consumers/worldmodel"
-
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/topics"
@@ -27,14 +21,8 @@ type WorldModelConfig struct {
 	Concurrency int
 	// Latency is the mock server's fixed reply latency (default 20 ms).
 	Latency time.Duration
-	// Records is the number of rollouts scored (default 50·C).
-	Records int
-	// StageConcurrency overrides the runtime's handler count (0 = worldmodel.NewStage's 2·C). Setting it to
-	// C shows what holding a scoring slot through the produce acknowledgement costs.
-	StageConcurrency int
-	// Partitions of the in-process topics (default 3).
-	Partitions int
-	Logger     *slog.Logger
+	// StageLoad: Records counts rollouts scored.
+	StageLoad
 }
 
 // WorldModelReport is what Benchmark measured. The window runs from the first request reaching the
@@ -75,42 +63,27 @@ func WorldModel(ctx context.Context, cfg WorldModelConfig) (WorldModelReport, er
 	if cfg.Latency <= 0 {
 		cfg.Latency = 20 * time.Millisecond
 	}
-	if cfg.Records <= 0 {
-		cfg.Records = 50 * cfg.Concurrency
-	}
-	if cfg.Partitions <= 0 {
-		cfg.Partitions = 3
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if cfg.StageConcurrency == 0 {
-		cfg.StageConcurrency = 2 * cfg.Concurrency
-	}
+	cfg.StageLoad = cfg.withDefaults(cfg.Concurrency)
 	names := topics.NewNames("bench.")
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(cfg.Partitions), names.Rollouts(), names.Predicted(), names.DLQ()))
+	cluster, seeds, err := cfg.fakeKafka(names, names.Predicted())
 	if err != nil {
-		return WorldModelReport{}, fmt.Errorf("kfake: %w", err)
+		return WorldModelReport{}, err
 	}
 	defer cluster.Close()
-	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
 
-	var busy atomic.Int64
-	var first sync.Once
-	var firstAt time.Time
+	var clock jobClock
 	body := []byte(`{"choices":[{"message":{"role":"assistant","content":"{\"score\": 0.5}"},"finish_reason":"stop"}]}`)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		first.Do(func() { firstAt = start })
+		start := clock.start()
 		_, _ = io.Copy(io.Discard, r.Body)
 		time.Sleep(cfg.Latency)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(body)
-		busy.Add(int64(time.Since(start)))
+		clock.done(start)
 	}))
 	defer srv.Close()
 
-	if err := produceRollouts(ctx, seeds, names, cfg.Records, cfg.Partitions); err != nil {
+	if err := produceRollouts(ctx, seeds, names, cfg.Records, cfg.Partitions, topics.Rollout{Prompt: "task", Artifact: `{"model": "ridge"}`}); err != nil {
 		return WorldModelReport{}, err
 	}
 	scorer, err := worldmodel.NewOpenAIScorer(worldmodel.OpenAIConfig{BaseURL: srv.URL + "/v1", Model: "bench", MaxIdleConnsPerHost: cfg.Concurrency, Logger: cfg.Logger})
@@ -123,27 +96,18 @@ func WorldModel(ctx context.Context, cfg WorldModelConfig) (WorldModelReport, er
 	if err != nil {
 		return WorldModelReport{}, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	runErr := make(chan error, 1)
-	go func() { runErr <- st.Run(runCtx) }()
-
-	end, err := awaitRecords(ctx, seeds, names.Predicted(), cfg.Records)
-	stop()
-	if rerr := <-runErr; err == nil {
-		err = rerr
-	}
+	end, err := runStageUntil(ctx, st, seeds, names.Predicted(), cfg.Records)
 	if err != nil {
 		return WorldModelReport{}, err
 	}
-	wall := end.Sub(firstAt)
+	wall := end.Sub(clock.firstAt)
 	rep := WorldModelReport{
 		Concurrency: cfg.Concurrency, StageConcurrency: cfg.StageConcurrency, Records: cfg.Records, Latency: cfg.Latency, Wall: wall,
-		BusyFraction:  float64(busy.Load()) / (float64(cfg.Concurrency) * float64(wall)),
+		BusyFraction:  float64(clock.busy.Load()) / (float64(cfg.Concurrency) * float64(wall)),
 		SlotFraction:  float64(timed.busy.Load()) / (float64(cfg.Concurrency) * float64(wall)),
 		RecordsPerSec: float64(cfg.Records) / wall.Seconds(),
 		IdealPerSec:   float64(cfg.Concurrency) / cfg.Latency.Seconds(),
-		ServerLatency: time.Duration(busy.Load() / int64(cfg.Records)),
+		ServerLatency: time.Duration(clock.busy.Load() / int64(cfg.Records)),
 	}
 	rep.Efficiency = rep.RecordsPerSec / rep.IdealPerSec
 	return rep, nil
@@ -151,29 +115,6 @@ func WorldModel(ctx context.Context, cfg WorldModelConfig) (WorldModelReport, er
 
 // produceRollouts writes n small rollouts spread over the partitions (one run per partition
 // key) before the stage starts, so the measurement is not bounded by a producer.
-func produceRollouts(ctx context.Context, seeds []kgo.Opt, names topics.Names, n, runs int) error {
-	cl, err := kgo.NewClient(seeds...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	recs := make([]*kgo.Record, 0, n)
-	for i := range n {
-		g := strconv.Itoa(i / 8)
-		rec, err := names.RolloutRecord(topics.Rollout{
-			RunID: "bench-" + strconv.Itoa(i%runs), GroupID: g, RolloutID: g + "-" + strconv.Itoa(i%8), Stream: "main",
-			Index: i % 8, Prompt: "task", Artifact: `{"model": "ridge"}`, CreatedAt: time.Now(),
-		})
-		if err != nil {
-			return err
-		}
-		recs = append(recs, rec)
-	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return fmt.Errorf("produce rollouts: %w", err)
-	}
-	return nil
-}
 
 // timedScorer sums the time spent inside Score.
 type timedScorer struct {

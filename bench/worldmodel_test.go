@@ -17,7 +17,7 @@ func BenchmarkWorldModelStage(b *testing.B) {
 		for _, handlers := range []int{conc, 2 * conc} {
 			b.Run(fmt.Sprintf("C=%d/handlers=%d", conc, handlers), func(b *testing.B) {
 				rep, err := WorldModel(context.Background(), WorldModelConfig{
-					Concurrency: conc, StageConcurrency: handlers, Latency: 20 * time.Millisecond, Records: b.N * 4 * conc,
+					Concurrency: conc, Latency: 20 * time.Millisecond, StageLoad: StageLoad{StageConcurrency: handlers, Records: b.N * 4 * conc},
 				})
 				if err != nil {
 					b.Fatal(err)
@@ -36,7 +36,7 @@ func BenchmarkWorldModelStage(b *testing.B) {
 // TestBenchmarkSmoke keeps Benchmark working without timing anything: every record must come
 // back and the busy fraction must be a fraction.
 func TestWorldModelSmoke(t *testing.T) {
-	rep, err := WorldModel(context.Background(), WorldModelConfig{Concurrency: 4, Latency: time.Millisecond, Records: 40})
+	rep, err := WorldModel(context.Background(), WorldModelConfig{Concurrency: 4, Latency: time.Millisecond, StageLoad: StageLoad{Records: 40}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -251,29 +251,14 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 		vals, mask = vals[:0], mask[:0]
 		for _, ri := range rorder {
 			r := &g.Rollouts[ri]
-			row := Row{
-				Run: step.Run, Stream: step.Stream, Step: step.Step,
-				GroupID: g.ID, RolloutID: r.ID,
-				Source:             SourceWorldModel,
-				PredictedOK:        r.Predicted.OK,
-				Stale:              r.Stale,
-				CalibrationVersion: st.version,
-			}
+			row := inputRow(&step, g, r)
+			row.CalibrationVersion = st.version
 			if r.Predicted.OK {
-				row.Predicted = r.Predicted.Score
 				row.Calibrated = st.Calibrate(r.Predicted.Score)
 			}
-			var used float64
-			var ok bool
+			used, ok := row.Calibrated, row.PredictedOK
 			if g.Anchor {
-				row.Source = SourceAnchor
-				row.ExecutedOK = r.Executed.OK
-				if r.Executed.OK {
-					row.Executed = r.Executed.Score
-				}
 				used, ok = row.Executed, row.ExecutedOK
-			} else {
-				used, ok = row.Calibrated, row.PredictedOK
 			}
 			vals = append(vals, used)
 			mask = append(mask, ok && !r.Stale)
@@ -339,6 +324,30 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 	}
 	st.sealed = step.Step
 	return dst, nil
+}
+
+// inputRow is rollout r of group g as the step's input gives it: its identity and source, and
+// the predicted and (in an anchor group) executed scores. Calibration, mask and advantage are
+// the mode's to fill in.
+func inputRow(step *Step, g *Group, r *Rollout) Row {
+	row := Row{
+		Run: step.Run, Stream: step.Stream, Step: step.Step,
+		GroupID: g.ID, RolloutID: r.ID,
+		Source:      SourceWorldModel,
+		PredictedOK: r.Predicted.OK,
+		Stale:       r.Stale,
+	}
+	if r.Predicted.OK {
+		row.Predicted = r.Predicted.Score
+	}
+	if g.Anchor {
+		row.Source = SourceAnchor
+		row.ExecutedOK = r.Executed.OK
+		if r.Executed.OK {
+			row.Executed = r.Executed.Score
+		}
+	}
+	return row
 }
 
 func (c *Corrector) check(st *State, step Step) error {

@@ -44,15 +44,7 @@ func shuffled(s Step, r *splitMix64) Step {
 		j := int(r.next() % uint64(i+1))
 		out.Groups[i], out.Groups[j] = out.Groups[j], out.Groups[i]
 	}
-	for gi := range out.Groups {
-		ro := slices.Clone(out.Groups[gi].Rollouts)
-		for i := len(ro) - 1; i > 0; i-- {
-			j := int(r.next() % uint64(i+1))
-			ro[i], ro[j] = ro[j], ro[i]
-		}
-		out.Groups[gi].Rollouts = ro
-	}
-	return out
+	return shuffledRollouts(out, r)
 }
 
 // TestCorrectOrderInvariant: the default mode's output depends on neither

@@ -33,25 +33,7 @@ func (c *Corrector) advanceReference(st *State, step Step, dst []Row) []Row {
 		rorder = rolloutOrder(g, rorder[:0])
 		start := len(dst)
 		for _, ri := range rorder {
-			r := &g.Rollouts[ri]
-			row := Row{
-				Run: step.Run, Stream: step.Stream, Step: step.Step,
-				GroupID: g.ID, RolloutID: r.ID,
-				Source:      SourceWorldModel,
-				PredictedOK: r.Predicted.OK,
-				Stale:       r.Stale,
-			}
-			if r.Predicted.OK {
-				row.Predicted = r.Predicted.Score
-			}
-			if g.Anchor {
-				row.Source = SourceAnchor
-				row.ExecutedOK = r.Executed.OK
-				if r.Executed.OK {
-					row.Executed = r.Executed.Score
-				}
-			}
-			dst = append(dst, row)
+			dst = append(dst, inputRow(&step, g, &g.Rollouts[ri]))
 		}
 		rows := dst[start:]
 		if g.Anchor {

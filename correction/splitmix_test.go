@@ -1,8 +1,8 @@
 package correction
 
-// splitMix64 is the generator shared with the Python golden generator
-// (testdata/gen_isotonic_golden.py) and the numpy benchmark
-// (bench/reference_bench.py): both sides rebuild identical inputs from a seed.
+// splitMix64 is the generator of testdata/splitmix64.py, which the Python golden generator
+// (testdata/gen_isotonic_golden.py) and the numpy benchmark (bench/reference_bench.py) import:
+// both sides rebuild identical inputs from a seed.
 type splitMix64 struct{ s uint64 }
 
 func (r *splitMix64) next() uint64 {

@@ -150,8 +150,8 @@ func (f *Follower) apply(r *kgo.Record) {
 		}
 		f.model.Advantages(r.Topic, prefix, rows, r.Timestamp)
 	case topics.SuffixCalibration:
-		if r.Value == nil || topics.IsCalibrationChunk(r) {
-			f.model.Count(r.Topic) // a compaction tombstone, or a window chunk of a state
+		if r.Value == nil || topics.IsCalibrationChunk(r) || topics.IsCalibrationEnd(r) {
+			f.model.Count(r.Topic) // a compaction tombstone, a window chunk of a state, or a run's end
 			return
 		}
 		s, err := topics.DecodeCalibration(r.Value)

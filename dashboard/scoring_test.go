@@ -70,11 +70,11 @@ func repeat(c rune, n int) string {
 func TestRewardFailure(t *testing.T) {
 	names := topics.NewNames("p.")
 	s := 0.5
-	ok, err := names.PredictedRecord(topics.PredictedReward{RunID: "r", Step: 1, GroupID: "g", RolloutID: "g-0", Stream: "main", PolicyVersion: "v", Status: topics.StatusOK, Score: &s, Model: "m", CreatedAt: time.Now()})
+	ok, err := names.PredictedRecord(topics.PredictedReward{RolloutRef: topics.RolloutRef{RunID: "r", Step: 1, GroupID: "g", RolloutID: "g-0", Stream: "main", PolicyVersion: "v"}, Status: topics.StatusOK, Score: &s, Model: "m", CreatedAt: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad, err := names.ExecutedRecord(topics.ExecutedReward{RunID: "r", Step: 1, GroupID: "g", RolloutID: "g-0", Stream: "main", PolicyVersion: "v", Status: topics.StatusError, Reason: "exit status 2", ExitCode: 2, CreatedAt: time.Now()})
+	bad, err := names.ExecutedRecord(topics.ExecutedReward{RolloutRef: topics.RolloutRef{RunID: "r", Step: 1, GroupID: "g", RolloutID: "g-0", Stream: "main", PolicyVersion: "v"}, Status: topics.StatusError, Reason: "exit status 2", ExitCode: 2, CreatedAt: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

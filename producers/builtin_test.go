@@ -35,19 +35,16 @@ func TestBuiltinBackend(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			steps, err := drain(t, b)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var got []int64
-			for {
-				sb, err := b.Next(context.Background())
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(got) == 0 && sb.PolicyVersion != tt.version {
-					t.Errorf("policy version %q, want %q", sb.PolicyVersion, tt.version)
-				}
+			for _, sb := range steps {
 				got = append(got, sb.Step)
+			}
+			if len(steps) > 0 && steps[0].PolicyVersion != tt.version {
+				t.Errorf("policy version %q, want %q", steps[0].PolicyVersion, tt.version)
 			}
 			if len(got) != len(tt.want) {
 				t.Fatalf("steps %v, want %v", got, tt.want)

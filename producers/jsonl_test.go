@@ -10,18 +10,19 @@ import (
 	"github.com/wmrl/wmrl/topics"
 )
 
-func drain(t testing.TB, j *JSONL) ([]StepBatch, error) {
+// drain reads b to its end (io.EOF) and returns its steps, or those before the first other error.
+func drain(t testing.TB, b Backend) ([]StepBatch, error) {
 	t.Helper()
 	var out []StepBatch
 	for {
-		b, err := j.Next(context.Background())
+		sb, err := b.Next(context.Background())
 		if errors.Is(err, io.EOF) {
 			return out, nil
 		}
 		if err != nil {
 			return out, err
 		}
-		out = append(out, b)
+		out = append(out, sb)
 	}
 }
 

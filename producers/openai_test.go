@@ -81,16 +81,9 @@ func TestOpenAIBackend(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var steps []StepBatch
-			for {
-				sb, err := b.Next(context.Background())
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				steps = append(steps, sb)
+			steps, err := drain(t, b)
+			if err != nil {
+				t.Fatal(err)
 			}
 			if len(steps) != 2 || steps[0].Step != 4 || steps[1].Step != 5 {
 				t.Fatalf("steps %+v", steps)

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/consumers/sandbox"
+	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 	"github.com/wmrl/wmrl/consumers/worldmodel"
 	"github.com/wmrl/wmrl/internal/artifact"
 	"github.com/wmrl/wmrl/internal/stage"
@@ -195,8 +196,8 @@ func runPipeline(t *testing.T, brokers []string, wm string) {
 	// Sandbox: a real command executor running a small shell script under rlimits.
 	exec, err := sandbox.NewCommandExecutor(sandbox.CommandConfig{
 		Argv:    []string{"/bin/sh", "-c", `echo "executing $1" >&2; tail -n 1 "$1"`, "sh", "{artifact}"},
-		Timeout: 10 * time.Second, Limits: sandbox.Limits{CPUSeconds: 10, FileSizeBytes: 1 << 20}, TempDir: t.TempDir(), Logger: log,
-		UseBwrap: true,
+		Timeout: 10 * time.Second,
+		Config:  jail.Config{Limits: jail.Limits{CPUSeconds: 10, FileSizeBytes: 1 << 20}, TempDir: t.TempDir(), Logger: log, UseBwrap: true},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"encoding/csv"
 	"fmt"
 	"io"
 	"strconv"
@@ -81,10 +80,6 @@ func (g CalibrationGrid) Run(ctx context.Context, eval *task.EvalSet, progress f
 	if len(g.Shapes) == 0 || len(g.Estimators) == 0 {
 		return nil, fmt.Errorf("%w: calibration grid needs at least one shape and one estimator", ErrConfig)
 	}
-	target := g.TargetFraction
-	if target == 0 {
-		target = DefaultTargetFraction
-	}
 	cache := NewScoreCache()
 	var cells []CalibrationCell
 	for _, shape := range g.Shapes {
@@ -93,16 +88,11 @@ func (g CalibrationGrid) Run(ctx context.Context, eval *task.EvalSet, progress f
 			d := shape
 			cfg.ErrorModel = &ErrorModel{Noise: g.Noise, Distortion: &d, Scores: cache}
 			sw := Sweep{Config: cfg, Arms: CalibrationArms(g.AnchorFraction, est), Seeds: g.Seeds, Workers: g.Workers}
-			k := len(cells)
-			res, err := sw.Run(ctx, eval, func(p Progress) {
-				if progress != nil {
-					progress(k, p)
-				}
-			})
+			res, sum, err := runCell(ctx, eval, sw, len(cells), g.TargetFraction, progress)
 			if err != nil {
 				return nil, fmt.Errorf("sim: calibration grid %s %s: %w", shape, est, err)
 			}
-			c := CalibrationCell{Shape: shape, Estimator: est, Results: res, Summary: Summarize(res, target)}
+			c := CalibrationCell{Shape: shape, Estimator: est, Results: res, Summary: sum}
 			c.Shift, c.VsOff = shiftAndVsOff(res, c.Summary)
 			cells = append(cells, c)
 		}
@@ -155,27 +145,17 @@ var CalibrationHeader = []string{
 
 // WriteCalibrationCSV writes one row per cell × arm.
 func WriteCalibrationCSV(w io.Writer, cells []CalibrationCell) error {
-	cw := csv.NewWriter(w)
-	if err := cw.Write(CalibrationHeader); err != nil {
-		return fmt.Errorf("sim: csv: %w", err)
-	}
-	f := func(x float64) string { return strconv.FormatFloat(x, 'g', 8, 64) }
+	f := csvFloat
+	var rows [][]string
 	for _, c := range cells {
 		for i, s := range c.Summary {
-			row := []string{c.Shape.String(), c.Estimator.String(), s.Arm, strconv.Itoa(s.Seeds),
+			rows = append(rows, []string{c.Shape.String(), c.Estimator.String(), s.Arm, strconv.Itoa(s.Seeds),
 				f(s.Final.Mean), f(s.Final.CI), f(c.VsOff[i].Mean), f(c.VsOff[i].CI),
 				strconv.Itoa(s.Reached), f(s.ExecutionsToTarget.Mean), f(s.ExecutionsToTarget.CI),
-				f(c.Shift[i].Mean), f(c.Shift[i].CI)}
-			if err := cw.Write(row); err != nil {
-				return fmt.Errorf("sim: csv: %w", err)
-			}
+				f(c.Shift[i].Mean), f(c.Shift[i].CI)})
 		}
 	}
-	cw.Flush()
-	if err := cw.Error(); err != nil {
-		return fmt.Errorf("sim: csv: %w", err)
-	}
-	return nil
+	return writeCSV(w, CalibrationHeader, rows)
 }
 
 // CalibrationTable writes one Markdown table per estimator: a row per

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"encoding/csv"
 	"fmt"
 	"io"
 	"math"
@@ -55,10 +54,6 @@ func (g ErrorGrid) Run(ctx context.Context, eval *task.EvalSet, progress func(ce
 	if len(g.Biases) == 0 || len(g.Noises) == 0 {
 		return nil, fmt.Errorf("%w: error grid needs at least one bias and one noise level", ErrConfig)
 	}
-	target := g.TargetFraction
-	if target == 0 {
-		target = DefaultTargetFraction
-	}
 	cache := NewScoreCache()
 	var cells []GridCell
 	for _, b := range g.Biases {
@@ -66,19 +61,32 @@ func (g ErrorGrid) Run(ctx context.Context, eval *task.EvalSet, progress func(ce
 			cfg := g.Config
 			cfg.ErrorModel = &ErrorModel{Bias: b, Noise: n, Scores: cache}
 			sw := Sweep{Config: cfg, Arms: g.Arms, Seeds: g.Seeds, Workers: g.Workers}
-			k := len(cells)
-			res, err := sw.Run(ctx, eval, func(p Progress) {
-				if progress != nil {
-					progress(k, p)
-				}
-			})
+			res, sum, err := runCell(ctx, eval, sw, len(cells), g.TargetFraction, progress)
 			if err != nil {
 				return nil, fmt.Errorf("sim: error grid bias %g noise %g: %w", b, n, err)
 			}
-			cells = append(cells, GridCell{Bias: b, Noise: n, Results: res, Summary: Summarize(res, target)})
+			cells = append(cells, GridCell{Bias: b, Noise: n, Results: res, Summary: sum})
 		}
 	}
 	return cells, nil
+}
+
+// runCell runs cell k of a grid (ErrorGrid, CalibrationGrid) and summarizes
+// it against targetFraction (0 means DefaultTargetFraction); progress, if
+// not nil, gets k with every finished run.
+func runCell(ctx context.Context, eval *task.EvalSet, sw Sweep, k int, targetFraction float64, progress func(cell int, p Progress)) ([]Result, []ArmSummary, error) {
+	res, err := sw.Run(ctx, eval, func(p Progress) {
+		if progress != nil {
+			progress(k, p)
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if targetFraction == 0 {
+		targetFraction = DefaultTargetFraction
+	}
+	return res, Summarize(res, targetFraction), nil
 }
 
 // GridHeader is the header of WriteErrorGridCSV. CIs are 95% half-widths
@@ -92,29 +100,19 @@ var GridHeader = []string{
 
 // WriteErrorGridCSV writes one row per cell × arm.
 func WriteErrorGridCSV(w io.Writer, cells []GridCell) error {
-	cw := csv.NewWriter(w)
-	if err := cw.Write(GridHeader); err != nil {
-		return fmt.Errorf("sim: csv: %w", err)
-	}
-	f := func(x float64) string { return strconv.FormatFloat(x, 'g', 8, 64) }
+	f := csvFloat
+	var rows [][]string
 	for _, c := range cells {
 		for _, s := range c.Summary {
-			row := []string{
+			rows = append(rows, []string{
 				f(c.Bias), f(c.Noise), s.Arm, strconv.Itoa(s.Seeds),
 				f(s.Final.Mean), f(s.Final.CI), f(s.FinalDelta.Mean), f(s.FinalDelta.CI),
 				strconv.Itoa(s.Reached), f(s.ExecutionsToTarget.Mean), f(s.ExecutionsToTarget.CI),
 				f(s.Speedup.Mean), f(s.Speedup.CI), f(s.Executions.Mean),
-			}
-			if err := cw.Write(row); err != nil {
-				return fmt.Errorf("sim: csv: %w", err)
-			}
+			})
 		}
 	}
-	cw.Flush()
-	if err := cw.Error(); err != nil {
-		return fmt.Errorf("sim: csv: %w", err)
-	}
-	return nil
+	return writeCSV(w, GridHeader, rows)
 }
 
 // GridTable writes a Markdown table per noise level: rows are arms, columns

@@ -19,36 +19,35 @@ var StepsHeader = []string{
 // WriteStepsCSV writes one row per arm × seed × step (step −1 is the untrained policy), the raw
 // learning curves every summary is computed from.
 func WriteStepsCSV(w io.Writer, results []Result) error {
-	cw := csv.NewWriter(w)
-	if err := cw.Write(StepsHeader); err != nil {
-		return fmt.Errorf("sim: csv: %w", err)
-	}
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', 10, 64) }
+	var rows [][]string
 	for _, r := range results {
 		seed := strconv.FormatInt(r.Seed, 10)
 		nan := f(math.NaN())
-		if err := cw.Write([]string{r.Arm, seed, "-1", f(r.InitialScore), "0", "0", "0", "0", "0", "0", nan, nan, "1", "0", "0", "0", nan, "0"}); err != nil {
-			return fmt.Errorf("sim: csv: %w", err)
-		}
+		rows = append(rows, []string{r.Arm, seed, "-1", f(r.InitialScore), "0", "0", "0", "0", "0", "0", nan, nan, "1", "0", "0", "0", nan, "0"})
 		for _, s := range r.Steps {
-			row := []string{
+			rows = append(rows, []string{
 				r.Arm, seed, strconv.Itoa(s.Step), f(s.Score), strconv.Itoa(s.Executions),
 				f(s.ExecCompute.Seconds()), f(s.ExecOverhead.Seconds()), strconv.Itoa(s.Predictions),
 				f(s.WMCompute.Seconds()), strconv.Itoa(s.AnchorGroups), f(s.CalibrationMAE), f(s.RawMAE),
 				f(s.AnchorWeight), f(s.NoiseRatio), strconv.FormatUint(s.FitVersion, 10),
 				strconv.Itoa(s.Pairs), f(s.Entropy), f(s.DebiasShift),
-			}
-			if err := cw.Write(row); err != nil {
-				return fmt.Errorf("sim: csv: %w", err)
-			}
+			})
 		}
 	}
-	cw.Flush()
-	if err := cw.Error(); err != nil {
+	return writeCSV(w, StepsHeader, rows)
+}
+
+// writeCSV writes the header and rows of every CSV of this package.
+func writeCSV(w io.Writer, header []string, rows [][]string) error {
+	if err := csv.NewWriter(w).WriteAll(append([][]string{header}, rows...)); err != nil {
 		return fmt.Errorf("sim: csv: %w", err)
 	}
 	return nil
 }
+
+// csvFloat is a summary CSV's number: 8 significant digits.
+func csvFloat(x float64) string { return strconv.FormatFloat(x, 'g', 8, 64) }
 
 // summaryColumn is one quantity of the summary CSV: a mean column and, when the estimate has a
 // confidence interval, a ci95 column beside it.
@@ -100,20 +99,17 @@ func hasCI(sums []ArmSummary, c summaryColumn) bool {
 // arm's estimate has fewer than two values. An undefined mean (no seed reached the target) is
 // empty too.
 func WriteSummaryCSV(w io.Writer, sums []ArmSummary) error {
-	cw := csv.NewWriter(w)
-	if err := cw.Write(SummaryHeader(sums)); err != nil {
-		return fmt.Errorf("sim: csv: %w", err)
-	}
 	f := func(x float64) string {
 		if math.IsNaN(x) {
 			return ""
 		}
-		return strconv.FormatFloat(x, 'g', 8, 64)
+		return csvFloat(x)
 	}
 	withCI := make([]bool, len(summaryColumns))
 	for i, c := range summaryColumns {
 		withCI[i] = c.ci && hasCI(sums, c)
 	}
+	var rows [][]string
 	for _, s := range sums {
 		row := []string{s.Arm, strconv.Itoa(s.Seeds), strconv.Itoa(s.Reached)}
 		for i, c := range summaryColumns {
@@ -126,15 +122,9 @@ func WriteSummaryCSV(w io.Writer, sums []ArmSummary) error {
 				row = append(row, strconv.Itoa(e.N))
 			}
 		}
-		if err := cw.Write(row); err != nil {
-			return fmt.Errorf("sim: csv: %w", err)
-		}
+		rows = append(rows, row)
 	}
-	cw.Flush()
-	if err := cw.Error(); err != nil {
-		return fmt.Errorf("sim: csv: %w", err)
-	}
-	return nil
+	return writeCSV(w, SummaryHeader(sums), rows)
 }
 
 // TableLegend defines every column of WriteTable, for a target of targetFraction × real-GRPO.

@@ -6,11 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
-	"strings"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -167,38 +163,4 @@ func (s *Store) ReadState(ctx context.Context, run, stream string, step int64) (
 func (s *Store) Streams(ctx context.Context, run string) ([]string, error) {
 	m, err := s.rdb.SMembers(ctx, s.StreamsKey(run)).Result()
 	return m, s.failed(ctx, err)
-}
-
-// Runs lists the runs whose streams set exists under the store's prefix, sorted. It scans the
-// keyspace (SCAN, on every master of a cluster), so it is an operator's listing, not a hot path.
-func (s *Store) Runs(ctx context.Context) ([]string, error) {
-	pattern := s.prefix + ":{*}:streams"
-	head, tail := s.prefix+":{", "}:streams"
-	seen := map[string]bool{}
-	var mu sync.Mutex
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
-		for it.Next(ctx) {
-			k := it.Val()
-			run, okHead := strings.CutPrefix(k, head)
-			run, okTail := strings.CutSuffix(run, tail)
-			if !okHead || !okTail || strings.ContainsAny(run, "/{}") {
-				continue // a per-stream key, or another prefix's key the pattern also matched
-			}
-			mu.Lock()
-			seen[run] = true
-			mu.Unlock()
-		}
-		return it.Err()
-	}
-	var err error
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, s.rdb)
-	}
-	if err != nil {
-		return nil, s.failed(ctx, err)
-	}
-	return slices.Sorted(maps.Keys(seen)), nil
 }

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -187,7 +186,7 @@ func (s *Store) write(ctx context.Context, ws []Write, newStreams map[string][]s
 		return cmds, err
 	}
 	cmds, err := run(false)
-	if err != nil && isNoScript(err) {
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmds, err = run(true)
 	}
 	if err != nil {
@@ -213,10 +212,6 @@ func (s *Store) write(ctx context.Context, ws []Write, newStreams map[string][]s
 		}
 	}
 	return out, nil
-}
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
 func (s *Store) writeArgs(w *Write, force bool) ([]string, []any) {

@@ -223,7 +223,7 @@ func v1Head(head []byte) []byte {
 	return b
 }
 
-// Runs finds every run with a streams set under the prefix, and only those: not another
+// ListRuns finds every run with a streams set under the prefix, and only those: not another
 // prefix's runs, not per-stream keys.
 func TestStoreRuns(t *testing.T) {
 	mr := miniredis.RunT(t)
@@ -247,7 +247,7 @@ func TestStoreRuns(t *testing.T) {
 		}
 	}
 	for prefix, want := range map[string][]string{"p": {"a", "b"}, "p2": {"c"}, "none": nil} {
-		got, err := New(rdb, prefix, 3).Runs(ctx)
+		got, err := New(rdb, prefix, 3).ListRuns(ctx)
 		if err != nil || !slices.Equal(got, want) {
 			t.Errorf("prefix %s: runs %v (%v), want %v", prefix, got, err, want)
 		}

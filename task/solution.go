@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -290,10 +291,8 @@ func decodeChoice(d int, raw json.RawMessage) (int, error) {
 		if d == decFeatures {
 			names = transformNames
 		}
-		for i, n := range names {
-			if n == s {
-				return i, nil
-			}
+		if i := slices.Index(names, s); i >= 0 {
+			return i, nil
 		}
 		return 0, fmt.Errorf("%q not one of %v", s, names)
 	}
@@ -311,10 +310,8 @@ func decodeChoice(d int, raw json.RawMessage) (int, error) {
 		if d == decLR {
 			values = lrValues
 		}
-		for i, a := range values {
-			if a == v {
-				return i, nil
-			}
+		if i := slices.Index(values, v); i >= 0 {
+			return i, nil
 		}
 		return 0, fmt.Errorf("%s not one of %v", num, values)
 	case decIters:
@@ -322,10 +319,8 @@ func decodeChoice(d int, raw json.RawMessage) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("want an integer, got %s", num)
 		}
-		for i, a := range iterValues {
-			if int64(a) == v {
-				return i, nil
-			}
+		if i := slices.IndexFunc(iterValues, func(a int) bool { return int64(a) == v }); i >= 0 {
+			return i, nil
 		}
 		return 0, fmt.Errorf("%s not one of %v", num, iterValues)
 	default:

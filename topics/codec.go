@@ -2,18 +2,17 @@ package topics
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"reflect"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/wmrl/wmrl/topics/internal/jsonscan"
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // MaxRecordBytes bounds an encoded JSON record. It sits at Kafka's default message limit, so a
@@ -21,7 +20,7 @@ import (
 const MaxRecordBytes = 1 << 20
 
 // maxJSONDepth bounds JSON nesting; no record nests deeper than 3, so anything deep is hostile.
-const maxJSONDepth = jsonscan.MaxDepth
+const maxJSONDepth = 16
 
 // validator is implemented by every record type.
 type validator interface{ Validate() error }
@@ -190,6 +189,8 @@ func DecodeAny(schema string, b []byte) (any, error) {
 		return DecodeExecuted(b)
 	case SchemaCalibration, SchemaCalibrationV2:
 		return DecodeCalibration(b)
+	case SchemaCalibrationEnd:
+		return DecodeCalibrationEnd(b)
 	case SchemaAdvantages, SchemaAdvantagesV2:
 		return DecodeAdvantages(b)
 	default:
@@ -197,84 +198,247 @@ func DecodeAny(schema string, b []byte) (any, error) {
 	}
 }
 
-// decodeJSON decodes one JSON record strictly with the rules of decodeJSONSlow. Valid records take
-// decodeFast, a single pass over the bytes that allocates only the decoded values; anything it
-// does not accept (every invalid record, and rare valid forms such as escaped keys) is decoded
-// again by decodeJSONSlow, so every error and every accepted value is the one the slow path gives.
+// decodeJSON decodes one JSON record strictly into v, a pointer to a zero record. The rules, and
+// the order in which a record that breaks several is reported:
+//
+//  1. len(b) > MaxRecordBytes → ErrTooLarge, before any parsing;
+//  2. exactly one JSON object, nested at most maxJSONDepth deep → else malformed JSON;
+//  3. the top-level `schema` is the string want → else ErrUnknownSchema; it comes before field
+//     names so that a newer schema version reports unknown-schema, not an unknown field;
+//  4. the first member, in document order, that is unknown (names match exactly: encoding/json
+//     alone would accept `RUN_ID` for `run_id`, a Python reader would not), duplicate (parsers
+//     resolve duplicates differently), or of the wrong JSON type (null for a required field, a
+//     fraction or an out-of-range number for an integer, a time that is not RFC 3339, bad
+//     base64) → *FieldError with its path, `groups[2].size`.
+//
+// A valid record takes a single json v2 decode (strictJSON); everything after it is the error
+// path, which re-reads the bytes to order the faults as above. Validation is left to the caller.
 func decodeJSON(b []byte, kind, want string, v any) error {
 	if len(b) > MaxRecordBytes {
 		return fmt.Errorf("%s record: %d bytes exceeds the %d byte limit: %w", kind, len(b), MaxRecordBytes, ErrTooLarge)
 	}
-	if jsonscan.Decode(b, want, v) {
+	opts := strictJSON
+	if bytes.Contains(b, []byte("null")) {
+		opts = strictNullJSON
+	}
+	err := jsonv2.Unmarshal(b, v, opts)
+	if err == nil && schemaOf(v) == want {
 		return nil
 	}
-	return decodeJSONSlow(b, kind, want, v)
+	if serr := scanJSON(b, kind, want); serr != nil {
+		return serr
+	}
+	if err == nil { // scanJSON found the schema right where Unmarshal read a different one
+		return &FieldError{Record: kind, Field: "schema", Reason: fmt.Sprintf("want %q", want), Err: ErrUnknownSchema}
+	}
+	t := reflect.TypeOf(v).Elem()
+	if contentError(err) {
+		// A structural fault later in the document comes first (rule 4): look for one with
+		// every string accepted as a time and as base64.
+		if serr := jsonv2.Unmarshal(b, reflect.New(t).Interface(), anyContentJSON); serr != nil {
+			err = serr
+		}
+	}
+	return memberError(kind, t, err)
 }
 
-// decodeJSONSlow decodes one JSON record strictly, in this order:
-//
-//  1. len(b) > MaxRecordBytes → ErrTooLarge, before any parsing;
-//  2. a token scan: exactly one JSON object, nesting ≤ maxJSONDepth, and the top-level `schema`
-//     must be the string want (else ErrUnknownSchema). The schema is checked before field names
-//     so that a newer schema version reports unknown-schema, not an unknown field;
-//  3. field names must match exactly (encoding/json alone would accept `RUN_ID` for `run_id`,
-//     which a Python reader would not), with no duplicate keys (which parsers resolve
-//     differently) → *FieldError; a value of the wrong JSON type (including null for a required
-//     field, a fraction or out-of-range number for an integer) → *FieldError wrapping
-//     ErrMalformed. Paths index arrays: `groups[2].size`;
-//  4. encoding/json with DisallowUnknownFields does the actual decoding (its errors are mapped
-//     to *FieldError too, as a backstop).
-//
-// Validation is left to the caller. v must point to a zero value.
-func decodeJSONSlow(b []byte, kind, want string, v any) error {
-	if len(b) > MaxRecordBytes {
-		return fmt.Errorf("%s record: %d bytes exceeds the %d byte limit: %w", kind, len(b), MaxRecordBytes, ErrTooLarge)
+var (
+	// strictJSON are the options of every record's decode. json v2 already matches member names
+	// case-sensitively and refuses duplicate names; it is told to refuse unknown members too.
+	// Invalid UTF-8 in a string becomes U+FFFD, as encoding/json (the encoder) and the Python
+	// client (python/src/wmrl_client/_json.py) make it, rather than failing the record.
+	strictJSON = jsonv2.JoinOptions(jsonv2.RejectUnknownMembers(true), jsontext.AllowInvalidUTF8(true))
+	// strictNullJSON adds the one rule json v2 lacks, null only for optional (pointer, slice,
+	// map) fields: v2 reads null as the zero value of any type. The check costs a call per
+	// value, so only records that contain "null" at all take it.
+	strictNullJSON = jsonv2.JoinOptions(strictJSON, jsonv2.WithUnmarshalers(jsonv2.UnmarshalFromFunc(rejectNull)))
+)
+
+// anyContentJSON is strictNullJSON with any string accepted as a time.Time or a []byte.
+var anyContentJSON = jsonv2.JoinOptions(strictJSON, jsonv2.WithUnmarshalers(jsonv2.JoinUnmarshalers(
+	jsonv2.UnmarshalFromFunc(rejectNull),
+	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ *time.Time) error { return skipString(dec) }),
+	jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ *[]byte) error { return skipString(dec) }),
+)))
+
+func skipString(dec *jsontext.Decoder) error {
+	if dec.PeekKind() != '"' {
+		return jsonv2.SkipFunc
 	}
-	sc := jsonScan{dec: json.NewDecoder(bytes.NewReader(b)), kind: kind}
-	sc.dec.UseNumber()
-	if err := sc.document(reflect.TypeOf(v).Elem()); err != nil {
-		return err
+	return dec.SkipValue()
+}
+
+// contentError reports whether err is about a string's content: not an RFC 3339 time, not
+// base64.
+func contentError(err error) bool {
+	var sem *jsonv2.SemanticError
+	var pe *time.ParseError
+	return errors.As(err, &sem) && sem.JSONKind == '"' &&
+		(errors.As(sem.Err, &pe) || sem.GoType == reflect.TypeFor[[]byte]() || sem.GoType == reflect.TypeFor[time.Time]())
+}
+
+// nullError is rejectNull's error: null for a value of a type that has no null.
+type nullError struct{ t reflect.Type }
+
+func (e *nullError) Error() string { return "null for " + e.t.String() }
+
+func rejectNull(dec *jsontext.Decoder, v any) error {
+	if dec.PeekKind() == 'n' {
+		switch t := reflect.TypeOf(v).Elem(); t.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map:
+		default:
+			return &nullError{t}
+		}
+	}
+	return jsonv2.SkipFunc
+}
+
+// schemaOf is the decoded schema of a record decodeJSON fills.
+func schemaOf(v any) string {
+	switch r := v.(type) {
+	case *Rollout:
+		return r.Schema
+	case *StepManifest:
+		return r.Schema
+	case *PredictedReward:
+		return r.Schema
+	case *ExecutedReward:
+		return r.Schema
+	case *CalibrationSnapshot:
+		return r.Schema
+	}
+	return ""
+}
+
+// scanJSON is the error path's token pass: the syntax of the whole document and its depth, then
+// the top-level schema (rules 2 and 3 of decodeJSON). It reports nil if both hold.
+func scanJSON(b []byte, kind, want string) error {
+	bad := func(format string, args ...any) error {
+		return malformed("json", fmt.Errorf("%s record: "+format, append([]any{kind}, args...)...))
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return bad("%w", unexpectedEOF(err))
+	}
+	if tok.Kind() != '{' {
+		return bad("want a JSON object, got %s", kindName(tok.Kind()))
+	}
+	var schema *string
+	var schemaErr error
+	for dec.StackDepth() > 0 {
+		if tok, err = dec.ReadToken(); err != nil {
+			return bad("%w", unexpectedEOF(err))
+		}
+		if depth := dec.StackDepth(); depth > maxJSONDepth {
+			return bad("nesting deeper than %d at %s", maxJSONDepth, dec.StackPointer())
+		}
+		if dec.StackDepth() != 1 || tok.Kind() != '"' || tok.String() != "schema" {
+			continue
+		}
+		if _, n := dec.StackIndex(1); n%2 != 1 {
+			continue // a value, not a member name
+		}
+		if k := dec.PeekKind(); k != '"' {
+			if schemaErr == nil {
+				schemaErr = &FieldError{Record: kind, Field: "schema", Reason: "wrong type: got " + kindName(k) + ", want string", Err: ErrUnknownSchema}
+			}
+			continue
+		}
+		if tok, err = dec.ReadToken(); err != nil {
+			return bad("%w", unexpectedEOF(err))
+		}
+		s := tok.String()
+		schema = &s
+	}
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+		return bad("data after the JSON object")
 	}
 	switch {
-	case sc.schemaErr != nil:
-		return sc.schemaErr
-	case sc.schema == nil:
+	case schemaErr != nil:
+		return schemaErr
+	case schema == nil:
 		return &FieldError{Record: kind, Field: "schema", Reason: fmt.Sprintf("required (want %q)", want), Err: ErrUnknownSchema}
-	case *sc.schema != want:
-		return &FieldError{Record: kind, Field: "schema", Value: *sc.schema, Reason: fmt.Sprintf("want %q", want), Err: ErrUnknownSchema}
-	case sc.keyErr != nil:
-		return sc.keyErr
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(kind, err)
+	case *schema != want:
+		return &FieldError{Record: kind, Field: "schema", Value: *schema, Reason: fmt.Sprintf("want %q", want), Err: ErrUnknownSchema}
 	}
 	return nil
 }
 
-// decodeError maps encoding/json's errors to errors that name the field.
-func decodeError(kind string, err error) error {
-	var te *json.UnmarshalTypeError
-	var pe *time.ParseError
-	var ce base64.CorruptInputError
+func unexpectedEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// memberError maps the error of a decode into t, of a document scanJSON accepts, to the
+// *FieldError of rule 4.
+func memberError(kind string, t reflect.Type, err error) error {
+	var syn *jsontext.SyntacticError
+	var sem *jsonv2.SemanticError
 	switch {
-	case errors.As(err, &te) && te.Field != "":
-		return &FieldError{Record: kind, Field: te.Field, Reason: fmt.Sprintf("wrong type: got %s, want %s", te.Value, jsonTypeName(te.Type)), Err: ErrMalformed}
-	case errors.As(err, &pe):
-		// created_at is the only time field of every record.
-		return &FieldError{Record: kind, Field: "created_at", Value: pe.Value, Reason: "not an RFC 3339 time", Err: ErrMalformed}
-	case strings.HasPrefix(err.Error(), "Time.UnmarshalJSON"):
-		return &FieldError{Record: kind, Field: "created_at", Reason: "wrong type: want an RFC 3339 time string", Err: ErrMalformed}
-	case errors.As(err, &ce):
-		// state is the only []byte field of every record.
-		return &FieldError{Record: kind, Field: "state", Reason: "not valid base64: " + ce.Error(), Err: ErrMalformed}
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return &FieldError{Record: kind, Field: name, Reason: "unknown field"}
-	default:
+	case errors.As(err, &syn) && errors.Is(syn.Err, jsontext.ErrDuplicateName):
+		return &FieldError{Record: kind, Field: fieldPath(t, syn.JSONPointer), Reason: "duplicate key"}
+	case !errors.As(err, &sem):
 		return malformed("json", fmt.Errorf("%s record: %w", kind, err))
 	}
+	path := fieldPath(t, sem.JSONPointer)
+	var pe *time.ParseError
+	var ne *nullError
+	switch {
+	case errors.Is(sem.Err, jsonv2.ErrUnknownName):
+		return &FieldError{Record: kind, Field: path, Reason: "unknown field"}
+	case errors.As(sem.Err, &ne):
+		return &FieldError{Record: kind, Field: path, Reason: "wrong type: got null, want " + jsonTypeName(ne.t), Err: ErrMalformed}
+	case errors.As(sem.Err, &pe):
+		return &FieldError{Record: kind, Field: path, Value: pe.Value, Reason: "not an RFC 3339 time", Err: ErrMalformed}
+	case sem.JSONKind == '"' && sem.GoType == reflect.TypeFor[[]byte]():
+		return &FieldError{Record: kind, Field: path, Reason: fmt.Sprintf("not valid base64: %v", sem.Err), Err: ErrMalformed}
+	case sem.GoType != nil:
+		return &FieldError{Record: kind, Field: path, Reason: fmt.Sprintf("wrong type: got %s, want %s", kindName(sem.JSONKind), jsonTypeName(sem.GoType)), Err: ErrMalformed}
+	}
+	return malformed("json", fmt.Errorf("%s record: %w", kind, err))
+}
+
+// fieldPath turns the JSON pointer of a member of t (`/groups/2/size`) into the field path of a
+// FieldError (`groups[2].size`): array elements are indexed, object members joined by dots.
+func fieldPath(t reflect.Type, p jsontext.Pointer) string {
+	var b strings.Builder
+	for tok := range p.Tokens() {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t != nil && t.Kind() == reflect.Slice {
+			b.WriteString("[" + tok + "]")
+			t = t.Elem()
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tok)
+		switch {
+		case t == nil:
+		case t.Kind() == reflect.Map:
+			t = t.Elem()
+		case t.Kind() == reflect.Struct:
+			t = memberType(t, tok)
+		default:
+			t = nil
+		}
+	}
+	return b.String()
+}
+
+// memberType is the type of the field of struct t whose JSON name is name, or nil.
+func memberType(t reflect.Type, name string) reflect.Type {
+	for _, f := range reflect.VisibleFields(t) { // with the fields of embedded structs (RolloutRef)
+		if n, _, _ := strings.Cut(f.Tag.Get("json"), ","); n == name && f.IsExported() && !f.Anonymous {
+			return f.Type
+		}
+	}
+	return nil
 }
 
 func jsonTypeName(t reflect.Type) string {
@@ -305,232 +469,21 @@ func jsonTypeName(t reflect.Type) string {
 	}
 }
 
-// jsonScan walks a document's tokens against a Go type to enforce the rules encoding/json does
-// not: exact key names, no duplicate keys, one value, bounded depth.
-type jsonScan struct {
-	dec       *json.Decoder
-	kind      string
-	schema    *string
-	schemaErr error
-	keyErr    error
-}
-
-func (s *jsonScan) token() (json.Token, error) {
-	tok, err := s.dec.Token()
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, malformed("json", fmt.Errorf("%s record: %w", s.kind, err))
-	}
-	return tok, nil
-}
-
-func (s *jsonScan) document(t reflect.Type) error {
-	tok, err := s.token()
-	if err != nil {
-		return err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return malformed("json", fmt.Errorf("%s record: want a JSON object, got %s", s.kind, describeToken(tok)))
-	}
-	if err := s.object(t, "", 1, true); err != nil {
-		return err
-	}
-	if _, err := s.dec.Token(); !errors.Is(err, io.EOF) {
-		return malformed("json", fmt.Errorf("%s record: data after the JSON object", s.kind))
-	}
-	return nil
-}
-
-func (s *jsonScan) keyFail(path, reason string) {
-	if s.keyErr == nil {
-		s.keyErr = &FieldError{Record: s.kind, Field: path, Reason: reason}
-	}
-}
-
-// value scans the value starting at tok; t is its Go type, or nil when unconstrained.
-func (s *jsonScan) value(tok json.Token, t reflect.Type, path string, depth int) error {
-	if t != nil && !tokenFits(tok, t) {
-		if s.keyErr == nil {
-			s.keyErr = &FieldError{Record: s.kind, Field: path, Reason: fmt.Sprintf("wrong type: got %s, want %s", describeToken(tok), jsonTypeName(t)), Err: ErrMalformed}
-		}
-		t = nil // keep scanning for syntax errors, unconstrained
-	}
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return nil
-	}
-	if depth > maxJSONDepth {
-		return malformed("json", fmt.Errorf("%s record: nesting deeper than %d at %s", s.kind, maxJSONDepth, path))
-	}
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch d {
+// kindName names a JSON kind in errors.
+func kindName(k jsontext.Kind) string {
+	switch k {
 	case '{':
-		return s.object(t, path, depth, false)
+		return "object"
 	case '[':
-		var elem reflect.Type
-		if t != nil && t.Kind() == reflect.Slice && t.Elem().Kind() != reflect.Uint8 {
-			elem = t.Elem()
-		}
-		for i := 0; s.dec.More(); i++ {
-			tok, err := s.token()
-			if err != nil {
-				return err
-			}
-			if err := s.value(tok, elem, fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
-				return err
-			}
-		}
-		_, err := s.token()
-		return err
-	}
-	return nil
-}
-
-// object scans an object whose '{' was consumed.
-func (s *jsonScan) object(t reflect.Type, path string, depth int, top bool) error {
-	var fields map[string]reflect.Type
-	var elem reflect.Type
-	if t != nil {
-		switch {
-		case t.Kind() == reflect.Struct && t != reflect.TypeFor[time.Time]():
-			fields = jsonFields(t)
-		case t.Kind() == reflect.Map:
-			elem = t.Elem()
-		}
-	}
-	seen := make(map[string]struct{})
-	for s.dec.More() {
-		tok, err := s.token()
-		if err != nil {
-			return err
-		}
-		key, _ := tok.(string) // Token guarantees object keys are strings.
-		kpath := key
-		if path != "" {
-			kpath = path + "." + key
-		}
-		if _, dup := seen[key]; dup {
-			s.keyFail(kpath, "duplicate key")
-		}
-		seen[key] = struct{}{}
-		ft := elem
-		if fields != nil {
-			var known bool
-			if ft, known = fields[key]; !known {
-				s.keyFail(kpath, "unknown field")
-			}
-		}
-		tok, err = s.token()
-		if err != nil {
-			return err
-		}
-		if top && key == "schema" {
-			if str, ok := tok.(string); ok {
-				s.schema = &str
-			} else if s.schemaErr == nil {
-				s.schemaErr = &FieldError{Record: s.kind, Field: "schema", Reason: "wrong type: got " + describeToken(tok) + ", want string", Err: ErrUnknownSchema}
-			}
-		}
-		if err := s.value(tok, ft, kpath, depth+1); err != nil {
-			return err
-		}
-	}
-	_, err := s.token()
-	return err
-}
-
-// tokenFits reports whether the JSON value starting at tok can decode into t without loss, with
-// the rules a Python reader applies too: null only for optional (pointer, slice, map) fields,
-// integers only for integer fields and within range, finite numbers for floats.
-func tokenFits(tok json.Token, t reflect.Type) bool {
-	isTime := t == reflect.TypeFor[time.Time]()
-	isBytes := t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8
-	switch x := tok.(type) {
-	case nil:
-		switch t.Kind() {
-		case reflect.Pointer, reflect.Slice, reflect.Map:
-			return true
-		}
-		return false
-	case string:
-		return t.Kind() == reflect.String || isTime || isBytes
-	case bool:
-		return t.Kind() == reflect.Bool
-	case json.Number:
-		for t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		switch t.Kind() {
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			_, err := strconv.ParseInt(string(x), 10, t.Bits())
-			return err == nil
-		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-			_, err := strconv.ParseUint(string(x), 10, t.Bits())
-			return err == nil
-		case reflect.Float32, reflect.Float64:
-			_, err := strconv.ParseFloat(string(x), t.Bits())
-			return err == nil
-		}
-		return false
-	case json.Delim:
-		for t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		if x == '{' {
-			return (t.Kind() == reflect.Struct && !isTime) || t.Kind() == reflect.Map
-		}
-		return t.Kind() == reflect.Slice && !isBytes
-	}
-	return false
-}
-
-func describeToken(tok json.Token) string {
-	switch x := tok.(type) {
-	case json.Delim:
-		if x == '{' {
-			return "object"
-		}
 		return "array"
-	case string:
+	case '"':
 		return "string"
-	case json.Number:
+	case '0':
 		return "number"
-	case bool:
+	case 't', 'f':
 		return "boolean"
-	case nil:
+	case 'n':
 		return "null"
-	default:
-		return fmt.Sprintf("%T", tok)
 	}
-}
-
-var fieldCache sync.Map // reflect.Type → map[string]reflect.Type
-
-// jsonFields maps a struct's JSON names to field types, following encoding/json's tag rules for
-// the plain (non-embedded) fields our records use.
-func jsonFields(t reflect.Type) map[string]reflect.Type {
-	if m, ok := fieldCache.Load(t); ok {
-		return m.(map[string]reflect.Type)
-	}
-	m := make(map[string]reflect.Type, t.NumField())
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		m[name] = f.Type
-	}
-	fieldCache.Store(t, m)
-	return m
+	return "end of input"
 }

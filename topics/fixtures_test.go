@@ -31,16 +31,26 @@ func sampleStep() StepManifest {
 
 func samplePredicted() PredictedReward {
 	return PredictedReward{
-		Schema: SchemaPredicted, RunID: "r1", Step: 3, GroupID: "g3", RolloutID: "g3-r2", Stream: "mle",
-		PolicyVersion: "ckpt-3", Anchor: true, Score: ptr(0.625), Status: StatusOK, Model: "wm-proxy",
-		Attempts: 1, LatencyMS: 12.5, CreatedAt: t0,
+		Schema:     SchemaPredicted,
+		RolloutRef: RolloutRef{RunID: "r1", Step: 3, GroupID: "g3", RolloutID: "g3-r2", Stream: "mle", PolicyVersion: "ckpt-3"},
+		Anchor:     true,
+		Score:      ptr(0.625),
+		Status:     StatusOK,
+		Model:      "wm-proxy",
+		Attempts:   1,
+		LatencyMS:  12.5,
+		CreatedAt:  t0,
 	}
 }
 
 func sampleExecuted() ExecutedReward {
 	return ExecutedReward{
-		Schema: SchemaExecuted, RunID: "r1", Step: 3, GroupID: "g3", RolloutID: "g3-r2", Stream: "mle",
-		PolicyVersion: "ckpt-3", Score: ptr(0.5), Status: StatusOK, DurationMS: 1834.25, CreatedAt: t0,
+		Schema:     SchemaExecuted,
+		RolloutRef: RolloutRef{RunID: "r1", Step: 3, GroupID: "g3", RolloutID: "g3-r2", Stream: "mle", PolicyVersion: "ckpt-3"},
+		Score:      ptr(0.5),
+		Status:     StatusOK,
+		DurationMS: 1834.25,
+		CreatedAt:  t0,
 	}
 }
 
@@ -132,6 +142,10 @@ func sampleCalibrationDebias() CalibrationSnapshot {
 	s := sampleCalibration()
 	s.Debias = &DebiasShift{Rows: 45, Groups: 6, Reordered: 2, Flattened: 1, MeanShift: 0.0390625}
 	return s
+}
+
+func sampleCalibrationEnd() CalibrationEnd {
+	return CalibrationEnd{RunID: "r1", LastStep: 499, EndedAt: t0, Reason: EndReasonMarker}
 }
 
 func sampleCalibrationV1() CalibrationSnapshot {

@@ -2,7 +2,11 @@ package topics
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -76,6 +80,12 @@ func FuzzDecodeCalibration(f *testing.F) {
 	})
 }
 
+func FuzzDecodeCalibrationEnd(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fuzzJSON(t, b, DecodeCalibrationEnd, EncodeCalibrationEnd, func(e *CalibrationEnd) *time.Time { return &e.EndedAt })
+	})
+}
+
 func FuzzDecodeAdvantages(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		rows, err := DecodeAdvantages(b)
@@ -115,4 +125,32 @@ func FuzzParseChunk(f *testing.F) {
 			t.Fatalf("FormatChunk(ParseChunk(%q)) = %q", s, got)
 		}
 	})
+}
+
+// fuzzSeeds collects the golden records and the JSON decoders' fuzz corpora (which hold many
+// invalid records).
+func fuzzSeeds(t testing.TB) [][]byte {
+	var seeds [][]byte
+	files, _ := filepath.Glob(filepath.Join("testdata", "golden", "*.json"))
+	more, _ := filepath.Glob(filepath.Join("testdata", "golden", "invalid", "*.json"))
+	for _, f := range append(files, more...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeds = append(seeds, b)
+	}
+	corpus, _ := filepath.Glob(filepath.Join("testdata", "fuzz", "FuzzDecode*", "*"))
+	for _, f := range corpus {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Corpus files are "go test fuzz v1\n[]byte(<Go string literal>)\n".
+		_, lit, _ := strings.Cut(string(b), "\n[]byte(")
+		if s, err := strconv.Unquote(strings.TrimSuffix(strings.TrimSpace(lit), ")")); err == nil {
+			seeds = append(seeds, []byte(s))
+		}
+	}
+	return seeds
 }

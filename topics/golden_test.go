@@ -55,6 +55,7 @@ func validGolden() []struct {
 } {
 	r, s, p, e, i, c := sampleRollout(), sampleStep(), samplePredicted(), sampleExecuted(), sampleImputed(), sampleCalibration()
 	sp, cd, se := sampleStepPolicyStep(), sampleCalibrationDebias(), sampleStepEnd()
+	ce := sampleCalibrationEnd()
 	return []struct {
 		file, schema string
 		value        any
@@ -69,6 +70,7 @@ func validGolden() []struct {
 		{"executed_imputed.json", SchemaExecuted, i, func() ([]byte, error) { return EncodeExecuted(i) }},
 		{"calibration.bin", SchemaCalibrationV2, c, func() ([]byte, error) { return EncodeCalibration(c) }},
 		{"calibration_debias.bin", SchemaCalibrationV2, cd, func() ([]byte, error) { return EncodeCalibration(cd) }},
+		{"calibration_end.bin", SchemaCalibrationEnd, ce, func() ([]byte, error) { return EncodeCalibrationEnd(ce) }},
 		// v1 is read, not written: its golden file pins what the v1 reader must still accept.
 		{"calibration.json", SchemaCalibration, sampleCalibrationV1(), func() ([]byte, error) { return encodeCalibrationV1(c) }},
 	}
@@ -100,6 +102,7 @@ func invalidGolden(t *testing.T) []invalidCase {
 	badDebias := sampleCalibrationDebias()
 	badDebias.Debias.Flattened = 3
 	cdb := enc(func() ([]byte, error) { return EncodeCalibration(sampleCalibrationDebias()) })
+	ce := enc(func() ([]byte, error) { return EncodeCalibrationEnd(sampleCalibrationEnd()) })
 	decreasing := sampleCalibration()
 	decreasing.BreakY = []float64{0.1, 0.3, 0.2}
 	rep := func(s, old, new string) []byte {
@@ -134,6 +137,10 @@ func invalidGolden(t *testing.T) []invalidCase {
 		{"calibration_debias_flattened.bin", SchemaCalibrationV2, "invalid-field:debias.flattened", appendCalibration(nil, &badDebias)},
 		{"calibration_debias_truncated.bin", SchemaCalibrationV2, "malformed-binary", []byte(cdb[:len(cdb)-1])},
 		{"calibration_huge_count.bin", SchemaCalibrationV2, "malformed-binary", rep(cb, "\x03\x00\x00\x00\x9a", "\xff\xff\xff\x7f\x9a")},
+		{"calibration_end_truncated.bin", SchemaCalibrationEnd, "malformed-binary", []byte(ce[:len(ce)-1])},
+		{"calibration_end_trailing.bin", SchemaCalibrationEnd, "malformed-binary", []byte(ce + "\x00")},
+		{"calibration_end_unknown_reason.bin", SchemaCalibrationEnd, "invalid-field:reason", rep(ce, "\x06\x00marker", "\x06\x00paused")},
+		{"calibration_end_slash_in_run_id.bin", SchemaCalibrationEnd, "invalid-field:run_id", rep(ce, "\x02\x00r1", "\x02\x00r/")},
 	}
 }
 
@@ -238,6 +245,7 @@ func writeSeeds(t *testing.T, invalid []invalidCase, arrows, arrowsV2 []byte) {
 	targets := map[string]string{
 		SchemaRollout: "FuzzDecodeRollout", SchemaStep: "FuzzDecodeStep", SchemaPredicted: "FuzzDecodePredicted",
 		SchemaExecuted: "FuzzDecodeExecuted", SchemaCalibration: "FuzzDecodeCalibration", SchemaCalibrationV2: "FuzzDecodeCalibration",
+		SchemaCalibrationEnd: "FuzzDecodeCalibrationEnd",
 	}
 	for _, g := range validGolden() {
 		b, _ := g.encode()

@@ -50,7 +50,7 @@ func ContentTypeFor(schema string) string {
 	switch {
 	case IsAdvantageSchema(schema):
 		return ContentTypeArrow
-	case schema == SchemaCalibrationV2, schema == SchemaCalibrationChunk:
+	case schema == SchemaCalibrationV2, schema == SchemaCalibrationChunk, schema == SchemaCalibrationEnd:
 		return ContentTypeBinary
 	}
 	return ContentTypeJSON

@@ -123,24 +123,36 @@ func EndOfRunMarker(run string, lastStep int64, at time.Time) StepManifest {
 	return StepManifest{Schema: SchemaStep, RunID: run, Step: lastStep, EndOfRun: true, CreatedAt: at}
 }
 
+// RolloutRef is the rollout a reward scores, as its Rollout names it (Rollout.Ref). Both reward
+// records embed it right after their schema; encoding/json and json v2 inline an embedded struct's
+// fields, so on the wire they are the reward's own members, in this order.
+type RolloutRef struct {
+	RunID         string `json:"run_id"`
+	Step          int64  `json:"step"`
+	GroupID       string `json:"group_id"`
+	RolloutID     string `json:"rollout_id"`
+	Stream        string `json:"stream"`
+	PolicyVersion string `json:"policy_version"`
+}
+
+// Ref is the reference a reward to r carries.
+func (r *Rollout) Ref() RolloutRef {
+	return RolloutRef{RunID: r.RunID, Step: r.Step, GroupID: r.GroupID, RolloutID: r.RolloutID, Stream: r.Stream, PolicyVersion: r.PolicyVersion}
+}
+
 // PredictedReward is the world model's score for one rollout. Score is present iff Status is ok.
 // Key: run_id. Topic: rewards.predicted.
 type PredictedReward struct {
-	Schema        string `json:"schema"`
-	RunID         string `json:"run_id" wmrl:"intern"`
-	Step          int64  `json:"step"`
-	GroupID       string `json:"group_id" wmrl:"intern"`
-	RolloutID     string `json:"rollout_id"`
-	Stream        string `json:"stream" wmrl:"intern"`
-	PolicyVersion string `json:"policy_version" wmrl:"intern"`
-	Anchor        bool   `json:"anchor"`
+	Schema string `json:"schema"`
+	RolloutRef
+	Anchor bool `json:"anchor"`
 	// Score is in [ScoreMin,ScoreMax]; nil (absent in JSON) unless Status is ok.
 	Score  *float64 `json:"score,omitempty"`
-	Status Status   `json:"status" wmrl:"intern"`
+	Status Status   `json:"status"`
 	// Reason explains a failure; required when Status is not ok.
 	Reason string `json:"reason,omitempty"`
 	// Model, Attempts and LatencyMS describe the scoring call (informational).
-	Model     string    `json:"model,omitempty" wmrl:"intern"`
+	Model     string    `json:"model,omitempty"`
 	Attempts  int       `json:"attempts,omitempty"`
 	LatencyMS float64   `json:"latency_ms,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -151,18 +163,13 @@ type PredictedReward struct {
 // an imputed score of 0, which reproduces the authors' reference. Key: run_id. Topic:
 // rewards.executed.
 type ExecutedReward struct {
-	Schema        string `json:"schema"`
-	RunID         string `json:"run_id" wmrl:"intern"`
-	Step          int64  `json:"step"`
-	GroupID       string `json:"group_id" wmrl:"intern"`
-	RolloutID     string `json:"rollout_id"`
-	Stream        string `json:"stream" wmrl:"intern"`
-	PolicyVersion string `json:"policy_version" wmrl:"intern"`
+	Schema string `json:"schema"`
+	RolloutRef
 	// Score is in [ScoreMin,ScoreMax]; present iff Status is ok or Imputed is set.
 	Score *float64 `json:"score,omitempty"`
 	// Imputed marks a policy score for a failed execution; it requires a non-ok Status.
 	Imputed bool   `json:"imputed,omitempty"`
-	Status  Status `json:"status" wmrl:"intern"`
+	Status  Status `json:"status"`
 	// Reason explains a failure; required when Status is not ok.
 	Reason string `json:"reason,omitempty"`
 	// ExitCode, DurationMS and StderrTail (<= MaxStderrTail) describe the sandbox run.

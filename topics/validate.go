@@ -349,12 +349,7 @@ func (c *checker) scoreStatus(score *float64, status Status, reason string, impu
 func (p *PredictedReward) Validate() error {
 	c := checker{kind: "predicted", kv: [4]string{"run", p.RunID, "rollout", p.RolloutID}}
 	c.schema(p.Schema, SchemaPredicted)
-	c.id("run_id", p.RunID)
-	c.step(p.Step)
-	c.id("group_id", p.GroupID)
-	c.id("rollout_id", p.RolloutID)
-	c.id("stream", p.Stream)
-	c.text("policy_version", p.PolicyVersion, MaxLabelLen, false)
+	c.ref(&p.RolloutRef)
 	c.scoreStatus(p.Score, p.Status, p.Reason, false)
 	c.text("model", p.Model, MaxLabelLen, false)
 	if p.Attempts < 0 {
@@ -364,17 +359,22 @@ func (p *PredictedReward) Validate() error {
 	return c.result()
 }
 
+// ref checks the rollout reference of a reward.
+func (c *checker) ref(r *RolloutRef) {
+	c.id("run_id", r.RunID)
+	c.step(r.Step)
+	c.id("group_id", r.GroupID)
+	c.id("rollout_id", r.RolloutID)
+	c.id("stream", r.Stream)
+	c.text("policy_version", r.PolicyVersion, MaxLabelLen, false)
+}
+
 // Validate checks a sandbox reward: score present iff status is ok, or imputed with a failure
 // status (then score and reason are both required).
 func (e *ExecutedReward) Validate() error {
 	c := checker{kind: "executed", kv: [4]string{"run", e.RunID, "rollout", e.RolloutID}}
 	c.schema(e.Schema, SchemaExecuted)
-	c.id("run_id", e.RunID)
-	c.step(e.Step)
-	c.id("group_id", e.GroupID)
-	c.id("rollout_id", e.RolloutID)
-	c.id("stream", e.Stream)
-	c.text("policy_version", e.PolicyVersion, MaxLabelLen, false)
+	c.ref(&e.RolloutRef)
 	c.scoreStatus(e.Score, e.Status, e.Reason, e.Imputed)
 	c.nonNegative("duration_ms", e.DurationMS)
 	c.text("stderr_tail", e.StderrTail, MaxStderrTail, true)

@@ -64,13 +64,12 @@ func Synthesize(names topics.Names, cfg Config) ([]Step, error) {
 				m.Groups = append(m.Groups, topics.GroupManifest{GroupID: gid, Stream: stream, Size: cfg.GroupSize, Anchor: anchor})
 				difficulty := rng.float()
 				for i := 0; i < cfg.GroupSize; i++ {
-					rid := fmt.Sprintf("%s-r%d", gid, i)
+					ref := topics.RolloutRef{RunID: run, Step: int64(v), GroupID: gid, RolloutID: fmt.Sprintf("%s-r%d", gid, i), Stream: stream, PolicyVersion: m.PolicyVersion}
 					truth := clamp01(0.3*difficulty + 0.6*rng.float())
 					// A biased, noisy world model: over-confident at the low end.
 					pred := clamp01(0.15 + 0.8*truth + 0.1*(rng.float()-0.5))
 					counter++
-					p := topics.PredictedReward{RunID: run, Step: int64(v), GroupID: gid, RolloutID: rid, Stream: stream,
-						PolicyVersion: m.PolicyVersion, Anchor: anchor, Status: topics.StatusOK, CreatedAt: ts}
+					p := topics.PredictedReward{RolloutRef: ref, Anchor: anchor, Status: topics.StatusOK, CreatedAt: ts}
 					if cfg.FailEvery > 0 && counter%cfg.FailEvery == 0 {
 						p.Status, p.Reason = topics.StatusError, "synthetic failure"
 					} else {
@@ -84,8 +83,7 @@ func Synthesize(names topics.Names, cfg Config) ([]Step, error) {
 					if !anchor {
 						continue
 					}
-					x := topics.ExecutedReward{RunID: run, Step: int64(v), GroupID: gid, RolloutID: rid, Stream: stream,
-						PolicyVersion: m.PolicyVersion, Status: topics.StatusOK, CreatedAt: ts}
+					x := topics.ExecutedReward{RolloutRef: ref, Status: topics.StatusOK, CreatedAt: ts}
 					if cfg.FailEvery > 0 && (counter+1)%cfg.FailEvery == 0 {
 						x.Status, x.Reason = topics.StatusTimeout, "synthetic timeout"
 					} else {

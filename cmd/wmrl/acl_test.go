@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http/httptest"
@@ -24,7 +23,6 @@ import (
 
 	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/internal/testenv/secure"
-	"github.com/wmrl/wmrl/sinks/trainer"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -250,18 +248,11 @@ func TestSecureStagesLeastPrivilege(t *testing.T) {
 		"--run", e2eRun, "--anchor-fraction", strconv.FormatFloat(e2eAnchor, 'g', -1, 64))
 
 	wm := startE2EWorldModel(t)
-	script, err := filepath.Abs(filepath.Join("testdata", "e2e", "score.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	argv, err := json.Marshal([]string{"/bin/sh", script, "{artifact}"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	argv := e2eScoreArgv(t)
 	procs := []*e2eProc{
 		h["worldmodel"].start("worldmodel", "worldmodel", "--backend", "openai", "--base-url", wm+"/v1",
 			"--model", "m", "--concurrency", "4", "--group", s.groups["worldmodel"], "--metrics-addr", "127.0.0.1:0"),
-		h["sandbox"].start("sandbox", "sandbox", "--argv", string(argv), "--slots", "2", "--timeout", "5s",
+		h["sandbox"].start("sandbox", "sandbox", "--argv", argv, "--slots", "2", "--timeout", "5s",
 			"--group", s.groups["sandbox"], "--metrics-addr", "127.0.0.1:0"),
 		h["correct"].start("correct", "correct", "--transactional-id", s.txnPrefix+"0",
 			"--group", s.groups["correct"], "--redis-prefix", "acl", "--metrics-addr", "127.0.0.1:0"),
@@ -285,18 +276,7 @@ func TestSecureStagesLeastPrivilege(t *testing.T) {
 	opts := s.broker.AdminOpts()
 	checkPredicted(t, readCommitted(ctx, t, opts, s.names.Predicted()), rollouts)
 	checkExecuted(t, readCommitted(ctx, t, opts, s.names.Executed()), rollouts)
-	steps, _, err := trainer.ReadTopicSteps(ctx, opts, s.names.Advantages(), e2eRun)
-	if err != nil {
-		t.Fatalf("read advantages: %v", err)
-	}
-	var rows []topics.AdvantageRow
-	for _, st := range steps {
-		rows = append(rows, st.Rows...)
-	}
-	checkAdvantages(t, rows, rollouts)
-	if want := fmt.Sprintf("digest %s rows %d steps %d", topics.DigestRows(rows), len(rollouts), e2eSteps); live != want {
-		t.Errorf("wmrl digest printed %q, rows read from the topic give %q", live, want)
-	}
+	checkAdvantageTopic(ctx, t, opts, s.names.Advantages(), rollouts, live, e2eSteps)
 }
 
 // checkDenied tries what the ACLs must refuse and requires the broker's authorization error for
@@ -312,8 +292,10 @@ func (s *secureEnv) checkDenied(t *testing.T, tenant string) {
 	}
 	score := 1.0
 	forged, err := topics.EncodeExecuted(topics.ExecutedReward{
-		RunID: e2eRun, Step: e2eSteps, GroupID: "forged", RolloutID: "forged-0", Stream: "default",
-		PolicyVersion: "ckpt-x", Score: &score, Status: topics.StatusOK, CreatedAt: time.Now().UTC(),
+		RolloutRef: topics.RolloutRef{RunID: e2eRun, Step: e2eSteps, GroupID: "forged", RolloutID: "forged-0", Stream: "default", PolicyVersion: "ckpt-x"},
+		Score:      &score,
+		Status:     topics.StatusOK,
+		CreatedAt:  time.Now().UTC(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -87,14 +87,11 @@ func (o *analyticsOptions) run(cmd *cobra.Command, _ []string) error {
 	if err := registerTapMetrics(reg, tap); err != nil {
 		return err
 	}
-	probe := &sinkProbe{}
-	stop, err := serveSink(ctx, o.metricsAddr, reg, probe, kopts, a.log)
+	stop, err := serveSink(ctx, o.metricsAddr, reg, kopts, a.log)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	probe.running.Store(true)
-	defer probe.running.Store(false)
 	return tap.Run(ctx)
 }
 

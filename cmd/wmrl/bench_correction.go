@@ -49,7 +49,7 @@ The measurement repeats for --rounds alternating rounds (pass-through, then corr
 fresh topics; the latency phase only in the last): one round's ratio moves by a third on a shared
 machine, so the verdict is the median. Prints the last round's full report, then every round and
 min/median/max. Uses --brokers and --redis, or an in-process kfake + miniredis with --embedded.
-Exits 1 when the median ratio is below --target. The topics are deleted afterwards.`,
+Exits 1 when the median ratio is below --target. The topics and Redis keys are deleted afterwards.`,
 		Args: cobra.NoArgs,
 		RunE: o.run,
 	}
@@ -70,7 +70,7 @@ Exits 1 when the median ratio is below --target. The topics are deleted afterwar
 	f.Int32Var(&cfg.FetchMaxPartitionBytes, "fetch-max-partition-bytes", 1<<20, "bytes one fetch returns per partition, both consumers (1 MiB: the Kafka and franz-go default)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole benchmark to this file; samples carry phase=passthrough or phase=correction (go tool pprof -tagfocus phase=correction)")
 	f.BoolVar(&o.embedded, "embedded", false, "use an in-process kfake broker and miniredis instead of --brokers/--redis")
-	f.BoolVar(&cfg.KeepTopics, "keep-topics", false, "do not delete the benchmark topics")
+	f.BoolVar(&cfg.KeepTopics, "keep-topics", false, "do not delete the benchmark topics and Redis keys")
 	f.Float64Var(&o.target, "target", 0.8, "minimum median ratio of correction to pass-through records/s")
 	f.IntVar(&o.rounds, "rounds", 3, "alternating rounds of both phases; the verdict is their median ratio")
 	return cmd

@@ -20,7 +20,9 @@ func TestBenchCorrectionRoundsEmbedded(t *testing.T) {
 	if !errors.As(err, &ee) || ee.code != 1 || !strings.Contains(err.Error(), "median ratio") {
 		t.Fatalf("want exit 1 for the median ratio below target, got %v\n%s", err, out.String())
 	}
-	for _, s := range []string{"2 alternating rounds", "ratio                  min", "latency last reward"} {
+	for _, s := range []string{"2 alternating rounds", "ratio                  min", "latency last reward",
+		"records per CPU-second", "broker log bytes per run step, backlog (one replica): advantages.v1=",
+		"broker log bytes per run step, one step per transaction", "CPU per step when each step"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("output lacks %q:\n%s", s, out.String())
 		}

@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +18,6 @@ import (
 
 	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/internal/testenv/secure"
-	"github.com/wmrl/wmrl/sinks/trainer"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -51,7 +47,7 @@ type localCluster struct {
 
 func startLocalCluster(t *testing.T) *localCluster {
 	t.Helper()
-	base := freeRun(t, 6)
+	base := testenv.FreePortRun(t, 6, 0)
 	c := &localCluster{t: t, env: append(os.Environ(),
 		"WMRL_LOCAL_DIR="+t.TempDir(), "WMRL_CLUSTER_BASE_PORT="+strconv.Itoa(base))}
 	start := time.Now()
@@ -68,28 +64,6 @@ func startLocalCluster(t *testing.T) *localCluster {
 	t.Cleanup(cl.Close)
 	c.cl, c.adm = cl, kadm.NewClient(cl)
 	return c
-}
-
-// freeRun finds n consecutive free loopback ports (cluster.sh numbers its ports from a base).
-func freeRun(t *testing.T, n int) int {
-	t.Helper()
-	for range 50 {
-		base := 20000 + rand.IntN(30000)
-		ok := true
-		for p := base; p < base+n && ok; p++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				ok = false
-				continue
-			}
-			_ = l.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	t.Fatalf("no %d consecutive free ports", n)
-	return 0
 }
 
 func (c *localCluster) script(args ...string) {
@@ -220,18 +194,11 @@ func TestClusterFailover(t *testing.T) {
 
 	rollouts := clusterWorkload(t)
 	wm := startE2EWorldModel(t)
-	script, err := filepath.Abs(filepath.Join("testdata", "e2e", "score.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	argv, err := json.Marshal([]string{"/bin/sh", script, "{artifact}"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	argv := e2eScoreArgv(t)
 	procs := []*e2eProc{
 		h.start("worldmodel", "worldmodel", "--backend", "openai", "--base-url", wm+"/v1", "--model", "m",
 			"--concurrency", "4", "--group", prefix+"worldmodel", "--metrics-addr", "127.0.0.1:0"),
-		h.start("sandbox", "sandbox", "--argv", string(argv), "--slots", "2", "--timeout", "20s",
+		h.start("sandbox", "sandbox", "--argv", argv, "--slots", "2", "--timeout", "20s",
 			"--group", prefix+"sandbox", "--metrics-addr", "127.0.0.1:0"),
 		h.start("correct", "correct", "--transactional-id", prefix+"correct-0", "--group", prefix+"correct",
 			"--redis-prefix", "cluster", "--metrics-addr", "127.0.0.1:0"),
@@ -330,19 +297,7 @@ func TestClusterFailover(t *testing.T) {
 		e, err := topics.DecodeExecuted(b)
 		return e.RolloutID, fmt.Sprint(e.Status, e.Reason, scoreText(e.Score)), err
 	}), rollouts)
-	steps, _, err := trainer.ReadTopicSteps(ctx, opts, names.Advantages(), e2eRun)
-	if err != nil {
-		t.Fatalf("read advantages: %v", err)
-	}
-	var rows []topics.AdvantageRow
-	for _, st := range steps {
-		rows = append(rows, st.Rows...)
-	}
-	checkAdvantages(t, rows, rollouts) // exactly one row per rollout: 0 lost, 0 duplicated
-	want := fmt.Sprintf("digest %s rows %d steps %d", topics.DigestRows(rows), len(rollouts), clusterSteps)
-	if live != want {
-		t.Errorf("wmrl digest printed %q, rows read from the topic give %q", live, want)
-	}
+	rows := checkAdvantageTopic(ctx, t, opts, names.Advantages(), rollouts, live, clusterSteps) // exactly one row per rollout: 0 lost, 0 duplicated
 	rout := h.run(2*time.Minute, 0, "replay", "--run", e2eRun, "--out", filepath.Join(dir, "replay.bin"),
 		"--redis-prefix", "cluster-replay", "--state-prefix", "cluster")
 	if !strings.Contains(rout, "digest="+topics.DigestRows(rows)) || !strings.Contains(rout, "incomplete_steps=0") {

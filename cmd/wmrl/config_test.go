@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,15 +44,21 @@ func TestApplyConfigPrecedence(t *testing.T) {
 	}
 }
 
-func TestApplyConfigErrors(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, body string) string {
+// tempFiles gives a fresh directory and a function that writes a file of it (mode 0600, as
+// secrets want) and returns its path.
+func tempFiles(t *testing.T) (dir string, write func(name, body string) string) {
+	dir = t.TempDir()
+	return dir, func(name, body string) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
+}
+
+func TestApplyConfigErrors(t *testing.T) {
+	dir, write := tempFiles(t)
 	tests := []struct {
 		name string
 		file string
@@ -88,20 +93,8 @@ func TestTopicsCommandInProcess(t *testing.T) {
 	defer c.Close()
 	brokers := "--brokers=" + strings.Join(c.ListenAddrs(), ",")
 	runCLI := func(args ...string) (int, string) {
-		var out bytes.Buffer
-		a := &app{stdout: &out, stderr: &out}
-		root := newRoot(a)
-		root.SetArgs(args)
-		err := root.Execute()
-		code := 0
-		if err != nil {
-			code = 2
-			if ee, ok := err.(*exitError); ok {
-				code = ee.code
-			}
-			out.WriteString(err.Error())
-		}
-		return code, out.String()
+		code, out, errOut := runCLIOut(args...)
+		return code, out + errOut
 	}
 	if code, out := runCLI("topics", "check", brokers, "--topic-prefix=cli."); code != 1 || !strings.Contains(out, "missing") {
 		t.Fatalf("check before create: code %d\n%s", code, out)

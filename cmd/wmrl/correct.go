@@ -126,7 +126,12 @@ fences its predecessor's unfinished transaction. It is also the default --instan
 group membership), so a restarted instance takes its partitions back without a rebalance. SIGTERM
 finishes the current transaction and leaves the group. Broker and Redis outages are ridden out in
 place (the transaction is aborted, state rebuilt from the changelog once the broker answers);
-/readyz is non-200 meanwhile.`,
+/readyz is non-200 meanwhile.
+
+Runs end with their end-of-run record ('wmrl runs end', 'wmrl generate') or, with
+--run-idle-timeout, after a time without input: the run leaves memory, its end is written to the
+changelog (a rebuild skips it) and to Redis, and --ended-run-retention later its changelog keys
+are tombstoned and its Redis keys expire (docs/stages.md, "The end of a run").`,
 		Args: cobra.NoArgs,
 		RunE: o.run,
 	}
@@ -148,6 +153,10 @@ place (the transaction is aborted, state rebuilt from the changelog once the bro
 	f.IntVar(&cfg.MaxTxnSteps, "max-txn-steps", correct.DefaultMaxTxnSteps, "while a backlog is being read, seal at most this many steps per transaction (1: one poll per transaction)")
 	f.DurationVar(&cfg.MaxTxnLinger, "max-txn-linger", correct.DefaultMaxTxnLinger, "longest a backlog batch waits before its transaction commits (live traffic commits every poll)")
 	f.DurationVar(&cfg.ProgressInterval, "progress-interval", correct.DefaultProgressInterval, "period of the info-level progress line")
+	f.DurationVar(&cfg.EndedRunRetention, "ended-run-retention", correct.DefaultEndedRunRetention,
+		"how long an ended run's calibration changelog keys and Redis keys stay after its end: then its changelog keys are tombstoned (compaction drops them) and its Redis keys expire; until then dashboards and 'wmrl runs' show it and its late records are dead-lettered run_ended. Default a day: late records of a finished run arrive within hours, and 50 runs a day leave ~50 ended runs behind, not every run ever seen. 0: keep them for ever")
+	f.DurationVar(&cfg.RunIdleTimeout, "run-idle-timeout", 0,
+		"end a run that has had no input record for this long, by publishing its end-of-run record (reason idle) at its last sealed step; buffered incomplete steps are dead-lettered run_ended. 0 (the default): off, since a trainer paused for a long evaluation or checkpoint must not lose its run. Where trainers die without ending their runs, set it well above the longest pause (e.g. 6h)")
 	limitFlags(f, &cfg.Limits, true)
 	return cmd
 }
@@ -175,6 +184,12 @@ func (o *correctOptions) run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	cfg.Correction = cc
+	if cfg.EndedRunRetention < 0 || cfg.RunIdleTimeout < 0 {
+		return fmt.Errorf("--ended-run-retention %v, --run-idle-timeout %v: durations are >= 0 (0: keep for ever, off)", cfg.EndedRunRetention, cfg.RunIdleTimeout)
+	}
+	if cfg.EndedRunRetention == 0 {
+		cfg.EndedRunRetention = -1 // for ever (Config's zero is the default)
+	}
 	if cfg.KafkaOpts, err = a.kafkaOpts(); err != nil {
 		return err
 	}

@@ -99,17 +99,10 @@ func TestE2E(t *testing.T) {
 	var wmRequests atomic.Int64
 	wm := httptest.NewServer(testenv.WorldModel(&wmRequests))
 	t.Cleanup(wm.Close)
-	script, err := filepath.Abs(filepath.Join("testdata", "e2e", "score.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	argv, err := json.Marshal([]string{"/bin/sh", script, "{artifact}"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	argv := e2eScoreArgv(t)
 	wmProc := h.start("worldmodel", "worldmodel", "--backend", "openai", "--base-url", wm.URL+"/v1",
 		"--model", "m", "--concurrency", "4", "--metrics-addr", "127.0.0.1:0", "--group", groups["worldmodel"])
-	sbProc := h.start("sandbox", "sandbox", "--argv", string(argv), "--slots", "2", "--timeout", "10s",
+	sbProc := h.start("sandbox", "sandbox", "--argv", argv, "--slots", "2", "--timeout", "10s",
 		"--metrics-addr", "127.0.0.1:0", "--group", groups["sandbox"])
 	corrProc := h.start("correct", "correct", "--metrics-addr", "127.0.0.1:0", "--transactional-id", unique+"-txn",
 		"--group", groups["correct"], "--redis-prefix", unique)
@@ -138,18 +131,7 @@ func TestE2E(t *testing.T) {
 	defer cancel()
 	checkPredicted(t, readCommitted(ctx, t, opts, names.Predicted()), rollouts)
 	checkExecuted(t, readCommitted(ctx, t, opts, names.Executed()), rollouts)
-	steps, _, err := trainer.ReadTopicSteps(ctx, opts, names.Advantages(), e2eRun)
-	if err != nil {
-		t.Fatalf("read advantages: %v", err)
-	}
-	var rows []topics.AdvantageRow
-	for _, st := range steps {
-		rows = append(rows, st.Rows...)
-	}
-	checkAdvantages(t, rows, rollouts)
-	if want := fmt.Sprintf("digest %s rows %d steps %d", topics.DigestRows(rows), len(rollouts), e2eSteps); live != want {
-		t.Errorf("wmrl digest printed %q, rows read from the topic give %q", live, want)
-	}
+	rows := checkAdvantageTopic(ctx, t, opts, names.Advantages(), rollouts, live, e2eSteps)
 
 	// 9. Replay reproduces the live digest.
 	replayFile := filepath.Join(dir, "replay.bin")
@@ -511,6 +493,41 @@ func readCommitted(ctx context.Context, t *testing.T, opts []kgo.Opt, topic stri
 		})
 	}
 	return values
+}
+
+// e2eScoreArgv is the sandbox's --argv (a JSON array) that runs testdata/e2e/score.sh, the
+// anchor task of the end-to-end tests.
+func e2eScoreArgv(t *testing.T) string {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("testdata", "e2e", "score.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv, err := json.Marshal([]string{"/bin/sh", script, "{artifact}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(argv)
+}
+
+// checkAdvantageTopic reads run e2eRun's steps from the advantages topic, checks their rows
+// against rollouts and the digest line wmrl digest printed live (over steps steps), and returns
+// the rows.
+func checkAdvantageTopic(ctx context.Context, t *testing.T, opts []kgo.Opt, topic string, rollouts []e2eRollout, live string, steps int) []topics.AdvantageRow {
+	t.Helper()
+	read, _, err := trainer.ReadTopicSteps(ctx, opts, topic, e2eRun)
+	if err != nil {
+		t.Fatalf("read advantages: %v", err)
+	}
+	var rows []topics.AdvantageRow
+	for _, st := range read {
+		rows = append(rows, st.Rows...)
+	}
+	checkAdvantages(t, rows, rollouts)
+	if want := fmt.Sprintf("digest %s rows %d steps %d", topics.DigestRows(rows), len(rollouts), steps); live != want {
+		t.Errorf("wmrl digest printed %q, rows read from the topic give %q", live, want)
+	}
+	return rows
 }
 
 func checkPredicted(t *testing.T, values [][]byte, rollouts []e2eRollout) {

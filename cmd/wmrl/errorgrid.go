@@ -73,8 +73,7 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 		}
 	}
 	start := time.Now()
-	fmt.Fprintf(a.stdout, "eval set: %d held-out problems × %d solutions ...\n", o.evalProblems, len(task.EffectiveSolutions()))
-	eval, err := sim.Eval(ctx, o.evalProblems, o.workers)
+	eval, err := o.gridEval(ctx)
 	if err != nil {
 		return err
 	}
@@ -93,13 +92,8 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 		return err
 	}
 	if out != "" {
-		if err := os.MkdirAll(out, 0o755); err != nil {
-			return fmt.Errorf("--out: %w", err)
-		}
-		if err := writeFile(filepath.Join(out, "error_grid.csv"), func(f *os.File) error { return sim.WriteErrorGridCSV(f, res) }); err != nil {
-			return err
-		}
-		if err := writeFile(filepath.Join(out, "error_grid.md"), func(f *os.File) error { return sim.GridTable(f, res) }); err != nil {
+		if err := writeGridTables(out, "error_grid", func(f *os.File) error { return sim.WriteErrorGridCSV(f, res) },
+			func(f *os.File) error { return sim.GridTable(f, res) }); err != nil {
 			return err
 		}
 		files, err := sim.WriteGridPlots(out, res)
@@ -134,8 +128,7 @@ func (o *simulateOptions) runCalibrationGrid(ctx context.Context, cfg sim.Config
 		return err
 	}
 	start := time.Now()
-	fmt.Fprintf(a.stdout, "eval set: %d held-out problems × %d solutions ...\n", o.evalProblems, len(task.EffectiveSolutions()))
-	eval, err := sim.Eval(ctx, o.evalProblems, o.workers)
+	eval, err := o.gridEval(ctx)
 	if err != nil {
 		return err
 	}
@@ -155,17 +148,29 @@ func (o *simulateOptions) runCalibrationGrid(ctx context.Context, cfg sim.Config
 		return err
 	}
 	if out != "" {
-		if err := os.MkdirAll(out, 0o755); err != nil {
-			return fmt.Errorf("--out: %w", err)
-		}
-		if err := writeFile(filepath.Join(out, "calibration_grid.csv"), func(f *os.File) error { return sim.WriteCalibrationCSV(f, res) }); err != nil {
-			return err
-		}
-		if err := writeFile(filepath.Join(out, "calibration_grid.md"), func(f *os.File) error { return sim.CalibrationTable(f, res) }); err != nil {
+		if err := writeGridTables(out, "calibration_grid", func(f *os.File) error { return sim.WriteCalibrationCSV(f, res) },
+			func(f *os.File) error { return sim.CalibrationTable(f, res) }); err != nil {
 			return err
 		}
 		fmt.Fprintf(a.stdout, "wrote calibration_grid.csv and calibration_grid.md to %s\n", out)
 	}
 	fmt.Fprintf(a.stdout, "calibration grid done in %s\n", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// gridEval builds the held-out eval set a grid scores against, saying so first: it takes a while.
+func (o *simulateOptions) gridEval(ctx context.Context) (*task.EvalSet, error) {
+	fmt.Fprintf(o.a.stdout, "eval set: %d held-out problems × %d solutions ...\n", o.evalProblems, len(task.EffectiveSolutions()))
+	return sim.Eval(ctx, o.evalProblems, o.workers)
+}
+
+// writeGridTables writes a grid's name.csv and name.md into out, made if missing.
+func writeGridTables(out, name string, csv, md func(*os.File) error) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	if err := writeFile(filepath.Join(out, name+".csv"), csv); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(out, name+".md"), md)
 }

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -49,14 +47,10 @@ func TestPoisonRolloutStages(t *testing.T) {
 
 	wm := httptest.NewServer(testenv.WorldModel(nil))
 	t.Cleanup(wm.Close)
-	script, err := filepath.Abs(filepath.Join("testdata", "e2e", "score.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	argv, _ := json.Marshal([]string{"/bin/sh", script, "{artifact}"})
+	argv := e2eScoreArgv(t)
 	wmProc := h.start("worldmodel", "worldmodel", "--backend", "openai", "--base-url", wm.URL+"/v1", "--model", "m",
 		"--metrics-addr", "127.0.0.1:0", "--group", groups["worldmodel"])
-	sbProc := h.start("sandbox", "sandbox", "--argv", string(argv), "--slots", "1", "--timeout", "10s",
+	sbProc := h.start("sandbox", "sandbox", "--argv", argv, "--slots", "1", "--timeout", "10s",
 		"--metrics-addr", "127.0.0.1:0", "--group", groups["sandbox"])
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(names.Predicted(), names.Executed(), names.DLQ()),

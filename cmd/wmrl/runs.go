@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,10 +18,10 @@ func init() { register(newRunsCmd) }
 func newRunsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "runs",
-		Short: "Operate on training runs (list the runs in Redis, end a run)",
+		Short: "Operate on training runs (list the runs in Redis, show one, end one)",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newRunsEndCmd(a), newRunsListCmd(a))
+	cmd.AddCommand(newRunsEndCmd(a), newRunsListCmd(a), newRunsShowCmd(a))
 	return cmd
 }
 
@@ -47,8 +44,10 @@ func newRunsEndCmd(a *app) *cobra.Command {
 "end_of_run": true whose step is the run's last step), keyed by the run like its manifests, so its
 place among them is fixed and a replay sees the end where the live consumer did.
 
-'wmrl correct' retires the run once the last step is sealed: its state leaves memory and its
-per-run metric series are deleted. Records of later steps are dead-lettered with reason
+'wmrl correct' retires the run once the last step is sealed: its state leaves memory, its
+per-run metric series are deleted, and its end is recorded on the calibration changelog and in
+Redis; after 'wmrl correct --ended-run-retention' its changelog keys are tombstoned and its Redis
+keys expire. Records of later steps are dead-lettered with reason
 run_ended; re-sent records of sealed steps are dropped as duplicates. A run does not resume after
 its end: a trainer restarting from a checkpoint re-sends steps that are already sealed, and a
 run that must go on needs a new run id.
@@ -136,56 +135,4 @@ func (o *runsEndOptions) sealedInRedis(ctx context.Context, run string) (int64, 
 		return 0, fmt.Errorf("run %s under prefix %q: %w; name the run's last step with --last-step", run, o.redisPrefix, errNoSealedStep)
 	}
 	return last, nil
-}
-
-func newRunsListCmd(a *app) *cobra.Command {
-	var prefix string
-	var timeout time.Duration
-	cmd := &cobra.Command{
-		Use: "list",
-		Example: `  wmrl runs list
-  wmrl runs list --redis redis://redis:6379/0 --redis-prefix lab`,
-		Short: "List the runs 'wmrl correct' holds state of in Redis, one line per (run, stream)",
-		Long: `list prints, per (run, stream) that 'wmrl correct' wrote under --redis-prefix, the last sealed
-step, the calibration's fit version, the anchor weight for the next step and the anchor pairs in
-the window. It scans the Redis keyspace (every master of a cluster): an operator's view, not
-something to poll. Ended runs are listed too while their keys exist (no retention expires them
-yet).`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			rdb, err := a.redis()
-			if err != nil {
-				return err
-			}
-			defer rdb.Close()
-			st := statestore.New(rdb, prefix, 0)
-			runs, err := st.Runs(ctx)
-			if err != nil {
-				return fmt.Errorf("list runs: %w", err)
-			}
-			w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "RUN\tSTREAM\tSEALED_STEP\tFIT_VERSION\tANCHOR_WEIGHT\tPAIRS")
-			for _, run := range runs {
-				streams, err := st.Streams(ctx, run)
-				if err != nil {
-					return fmt.Errorf("run %s: streams: %w", run, err)
-				}
-				slices.Sort(streams)
-				for _, s := range streams {
-					h, err := st.ReadHead(ctx, run, s)
-					if err != nil {
-						return fmt.Errorf("run %s stream %s: head: %w", run, s, err)
-					}
-					fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%d\n", run, s, h.SealedStep, h.FitVersion,
-						strconv.FormatFloat(h.AnchorWeight, 'g', 4, 64), h.Pairs)
-				}
-			}
-			return w.Flush()
-		},
-	}
-	cmd.Flags().StringVar(&prefix, "redis-prefix", statestore.DefaultPrefix, "key prefix of the correction state in Redis (as 'wmrl correct --redis-prefix')")
-	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
-	return cmd
 }

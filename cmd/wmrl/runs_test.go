@@ -63,7 +63,7 @@ func TestRunsEndOnBroker(t *testing.T) {
 	// A run 'wmrl correct' sealed up to step 2 (its state written to Redis as the consumer
 	// writes it): runs list shows it, and runs end without --last-step ends it there.
 	seedRedisRun(t, redisURL, unique, "sealed", 2)
-	if out := h.run(time.Minute, 0, "runs", "list", "--redis-prefix", unique); !regexp.MustCompile(`(?m)^sealed\s+s\s+2\s`).MatchString(out) {
+	if out := h.run(time.Minute, 0, "runs", "list", "--redis-prefix", unique); !regexp.MustCompile(`(?m)^sealed\s+active\s+2\s+s\s`).MatchString(out) {
 		t.Fatalf("runs list printed %q", out)
 	}
 	if out := h.run(time.Minute, 0, "runs", "end", "sealed", "--redis-prefix", unique); !strings.Contains(out, "run sealed ended after step 2") {

@@ -7,27 +7,25 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/wmrl/wmrl/consumers/sandbox"
-	"github.com/wmrl/wmrl/internal/stage"
+	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 )
 
 func init() { register(newSandboxCmd) }
 
 // sandboxOptions holds sandbox's flags; its run method is the command's body.
 type sandboxOptions struct {
-	a                                                                 *app
-	backend, group, metricsAddr, artifactDir, artifactName, onTimeout string
-	addressSpace, memory, fileSize, runAs, containment, jobDirSize    string
-	argv                                                              []string
-	env                                                               map[string]string
-	cfg                                                               sandbox.CommandConfig
-	slots, handlers                                                   int
-	grace                                                             time.Duration
-	member                                                            stage.Config
+	a                                                              *app
+	backend, artifactName, onTimeout                               string
+	addressSpace, memory, fileSize, runAs, containment, jobDirSize string
+	argv                                                           []string
+	env                                                            map[string]string
+	cfg                                                            sandbox.CommandConfig
+	slots, handlers                                                int
+	stage                                                          stageFlags
 }
 
 func newSandboxCmd(a *app) *cobra.Command {
@@ -82,12 +80,8 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.IntVar(&o.slots, "slots", 4, "exclusive execution slots (concurrent jobs)")
 	f.IntVar(&o.handlers, "handlers", 0, "stage handlers (0: 2×slots, so a slot never waits for a produce acknowledgement)")
 	f.StringVar(&o.onTimeout, "on-timeout", "missing", "reward of a timed-out rollout: missing (excluded) or zero (the reference)")
-	f.StringVar(&o.artifactDir, "artifact-dir", "", "claim-check directory shared with the generator, for artifacts sent by reference")
 	f.StringVar(&o.artifactName, "artifact-name", "", "file name of the artifact in the job directory (default artifact), e.g. solution.py")
-	f.StringVar(&o.group, "group", "", "consumer group (default wmrl-sandbox; under a --topic-prefix other than wmrl.: <prefix>wmrl-sandbox)")
-	f.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9465", "serve /metrics and /healthz here (:9465 for every interface; empty: off)")
-	f.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "time running jobs get to finish on shutdown before they are killed and handed back")
-	memberFlags(f, &o.member)
+	o.stage.add(f, sandbox.StageName, "9465", "time running jobs get to finish on shutdown before they are killed and handed back")
 	return cmd
 }
 
@@ -106,7 +100,7 @@ func (o *sandboxOptions) run(cmd *cobra.Command, _ []string) error {
 	if cfg.Limits.MemoryBytes, err = parseBytes(o.memory); err != nil {
 		return fmt.Errorf("--memory: %w", err)
 	}
-	if cfg.Containment, err = sandbox.ParseContainment(o.containment); err != nil {
+	if cfg.Containment, err = jail.ParseContainment(o.containment); err != nil {
 		return fmt.Errorf("--containment: %w", err)
 	}
 	if cfg.Limits.AddressSpaceBytes, err = parseBytes(o.addressSpace); err != nil {
@@ -141,10 +135,10 @@ func (o *sandboxOptions) run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	hc := sandbox.HandlerConfig{Pool: pool, Policy: policy, ArtifactName: o.artifactName}
-	if hc.Artifacts, err = artifactResolver(o.artifactDir); err != nil {
+	if hc.Artifacts, err = artifactResolver(o.stage.artifactDir); err != nil {
 		return err
 	}
-	member, err := a.stageConfig(o.member, a.groupFor(cmd, o.group, "wmrl-"+sandbox.StageName), o.metricsAddr, o.grace)
+	member, err := o.stage.config(a, cmd, sandbox.StageName)
 	if err != nil {
 		return err
 	}
@@ -199,12 +193,12 @@ func parseBytes(s string) (uint64, error) {
 	return uint64(b), nil
 }
 
-func parseRunAs(s string) (*sandbox.RunAs, error) {
+func parseRunAs(s string) (*jail.RunAs, error) {
 	u, g, ok := strings.Cut(s, ":")
 	uid, err1 := strconv.ParseUint(u, 10, 32)
 	gid, err2 := strconv.ParseUint(g, 10, 32)
 	if !ok || err1 != nil || err2 != nil {
 		return nil, fmt.Errorf("--run-as %q: want UID:GID (numbers)", s)
 	}
-	return &sandbox.RunAs{UID: uint32(uid), GID: uint32(gid)}, nil
+	return &jail.RunAs{UID: uint32(uid), GID: uint32(gid)}, nil
 }

@@ -33,14 +33,7 @@ func resolveOptions(t *testing.T, args []string, env map[string]string) (*app, e
 }
 
 func TestSecretFiles(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	_, write := tempFiles(t)
 	pw := write("pw", "s3cret\n")
 	crlf := write("crlf", "s3cret\r\n\r\n")
 	spaces := write("spaces", " s3 cret \n")
@@ -98,14 +91,7 @@ func TestSecretFiles(t *testing.T) {
 }
 
 func TestSecretFileErrors(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	dir, write := tempFiles(t)
 	pw := write("pw", "s3cret\n")
 	empty := write("empty", "\n")
 	huge := write("huge", strings.Repeat("x", maxSecretFile+1))

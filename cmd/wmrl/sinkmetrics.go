@@ -53,19 +53,21 @@ func (p *sinkProbe) watch(ctx context.Context, opts []kgo.Opt) {
 	health.Watch(ctx, cl, func(_ context.Context, err error) { p.cluster.Store(&err) })
 }
 
-// serveSink serves /metrics from reg and the probe's /healthz and /readyz on addr (empty: off)
-// and pings the cluster for /readyz; stop ends both.
-func serveSink(ctx context.Context, addr string, reg *prometheus.Registry, probe *sinkProbe, opts []kgo.Opt, log *slog.Logger) (stop func(), err error) {
+// serveSink serves /metrics from reg and a probe's /healthz and /readyz on addr (empty: off):
+// live from now until stop, ready while the cluster also answers the probe's pings. stop ends both.
+func serveSink(ctx context.Context, addr string, reg *prometheus.Registry, opts []kgo.Opt, log *slog.Logger) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
+	probe := &sinkProbe{}
 	srv, err := health.Serve(addr, reg, probe.live, probe.ready, log)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	go probe.watch(wctx, opts)
-	return func() { cancel(); srv.Stop() }, nil
+	probe.running.Store(true)
+	return func() { probe.running.Store(false); cancel(); srv.Stop() }, nil
 }
 
 // trainMetrics are wmrl_train_*: what a trainer consumed and acknowledged.

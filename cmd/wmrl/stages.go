@@ -2,30 +2,15 @@ package main
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/artifact"
-	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/internal/topicadmin"
 	"github.com/wmrl/wmrl/topics"
 )
-
-// stageConfig completes the stage configuration that worldmodel and sandbox share: the flags
-// they both have and the connection, after the start-up check of the brokers.
-func (a *app) stageConfig(member stage.Config, group, metricsAddr string, grace time.Duration) (stage.Config, error) {
-	kopts, err := a.kafkaOpts()
-	if err != nil {
-		return member, err
-	}
-	member.Group, member.Names, member.KafkaOpts = group, a.conn.Names(), kopts
-	member.MetricsAddr, member.Logger, member.ShutdownGrace = metricsAddr, a.log, grace
-	member.StartupTimeout = a.startupLeft()
-	return member, nil
-}
 
 // requireTopics is the start-up topic check of commands that are not stages (the stages make
 // it in Run): a consumer of a missing topic would otherwise wait for it without a word.

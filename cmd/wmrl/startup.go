@@ -71,6 +71,7 @@ var otherEnv = map[string]bool{
 	"WMRL_CLUSTER_BASE_PORT": true, "WMRL_CLUSTER_NODES": true,
 	// Tests (every WMRL_TEST_* name is also accepted).
 	"WMRL_REQUIRE_SERVICES": true, "WMRL_CHAOS": true, "WMRL_CHAOS_ONLY": true, "WMRL_CHAOS_OUTAGE": true, "WMRL_CORRECT_CHILD": true,
+	"WMRL_SOAK": true, "WMRL_SOAK_RUNS": true, "WMRL_SOAK_OUT": true, "WMRL_SOAK_STRICT": true,
 	// The Python client's trainer integrations.
 	"WMRL_START_STEP": true, "WMRL_FLUSH_AFTER": true, "WMRL_RM_TOKEN": true,
 }

@@ -74,14 +74,11 @@ func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	probe := &sinkProbe{}
-	stop, err := serveSink(ctx, o.metricsAddr, reg, probe, opts, a.log)
+	stop, err := serveSink(ctx, o.metricsAddr, reg, opts, a.log)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	probe.running.Store(true)
-	defer probe.running.Store(false)
 	connOpts := opts // without the metrics hooks, for the wiring check's own clients
 	opts = append(opts[:len(opts):len(opts)], kgo.WithHooks(stage.KafkaMetrics(reg, "train")...))
 	if o.session > 0 {

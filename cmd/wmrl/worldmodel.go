@@ -4,24 +4,21 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/wmrl/wmrl/consumers/worldmodel"
-	"github.com/wmrl/wmrl/internal/stage"
 )
 
 func init() { register(newWorldModelCmd) }
 
 // worldModelOptions holds worldmodel's flags; its run method is the command's body.
 type worldModelOptions struct {
-	a                                                      *app
-	backend, group, metricsAddr, artifactDir, templateFile string
-	cfg                                                    worldmodel.OpenAIConfig
-	concurrency                                            int
-	grace                                                  time.Duration
-	member                                                 stage.Config
+	a                     *app
+	backend, templateFile string
+	cfg                   worldmodel.OpenAIConfig
+	concurrency           int
+	stage                 stageFlags
 }
 
 func newWorldModelCmd(a *app) *cobra.Command {
@@ -54,12 +51,8 @@ but never skips it. Bad input records go to the dead-letter topic. The API key c
 	f.IntVar(&cfg.MaxTokens, "max-tokens", 0, "reply length cap (0: server default; reasoning models need room)")
 	f.StringVar(&cfg.SystemPrompt, "system-prompt", "", "system message")
 	f.StringVar(&o.templateFile, "prompt-template", "", "file with a text/template for the user message (default: built in)")
-	f.StringVar(&o.artifactDir, "artifact-dir", "", "claim-check directory shared with the generator, for artifacts sent by reference")
-	f.StringVar(&o.group, "group", "", "consumer group (default wmrl-worldmodel; under a --topic-prefix other than wmrl.: <prefix>wmrl-worldmodel)")
-	f.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9464", "serve /metrics and /healthz here (:9464 for every interface; empty: off)")
 	f.String("wm-api-key-file", "", "file holding the world model server's API key, instead of WMRL_WM_API_KEY (trailing line breaks removed)")
-	f.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "time in-flight requests get to finish on shutdown")
-	memberFlags(f, &o.member)
+	o.stage.add(f, worldmodel.StageName, "9464", "time in-flight requests get to finish on shutdown")
 	return cmd
 }
 
@@ -86,10 +79,10 @@ func (o *worldModelOptions) run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	hc := worldmodel.HandlerConfig{Scorer: scorer, Concurrency: o.concurrency, Model: cfg.Model, Logger: a.log}
-	if hc.Artifacts, err = artifactResolver(o.artifactDir); err != nil {
+	if hc.Artifacts, err = artifactResolver(o.stage.artifactDir); err != nil {
 		return err
 	}
-	member, err := a.stageConfig(o.member, a.groupFor(cmd, o.group, "wmrl-"+worldmodel.StageName), o.metricsAddr, o.grace)
+	member, err := o.stage.config(a, cmd, worldmodel.StageName)
 	if err != nil {
 		return err
 	}

@@ -27,14 +27,25 @@ func (c *Consumer) reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	keys := slices.Sorted(maps.Keys(got))
+	// Ended runs are not installed: their records are judged against their ends (runend.go), and
+	// their keys wait for the retention's tombstones (retention.go).
+	for _, run := range slices.Sorted(maps.Keys(got.ends)) {
+		en := got.ends[run]
+		c.eng.installEnded(en.end, en.part, got.slotsOf(run))
+	}
+	var keys []string
+	for _, k := range slices.Sorted(maps.Keys(got.states)) {
+		if _, ended := got.ends[got.states[k].snap.RunID]; !ended {
+			keys = append(keys, k)
+		}
+	}
 	want := make([]*topics.CalibrationSnapshot, len(keys))
 	byRun := map[string][]*correction.State{}
 	partOf := map[string]int32{}
 	rewrite := map[string][]string{}
 	ws := make([]statestore.Write, len(keys))
 	for i, k := range keys {
-		e := got[k]
+		e := got.states[k]
 		sn := &e.snap
 		want[i] = sn
 		st, legacy, err := e.stateOf()
@@ -73,7 +84,16 @@ func (c *Consumer) reload(ctx context.Context) error {
 		}
 	}
 	rebuilt := c.repairRedis(ctx, want, ws)
-	c.log.Info("state loaded", "partitions", parts, "streams", len(want), "runs", len(byRun), "redis_repaired", rebuilt, "took", time.Since(start).Round(time.Millisecond))
+	// The ended runs' ends and TTLs again, in case Redis missed them (down at retirement, flushed).
+	var ended changelogOut
+	for _, run := range slices.Sorted(maps.Keys(got.ends)) {
+		ended.ends = append(ended.ends, got.ends[run].end)
+	}
+	c.writeEnds(ended)
+	c.m.rebuildStates.Set(float64(len(want)))
+	c.m.stateBytes.Set(float64(c.eng.stateBytes()))
+	c.log.Info("state loaded", "partitions", parts, "streams", len(want), "runs", len(byRun), "ended_runs", len(got.ends),
+		"redis_repaired", rebuilt, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -49,12 +51,42 @@ type changelogState struct {
 	chunks map[int]topics.CalibrationChunk
 }
 
+// changelogEnd is an ended run's end record and partition (retention.go).
+type changelogEnd struct {
+	end  topics.CalibrationEnd
+	part int32
+}
+
+// changelog is what readChangelog found: per calibration key the latest snapshot and chunks, and
+// per ended run its end. Tombstoned keys are absent.
+type changelog struct {
+	states map[string]*changelogState
+	ends   map[string]changelogEnd
+}
+
+// slotsOf returns, per stream of run, the chunk slots the changelog holds (the highest slot + 1).
+func (l *changelog) slotsOf(run string) map[string]int {
+	out := map[string]int{}
+	for _, e := range l.states {
+		if e.snap.RunID != run {
+			continue
+		}
+		n := 0
+		for slot := range e.chunks {
+			n = max(n, slot+1)
+		}
+		out[e.snap.Stream] = n
+	}
+	return out
+}
+
 // readChangelog returns, per calibration key, the latest snapshot and chunks in the given
-// partitions.
-func readChangelog(ctx context.Context, opts []kgo.Opt, topic string, parts []int32, timeout time.Duration, log *slog.Logger) (map[string]*changelogState, error) {
+// partitions, and the ends of the ended runs. A tombstone (nil value) removes its key.
+func readChangelog(ctx context.Context, opts []kgo.Opt, topic string, parts []int32, timeout time.Duration, log *slog.Logger) (*changelog, error) {
 	out := map[string]*changelogState{}
+	ends := map[string]changelogEnd{}
 	if len(parts) == 0 {
-		return out, nil
+		return &changelog{states: out, ends: ends}, nil
 	}
 	start := map[string]map[int32]kgo.Offset{topic: {}}
 	for _, p := range parts {
@@ -71,6 +103,21 @@ func readChangelog(ctx context.Context, opts []kgo.Opt, topic string, parts []in
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err := topicread.ToEnd(ctx, opts, start, timeout/2, log, func(r *kgo.Record) error {
+		if r.Value == nil {
+			tombstone(out, ends, r.Key)
+			return nil
+		}
+		if topics.IsCalibrationEnd(r) {
+			end, err := topics.DecodeCalibrationEnd(r.Value)
+			if err == nil && string(r.Key) != string(topics.CalibrationEndKey(end.RunID)) {
+				err = fmt.Errorf("key %q does not match the end of run %s", r.Key, end.RunID)
+			}
+			if err != nil {
+				return fmt.Errorf("%w: %s/%d offset %d: %w", ErrChangelog, r.Topic, r.Partition, r.Offset, err)
+			}
+			ends[end.RunID] = changelogEnd{end: end, part: r.Partition}
+			return nil
+		}
 		if topics.IsCalibrationChunk(r) {
 			ch, err := topics.DecodeCalibrationChunk(r.Key, r.Value, correction.ChunkPairs)
 			if err != nil {
@@ -106,7 +153,32 @@ func readChangelog(ctx context.Context, opts []kgo.Opt, topic string, parts []in
 			return nil, fmt.Errorf("%w: %s: window chunks of %s without a snapshot", ErrChangelog, topic, k)
 		}
 	}
-	return out, nil
+	return &changelog{states: out, ends: ends}, nil
+}
+
+// tombstone removes what a tombstone's key names: a chunk slot, a (run, stream)'s snapshot and
+// chunks, or a run's end. The tombstones of a run are written chunks first, so a snapshot never
+// loses its chunks before its own tombstone.
+func tombstone(states map[string]*changelogState, ends map[string]changelogEnd, key []byte) {
+	parts := strings.Split(string(key), "/")
+	switch len(parts) {
+	case 1:
+		delete(ends, parts[0])
+	case 2:
+		delete(states, string(key))
+	case 3:
+		k := parts[0] + "/" + parts[1]
+		e := states[k]
+		if e == nil {
+			return
+		}
+		if slot, err := strconv.Atoi(parts[2]); err == nil {
+			delete(e.chunks, slot)
+		}
+		if e.snap.RunID == "" && len(e.chunks) == 0 {
+			delete(states, k)
+		}
+	}
 }
 
 // stateOf rebuilds the state a changelog entry describes and checks it against the snapshot's
@@ -146,15 +218,18 @@ func (e *changelogState) stateOf() (st *correction.State, legacy bool, err error
 }
 
 // RebuildFromChangelog reads the given partitions of the calibration topic and rebuilds every
-// (run, stream) state they hold, as the consumer does on assignment (without Redis), each checked
+// (run, stream) state of a run that has not ended, as the consumer does on assignment (without Redis), each checked
 // against its snapshot's digest. It serves benchmarks and tools.
 func RebuildFromChangelog(ctx context.Context, kafkaOpts []kgo.Opt, names topics.Names, parts []int32, timeout time.Duration, log *slog.Logger) ([]*correction.State, error) {
 	got, err := readChangelog(ctx, kafkaOpts, names.Calibration(), parts, timeout, log)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*correction.State, 0, len(got))
-	for _, e := range got {
+	out := make([]*correction.State, 0, len(got.states))
+	for _, e := range got.states {
+		if _, ended := got.ends[e.snap.RunID]; ended {
+			continue
+		}
 		st, _, err := e.stateOf()
 		if err != nil {
 			return nil, err

@@ -128,10 +128,11 @@ func TestChangelogRebuildOnBroker(t *testing.T) {
 func checkRebuild(t *testing.T, seeds []string, names topics.Names, want map[string]*correction.State, legacy bool) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	got, err := readChangelog(context.Background(), []kgo.Opt{kgo.SeedBrokers(seeds...)}, names.Calibration(), []int32{0}, 30*time.Second, log)
+	log2, err := readChangelog(context.Background(), []kgo.Opt{kgo.SeedBrokers(seeds...)}, names.Calibration(), []int32{0}, 30*time.Second, log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := log2.states
 	if len(got) != len(want) {
 		t.Fatalf("changelog holds %d (run, stream)s, want %d", len(got), len(want))
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -24,6 +25,11 @@ const (
 	DefaultChangelogTimeout = 60 * time.Second
 	DefaultMaxTxnSteps      = 512
 	DefaultMaxTxnLinger     = 100 * time.Millisecond
+	// DefaultEndedRunRetention keeps an ended run's changelog keys and Redis keys for a day: long
+	// enough for dashboards and `wmrl runs` to show a finished run and for late records of it to
+	// be dead-lettered as run_ended, short enough that a platform starting 50 runs a day holds
+	// about 50 ended runs, not every run ever seen.
+	DefaultEndedRunRetention = 24 * time.Hour
 )
 
 // Config configures a Consumer. KafkaOpts, Redis and TransactionalID are required; zero values
@@ -71,7 +77,8 @@ type Config struct {
 	ChangelogTimeout time.Duration
 	// MetricsAddr serves /metrics and /healthz when non-empty.
 	MetricsAddr string
-	// Registry collects metrics; a fresh one is made when nil.
+	// Registry collects metrics; a fresh one is made when nil, with the Go runtime's and the
+	// process's series (heap, goroutines, RSS), which an operator and the soak watch for leaks.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
 	// ProgressInterval is the period of the info-level summary line (default 10s).
@@ -92,6 +99,13 @@ type Config struct {
 	// MaxMaskedShare is the share of a step's rows (per stream) masked above which the consumer
 	// warns; the share is exported as wmrl_correct_masked_share either way (0: 0.5).
 	MaxMaskedShare float64
+	// EndedRunRetention is how long after its end an ended run's changelog keys stay (then they
+	// are tombstoned, so compaction drops them) and its Redis keys live (retention.go). Zero
+	// takes DefaultEndedRunRetention; a negative value keeps them for ever.
+	EndedRunRetention time.Duration
+	// RunIdleTimeout, when > 0, ends a run without input for this long by publishing its
+	// end-of-run record (reason idle) on the steps topic (idle.go); 0 is off.
+	RunIdleTimeout time.Duration
 	// Limits bound the buffered, incomplete steps (limits.go); zero fields take the defaults.
 	// Replays must use the same per-run and per-step limits to reproduce the digest.
 	Limits Limits
@@ -166,6 +180,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxTxnLinger < 0 {
 		return c, fmt.Errorf("%w: MaxTxnLinger %v must be >= 0", ErrConfig, c.MaxTxnLinger)
 	}
+	if c.RunIdleTimeout < 0 {
+		return c, fmt.Errorf("%w: RunIdleTimeout %v must be >= 0 (0 turns it off)", ErrConfig, c.RunIdleTimeout)
+	}
+	if c.EndedRunRetention == 0 {
+		c.EndedRunRetention = DefaultEndedRunRetention
+	}
 	if c.ChangelogTimeout == 0 {
 		c.ChangelogTimeout = DefaultChangelogTimeout
 	}
@@ -177,6 +197,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
+		c.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	return c, nil
 }

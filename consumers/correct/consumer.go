@@ -39,6 +39,8 @@ type Consumer struct {
 	masked  maskedWarner // loop only
 	// redisDone is closed when the Redis write in flight finishes (nil: none); loop only.
 	redisDone chan struct{}
+	// lifecycleAt is when the ended-run retention and the idle timeout were last checked; loop only.
+	lifecycleAt time.Time
 }
 
 type progress struct {
@@ -248,6 +250,13 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			continue
 		}
 		lingerFrom = time.Time{}
+		if now.Sub(c.lifecycleAt) >= lifecycleEvery {
+			c.lifecycleAt = now
+			c.eng.expireEnded(now, c.cfg.EndedRunRetention)
+			if err := c.eng.idleEnds(now, c.cfg.RunIdleTimeout); err != nil {
+				return fmt.Errorf("correct: %w", err)
+			}
+		}
 		if err := c.commitReady(ctx, sess); err != nil {
 			return err
 		}

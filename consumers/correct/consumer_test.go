@@ -199,8 +199,7 @@ func TestConsumerEndToEndWithReplay(t *testing.T) {
 	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
 	rng.Shuffle(len(second), func(i, j int) { second[i], second[j] = second[j], second[i] })
 	recs := append(slices.Clone(first), second...)
-	cc := correction.DefaultConfig()
-	cc.MinPairs = 8
+	cc := smallCorrection()
 	want := topics.DigestRows(referenceRows(t, cc, retopic(recs, names)))
 	total := wl.Runs * wl.Steps * wl.Groups * wl.GroupSize
 	perStep := wl.Groups * wl.GroupSize

@@ -15,11 +15,9 @@ type debiasMetrics struct {
 	shift, reordered, flattened, groups *prometheus.GaugeVec
 }
 
-func newDebiasMetrics(reg prometheus.Registerer) (*debiasMetrics, error) {
-	vec := func(name, help string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"run", "stream"})
-	}
-	d := &debiasMetrics{
+func newDebiasMetrics(s *series) *debiasMetrics {
+	vec := func(name, help string) *prometheus.GaugeVec { return s.gaugeVec(name, help, "run", "stream") }
+	return &debiasMetrics{
 		shift: vec("wmrl_correct_debias_advantage_shift",
 			"Mean |A(f(r̂)) − A(r̂)| over the last sealed step's unmasked world-model rows: how far the calibration map moved their advantages (0: OD did not reach the gradient)."),
 		reordered: vec("wmrl_correct_debias_reordered_share",
@@ -29,12 +27,6 @@ func newDebiasMetrics(reg prometheus.Registerer) (*debiasMetrics, error) {
 		groups: vec("wmrl_correct_debias_groups",
 			"World-model groups of the last sealed step with at least two unmasked rows (the denominator of the reordered share)."),
 	}
-	for _, g := range d.vecs() {
-		if err := reg.Register(g); err != nil {
-			return nil, err
-		}
-	}
-	return d, nil
 }
 
 func (d *debiasMetrics) vecs() []*prometheus.GaugeVec {

@@ -40,9 +40,11 @@
 // the run's last step): once its last step is sealed the run leaves memory, its per-run metric
 // series are deleted after the commit (wmrl_correct_active_runs counts the runs held), later
 // records of steps beyond the end are dead-lettered with reason run_ended and re-reads of sealed
-// steps dropped as sealed_duplicate. Runs do not resume after their end; runend.go says why and
-// what is not built yet (the end is not recorded on the changelog, so a rebuild re-installs an
-// ended run; no retention, tombstones or idle timeout).
+// steps dropped as sealed_duplicate. Runs do not resume after their end; runend.go says why. The
+// end is recorded on the calibration changelog (a rebuild installs only live runs) and in Redis
+// (key <prefix>:{run}:end); after Config.EndedRunRetention the run's changelog keys are
+// tombstoned and its Redis keys expire (retention.go). Config.RunIdleTimeout ends runs without
+// input by publishing their end-of-run record (idle.go).
 //
 // Every stream of a run advances at every step (streams without groups in the step get an
 // empty step); a stream first seen at step v starts from an empty state fast-forwarded through

@@ -24,6 +24,8 @@ const (
 	// resultUndeliverable: bad, but its dead letter was refused for good twice; skipped (see
 	// markUndeliverable).
 	resultUndeliverable = "dead_letter_undeliverable"
+	// resultIdleIgnored: an idle end-of-run record for a run that went on or ended otherwise.
+	resultIdleIgnored = "idle_end_ignored"
 )
 
 // tp is a topic partition.
@@ -74,6 +76,7 @@ func (g *groupRewards) remove(id string) {
 type stepBuf struct {
 	step     int64
 	manifest *topics.StepManifest
+	manRec   *kgo.Record // the manifest's record (dead-lettered if an idle end drops the step)
 	groups   map[string]topics.GroupManifest
 	pred     map[string]*groupRewards
 	exec     map[string]*groupRewards
@@ -106,6 +109,10 @@ type runBuf struct {
 	rewrite map[string]bool
 	// end is the run's buffered end-of-run record, nil until it arrives (runend.go).
 	end *runEnd
+	// lastInput is when the run's last input record arrived (or its states were installed);
+	// idleSent says an idle end-of-run record was queued since (idle.go).
+	lastInput time.Time
+	idleSent  bool
 }
 
 // sealed is one step's output, ready to be produced.
@@ -146,10 +153,16 @@ type engine struct {
 	undeliverable map[tp]map[int64]int
 	// deadLettered counts records judged bad since the engine was made.
 	deadLettered int
-	// ended maps each run retired since the last reset to its last step, retired lists the runs
-	// retired since the consumer last took them (runend.go).
-	ended   map[string]int64
-	retired []string
+	// ended maps each run retired since the last reset (or found ended in the changelog) to its
+	// end, retired lists the runs retired since the consumer last took them, and pendEnds,
+	// pendTombs and pendIdle queue what the next transaction writes: end records and tombstones
+	// for the changelog, idle end-of-run records for the steps topic (runend.go, retention.go,
+	// idle.go).
+	ended     map[string]*endedRun
+	retired   []string
+	pendEnds  []*endedRun
+	pendTombs []*endedRun
+	pendIdle  []*kgo.Record // idle end-of-run records for the steps topic (idle.go)
 	// scratch holds one sealScratch per sealing goroutine.
 	scratch []*sealScratch
 }
@@ -175,7 +188,7 @@ func newEngine(corr *correction.Corrector, names topics.Names, maxStaleness int6
 		limits:       limits,
 		runs:         map[string]*runBuf{},
 		dlq:          map[tp][]deadLetter{},
-		ended:        map[string]int64{},
+		ended:        map[string]*endedRun{},
 
 		undeliverable: map[tp]map[int64]int{},
 	}
@@ -185,9 +198,9 @@ func newEngine(corr *correction.Corrector, names topics.Names, maxStaleness int6
 func (e *engine) reset() {
 	e.runs = map[string]*runBuf{}
 	e.dlq = map[tp][]deadLetter{}
-	// A reset precedes a rebuild from the changelog, which may lack the step that retired a run
-	// (an aborted transaction); the re-read input ends it again.
-	e.ended, e.retired = map[string]int64{}, nil
+	// A reset precedes a rebuild from the changelog, which brings back the ends it recorded; one
+	// it lacks (an aborted transaction) the re-read input ends again.
+	e.ended, e.retired, e.pendEnds, e.pendTombs, e.pendIdle = map[string]*endedRun{}, nil, nil, nil, nil
 	e.nSteps, e.nGroups, e.dlqBytes = 0, 0, 0
 }
 
@@ -196,7 +209,8 @@ func (e *engine) install(run string, part int32, states []*correction.State) err
 	if len(states) == 0 {
 		return nil
 	}
-	rb := &runBuf{id: run, part: part, sealed: states[0].SealedStep(), states: map[string]*correction.State{}, steps: map[int64]*stepBuf{}}
+	rb := &runBuf{id: run, part: part, sealed: states[0].SealedStep(), states: map[string]*correction.State{}, steps: map[int64]*stepBuf{},
+		lastInput: time.Now()}
 	for _, st := range states {
 		if st.SealedStep() != rb.sealed {
 			return fmt.Errorf("%w: run %s: stream %s sealed at step %d, stream %s at %d (streams of a run advance together)",
@@ -318,6 +332,9 @@ func (e *engine) apply(d decoded, now time.Time) {
 	default:
 		e.addReward(d.rec, d.kind, d.run, d.step, d.gid, d.id, d.rw, now)
 	}
+	if d.ok && d.err == nil {
+		e.touch(d, now)
+	}
 }
 
 func (e *engine) addManifest(rec *kgo.Record, m topics.StepManifest, now time.Time) {
@@ -359,7 +376,7 @@ func (e *engine) addManifest(rec *kgo.Record, m topics.StepManifest, now time.Ti
 		return
 	}
 	e.nGroups += len(m.Groups)
-	b.manifest = &m
+	b.manifest, b.manRec = &m, rec
 	b.groups = make(map[string]topics.GroupManifest, len(m.Groups))
 	for _, g := range m.Groups {
 		b.groups[g.GroupID] = g

@@ -43,7 +43,13 @@ func replayLimits(t testing.TB, l Limits) Limits {
 
 func synth(t *testing.T, cfg SynthConfig) []SynthStep {
 	t.Helper()
-	steps, err := Synthesize(testNames, cfg)
+	return synthOn(t, testNames, cfg)
+}
+
+// synthOn synthesizes cfg's workload on the topics of names.
+func synthOn(t *testing.T, names topics.Names, cfg SynthConfig) []SynthStep {
+	t.Helper()
+	steps, err := Synthesize(names, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,11 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/wmrl/wmrl/correction"
-	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -37,20 +34,9 @@ func waitGauges(t *testing.T, reg prometheus.Gatherer, steps, held float64) {
 // with the clean digest; a restarted consumer, which reads the inputs again from the committed
 // offsets, holds exactly as much and writes nothing twice.
 func TestConsumerLimitsOnBroker(t *testing.T) {
-	seeds := testenv.Kafka(t)
-	rdb := redis.NewClient(mustRedisOpts(t, testenv.Redis(t)))
-	defer rdb.Close()
-	names := topics.NewNames(testenv.Name(t) + ".")
-	brokerTopics(t, seeds, names)
+	seeds, rdb, names := onBroker(t)
 	wl := SynthConfig{Runs: 2, Steps: 4, Groups: 2, GroupSize: 2, AnchorEvery: 2, Streams: 1, Seed: 9, RunPrefix: "r"}
-	steps, err := Synthesize(names, wl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var good []*kgo.Record
-	for _, s := range steps {
-		good = append(good, s.Records()...)
-	}
+	good := flatten(synthOn(t, names, wl))
 	var hostile []*kgo.Record
 	for v := int64(1); v <= 8; v++ {
 		r := manifestRecord(t, "h", v, 2, 2)
@@ -58,8 +44,7 @@ func TestConsumerLimitsOnBroker(t *testing.T) {
 		hostile = append(hostile, r)
 	}
 	produceAll(t, seeds, append(hostile, good...))
-	cc := correction.DefaultConfig()
-	cc.MinPairs = 8
+	cc := smallCorrection()
 	want := topics.DigestRows(referenceRows(t, cc, retopic(good, names)))
 	total := wl.Runs * wl.Steps * wl.Groups * wl.GroupSize
 

@@ -117,8 +117,12 @@ func manifestRecord(t *testing.T, run string, step int64, groups, size int) *kgo
 func predictedRecord(t *testing.T, run string, step int64, group, rollout string) *kgo.Record {
 	t.Helper()
 	score := 0.5
-	r, err := testNames.PredictedRecord(topics.PredictedReward{RunID: run, Step: step, GroupID: group, RolloutID: rollout, Stream: "s",
-		PolicyVersion: "p", Status: topics.StatusOK, Score: &score, CreatedAt: time.Unix(1_700_000_000, 0).UTC()})
+	r, err := testNames.PredictedRecord(topics.PredictedReward{
+		RolloutRef: topics.RolloutRef{RunID: run, Step: step, GroupID: group, RolloutID: rollout, Stream: "s", PolicyVersion: "p"},
+		Status:     topics.StatusOK,
+		Score:      &score,
+		CreatedAt:  time.Unix(1_700_000_000, 0).UTC(),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,14 +18,11 @@ const maskedWarnEvery = 10 * time.Second
 // newMaskedMetrics makes the masked-row series: a row is masked when it has no usable reward
 // (the world model or the sandbox failed on it) or a policy masked it (stale). A step whose rows
 // are mostly masked trains on nothing, so the share is exported per (run, stream) for alerts.
-func newMaskedMetrics() (*prometheus.GaugeVec, prometheus.Counter) {
-	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "wmrl_correct_masked_share",
-			Help: "Share of the last sealed step's advantage rows that are masked (mask false: no usable reward, or a masking policy), per (run, stream).",
-		}, []string{"run", "stream"}),
-		prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wmrl_correct_masked_rows_total", Help: "Masked advantage rows (mask false) in committed transactions.",
-		})
+func newMaskedMetrics(s *series) (*prometheus.GaugeVec, prometheus.Counter) {
+	return s.gaugeVec("wmrl_correct_masked_share",
+			"Share of the last sealed step's advantage rows that are masked (mask false: no usable reward, or a masking policy), per (run, stream).",
+			"run", "stream"),
+		s.counter("wmrl_correct_masked_rows_total", "Masked advantage rows (mask false) in committed transactions.")
 }
 
 // maskedWarner rate-limits the warnings about steps whose masked share is above the threshold.

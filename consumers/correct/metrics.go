@@ -13,22 +13,26 @@ import (
 
 // metrics are the consumer's Prometheus series (prefix wmrl_correct_).
 type metrics struct {
-	records      *prometheus.CounterVec
-	deadLetters  *prometheus.CounterVec
-	dlqRefused   prometheus.Counter // records skipped: Kafka refused their dead letter (deadletters.go)
-	dlqHeld      prometheus.Gauge   // dead letters waiting for the offsets to pass their source
-	activeRuns   prometheus.Gauge   // runs held in memory (runend.go)
-	sealedSteps  prometheus.Counter
-	rows         prometheus.Counter
-	txns         *prometheus.CounterVec
-	rebuilds     *prometheus.CounterVec
-	digestAlarms prometheus.Counter
-	redisTrips   prometheus.Counter
-	redisErrors  prometheus.Counter
-	redisLost    prometheus.Counter
-	buffered     prometheus.Gauge
-	sealLatency  prometheus.Histogram
-	lag          *prometheus.GaugeVec
+	records       *prometheus.CounterVec
+	deadLetters   *prometheus.CounterVec
+	dlqRefused    prometheus.Counter // records skipped: Kafka refused their dead letter (deadletters.go)
+	dlqHeld       prometheus.Gauge   // dead letters waiting for the offsets to pass their source
+	activeRuns    prometheus.Gauge   // runs held in memory (runend.go)
+	stateBytes    prometheus.Gauge   // estimated bytes of the live states (engine.stateBytes)
+	rebuildStates prometheus.Gauge   // states installed by the last rebuild from the changelog
+	tombstoned    prometheus.Counter // ended runs whose changelog keys were tombstoned (retention.go)
+	idleEnded     prometheus.Counter // idle runs ended by a published end-of-run record (idle.go)
+	sealedSteps   prometheus.Counter
+	rows          prometheus.Counter
+	txns          *prometheus.CounterVec
+	rebuilds      *prometheus.CounterVec
+	digestAlarms  prometheus.Counter
+	redisTrips    prometheus.Counter
+	redisErrors   prometheus.Counter
+	redisLost     prometheus.Counter
+	buffered      prometheus.Gauge
+	sealLatency   prometheus.Histogram
+	lag           *prometheus.GaugeVec
 	// Per (run, stream), from the snapshot of the last committed step.
 	calError     *prometheus.GaugeVec
 	anchorWeight *prometheus.GaugeVec
@@ -43,100 +47,95 @@ type metrics struct {
 	trips        atomic.Int64 // mirror of redisTrips for the benchmark
 }
 
+// series makes the consumer's collectors and registers each on reg as it is made. After the
+// first failed registration the rest are made but not registered, and err keeps that failure.
+type series struct {
+	reg prometheus.Registerer
+	err error
+}
+
+func (s *series) add(c prometheus.Collector) {
+	if s.err == nil {
+		s.err = s.reg.Register(c)
+	}
+}
+
+func (s *series) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	s.add(c)
+	return c
+}
+
+func (s *series) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	s.add(g)
+	return g
+}
+
+func (s *series) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	s.add(c)
+	return c
+}
+
+func (s *series) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	s.add(g)
+	return g
+}
+
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	s := &series{reg: reg}
 	m := &metrics{
-		records: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wmrl_correct_records_total",
-			Help: "Input records by topic and result: buffered, duplicate (identical to a buffered one), sealed_duplicate (step already sealed), dead_letter.",
-		}, []string{"topic", "result"}),
-		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wmrl_correct_dead_letters_total", Help: "Dead letters in committed transactions, by DLQ reason.",
-		}, []string{"reason"}),
-		sealedSteps: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wmrl_correct_steps_sealed_total", Help: "Steps sealed in committed transactions.",
-		}),
-		rows: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wmrl_correct_rows_total", Help: "Advantage rows in committed transactions.",
-		}),
-		txns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wmrl_correct_transactions_total", Help: "Transactions by outcome: committed or aborted.",
-		}, []string{"result"}),
-		rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wmrl_correct_state_rebuilds_total", Help: "(run, stream) states Redis did not hold as the changelog does on assignment, repaired from the changelog, by reason: missing, behind, ahead, mismatch.",
-		}, []string{"reason"}),
-		digestAlarms: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wmrl_correct_redis_digest_mismatch_total", Help: "ALARM: Redis held different content for an already sealed (run, stream, step).",
-		}),
-		redisTrips: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wmrl_correct_redis_roundtrips_total", Help: "Redis round trips (a command or a pipeline), counted by a go-redis hook.",
-		}),
-		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wmrl_correct_redis_errors_total", Help: "Failed Redis snapshot writes or loads (the changelog stays authoritative).",
-		}),
-		redisLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wmrl_correct_redis_state_lost_total",
-			Help: "(run, stream) states Redis was found not to hold although it should (its data was lost): on assignment, or when a step's predecessor is missing; each is rewritten in full.",
-		}),
-		buffered: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "wmrl_correct_buffered_steps", Help: "Unsealed steps held in memory.",
-		}),
+		records: s.counterVec("wmrl_correct_records_total",
+			"Input records by topic and result: buffered, duplicate (identical to a buffered one), sealed_duplicate (step already sealed), dead_letter.",
+			"topic", "result"),
+		deadLetters:  s.counterVec("wmrl_correct_dead_letters_total", "Dead letters in committed transactions, by DLQ reason.", "reason"),
+		sealedSteps:  s.counter("wmrl_correct_steps_sealed_total", "Steps sealed in committed transactions."),
+		rows:         s.counter("wmrl_correct_rows_total", "Advantage rows in committed transactions."),
+		txns:         s.counterVec("wmrl_correct_transactions_total", "Transactions by outcome: committed or aborted.", "result"),
+		rebuilds:     s.counterVec("wmrl_correct_state_rebuilds_total", "(run, stream) states Redis did not hold as the changelog does on assignment, repaired from the changelog, by reason: missing, behind, ahead, mismatch.", "reason"),
+		digestAlarms: s.counter("wmrl_correct_redis_digest_mismatch_total", "ALARM: Redis held different content for an already sealed (run, stream, step)."),
+		redisTrips:   s.counter("wmrl_correct_redis_roundtrips_total", "Redis round trips (a command or a pipeline), counted by a go-redis hook."),
+		redisErrors:  s.counter("wmrl_correct_redis_errors_total", "Failed Redis snapshot writes or loads (the changelog stays authoritative)."),
+		redisLost: s.counter("wmrl_correct_redis_state_lost_total",
+			"(run, stream) states Redis was found not to hold although it should (its data was lost): on assignment, or when a step's predecessor is missing; each is rewritten in full."),
+		buffered: s.gauge("wmrl_correct_buffered_steps", "Unsealed steps held in memory."),
 		sealLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "wmrl_correct_seal_seconds", Help: "Time from a step's last input record to its transaction commit.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 		lag: stage.NewLagGauge("correct"),
-		calError: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "wmrl_correct_calibration_error",
-			Help: "Mean (predicted − executed) over the last sealed step's anchor pairs: kind=raw before Online Debiasing, kind=debiased after the map in force for the step.",
-		}, []string{"run", "stream", "kind"}),
-		anchorWeight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "wmrl_correct_anchor_weight", Help: "IVD weight of anchor rows for the next step (world-model rows weigh 1).",
-		}, []string{"run", "stream"}),
-		fitVersion: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "wmrl_correct_fit_version", Help: "Refits of the calibration map so far.",
-		}, []string{"run", "stream"}),
-		windowPairs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "wmrl_correct_window_pairs", Help: "Anchor pairs in the sliding calibration window.",
-		}, []string{"run", "stream"}),
-		sealedStep: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "wmrl_correct_sealed_step", Help: "Last step sealed in a committed transaction.",
-		}, []string{"run", "stream"}),
-		reinits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wmrl_correct_session_reinits_total", Help: "New transactional sessions after the broker fenced a transaction that timed out during an outage.",
-		}),
-		staleRows: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wmrl_correct_stale_rows_total", Help: "Advantage rows masked as stale (--max-staleness) in committed transactions.",
-		}),
+		calError: s.gaugeVec("wmrl_correct_calibration_error",
+			"Mean (predicted − executed) over the last sealed step's anchor pairs: kind=raw before Online Debiasing, kind=debiased after the map in force for the step.",
+			"run", "stream", "kind"),
+		anchorWeight: s.gaugeVec("wmrl_correct_anchor_weight", "IVD weight of anchor rows for the next step (world-model rows weigh 1).", "run", "stream"),
+		fitVersion:   s.gaugeVec("wmrl_correct_fit_version", "Refits of the calibration map so far.", "run", "stream"),
+		windowPairs:  s.gaugeVec("wmrl_correct_window_pairs", "Anchor pairs in the sliding calibration window.", "run", "stream"),
+		sealedStep:   s.gaugeVec("wmrl_correct_sealed_step", "Last step sealed in a committed transaction.", "run", "stream"),
+		reinits:      s.counter("wmrl_correct_session_reinits_total", "New transactional sessions after the broker fenced a transaction that timed out during an outage."),
+		staleRows:    s.counter("wmrl_correct_stale_rows_total", "Advantage rows masked as stale (--max-staleness) in committed transactions."),
+		dlqRefused: s.counter("wmrl_correct_dead_letters_undeliverable_total",
+			"ERROR: input records skipped because Kafka refused their dead letter for good (e.g. MESSAGE_TOO_LARGE on a DLQ topic with a small max.message.bytes)."),
+		activeRuns: s.gauge("wmrl_correct_active_runs",
+			"Runs this instance holds in memory: seen and not yet retired by their end-of-run record."),
+		dlqHeld: s.gauge("wmrl_correct_dead_letters_held",
+			"Dead letters judged but not written yet: they wait for the transaction that commits past their source, which a step that never completes holds back on its partition."),
+		stateBytes: s.gauge("wmrl_correct_state_bytes",
+			"Estimated bytes of the live (run, stream) correction states this instance holds: 16 per window pair plus the head (fit breakpoints and fixed fields); buffered steps are not counted (see wmrl_correct_buffered_steps)."),
+		rebuildStates: s.gauge("wmrl_correct_rebuild_states",
+			"(run, stream) states the last rebuild from the calibration changelog installed (ended runs are not installed)."),
+		tombstoned: s.counter("wmrl_correct_ended_runs_tombstoned_total",
+			"Ended runs whose calibration changelog keys were tombstoned after --ended-run-retention, in committed transactions."),
+		idleEnded: s.counter("wmrl_correct_idle_ends_total",
+			"End-of-run records published for runs without input for --run-idle-timeout, in committed transactions."),
 	}
-	m.maskedShare, m.maskedRows = newMaskedMetrics()
-	for _, c := range []prometheus.Collector{m.records, m.deadLetters, m.sealedSteps, m.rows, m.txns, m.rebuilds,
-		m.digestAlarms, m.redisTrips, m.redisErrors, m.redisLost, m.buffered, m.sealLatency, m.lag,
-		m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.staleRows, m.reinits,
-		m.maskedShare, m.maskedRows} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	m.dlqRefused = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "wmrl_correct_dead_letters_undeliverable_total",
-		Help: "ERROR: input records skipped because Kafka refused their dead letter for good (e.g. MESSAGE_TOO_LARGE on a DLQ topic with a small max.message.bytes).",
-	})
-	m.activeRuns = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "wmrl_correct_active_runs",
-		Help: "Runs this instance holds in memory: seen and not yet retired by their end-of-run record.",
-	})
-	m.dlqHeld = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "wmrl_correct_dead_letters_held",
-		Help: "Dead letters judged but not written yet: they wait for the transaction that commits past their source, which a step that never completes holds back on its partition.",
-	})
-	for _, c := range []prometheus.Collector{m.dlqRefused, m.dlqHeld, m.activeRuns} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	var err error
-	if m.debias, err = newDebiasMetrics(reg); err != nil {
-		return nil, err
+	s.add(m.sealLatency)
+	s.add(m.lag)
+	m.maskedShare, m.maskedRows = newMaskedMetrics(s)
+	m.debias = newDebiasMetrics(s)
+	if s.err != nil {
+		return nil, s.err
 	}
 	return m, nil
 }

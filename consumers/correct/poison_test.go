@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -111,26 +110,14 @@ func TestPoisonRecordDoesNotStall(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			seeds := testenv.Kafka(t)
-			rdb := redis.NewClient(mustRedisOpts(t, testenv.Redis(t)))
-			defer rdb.Close()
-			names := topics.NewNames(testenv.Name(t) + ".")
-			brokerTopics(t, seeds, names)
+			seeds, rdb, names := onBroker(t)
 			if tc.dlqMaxMessageBytes > 0 {
 				alterTopic(t, seeds, names.DLQ(), "max.message.bytes", strconv.Itoa(tc.dlqMaxMessageBytes))
 			}
 			wl := SynthConfig{Runs: 2, Steps: 6, Groups: 4, GroupSize: 4, AnchorEvery: 2, Streams: 2, FailEvery: 11, Seed: 5, RunPrefix: "r"}
-			steps, err := Synthesize(names, wl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var recs []*kgo.Record
-			for _, s := range steps {
-				recs = append(recs, s.Records()...)
-			}
+			recs := flatten(synthOn(t, names, wl))
 			rand.New(rand.NewPCG(3, 4)).Shuffle(len(recs), func(i, j int) { recs[i], recs[j] = recs[j], recs[i] })
-			cc := correction.DefaultConfig()
-			cc.MinPairs = 8
+			cc := smallCorrection()
 			want := topics.DigestRows(referenceRows(t, cc, retopic(recs, names)))
 			total := wl.Runs * wl.Steps * wl.Groups * wl.GroupSize
 

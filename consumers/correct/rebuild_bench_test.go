@@ -13,7 +13,6 @@ import (
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/testenv"
-	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -40,11 +39,7 @@ func BenchmarkRebuildFromChangelog1000(b *testing.B) {
 	var bytes int
 	for i := range streams {
 		st := fullWindowState(b, corr, fmt.Sprintf("run-%d", i/10), fmt.Sprintf("stream%d", i%10))
-		d := st.Digest()
-		s := &sealed{run: st.Run(), step: st.SealedStep(), chunks: [][]statestore.Chunk{statestore.WindowChunks(st, 0)},
-			snaps: []topics.CalibrationSnapshot{{RunID: st.Run(), Stream: st.Stream(), Step: st.SealedStep(),
-				Digest: fmt.Sprintf("%x", d), State: st.EncodeHead(), FitVersion: st.FitVersion(), Pairs: st.Pairs()}}}
-		recs, err := calibrationRecords(names, s, nil)
+		recs, err := calibrationRecords(names, sealedWhole(st), nil)
 		if err != nil {
 			b.Fatal(err)
 		}

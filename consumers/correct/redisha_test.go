@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -47,7 +46,7 @@ func startRedisHA(t *testing.T, mode string) *redisHA {
 		}
 	}
 	h := &redisHA{mode: mode}
-	h.env = append(os.Environ(), "WMRL_LOCAL_DIR="+t.TempDir(), "WMRL_TEST_REDIS_HA_PORT="+strconv.Itoa(freePortRun(t, 6)))
+	h.env = append(os.Environ(), "WMRL_LOCAL_DIR="+t.TempDir(), "WMRL_TEST_REDIS_HA_PORT="+strconv.Itoa(testenv.FreePortRun(t, 6, 10000)))
 	t.Cleanup(func() {
 		if t.Failed() {
 			h.logs(t)
@@ -87,32 +86,6 @@ func (h *redisHA) logs(t *testing.T) {
 			}
 		}
 	}
-}
-
-// freePortRun returns a base port p such that p..p+n−1 and their cluster bus ports (+10000)
-// are free.
-func freePortRun(t *testing.T, n int) int {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))
-	for range 50 {
-		base := 20000 + rng.IntN(4000)*2
-		free := true
-		for i := 0; i < n && free; i++ {
-			for _, p := range []int{base + i, base + i + 10000} {
-				ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-				if err != nil {
-					free = false
-					break
-				}
-				ln.Close()
-			}
-		}
-		if free {
-			return base
-		}
-	}
-	t.Fatal("no run of free ports")
-	return 0
 }
 
 // TestRedisHAFailover runs the consumer against a real Redis Cluster and a real Sentinel setup

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -34,10 +35,16 @@ import (
 // a manifest of a later step already buffered, the run already sealed beyond it, or a second
 // marker with another step) is dead-lettered as a conflict.
 //
-// Known limits: the retired runs' last steps (e.ended) live in memory only and are forgotten by
-// reset; after a restart or rebalance that rebuilds from the changelog, a retired run is
-// installed again from its snapshots and runs on as if it had not ended. Recording the end on the
-// calibration changelog (and tombstoning the run's keys after a retention) is not built yet.
+// The end is recorded on the calibration changelog when the run retires, so a consumer that
+// rebuilds (a restart, a rebalance) knows the run ended and does not install it; after
+// Config.EndedRunRetention its changelog keys are tombstoned and its Redis keys expire
+// (retention.go). Config.RunIdleTimeout ends runs without input (idle.go).
+//
+// Known limits: a run forgotten after its tombstones (one more retention later, or at once after a
+// rebuild) is an unknown run id again, so a record of it starts a new run (retention.go says why).
+// A run that never sealed a step cannot be ended by the idle timeout, and a run whose producer's
+// end-of-run record names a step that never completes stays buffered (the idle timeout ignores
+// runs with an end): both keep holding their partition's commit back, as any incomplete step does.
 
 // reasonRunEnded is the dead-letter reason of records for steps beyond an ended run's last step.
 const reasonRunEnded = "run_ended"
@@ -56,31 +63,40 @@ func (e *runEndedError) DLQReason() string { return reasonRunEnded }
 
 // runEnd is a run's buffered end-of-run record.
 type runEnd struct {
-	last int64
-	off  offEpoch // of the marker: held back until the run is retired
+	last   int64
+	off    offEpoch  // of the marker: held back until the run is retired
+	at     time.Time // the marker's created_at: the ended-run retention counts from it
+	reason string    // topics.EndReasonMarker or EndReasonIdle
 }
 
 // endedRecord judges a record of a retired run; it reports false when run is not retired.
 func (e *engine) endedRecord(rec *kgo.Record, k kind, run string, step int64) bool {
-	last, ok := e.ended[run]
+	er, ok := e.ended[run]
 	if !ok {
 		return false
 	}
-	if step <= last {
+	if last := er.end.LastStep; step <= last {
 		e.m.record(k, resultSealed)
 		return true
 	}
-	e.deadLetter(rec, k, &runEndedError{run: run, step: step, last: last})
+	e.deadLetter(rec, k, &runEndedError{run: run, step: step, last: er.end.LastStep})
 	return true
 }
 
-// addEnd takes a run's end-of-run record.
+// addEnd takes a run's end-of-run record. One the consumer published itself for an idle run
+// (reason idle, idle.go) never is a conflict: it ends a run where it stands or, if the run has
+// moved on or ended since, is ignored.
 func (e *engine) addEnd(rec *kgo.Record, m topics.StepManifest) {
+	idle := endReason(rec) == topics.EndReasonIdle
 	// A marker for a run without a manifest before it (a typo in `wmrl runs end`, a run keyed
 	// elsewhere) would wait for steps that never come and hold the partition's commit back for
 	// ever. Manifests share the marker's partition, so whether one came first is fixed by the
 	// input order (a run restored from the changelog has sealed steps, which count).
 	if rb := e.runs[m.RunID]; rb == nil || (rb.sealed < 0 && !rb.hasManifest()) {
+		if idle {
+			e.m.record(kindStep, resultIdleIgnored)
+			return
+		}
 		e.deadLetter(rec, kindStep, conflict("end-of-run record of run %s, which has no step manifest before it", m.RunID))
 		return
 	}
@@ -93,6 +109,10 @@ func (e *engine) addEnd(rec *kgo.Record, m topics.StepManifest) {
 	case rb.end != nil && rb.end.last == m.Step:
 		e.m.record(kindStep, resultDuplicate)
 		return
+	case idle && (rb.end != nil || m.Step < rb.sealed):
+		// The run ended otherwise, or sealed more steps after the idle decision: it lives on.
+		e.m.record(kindStep, resultIdleIgnored)
+		return
 	case rb.end != nil:
 		e.deadLetter(rec, kindStep, conflict("run %s already ended with step %d; this end-of-run record names step %d", m.RunID, rb.end.last, m.Step))
 		return
@@ -101,17 +121,21 @@ func (e *engine) addEnd(rec *kgo.Record, m topics.StepManifest) {
 		return
 	}
 	for v, b := range rb.steps {
-		if v > m.Step && b.manifest != nil {
+		if v > m.Step && b.manifest != nil && !idle {
 			e.deadLetter(rec, kindStep, conflict("end-of-run record of run %s names step %d as the last, but a manifest of step %d came before it", m.RunID, m.Step, v))
 			return
 		}
 	}
-	// Rewards of later steps that came before the marker: dead-lettered as those after it will be.
+	// Records of later steps that came before the marker: dead-lettered as those after it will
+	// be. Only an idle end finds manifests among them (a producer's end was refused above).
 	for _, v := range slices.Sorted(maps.Keys(rb.steps)) {
 		if v <= m.Step {
 			continue
 		}
 		b := rb.steps[v]
+		if b.manRec != nil {
+			e.deadLetter(b.manRec, kindStep, &runEndedError{run: m.RunID, step: v, last: m.Step})
+		}
 		for _, k := range []kind{kindPredicted, kindExecuted} {
 			rewards := b.pred
 			if k == kindExecuted {
@@ -126,7 +150,7 @@ func (e *engine) addEnd(rec *kgo.Record, m topics.StepManifest) {
 		delete(rb.steps, v)
 		e.dropStep(b)
 	}
-	rb.end = &runEnd{last: m.Step, off: offEpoch{rec.Offset, rec.LeaderEpoch}}
+	rb.end = &runEnd{last: m.Step, off: offEpoch{rec.Offset, rec.LeaderEpoch}, at: endTime(rec, m), reason: endReason(rec)}
 	e.m.record(kindStep, resultBuffered)
 	e.retireIfDone(rb)
 }
@@ -150,8 +174,33 @@ func (e *engine) retireIfDone(rb *runBuf) {
 		e.dropStep(b)
 	}
 	delete(e.runs, rb.id)
-	e.ended[rb.id] = rb.end.last
+	er := &endedRun{
+		end:     topics.CalibrationEnd{RunID: rb.id, LastStep: rb.end.last, EndedAt: rb.end.at, Reason: rb.end.reason},
+		part:    rb.part,
+		streams: changelogSlots(rb.states),
+	}
+	e.ended[rb.id] = er
 	e.retired = append(e.retired, rb.id)
+	e.pendEnds = append(e.pendEnds, er)
+}
+
+// endTime is when a run ended: its end-of-run record's created_at, else the record's timestamp.
+// Milliseconds, as the changelog and Redis record it.
+func endTime(rec *kgo.Record, m topics.StepManifest) time.Time {
+	at := m.CreatedAt
+	if at.IsZero() {
+		at = rec.Timestamp
+	}
+	return time.UnixMilli(at.UnixMilli()).UTC()
+}
+
+// endReason is EndReasonIdle for a marker `wmrl correct --run-idle-timeout` published (header
+// HeaderEndReason), EndReasonMarker for any other.
+func endReason(rec *kgo.Record) string {
+	if v, ok := topics.HeaderValue(rec.Headers, topics.HeaderEndReason); ok && v == topics.EndReasonIdle {
+		return topics.EndReasonIdle
+	}
+	return topics.EndReasonMarker
 }
 
 // takeRetired returns the runs retired since the last call.
@@ -163,6 +212,28 @@ func (e *engine) takeRetired() []string {
 
 // activeRuns counts the runs held in memory.
 func (e *engine) activeRuns() int { return len(e.runs) }
+
+// Per-state terms of stateBytes: a window pair is two float64s in the FIFO and again in the
+// sorted copy the isotonic fit merges into; the head (counters, sums, the noise EWMA, ids) is a
+// few hundred bytes.
+const (
+	stateBytesPerPair = 32
+	stateBytesHead    = 256
+)
+
+// stateBytes estimates the bytes of the live (run, stream) states held in memory: 32 per window
+// pair plus 256 per state. It leaves out the fit's breakpoints (at most one pair per distinct
+// score) and the buffered, unsealed steps, so it is a lower bound that follows the states' count
+// and window fill, which is what bounds memory by the active runs.
+func (e *engine) stateBytes() int64 {
+	var n int64
+	for _, rb := range e.runs {
+		for _, st := range rb.states {
+			n += stateBytesHead + stateBytesPerPair*int64(st.Pairs())
+		}
+	}
+	return n
+}
 
 // forgetRuns deletes the per-run metric series of retired runs; called after the transaction
 // that sealed their last step committed (and so after observe set them a last time).
@@ -181,4 +252,5 @@ func (m *metrics) forgetRuns(runs []string) {
 func (c *Consumer) afterCommit() {
 	c.m.forgetRuns(c.eng.takeRetired())
 	c.m.activeRuns.Set(float64(c.eng.activeRuns()))
+	c.m.stateBytes.Set(float64(c.eng.stateBytes()))
 }

@@ -6,11 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/wmrl/wmrl/correction"
-	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -19,20 +16,9 @@ import (
 // one live run, the ended runs' per-run series are gone, the late manifest is dead-lettered with
 // reason run_ended, and a replay of an ended run from the input topics gives its live digest.
 func TestConsumerRunEndsOnBroker(t *testing.T) {
-	seeds := testenv.Kafka(t)
-	rdb := redis.NewClient(mustRedisOpts(t, testenv.Redis(t)))
-	defer rdb.Close()
-	names := topics.NewNames(testenv.Name(t) + ".")
-	brokerTopics(t, seeds, names)
+	seeds, rdb, names := onBroker(t)
 	wl := SynthConfig{Runs: 3, Steps: 4, Groups: 2, GroupSize: 2, AnchorEvery: 2, Streams: 2, Seed: 13, RunPrefix: "e"}
-	steps, err := Synthesize(names, wl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var recs []*kgo.Record
-	for _, s := range steps {
-		recs = append(recs, s.Records()...)
-	}
+	recs := flatten(synthOn(t, names, wl))
 	end := func(run string, last int64) *kgo.Record {
 		r := endRecord(t, run, last)
 		r.Topic = names.Steps()
@@ -43,8 +29,7 @@ func TestConsumerRunEndsOnBroker(t *testing.T) {
 	last := int64(wl.Steps - 1)
 	input := append(recs, end("e-0", last), end("e-1", last), lateManifest)
 	produceAll(t, seeds, input)
-	cc := correction.DefaultConfig()
-	cc.MinPairs = 8
+	cc := smallCorrection()
 	want := referenceRows(t, cc, retopic(recs, names))
 	total := wl.Runs * wl.Steps * wl.Groups * wl.GroupSize
 
@@ -64,8 +49,12 @@ func TestConsumerRunEndsOnBroker(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for run, n := range map[string]float64{"e-0": 0, "e-1": 0, "e-2": float64(wl.Streams)} {
-		if got := seriesOf(t, cfg.Registry, "wmrl_correct_sealed_step", run); got != n {
-			t.Errorf("run %s: %v sealed-step series, want %v", run, got, n)
+		// masked_share is set after the commit, for the steps just sealed: a retired run's
+		// series must not come back with its last step.
+		for _, name := range []string{"wmrl_correct_sealed_step", "wmrl_correct_masked_share"} {
+			if got := seriesOf(t, cfg.Registry, name, run); got != n {
+				t.Errorf("run %s: %v %s series, want %v", run, got, name, n)
+			}
 		}
 	}
 	if err := stop(); err != nil {

@@ -6,11 +6,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
-	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -146,22 +144,11 @@ func TestEngineManifestPolicyStepConflict(t *testing.T) {
 // step whose policy is two steps behind is masked under --max-staleness 1, with its staleness in
 // the v2 advantage rows, and a replay with the same bound reproduces the digest.
 func TestConsumerMasksStaleStepsOnBroker(t *testing.T) {
-	seeds := testenv.Kafka(t)
-	ro, err := redis.ParseURL(testenv.Redis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(ro)
-	defer rdb.Close()
-	prefix := testenv.Name(t) + "."
-	names := topics.NewNames(prefix)
-	brokerTopics(t, seeds, names)
+	seeds, rdb, names := onBroker(t)
+	prefix := names.Prefix
 
 	wl := SynthConfig{Runs: 1, Steps: 3, Groups: 2, GroupSize: 4, AnchorEvery: 2, Seed: 5, RunPrefix: "stale"}
-	steps, err := Synthesize(names, wl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	steps := synthOn(t, names, wl)
 	// Step 0 has no policy_step (v1 rows), step 1 is one step behind, step 2 two steps behind.
 	steps[1] = withPolicyStep(t, names, steps[1], 1)
 	steps[2] = withPolicyStep(t, names, steps[2], 2)

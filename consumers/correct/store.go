@@ -8,17 +8,19 @@ import (
 	"github.com/wmrl/wmrl/statestore"
 )
 
-// writeRedisAsync writes the committed snapshots on a goroutine, then calls OnCommit, so the
+// writeRedisAsync writes the committed snapshots (and the ends of retired runs, retention.go) on a
+// goroutine, then calls OnCommit, so the
 // Redis round trip overlaps with polling and decoding the next records. At most one write is in
 // flight (a new one waits for the previous, which keeps the writes in commit order), and
 // waitRedis joins it before state is reloaded from Redis and before Run returns.
-func (c *Consumer) writeRedisAsync(done []*sealed, infos []SealedStep) {
+func (c *Consumer) writeRedisAsync(done []*sealed, infos []SealedStep, clog changelogOut) {
 	c.waitRedis()
 	ch := make(chan struct{})
 	c.redisDone = ch
 	go func() {
 		defer close(ch)
 		c.writeRedis(done)
+		c.writeEnds(clog)
 		if c.cfg.OnCommit != nil && len(infos) > 0 {
 			c.cfg.OnCommit(infos)
 		}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 )
 
 // BenchmarkPoolUtilization measures how much of the slots' time goes to jobs
@@ -60,9 +62,9 @@ func BenchmarkCommandExecutorSpawn(b *testing.B) {
 		name string
 		cfg  CommandConfig
 	}{
-		{"plain", CommandConfig{AllowWeakContainment: true, RunAs: stageRunAs()}},
-		{"prlimit", CommandConfig{Limits: DefaultLimits(), AllowWeakContainment: true, RunAs: stageRunAs()}},
-		{"prlimit+bwrap", CommandConfig{Limits: DefaultLimits(), UseBwrap: true}},
+		{"plain", CommandConfig{Config: jail.Config{AllowWeakContainment: true, RunAs: stageRunAs()}}},
+		{"prlimit", CommandConfig{Config: jail.Config{Limits: jail.DefaultLimits(), AllowWeakContainment: true, RunAs: stageRunAs()}}},
+		{"prlimit+bwrap", CommandConfig{Config: jail.Config{Limits: jail.DefaultLimits(), UseBwrap: true}}},
 	}
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
@@ -84,11 +86,11 @@ func BenchmarkCommandExecutorSpawn(b *testing.B) {
 	}
 }
 
-// stageRunAs is RunAs for "the job runs as the stage" (weak; nil when the
-// stage is not root, whose jobs run as its uid without RunAs).
-func stageRunAs() *RunAs {
+// stageRunAs is jail.RunAs for "the job runs as the stage" (weak; nil when the
+// stage is not root, whose jobs run as its uid without jail.RunAs).
+func stageRunAs() *jail.RunAs {
 	if os.Geteuid() != 0 {
 		return nil
 	}
-	return &RunAs{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid())}
+	return &jail.RunAs{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid())}
 }

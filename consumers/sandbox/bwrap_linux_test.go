@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 	"github.com/wmrl/wmrl/internal/testenv"
 )
 
@@ -35,12 +36,10 @@ func shellExec(t *testing.T, marker string, mut func(*CommandConfig)) (*CommandE
 		Argv:    []string{"/bin/sh", PlaceholderArtifact},
 		Timeout: 10 * time.Second,
 		Env:     map[string]string{"WMRL_TEST_MARKER": marker},
-		TempDir: t.TempDir(),
 		// The jobs run as the stage's uid here (its own user namespace in
 		// bwrap), since the test binaries live in directories only it can
 		// read; the hostile suite runs the default uid.
-		AllowWeakContainment: true,
-		RunAs:                stageRunAs(),
+		Config: jail.Config{TempDir: t.TempDir(), AllowWeakContainment: true, RunAs: stageRunAs()},
 	}
 	if mut != nil {
 		mut(&cfg)
@@ -53,11 +52,11 @@ func TestBwrapSandbox(t *testing.T) {
 	_, marker := markerEnv(t)
 	e, err := shellExec(t, marker, func(c *CommandConfig) {
 		c.UseBwrap = true
-		c.Limits = Limits{CPUSeconds: 30, FileSizeBytes: 64 << 20}
+		c.Limits = jail.Limits{CPUSeconds: 30, FileSizeBytes: 64 << 20}
 	})
 	if probeErr != nil {
 		// bwrap exists but cannot sandbox here: the constructor must say so.
-		if !errors.Is(err, ErrBwrapUnusable) {
+		if !errors.Is(err, jail.ErrBwrapUnusable) {
 			t.Fatalf("bwrap unusable here (%v) but NewCommandExecutor returned %v", probeErr, err)
 		}
 		if testenv.Required() {
@@ -140,56 +139,11 @@ func TestBwrapProbeFailure(t *testing.T) {
 	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, err := NewCommandExecutor(CommandConfig{Argv: []string{"true"}, UseBwrap: true, BwrapPath: fake, RunAs: stageRunAs(), AllowWeakContainment: true})
-	if !errors.Is(err, ErrBwrapUnusable) {
-		t.Fatalf("err = %v, want ErrBwrapUnusable", err)
+	_, err := NewCommandExecutor(CommandConfig{Argv: []string{"true"}, Config: jail.Config{UseBwrap: true, BwrapPath: fake, RunAs: stageRunAs(), AllowWeakContainment: true}})
+	if !errors.Is(err, jail.ErrBwrapUnusable) {
+		t.Fatalf("err = %v, want jail.ErrBwrapUnusable", err)
 	}
 	if !strings.Contains(err.Error(), "No permissions to create new namespace") || !strings.Contains(err.Error(), "exit status 1") {
 		t.Errorf("error does not carry the probe's diagnosis: %v", err)
 	}
-}
-
-// A program the job's uid cannot reach is a start-up error naming the
-// directory, not a failure of every job.
-func TestCheckReachable(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	inner := filepath.Join(dir, "inner")
-	if err := os.Mkdir(inner, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	prog := filepath.Join(inner, "run.sh")
-	if err := os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	secret := filepath.Join(inner, "key")
-	if err := os.WriteFile(secret, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	other := &RunAs{UID: 64999, GID: 64999}
-	tests := []struct {
-		name  string
-		paths []string
-		ra    *RunAs
-		want  string
-	}{
-		{"own uid", []string{prog, secret}, stageRunAsOrSelf(), ""},
-		{"parent not searchable", []string{prog}, other, "cannot reach " + prog + ": " + dir + " is mode 0700"},
-		{"file not readable", []string{"/etc/shadow"}, other, "cannot read /etc/shadow"},
-		{"system file", []string{"/bin/sh", "/usr/bin"}, other, ""},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := checkReachable(tc.paths, tc.ra)
-			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrConfig)) {
-				t.Fatalf("got %v, want %q", err, tc.want)
-			}
-		})
-	}
-}
-
-func stageRunAsOrSelf() *RunAs {
-	return &RunAs{UID: uint32(os.Geteuid()), GID: uint32(os.Getegid())}
 }

@@ -4,34 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 )
 
-// Configuration errors returned by NewCommandExecutor; callers (the CLI) can
-// branch on them to print installation hints.
-var (
-	ErrConfig         = errors.New("sandbox: invalid command executor configuration")
-	ErrPrlimitMissing = errors.New("sandbox: rlimits requested but prlimit(1) (util-linux) is not installed")
-	ErrBwrapMissing   = errors.New("sandbox: bubblewrap requested but bwrap is not installed (Debian package bubblewrap)")
-	ErrBwrapUnusable  = errors.New("sandbox: bubblewrap is installed but cannot create a sandbox here")
-	ErrUnsupported    = errors.New("sandbox: command executor is only supported on Linux")
-)
+// ErrConfig is returned by NewCommandExecutor (and the pool and stage
+// constructors) for an unusable configuration. It is jail.ErrConfig, so one
+// errors.Is covers the jail's configuration errors too; the jail's other
+// start-up errors are jail's (jail.ErrBwrapMissing, …), for the CLI's hints.
+var ErrConfig = jail.ErrConfig
+
+// ErrEnvAllow is returned for an EnvAllow name the job must never get.
+var ErrEnvAllow = errors.New("sandbox: --env-allow")
 
 // Defaults applied by NewCommandExecutor to zero fields.
 const (
 	DefaultTimeout     = 600 * time.Second // the reference sandbox cap (DESIGN §2)
 	DefaultStderrTail  = 4 << 10
 	DefaultStdoutLimit = 64 << 10
-	DefaultPath        = "/usr/local/bin:/usr/bin:/bin"
-	// DefaultJobDirBytes is the size of each of the jail's private tmpfs
-	// (the job directory, /tmp, /dev/shm): the job's disk quota.
-	DefaultJobDirBytes = 512 << 20
 	defaultArtifact    = "artifact"
 )
 
@@ -41,81 +37,16 @@ const (
 	PlaceholderDir      = "{dir}"      // absolute path of the job's private directory
 )
 
-// Limits bound the child. Zero means "inherit" (no limit). The rlimits are
-// applied by prlimit(1) before the untrusted program is exec'd, see
-// rlimit_linux.go for why; MemoryBytes and Processes are also cgroup limits
-// under ContainmentCgroup.
-type Limits struct {
-	// CPUSeconds is RLIMIT_CPU. The soft limit delivers SIGXCPU, the hard
-	// limit (one second later) SIGKILL. Reported as StatusTimeout.
-	CPUSeconds uint64
-	// MemoryBytes bounds the memory of the whole job (all its processes).
-	// Under ContainmentCgroup it is the cgroup's memory limit, swap
-	// included; the kernel OOM-kills past it and the job reports StatusError
-	// with an "out of memory" reason (Result.OOMKilled). Under any other
-	// containment it falls back to RLIMIT_AS per process (unless
-	// AddressSpaceBytes is set), which bounds reserved address space rather
-	// than memory used and stops programs that reserve much (Go with -race,
-	// JVMs) from starting at all.
-	MemoryBytes uint64
-	// AddressSpaceBytes is RLIMIT_AS, applied as given under any
-	// containment: allocations past it fail (ENOMEM), so a memory hog
-	// typically exits non-zero or aborts → StatusError.
-	AddressSpaceBytes uint64
-	// Processes is RLIMIT_NPROC, which the kernel counts per real UID and
-	// does not enforce for root, so alone it only bites together with RunAs.
-	// Under ContainmentCgroup it is also the job's pids limit.
-	Processes uint64
-	// FileSizeBytes is RLIMIT_FSIZE: writing past it delivers SIGXFSZ.
-	FileSizeBytes uint64
-}
-
-// rlimits are the limits prlimit(1) applies: MemoryBytes becomes RLIMIT_AS
-// when no memory cgroup enforces it.
-func (l Limits) rlimits(memoryCgroup bool) Limits {
-	if !memoryCgroup && l.AddressSpaceBytes == 0 {
-		l.AddressSpaceBytes = l.MemoryBytes
-	}
-	l.MemoryBytes = 0
-	return l
-}
-
-func (l Limits) any() bool {
-	return l.CPUSeconds != 0 || l.AddressSpaceBytes != 0 || l.Processes != 0 || l.FileSizeBytes != 0 || l.MemoryBytes != 0
-}
-
-// DefaultLimits are conservative limits for one rollout: generous enough for
-// a small training run, tight enough that a runaway child cannot take the
-// host down.
-func DefaultLimits() Limits {
-	return Limits{
-		CPUSeconds:    600,
-		MemoryBytes:   4 << 30,
-		Processes:     256,
-		FileSizeBytes: 1 << 30,
-	}
-}
-
 // DefaultCommandConfig is the configuration `wmrl sandbox` starts from (its
 // flags' defaults) without the command: the jail on, DefaultLimits, the
-// default timeout and job-directory size, RunAs left to DefaultRunAs. The
+// default timeout and job-directory size, RunAs left to jail.DefaultRunAs. The
 // hostile-job suite's "default" column runs exactly this.
 func DefaultCommandConfig() CommandConfig {
 	return CommandConfig{
-		Timeout:     DefaultTimeout,
-		Limits:      DefaultLimits(),
-		UseBwrap:    true,
-		JobDirBytes: DefaultJobDirBytes,
+		Timeout: DefaultTimeout,
+		Config:  jail.Config{Limits: jail.DefaultLimits(), UseBwrap: true, JobDirBytes: jail.DefaultJobDirBytes},
 	}
 }
-
-// RunAs is the unprivileged identity the child runs as.
-type RunAs struct{ UID, GID uint32 }
-
-// DefaultRunAs is the identity of a root stage's jobs when RunAs is nil:
-// nobody, so a job owns no file on the host and RLIMIT_NPROC binds it.
-// Give the sandbox a uid of its own with RunAs where the host has one.
-var DefaultRunAs = RunAs{UID: 65534, GID: 65534}
 
 // CommandConfig configures a CommandExecutor.
 type CommandConfig struct {
@@ -131,89 +62,36 @@ type CommandConfig struct {
 	// nothing else from the parent leaks through.
 	EnvAllow []string
 	// Env are fixed variables (values may contain placeholders); they win
-	// over EnvAllow. PATH defaults to DefaultPath, HOME and TMPDIR to {dir}.
+	// over EnvAllow. PATH defaults to jail.DefaultPath, HOME and TMPDIR to {dir}.
 	Env map[string]string
-	// Limits bound the child (zero = inherit).
-	Limits Limits
-	// Containment is how the job's processes are held together and its
-	// memory bounded (default ContainmentAuto: the strongest available,
-	// logged at start-up). Naming one that is unavailable fails
-	// NewCommandExecutor with ErrContainmentUnavailable.
-	Containment Containment
-	// RunAs runs the child under that UID/GID (requires root); the job
-	// directory is chowned to it. nil means DefaultRunAs when the stage
-	// runs as root; a non-root stage's jobs get a user namespace of their
-	// own in the jail instead. The stage's own uid (or 0) is weak.
-	RunAs *RunAs
-	// UseBwrap runs the child in the jail (bubblewrap, see jailArgs): a
-	// user namespace without capabilities, its own PID namespace and /proc,
-	// no network unless AllowNetwork, a read-only minimal view of the host
-	// and size-limited private tmpfs as the only writable places. Without
-	// it the executor refuses to start unless AllowWeakContainment is set.
-	UseBwrap bool
-	// AllowNetwork keeps the host's network in the jail (default: only a
-	// private loopback, so nothing on the host's 127.0.0.1 is reachable).
-	// Asked for by name, it is not refused, but logged at WARN.
-	AllowNetwork bool
-	// AllowWeakContainment lets the executor start without the jail, or
-	// with jobs under the stage's own uid or as root. Each such weakness is
-	// named in the start-up log; without this flag it is a start-up error
-	// (ErrWeakContainment) — never a silent downgrade.
-	AllowWeakContainment bool
-	// JobDirBytes is the size of each private tmpfs of the jail (job
-	// directory, /tmp, /dev/shm; default DefaultJobDirBytes). tmpfs pages
-	// are memory: under a memory cgroup they count towards MemoryBytes.
-	JobDirBytes uint64
-	// ReadOnlyPaths are extra host paths the jailed job sees read-only
-	// (data, a virtualenv). The directory of every absolute argv element
-	// is added automatically.
-	ReadOnlyPaths []string
-	// BwrapPath and PrlimitPath override the looked-up helper binaries.
-	BwrapPath   string
-	PrlimitPath string
-	// TempDir is where job directories are created (default os.TempDir()).
-	TempDir string
 	// ScoreMin and ScoreMax bound valid scores (both zero = [0, 1]).
 	ScoreMin, ScoreMax float64
 	// StderrTail and StdoutLimit are the bytes of stderr kept for the
 	// result and of stdout kept for score parsing (the tail is kept).
 	StderrTail  int
 	StdoutLimit int
-	// KillGrace bounds how long output pipes are drained after the process
-	// group was killed (default 200 ms).
-	KillGrace time.Duration
-	// Logger receives cleanup warnings (default slog.Default()).
-	Logger *slog.Logger
+	// Config is the jail every job runs in: containment, limits,
+	// bubblewrap, the job's uid (defaults applied by jail.New).
+	jail.Config
 }
 
 // CommandExecutor runs each job as an external program. It is safe for
 // concurrent use; every call gets its own directory, process group and
 // containment cell.
 type CommandExecutor struct {
-	cfg     CommandConfig
-	contain *containment
-	argv    []string
-	prefix  []string // prlimit wrapper, nil if no limits
-	rng     scoreRange
-	log     *slog.Logger
-	// requested is the containment asked for (ContainmentAuto unless named).
-	requested Containment
-	// weak lists what makes this executor weaker than the jail (empty when
-	// it is not); it is logged at start-up.
-	weak []string
+	cfg  CommandConfig
+	jail *jail.Jail
+	argv []string
+	rng  scoreRange
 	// envFixed is the EnvAllow part of the job's environment, read once at
 	// construction: the stage may scrub its own environment later.
 	envFixed map[string]string
-	readOnly []string
 }
 
 // NewCommandExecutor validates cfg, applies defaults and checks that the
 // requested isolation is actually available (bwrap is probed with a real run),
 // so misconfiguration fails at startup rather than on the first rollout.
 func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
-	if !commandSupported {
-		return nil, ErrUnsupported
-	}
 	if len(cfg.Argv) == 0 || cfg.Argv[0] == "" {
 		return nil, fmt.Errorf("%w: empty argv", ErrConfig)
 	}
@@ -228,15 +106,6 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 	}
 	if cfg.StdoutLimit == 0 {
 		cfg.StdoutLimit = DefaultStdoutLimit
-	}
-	if cfg.KillGrace == 0 {
-		cfg.KillGrace = 200 * time.Millisecond
-	}
-	if cfg.TempDir == "" {
-		cfg.TempDir = os.TempDir()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
 	}
 	for k, v := range cfg.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -255,7 +124,7 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	e := &CommandExecutor{cfg: cfg, rng: rng, log: cfg.Logger, requested: cfg.Containment}
+	e := &CommandExecutor{cfg: cfg, rng: rng}
 	e.argv = slices.Clone(cfg.Argv)
 	if !strings.Contains(e.argv[0], "{") {
 		p, err := exec.LookPath(e.argv[0])
@@ -269,84 +138,17 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 	if e.envFixed, err = allowedEnv(cfg.EnvAllow); err != nil {
 		return nil, err
 	}
-	if cfg.JobDirBytes == 0 {
-		e.cfg.JobDirBytes = DefaultJobDirBytes
-	}
-	if e.cfg.RunAs == nil && os.Geteuid() == 0 {
-		ra := DefaultRunAs
-		e.cfg.RunAs = &ra
-	}
-	if e.contain, err = detectContainment(cfg.Containment); err != nil {
+	if e.jail, err = jail.New(cfg.Config, e.argv); err != nil {
 		return nil, err
 	}
-	e.cfg.Containment = e.contain.kind
-	if rl := cfg.Limits.rlimits(e.contain.memoryCgroup()); rl.any() {
-		if e.prefix, err = prlimitPrefix(cfg.PrlimitPath, rl); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.UseBwrap {
-		if e.cfg.BwrapPath, err = findBwrap(cfg.BwrapPath); err != nil {
-			return nil, err
-		}
-		reapJailOrphans() // reaper_linux.go: each job leaves an orphaned jail init
-		e.readOnly = jailReadOnlyPaths(cfg.ReadOnlyPaths, e.argv)
-		if err := checkReachable(append(slices.Clone(e.readOnly), absArgs(e.argv)...), e.cfg.RunAs); err != nil {
-			return nil, err
-		}
-		if err := e.probeBwrap(); err != nil {
-			return nil, err
-		}
-	}
-	// Checked last, so that a plain configuration error is reported as such.
-	e.weak = weaknesses(e.cfg)
-	if len(e.weak) > 0 && !cfg.AllowWeakContainment {
-		return nil, fmt.Errorf("%w: %s; refusing to start (set --allow-weak-containment to run anyway)", ErrWeakContainment, strings.Join(e.weak, "; "))
-	}
+	e.cfg.Config = e.jail.Config()
 	return e, nil
 }
 
 // LogContainment says which containment is in use, what it guarantees and
-// where memory is enforced, so a weak fallback is visible. The sandbox stage
-// calls it once its start-up checks passed, so a failed start stays one line.
-func (e *CommandExecutor) LogContainment() {
-	requested := e.requested
-	var memory []string
-	l := e.cfg.Limits
-	if l.MemoryBytes != 0 && e.contain.memoryCgroup() {
-		memory = append(memory, fmt.Sprintf("cgroup limit %d bytes for the whole job", l.MemoryBytes))
-	}
-	if as := l.rlimits(e.contain.memoryCgroup()).AddressSpaceBytes; as != 0 {
-		what := "as configured"
-		if l.AddressSpaceBytes == 0 {
-			what = "last-resort fallback for MemoryBytes: bounds address space, not memory used"
-		}
-		memory = append(memory, fmt.Sprintf("RLIMIT_AS %d bytes per process (%s)", as, what))
-	}
-	if len(memory) == 0 {
-		memory = append(memory, "unlimited")
-	}
-	level, jail := slog.LevelInfo, "off"
-	weakOrOpen := append(slices.Clone(e.weak), openings(e.cfg)...)
-	if len(weakOrOpen) > 0 {
-		level = slog.LevelWarn
-	}
-	if e.cfg.UseBwrap {
-		jail = fmt.Sprintf("bwrap: user namespace, no capabilities, own PID namespace and /proc, network %s, %d-byte private tmpfs job dir, /tmp, /dev/shm", map[bool]string{true: "shared", false: "none"}[e.cfg.AllowNetwork], e.cfg.JobDirBytes)
-	}
-	uid := "user namespace of the stage's uid"
-	if e.cfg.RunAs != nil {
-		uid = fmt.Sprintf("%d:%d", e.cfg.RunAs.UID, e.cfg.RunAs.GID)
-	}
-	weak := "none"
-	if len(weakOrOpen) > 0 {
-		weak = strings.Join(weakOrOpen, "; ")
-	}
-	e.log.Log(context.Background(), level, "sandbox: containment",
-		"containment", e.contain.kind.String(), "requested", requested.String(),
-		"detail", e.contain.detail, "jail", jail, "job_uid", uid, "weak", weak, "memory", strings.Join(memory, "; "),
-		"guarantees", e.contain.kind.guarantees())
-}
+// where it is weak (jail.Jail.LogContainment); the stage calls it once its
+// start-up checks passed.
+func (e *CommandExecutor) LogContainment() { e.jail.LogContainment() }
 
 // Config returns the effective configuration (defaults applied).
 func (e *CommandExecutor) Config() CommandConfig { return e.cfg }
@@ -367,12 +169,12 @@ func (e *CommandExecutor) Execute(ctx context.Context, job Job) Result {
 	}
 	defer func() {
 		if err := os.RemoveAll(dir); err != nil {
-			e.log.Warn("sandbox: remove job dir", "dir", dir, "err", err)
+			e.cfg.Logger.Warn("sandbox: remove job dir", "dir", dir, "err", err)
 		}
 	}()
 	artifact := filepath.Join(dir, name)
 	ph := placeholders{dir: dir, artifact: artifact, meta: job.Meta, rollout: job.RolloutID}
-	argv, err := e.commandLine(ph, jobFiles(job, name))
+	argv, err := e.commandLine(ph)
 	if err != nil {
 		return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
 	}
@@ -380,36 +182,10 @@ func (e *CommandExecutor) Execute(ctx context.Context, job Job) Result {
 	if err != nil {
 		return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
 	}
-	files, err := e.prepareDir(dir, jobFiles(job, name))
-	if err != nil {
-		return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
-	}
-	var fds []*os.File
-	if e.cfg.UseBwrap {
-		if fds, err = openJobFiles(dir, files); err != nil {
-			return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
-		}
-		defer closeAll(fds)
-	}
-	cell, err := e.contain.newCell(e.cfg.Limits)
-	if err != nil {
-		return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
-	}
-	spec := runSpec{
-		cell:      cell,
-		files:     fds,
-		argv:      argv,
-		dir:       e.startDir(dir),
-		env:       env,
-		runAs:     e.cfg.RunAs,
-		timeout:   e.cfg.Timeout,
-		stdoutMax: e.cfg.StdoutLimit,
-		stderrMax: e.cfg.StderrTail,
-		grace:     e.cfg.KillGrace,
-	}
-	out := runProcess(ctx, spec)
-	if out.cellErr != nil {
-		e.log.Warn("sandbox: containment cleanup", "rollout", job.RolloutID, "err", out.cellErr)
+	out := e.jail.Run(ctx, jail.Job{Dir: dir, Files: jobFiles(job, name), Argv: argv, Env: env,
+		Timeout: e.cfg.Timeout, StdoutMax: e.cfg.StdoutLimit, StderrMax: e.cfg.StderrTail})
+	if out.CellErr != nil {
+		e.cfg.Logger.Warn("sandbox: containment cleanup", "rollout", job.RolloutID, "err", out.CellErr)
 	}
 	return e.classify(out)
 }
@@ -426,22 +202,18 @@ func artifactName(n string) (string, error) {
 
 // jobFiles are what the job finds in its directory: the artifact and, when the
 // caller passed it, the rollout record.
-func jobFiles(job Job, artifact string) []jobFile {
-	fs := []jobFile{{name: artifact, data: job.Artifact, mode: 0o700}}
+func jobFiles(job Job, artifact string) []jail.File {
+	fs := []jail.File{{Name: artifact, Data: job.Artifact, Mode: 0o700}}
 	if job.Rollout != nil {
-		fs = append(fs, jobFile{name: RolloutFile, data: job.Rollout, mode: 0o400})
+		fs = append(fs, jail.File{Name: RolloutFile, Data: job.Rollout, Mode: 0o400})
 	}
 	return fs
 }
 
-// commandLine is prlimit … -- [bwrap … --] argv: limits are set outermost so
-// they also bound bubblewrap's own helper processes.
-func (e *CommandExecutor) commandLine(ph placeholders, files []jobFile) ([]string, error) {
-	var line []string
-	line = append(line, e.prefix...)
-	if e.cfg.UseBwrap {
-		line = append(line, jailArgs(e.jailSpec(ph.dir, files))...)
-	}
+// commandLine is the job's argv, placeholders expanded; the jail puts its
+// wrappers (prlimit, bubblewrap) in front.
+func (e *CommandExecutor) commandLine(ph placeholders) ([]string, error) {
+	line := make([]string, 0, len(e.argv))
 	for _, a := range e.argv {
 		x, err := ph.expand(a)
 		if err != nil {
@@ -455,7 +227,7 @@ func (e *CommandExecutor) commandLine(ph placeholders, files []jobFile) ([]strin
 // environ is the job's whole environment: PATH, HOME and TMPDIR, the
 // EnvAllow values read at start-up and Env. Nothing else of the stage's.
 func (e *CommandExecutor) environ(ph placeholders) ([]string, error) {
-	env := map[string]string{"PATH": DefaultPath, "HOME": ph.dir, "TMPDIR": ph.dir}
+	env := map[string]string{"PATH": jail.DefaultPath, "HOME": ph.dir, "TMPDIR": ph.dir}
 	for k, v := range e.envFixed {
 		env[k] = v
 	}
@@ -474,64 +246,64 @@ func (e *CommandExecutor) environ(ph placeholders) ([]string, error) {
 	return out, nil
 }
 
-// classify maps a process outcome onto the four statuses.
-func (e *CommandExecutor) classify(o procOutcome) Result {
+// classify maps the jail's outcome onto the four statuses.
+func (e *CommandExecutor) classify(o jail.Outcome) Result {
 	r := Result{
-		Duration:   o.duration,
+		Duration:   o.Duration,
 		ExitCode:   -1,
-		StderrTail: validUTF8(o.stderr),
+		StderrTail: validUTF8(o.Stderr),
 	}
 	switch {
-	case o.startErr != nil:
-		r.Status, r.Reason = StatusError, fmt.Sprintf("sandbox: start: %v", o.startErr)
-	case o.canceled:
-		r.Status, r.Reason, r.canceled = StatusError, "canceled: "+o.cancelCause.Error(), true
-	case o.oomKills > 0:
+	case o.SetupErr != nil:
+		r.Status, r.Reason = StatusError, o.SetupErr.Error()
+	case o.StartErr != nil:
+		r.Status, r.Reason = StatusError, fmt.Sprintf("sandbox: start: %v", o.StartErr)
+	case o.Canceled:
+		r.Status, r.Reason, r.canceled = StatusError, "canceled: "+o.CancelCause.Error(), true
+	case o.OOMKills > 0:
 		// Checked before the timeout: a job whose worker was OOM-killed
 		// often hangs waiting for it, and the memory is the real cause.
 		r.Status, r.oom = StatusError, true
-		r.Reason = fmt.Sprintf("out of memory: job exceeded its memory limit of %d bytes (%d process(es) OOM-killed)", e.cfg.Limits.MemoryBytes, o.oomKills)
-	case o.timedOut:
-		r.Status, r.Reason = StatusTimeout, fmt.Sprintf("wall-clock timeout after %s: %s killed", e.cfg.Timeout, e.contain.killScope())
-	default:
-		sig, signaled := o.signal, o.signaled
-		if !signaled && e.cfg.UseBwrap {
-			// bwrap reports a signal death of its child as exit 128+n.
-			sig, signaled = bwrapSignal(o.exitCode)
+		r.Reason = fmt.Sprintf("out of memory: job exceeded its memory limit of %d bytes (%d process(es) OOM-killed)", e.cfg.Limits.MemoryBytes, o.OOMKills)
+	case o.TimedOut:
+		r.Status, r.Reason = StatusTimeout, fmt.Sprintf("wall-clock timeout after %s: %s killed", e.cfg.Timeout, e.jail.KillScope())
+	case o.CPULimitHit:
+		r.Status, r.Reason = StatusTimeout, fmt.Sprintf("cpu time limit %ds exceeded: killed by %s", e.cfg.Limits.CPUSeconds, jail.SignalName(o.Signal))
+	case o.Signaled:
+		r.Status, r.Reason = StatusError, "killed by signal "+jail.SignalName(o.Signal)+jail.SignalHint(o.Signal)
+		if e.cfg.UseBwrap {
+			r.ExitCode = o.ExitCode
 		}
-		switch {
-		case signaled && e.cpuLimitHit(sig, o.cpu):
-			r.Status, r.Reason = StatusTimeout, fmt.Sprintf("cpu time limit %ds exceeded: killed by %s", e.cfg.Limits.CPUSeconds, signalName(sig))
-		case signaled:
-			r.Status, r.Reason = StatusError, "killed by signal "+signalName(sig)+signalHint(sig)
-			if e.cfg.UseBwrap {
-				r.ExitCode = o.exitCode
-			}
-		case o.exitCode != 0:
-			r.Status, r.ExitCode = StatusError, o.exitCode
-			r.Reason = fmt.Sprintf("exit status %d", o.exitCode)
-		default:
-			r.ExitCode = 0
-			score, err := e.rng.parse(o.stdout)
-			if err != nil {
-				r.Status, r.Reason = StatusInvalid, err.Error()
-			} else {
-				r.Status, r.Score = StatusOK, score
-			}
+	case o.ExitCode != 0:
+		r.Status, r.ExitCode = StatusError, o.ExitCode
+		r.Reason = fmt.Sprintf("exit status %d", o.ExitCode)
+	default:
+		r.ExitCode = 0
+		score, err := e.rng.parse(o.Stdout)
+		if err != nil {
+			r.Status, r.Reason = StatusInvalid, err.Error()
+		} else {
+			r.Status, r.Score = StatusOK, score
 		}
 	}
-	if o.pipeHeld {
+	if o.PipeHeld {
 		r.Reason = strings.TrimPrefix(r.Reason+"; output pipe held open by an escaped process", "; ")
 	}
 	return r
 }
 
-// cpuLimitHit attributes a signal death to RLIMIT_CPU: SIGXCPU is only sent
-// by that limit, and a SIGKILL counts when the CPU time used reached it.
-func (e *CommandExecutor) cpuLimitHit(sig signal, cpu time.Duration) bool {
-	lim := e.cfg.Limits.CPUSeconds
-	if lim == 0 {
-		return false
+// allowedEnv reads the EnvAllow variables once. Names of wmrl's own
+// settings (WMRL_*: credentials among them) are refused: the job's
+// environment is explicit and never carries the stage's secrets.
+func allowedEnv(names []string) (map[string]string, error) {
+	env := map[string]string{}
+	for _, k := range names {
+		if strings.HasPrefix(strings.ToUpper(k), "WMRL_") {
+			return nil, fmt.Errorf("%w: %s is the stage's own setting (credentials live there), never passed to a job; use --env KEY=VALUE", ErrEnvAllow, k)
+		}
+		if v, ok := os.LookupEnv(k); ok {
+			env[k] = v
+		}
 	}
-	return sig == sigXCPU || (sig == sigKill && cpu >= time.Duration(lim)*time.Second-50*time.Millisecond)
+	return env, nil
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 )
 
 // helperExec builds a CommandExecutor running the test binary in "run" mode:
@@ -21,12 +23,10 @@ func helperExec(t *testing.T, marker string, mut func(*CommandConfig)) *CommandE
 		Timeout: 10 * time.Second,
 		// GOTRACEBACK=none keeps the runtime's fatal-error line inside the
 		// stderr tail instead of pages of goroutine dumps.
-		Env:     map[string]string{helperEnv: "1", "WMRL_TEST_MARKER": marker, "GOTRACEBACK": "none"},
-		TempDir: t.TempDir(),
+		Env: map[string]string{helperEnv: "1", "WMRL_TEST_MARKER": marker, "GOTRACEBACK": "none"},
 		// These tests are about containment, limits and classification:
 		// the job runs as the stage (the hostile suite covers the jail).
-		AllowWeakContainment: true,
-		RunAs:                stageRunAs(),
+		Config: jail.Config{TempDir: t.TempDir(), AllowWeakContainment: true, RunAs: stageRunAs()},
 	}
 	if mut != nil {
 		mut(&cfg)
@@ -47,7 +47,7 @@ func TestCommandExecutorBehaviours(t *testing.T) {
 		name      string
 		artifact  string
 		timeout   time.Duration
-		limits    Limits
+		limits    jail.Limits
 		tailBytes int // StderrTail override
 		want      Status
 		score     float64
@@ -60,13 +60,13 @@ func TestCommandExecutorBehaviours(t *testing.T) {
 		{name: "good", artifact: "good", want: StatusOK, score: 0.75, exit: 0},
 		{name: "infinite loop hits wall clock", artifact: "spin", timeout: 300 * time.Millisecond, want: StatusTimeout, exit: -1, reason: "wall-clock timeout", maxWallMS: 3000},
 		{name: "sleep past timeout", artifact: "sleep", timeout: 300 * time.Millisecond, want: StatusTimeout, exit: -1, reason: "wall-clock timeout", maxWallMS: 3000},
-		{name: "infinite loop hits cpu limit", artifact: "spin", timeout: 60 * time.Second, limits: Limits{CPUSeconds: 1}, want: StatusTimeout, exit: -1, reason: "cpu time limit 1s exceeded: killed by SIG"}, // Go ignores SIGXCPU, so the hard limit's SIGKILL ends it
+		{name: "infinite loop hits cpu limit", artifact: "spin", timeout: 60 * time.Second, limits: jail.Limits{CPUSeconds: 1}, want: StatusTimeout, exit: -1, reason: "cpu time limit 1s exceeded: killed by SIG"}, // Go ignores SIGXCPU, so the hard limit's SIGKILL ends it
 		{name: "grandchild outlives parent", artifact: "fork", want: StatusOK, score: 0.5, exit: 0, forks: true},
 		{name: "grandchild with timed-out parent", artifact: "fork-sleep", timeout: 300 * time.Millisecond, want: StatusTimeout, exit: -1, forks: true, maxWallMS: 3000},
 		// The Go runtime prints its fatal error before pages of stack, hence the big tail.
-		{name: "memory hog hits address-space limit", artifact: "alloc 4096", limits: Limits{AddressSpaceBytes: 2 << 30}, tailBytes: 64 << 10, want: StatusError, exit: 2, reason: "exit status 2", stderr: "out of memory"},
-		{name: "small allocation under same limit", artifact: "alloc 16", limits: Limits{AddressSpaceBytes: 2 << 30}, want: StatusOK, score: 0, exit: 0},
-		{name: "file size limit", artifact: "write 4", limits: Limits{FileSizeBytes: 1 << 20}, want: StatusError, exit: 4, stderr: "file too large"},
+		{name: "memory hog hits address-space limit", artifact: "alloc 4096", limits: jail.Limits{AddressSpaceBytes: 2 << 30}, tailBytes: 64 << 10, want: StatusError, exit: 2, reason: "exit status 2", stderr: "out of memory"},
+		{name: "small allocation under same limit", artifact: "alloc 16", limits: jail.Limits{AddressSpaceBytes: 2 << 30}, want: StatusOK, score: 0, exit: 0},
+		{name: "file size limit", artifact: "write 4", limits: jail.Limits{FileSizeBytes: 1 << 20}, want: StatusError, exit: 4, stderr: "file too large"},
 		{name: "garbage output", artifact: "garbage", want: StatusInvalid, exit: 0, reason: "not a JSON object"},
 		{name: "score out of range", artifact: "range", want: StatusInvalid, exit: 0, reason: "1.5 outside [0, 1]"},
 		{name: "non-zero exit with stderr", artifact: "fail", want: StatusError, exit: 3, reason: "exit status 3", stderr: "boom: training diverged\n"},
@@ -169,7 +169,7 @@ func TestCommandExecutorEnvironmentAndDir(t *testing.T) {
 	e := helperExec(t, marker, func(c *CommandConfig) {
 		c.EnvAllow = []string{"SANDBOX_TEST_ALLOWED", "SANDBOX_TEST_UNSET"}
 		c.Env["WMRL_TEST_JOBDIR"] = PlaceholderDir
-		c.Limits = Limits{CPUSeconds: 30}
+		c.Limits = jail.Limits{CPUSeconds: 30}
 	})
 	r := e.Execute(context.Background(), job("inspect"))
 	if r.Status != StatusOK {
@@ -192,7 +192,7 @@ func TestCommandExecutorEnvironmentAndDir(t *testing.T) {
 	}
 	want := map[string]string{
 		"SANDBOX_TEST_ALLOWED": "yes",
-		"PATH":                 DefaultPath,
+		"PATH":                 jail.DefaultPath,
 		"HOME":                 got.Cwd,
 		"TMPDIR":               got.Cwd,
 		"WMRL_TEST_JOBDIR":     got.Cwd,
@@ -260,7 +260,7 @@ func TestCommandExecutorEscapedProcessDoesNotBlock(t *testing.T) {
 	_, marker := markerEnv(t)
 	e := helperExec(t, marker, func(c *CommandConfig) {
 		c.KillGrace = 100 * time.Millisecond
-		c.Containment = ContainmentProcessGroup
+		c.Containment = jail.ContainmentProcessGroup
 	})
 	start := time.Now()
 	r := e.Execute(context.Background(), job("escape"))
@@ -300,9 +300,9 @@ func TestNewCommandExecutorErrors(t *testing.T) {
 		{"meta placeholder without key", CommandConfig{Argv: []string{"true", "{meta.}"}}, ErrConfig},
 		{"meta placeholder unclosed in env", CommandConfig{Argv: []string{"true"}, Env: map[string]string{"L": "{meta.label"}}, ErrConfig},
 		{"stage setting allowed into the job", CommandConfig{Argv: []string{"true"}, EnvAllow: []string{"WMRL_SASL_PASSWORD"}}, ErrEnvAllow},
-		{"no jail", CommandConfig{Argv: []string{"true"}}, ErrWeakContainment},
-		{"prlimit missing", CommandConfig{Argv: []string{"true"}, Limits: Limits{CPUSeconds: 1}, PrlimitPath: "/nonexistent/prlimit"}, ErrPrlimitMissing},
-		{"bwrap missing", CommandConfig{Argv: []string{"true"}, UseBwrap: true, BwrapPath: "/nonexistent/bwrap"}, ErrBwrapMissing},
+		{"no jail", CommandConfig{Argv: []string{"true"}}, jail.ErrWeakContainment},
+		{"prlimit missing", CommandConfig{Argv: []string{"true"}, Config: jail.Config{Limits: jail.Limits{CPUSeconds: 1}, PrlimitPath: "/nonexistent/prlimit"}}, jail.ErrPrlimitMissing},
+		{"bwrap missing", CommandConfig{Argv: []string{"true"}, Config: jail.Config{UseBwrap: true, BwrapPath: "/nonexistent/bwrap"}}, jail.ErrBwrapMissing},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -321,12 +321,9 @@ func TestCommandExecutorSIGXCPU(t *testing.T) {
 	e, err := NewCommandExecutor(CommandConfig{
 		Argv:    []string{"sh", "-c", "while :; do :; done"},
 		Timeout: 60 * time.Second,
-		Limits:  Limits{CPUSeconds: 1},
 		Env:     map[string]string{"WMRL_TEST_MARKER": marker},
-		TempDir: t.TempDir(),
 		// Weak on purpose: the CPU limit is under test, not the jail.
-		AllowWeakContainment: true,
-		RunAs:                stageRunAs(),
+		Config: jail.Config{Limits: jail.Limits{CPUSeconds: 1}, TempDir: t.TempDir(), AllowWeakContainment: true, RunAs: stageRunAs()},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,19 +1,18 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 	"github.com/wmrl/wmrl/internal/testenv"
 )
 
@@ -21,11 +20,20 @@ import (
 // loopback interface.
 func loopbackListener(t *testing.T) (port string, accepted *atomic.Int64) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, port, accepted, err := listenLoopback()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	return port, accepted
+}
+
+// listenLoopback accepts and counts connections on a free port of 127.0.0.1
+// until ln is closed.
+func listenLoopback() (ln net.Listener, port string, accepted *atomic.Int64, err error) {
+	if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		return nil, "", nil, err
+	}
 	accepted = new(atomic.Int64)
 	go func() {
 		for {
@@ -38,18 +46,18 @@ func loopbackListener(t *testing.T) (port string, accepted *atomic.Int64) {
 		}
 	}()
 	_, port, _ = net.SplitHostPort(ln.Addr().String())
-	return port, accepted
+	return ln, port, accepted, nil
 }
 
 // availableContainments is what this host offers, probed independently of
 // the auto choice so every available path is exercised.
-func availableContainments(t *testing.T) map[Containment]bool {
+func availableContainments(t *testing.T) map[jail.Containment]bool {
 	t.Helper()
-	out := map[Containment]bool{}
-	for _, c := range containmentOrder {
-		_, err := detectContainment(c)
+	out := map[jail.Containment]bool{}
+	for _, c := range jail.Containments() {
+		err := jail.Probe(c)
 		out[c] = err == nil
-		if err != nil && !errors.Is(err, ErrContainmentUnavailable) {
+		if err != nil && !errors.Is(err, jail.ErrContainmentUnavailable) {
 			t.Fatalf("detect %s: %v", c, err)
 		}
 	}
@@ -62,25 +70,25 @@ func availableContainments(t *testing.T) map[Containment]bool {
 // asserted per path are the ones docs/security.md states.
 func TestCommandExecutorHostileJob(t *testing.T) {
 	avail := availableContainments(t)
-	if testenv.Required() && !avail[ContainmentCgroup] {
+	if testenv.Required() && !avail[jail.ContainmentCgroup] {
 		// CI runs as root on a host with cgroups; without them the strong path is not tested.
 		t.Fatalf("cgroup containment unavailable, its cases would not run")
 	}
 	_, bwrapErr := bwrapWorks(t)
 	tests := []struct {
-		containment Containment
+		containment jail.Containment
 		bwrap       bool
-		memory      uint64 // Limits.MemoryBytes
+		memory      uint64 // jail.Limits.MemoryBytes
 		allocMiB    int
 		escapeLives bool // the setsid escapee outlives the job (documented weakness)
 	}{
-		{containment: ContainmentCgroup, memory: 256 << 20, allocMiB: 1024},
-		{containment: ContainmentCgroup, bwrap: true, memory: 256 << 20, allocMiB: 1024},
+		{containment: jail.ContainmentCgroup, memory: 256 << 20, allocMiB: 1024},
+		{containment: jail.ContainmentCgroup, bwrap: true, memory: 256 << 20, allocMiB: 1024},
 		// RLIMIT_AS fallback: the Go runtime needs room to start, so the limit is larger.
-		{containment: ContainmentPIDNamespace, memory: 2 << 30, allocMiB: 4096},
-		{containment: ContainmentPIDNamespace, bwrap: true, memory: 2 << 30, allocMiB: 4096},
-		{containment: ContainmentProcessGroup, memory: 2 << 30, allocMiB: 4096, escapeLives: true},
-		{containment: ContainmentProcessGroup, bwrap: true, memory: 2 << 30, allocMiB: 4096},
+		{containment: jail.ContainmentPIDNamespace, memory: 2 << 30, allocMiB: 4096},
+		{containment: jail.ContainmentPIDNamespace, bwrap: true, memory: 2 << 30, allocMiB: 4096},
+		{containment: jail.ContainmentProcessGroup, memory: 2 << 30, allocMiB: 4096, escapeLives: true},
+		{containment: jail.ContainmentProcessGroup, bwrap: true, memory: 2 << 30, allocMiB: 4096},
 	}
 	for _, tc := range tests {
 		name := tc.containment.String()
@@ -97,7 +105,7 @@ func TestCommandExecutorHostileJob(t *testing.T) {
 				}
 				t.Skipf("bwrap unusable: %v", bwrapErr)
 			}
-			memoryCgroup := tc.containment == ContainmentCgroup
+			memoryCgroup := tc.containment == jail.ContainmentCgroup
 			if raceEnabled && !memoryCgroup {
 				t.Skip("ThreadSanitizer cannot run under RLIMIT_AS, the memory fallback of this containment")
 			}
@@ -109,7 +117,7 @@ func TestCommandExecutorHostileJob(t *testing.T) {
 				}
 				c.Containment = tc.containment
 				c.UseBwrap = tc.bwrap
-				c.Limits = Limits{MemoryBytes: tc.memory}
+				c.Limits = jail.Limits{MemoryBytes: tc.memory}
 				c.StderrTail = 64 << 10
 				c.KillGrace = 100 * time.Millisecond
 			})
@@ -221,39 +229,21 @@ func lastLines(s string, n int) string {
 }
 
 // The v1 kill path (no cgroup2 mount: SIGKILL to each listed process until
-// the cgroup is empty) runs here by hiding the cgroup2 mount from detection.
+// the cgroup is empty) runs here with detection told to ignore cgroup2.
 func TestCommandExecutorCgroupV1Only(t *testing.T) {
-	if !availableContainments(t)[ContainmentCgroup] {
+	if !availableContainments(t)[jail.ContainmentCgroup] {
 		t.Skip("cgroup containment not available on this host")
-	}
-	mounts, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kept [][]byte
-	for _, l := range bytes.Split(mounts, []byte("\n")) {
-		if !bytes.Contains(l, []byte(" cgroup2 ")) {
-			kept = append(kept, l)
-		}
-	}
-	fake := filepath.Join(t.TempDir(), "mounts")
-	if err := os.WriteFile(fake, bytes.Join(kept, []byte("\n")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := detectContainmentIn(ContainmentCgroup, procFiles{mounts: fake, cgroup: "/proc/self/cgroup"})
-	if err != nil {
-		t.Skipf("no cgroup v1 memory hierarchy here: %v", err)
-	}
-	if c.cg.v2 != "" || c.cg.v1Memory == "" {
-		t.Fatalf("detection with cgroup2 hidden: %s", c.detail)
 	}
 	port, _ := loopbackListener(t)
 	_, marker := markerEnv(t)
+	if _, err := jail.New(jail.Config{Containment: jail.ContainmentCgroup, CgroupV1Only: true, AllowWeakContainment: true}, nil); err != nil {
+		t.Skipf("no cgroup v1 memory hierarchy here: %v", err)
+	}
 	e := helperExec(t, marker, func(c *CommandConfig) {
-		c.Limits = Limits{MemoryBytes: 256 << 20}
+		c.Limits = jail.Limits{MemoryBytes: 256 << 20}
 		c.StderrTail = 64 << 10
+		c.Containment, c.CgroupV1Only = jail.ContainmentCgroup, true
 	})
-	e.contain = c
 	for _, tc := range []struct {
 		name, artifact string
 		timeout        time.Duration
@@ -274,85 +264,5 @@ func TestCommandExecutorCgroupV1Only(t *testing.T) {
 			}
 			assertNoLeftovers(t, marker)
 		})
-	}
-}
-
-// Asking for a containment the host cannot give is a start-up error that
-// says why, never a silent fallback.
-func TestContainmentUnavailable(t *testing.T) {
-	empty := filepath.Join(t.TempDir(), "mounts")
-	if err := os.WriteFile(empty, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	pf := procFiles{mounts: empty, cgroup: "/proc/self/cgroup"}
-	_, err := detectContainmentIn(ContainmentCgroup, pf)
-	if !errors.Is(err, ErrContainmentUnavailable) || !strings.Contains(err.Error(), "no cgroup2 mount") || !strings.Contains(err.Error(), "no cgroup v1 memory hierarchy") {
-		t.Errorf("cgroup without cgroup mounts: %v", err)
-	}
-	// Auto falls back to the next containment rather than failing.
-	c, err := detectContainmentIn(ContainmentAuto, pf)
-	if err != nil || c.kind == ContainmentCgroup {
-		t.Errorf("auto without cgroup mounts: %v, %v", c, err)
-	}
-	if _, err := NewCommandExecutor(CommandConfig{Argv: []string{"true"}, Containment: "jail"}); !errors.Is(err, ErrUnknownContainment) {
-		t.Errorf("unknown containment: %v", err)
-	}
-}
-
-func TestParseContainment(t *testing.T) {
-	for in, want := range map[string]Containment{"": ContainmentAuto, "auto": ContainmentAuto, " CGROUP ": ContainmentCgroup, "pidns": ContainmentPIDNamespace, "pgroup": ContainmentProcessGroup} {
-		if got, err := ParseContainment(in); err != nil || got != want {
-			t.Errorf("ParseContainment(%q) = %q, %v", in, got, err)
-		}
-	}
-	if _, err := ParseContainment("docker"); !errors.Is(err, ErrUnknownContainment) {
-		t.Errorf("ParseContainment(docker): %v", err)
-	}
-}
-
-// The job's cgroups carry the configured limits and are removed afterwards.
-func TestCgroupJobLimits(t *testing.T) {
-	h, notes := detectCgroups(selfProcFiles)
-	if !h.usable() {
-		t.Skipf("no cgroups here: %v", notes)
-	}
-	j, err := h.newJob(Limits{MemoryBytes: 64 << 20, Processes: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := func(dir, file string) string {
-		b, err := os.ReadFile(filepath.Join(dir, file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(b))
-	}
-	memFile := "memory.limit_in_bytes"
-	if j.v2mem {
-		memFile = "memory.max"
-	}
-	if got := read(j.memory, memFile); got != "67108864" {
-		t.Errorf("%s = %s, want 67108864", memFile, got)
-	}
-	pidsDir := ""
-	switch {
-	case h.v2Pids:
-		pidsDir = j.v2
-	case h.v1Pids != "":
-		pidsDir = j.v1[len(j.v1)-1]
-	}
-	if pidsDir != "" {
-		if got := read(pidsDir, "pids.max"); got != "7" {
-			t.Errorf("pids.max = %s, want 7", got)
-		}
-	}
-	dirs := append(slices.Clone(j.v1), j.v2)
-	if err := j.remove(); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range dirs {
-		if _, err := os.Stat(d); d != "" && !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s not removed: %v", d, err)
-		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wmrl/wmrl/consumers/sandbox"
+	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 )
 
 func ExampleNewCommandExecutor() {
@@ -13,10 +14,10 @@ func ExampleNewCommandExecutor() {
 	// e.g. []string{"python3", "{artifact}"}. UseBwrap is the jail: without
 	// it the executor refuses to start unless AllowWeakContainment is set.
 	e, err := sandbox.NewCommandExecutor(sandbox.CommandConfig{
-		Argv:     []string{"/bin/sh", sandbox.PlaceholderArtifact},
-		UseBwrap: true,
-		Timeout:  5 * time.Second,
-		Limits:   sandbox.Limits{CPUSeconds: 5, AddressSpaceBytes: 1 << 30, FileSizeBytes: 16 << 20},
+		Argv:    []string{"/bin/sh", sandbox.PlaceholderArtifact},
+		Timeout: 5 * time.Second,
+		Config: jail.Config{UseBwrap: true,
+			Limits: jail.Limits{CPUSeconds: 5, AddressSpaceBytes: 1 << 30, FileSizeBytes: 16 << 20}},
 	})
 	if err != nil {
 		fmt.Println(err)

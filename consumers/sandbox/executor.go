@@ -5,30 +5,12 @@
 // wall-clock timeout) or a BuiltinExecutor (an in-process task such as the
 // demo's). The Kafka stage loop is built on top of this package.
 //
-// Isolation choices, in short:
-//
-//   - rlimits are applied by wrapping the command in prlimit(1) (util-linux),
-//     which sets them on itself and execs, so they hold from the first
-//     instruction of untrusted code; see prlimitPrefix for the alternatives.
-//   - A job's processes are held by a Containment chosen at start-up (see
-//     its doc): a cgroup per job where the host allows it, else a PID
-//     namespace, else only a process group. The cgroup and the namespace are
-//     killed as a whole at the timeout and again after the main process
-//     exits (while it is still an unreaped zombie, so its pid cannot be
-//     recycled), so no descendant — not even a setsid escapee — outlives
-//     its job; a bare process group cannot stop that, and the executor then
-//     stops reading the escapee's pipes after KillGrace and says so.
-//   - Memory is a cgroup limit for the whole job where available (an OOM
-//     kill is reported as such), else RLIMIT_AS per process.
-//   - UseBwrap is the jail (see jailArgs): no capabilities, no network,
-//     its own PID namespace and /proc, a read-only minimal view of the host
-//     and size-limited tmpfs as the only writable places. Without it, or
-//     with jobs under the stage's uid or root, NewCommandExecutor refuses to
-//     start unless AllowWeakContainment is set (ErrWeakContainment).
-//   - Exhausting RLIMIT_CPU is reported as StatusTimeout (not error): it is
-//     the same failure as the wall clock — the rollout used up its time
-//     budget — and PolicyZero should impute 0 for both, as the reference
-//     does for its 600 s cap.
+// The jail — containment, limits, bubblewrap, the job's uid — is package
+// jail; this package decides what runs and what its outcome means. For
+// one: exhausting RLIMIT_CPU is reported as StatusTimeout (not error), as
+// it is the same failure as the wall clock — the rollout used up its time
+// budget — and PolicyZero should impute 0 for both, as the reference does
+// for its 600 s cap.
 package sandbox
 
 import (
@@ -327,42 +309,6 @@ func quote(b []byte) string {
 	}
 	return fmt.Sprintf("%q", validUTF8(b))
 }
-
-// tailBuffer keeps the last max bytes written to it, so a chatty or hostile
-// child cannot make the executor buffer unbounded output.
-type tailBuffer struct {
-	max   int
-	buf   []byte
-	total int64
-}
-
-func newTailBuffer(max int) *tailBuffer { return &tailBuffer{max: max} }
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.total += int64(len(p))
-	if len(p) >= t.max {
-		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
-		return len(p), nil
-	}
-	t.buf = append(t.buf, p...)
-	// Compact only past 2*max so that small writes stay amortised O(1).
-	if len(t.buf) > 2*t.max {
-		n := copy(t.buf, t.buf[len(t.buf)-t.max:])
-		t.buf = t.buf[:n]
-	}
-	return len(p), nil
-}
-
-// Bytes returns the retained tail (at most max bytes).
-func (t *tailBuffer) Bytes() []byte {
-	if len(t.buf) > t.max {
-		return t.buf[len(t.buf)-t.max:]
-	}
-	return t.buf
-}
-
-// Truncated reports whether bytes were dropped.
-func (t *tailBuffer) Truncated() bool { return t.total > int64(t.max) }
 
 // validUTF8 drops a rune split by truncation and replaces invalid bytes, so
 // tails can go into JSON records and logs.

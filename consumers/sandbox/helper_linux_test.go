@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 )
 
 // The test binary doubles as the untrusted program (GO_WANT_HELPER_PROCESS
@@ -42,12 +44,9 @@ func TestMain(m *testing.M) {
 
 // leftoverJobCgroups lists this process's job cgroups still present.
 func leftoverJobCgroups() []string {
-	h, _ := detectCgroups(selfProcFiles)
+	homes, _ := jail.CgroupHomes()
 	var left []string
-	for _, dir := range []string{h.v2, h.v1Memory, h.v1Pids} {
-		if dir == "" {
-			continue
-		}
+	for _, dir := range homes {
 		m, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("wmrl-%d-*", os.Getpid())))
 		left = append(left, m...)
 	}

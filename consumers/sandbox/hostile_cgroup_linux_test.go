@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 )
 
 // hostileWaitEnv makes the re-executed stage wait for one line on stdin
@@ -23,17 +25,14 @@ const hostileWaitEnv = "WMRL_TEST_HOSTILE_WAIT"
 // a job under the stage's uid could write itself out of its job cgroup.
 func delegateCgroups(t *testing.T, uid int) (enter func(pid int) error) {
 	t.Helper()
-	h, notes := detectCgroups(selfProcFiles)
-	if !h.usable() {
+	homes, notes := jail.CgroupHomes()
+	if len(homes) == 0 {
 		t.Logf("no cgroups to delegate: %v", notes)
 		return nil
 	}
 	name := fmt.Sprintf("wmrl-delegated-%d", os.Getpid())
 	var dirs []string
-	for _, home := range []string{h.v2, h.v1Memory, h.v1Pids} {
-		if home == "" {
-			continue
-		}
+	for _, home := range homes {
 		dir := filepath.Join(home, name)
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)

@@ -3,13 +3,14 @@ package sandbox
 import (
 	"golang.org/x/sys/unix"
 
+	"github.com/wmrl/wmrl/consumers/sandbox/jail"
+
 	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,9 +65,9 @@ type hostileMode struct {
 // and without bubblewrap.
 func hostileModes() []hostileMode {
 	// DefaultCommandConfig unchanged: the CLI's defaults (the jail,
-	// --containment auto, no --run-as: DefaultRunAs for a root stage).
+	// --containment auto, no --run-as: jail.DefaultRunAs for a root stage).
 	modes := []hostileMode{{"default", func(*CommandConfig) {}}}
-	for _, c := range containmentOrder {
+	for _, c := range jail.Containments() {
 		modes = append(modes,
 			// Without the jail the executor refuses to start unless told.
 			hostileMode{string(c), func(cfg *CommandConfig) {
@@ -212,7 +213,7 @@ func runHostileStage(t *testing.T, bin, secret string, uid int, delegated bool) 
 		user += ", delegated cgroup"
 	}
 	cmd := exec.Command(bin, "-test.run=^$")
-	cmd.Env = []string{hostileStageEnv + "=" + base, hostileSecretEnv + "=" + secret, "PATH=" + DefaultPath, "HOME=" + base,
+	cmd.Env = []string{hostileStageEnv + "=" + base, hostileSecretEnv + "=" + secret, "PATH=" + jail.DefaultPath, "HOME=" + base,
 		"TMPDIR=" + os.TempDir(), hostileUserEnv + "=" + user}
 	if uid != os.Geteuid() {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
@@ -317,22 +318,11 @@ func hostileBaseConfig(fx hostileFixture) CommandConfig {
 }
 
 func hostileListener() (string, *atomic.Int64) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, accepted, err := listenLoopback()
 	if err != nil {
 		panic(err)
 	}
-	accepted := new(atomic.Int64)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port), accepted
+	return port, accepted
 }
 
 // runAttack runs one attack and judges it from the host side.
@@ -400,7 +390,7 @@ func runAttack(e *CommandExecutor, fx hostileFixture, attack, port string, accep
 	return outcomeBlocked, detail
 }
 
-// ownProcs counts the processes of this uid and of DefaultRunAs (a root
+// ownProcs counts the processes of this uid and of jail.DefaultRunAs (a root
 // stage's jobs), zombies included: they count against RLIMIT_NPROC until
 // the host's init reaps them.
 func ownProcs() int {
@@ -408,7 +398,7 @@ func ownProcs() int {
 	n := 0
 	for _, p := range all {
 		var st syscall.Stat_t
-		if syscall.Stat(p, &st) == nil && (int(st.Uid) == os.Geteuid() || st.Uid == DefaultRunAs.UID) {
+		if syscall.Stat(p, &st) == nil && (int(st.Uid) == os.Geteuid() || st.Uid == jail.DefaultRunAs.UID) {
 			n++
 		}
 	}
@@ -503,7 +493,7 @@ func checkHostileDoc(t *testing.T, table string) {
 }
 
 // reapZombieChildren waits for every zombie child of this hostile stage. The stage is a child
-// subreaper once it has built a jailed executor (reaper_linux.go), so the weak modes' orphans
+// subreaper once it has built a jailed executor (jail/reaper_linux.go), so the weak modes' orphans
 // (a fork bomb's thousand processes) end up here; they would count against the job uid's
 // RLIMIT_NPROC until the stage exits. No job runs between attacks, so no child of the executor
 // is waited for at the same time.

@@ -6,10 +6,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 )
 
 // RLIMIT_NPROC is per real UID and ignored for root, so it is tested with
-// RunAs nobody; the control run shows the same script succeeds unlimited.
+// jail.RunAs nobody; the control run shows the same script succeeds unlimited.
 // Not parallel: other processes of the same UID would count.
 func TestRunAsProcessLimit(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -20,28 +22,26 @@ while [ $i -lt 20 ]; do if sleep 5 & then ok=$((ok+1)); fi; i=$((i+1)); done
 echo "{\"score\": $ok}"`
 	tests := []struct {
 		name   string
-		limits Limits
+		limits jail.Limits
 		want   Status
 		score  float64
 		stderr string
 	}{
-		{"limited", Limits{Processes: 5}, StatusError, 0, "Cannot fork"},
-		{"unlimited", Limits{}, StatusOK, 20, ""},
+		{"limited", jail.Limits{Processes: 5}, StatusError, 0, "Cannot fork"},
+		{"unlimited", jail.Limits{}, StatusOK, 20, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, marker := markerEnv(t)
 			e, err := NewCommandExecutor(CommandConfig{
-				Argv:    []string{"/bin/sh", PlaceholderArtifact},
-				Timeout: 10 * time.Second,
-				Env:     map[string]string{"WMRL_TEST_MARKER": marker},
-				Limits:  tc.limits,
-				RunAs:   &RunAs{UID: 65534, GID: 65534},
-				// No jail: RLIMIT_NPROC alone is under test.
-				AllowWeakContainment: true,
-				ScoreMax:             100,
-				// The job dir's parents must be traversable by nobody.
-				TempDir: os.TempDir(),
+				Argv:     []string{"/bin/sh", PlaceholderArtifact},
+				Timeout:  10 * time.Second,
+				Env:      map[string]string{"WMRL_TEST_MARKER": marker},
+				ScoreMax: 100,
+				// No jail: RLIMIT_NPROC alone is under test. The job dir's
+				// parents must be traversable by nobody.
+				Config: jail.Config{Limits: tc.limits, RunAs: &jail.RunAs{UID: 65534, GID: 65534},
+					AllowWeakContainment: true, TempDir: os.TempDir()},
 			})
 			if err != nil {
 				t.Fatal(err)

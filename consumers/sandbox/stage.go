@@ -73,10 +73,7 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 	if !r.Anchor {
 		return nil, nil
 	}
-	e := topics.ExecutedReward{
-		RunID: r.RunID, Step: r.Step, GroupID: r.GroupID, RolloutID: r.RolloutID, Stream: r.Stream,
-		PolicyVersion: r.PolicyVersion,
-	}
+	e := topics.ExecutedReward{RolloutRef: r.Ref()}
 	data := []byte(r.Artifact)
 	if r.ArtifactURI != "" {
 		if data, err = h.resolve(ctx, r); err != nil {

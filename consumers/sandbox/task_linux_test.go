@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -28,7 +29,7 @@ func TestCommandExecutorTasks(t *testing.T) {
 	copyTree(t, "testdata/tasks", tasks)
 
 	newHandler := func(argv ...string) *Handler {
-		e, err := NewCommandExecutor(CommandConfig{Argv: argv, Timeout: 30 * time.Second, Limits: DefaultLimits(), UseBwrap: true})
+		e, err := NewCommandExecutor(CommandConfig{Argv: argv, Timeout: 30 * time.Second, Config: jail.Config{Limits: jail.DefaultLimits(), UseBwrap: true}})
 		if err != nil {
 			t.Fatal(err)
 		}

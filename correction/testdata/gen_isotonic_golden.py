@@ -25,24 +25,7 @@ import sys
 import numpy as np
 import sklearn
 from sklearn.isotonic import IsotonicRegression
-
-M64 = (1 << 64) - 1
-TWO_M53 = 1.0 / 9007199254740992.0  # 2**-53
-
-
-class SplitMix64:
-    def __init__(self, seed):
-        self.s = seed & M64
-
-    def next(self):
-        self.s = (self.s + 0x9E3779B97F4A7C15) & M64
-        z = self.s
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-        return z ^ (z >> 31)
-
-    def u(self):
-        return float(self.next() >> 11) * TWO_M53
+from splitmix64 import TWO_M53, SplitMix64
 
 
 def generate(kind, n, seed):

@@ -22,6 +22,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=deploy/local/lib.sh
+. "$HERE/lib.sh"
 
 KAFKA_VERSION=${WMRL_KAFKA_VERSION:-4.4.0}
 CACHE=${WMRL_CACHE:-$HOME/.cache/wmrl}
@@ -34,13 +36,9 @@ HEAP=${WMRL_KAFKA_HEAP:--Xms128m -Xmx384m}
 READY_TIMEOUT=${WMRL_KAFKA_READY_TIMEOUT:-120}
 STOP_TIMEOUT=${WMRL_KAFKA_STOP_TIMEOUT:-30}
 
-log() { printf 'cluster.sh: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
 port() { echo $((BASE + $1 - 1)); }
 cport() { echo $((BASE + NODES + $1 - 1)); }
 dir() { echo "$ROOT/node-$1"; }
-port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
 seeds() {
 	local i out=()
@@ -49,18 +47,7 @@ seeds() {
 	echo "${out[*]}"
 }
 
-# node_pid prints the pid of node i's java if it is alive and runs that node's config, so a
-# recycled pid is never signalled.
-node_pid() {
-	local f
-	f="$(dir "$1")/kafka.pid"
-	[[ -s $f ]] || return 1
-	local pid
-	pid=$(<"$f")
-	[[ -r /proc/$pid/cmdline ]] || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "kafka.Kafka $(dir "$1")/server.properties" || return 1
-	echo "$pid"
-}
+node_pid() { broker_pid "$(dir "$1")"; }
 
 write_config() {
 	local i=$1 d voters="" j
@@ -92,40 +79,21 @@ unclean.leader.election.enable=false
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 EOF
-	cat >"$d/log4j2.properties" <<EOF
-status = warn
-appender.file.type = File
-appender.file.name = FILE
-appender.file.fileName = $d/logs/server.log
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = FILE
-EOF
+	write_log4j2 "$d"
 	printf 'status = warn\nrootLogger.level = ERROR\n' >"$d/tools-log4j2.properties"
 }
 
 launch() {
-	local i=$1 d pid
-	d=$(dir "$i")
+	local i=$1
 	# shellcheck disable=SC2086 # HEAP is a list of JVM flags
-	setsid java $HEAP -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
-		-Dlog4j2.configurationFile="$d/log4j2.properties" -Dkafka.logs.dir="$d/logs" \
-		-cp "$LIB/*" kafka.Kafka "$d/server.properties" </dev/null >>"$d/logs/stdout.log" 2>&1 &
-	pid=$!
-	sleep 0.2
-	if ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "kafka.Kafka $d/server.properties"; then
-		pid=$(pgrep -f "kafka.Kafka $d/server.properties" | head -n1) || die "node $i: java not found after launch"
-	fi
-	echo "$pid" >"$d/kafka.pid"
-	log "node $i: java pid $pid on 127.0.0.1:$(port "$i") (controller $(cport "$i"))"
+	launch_broker "$(dir "$i")" $HEAP -XX:TieredStopAtLevel=1
+	log "node $i: java pid $(<"$(dir "$i")/kafka.pid") on 127.0.0.1:$(port "$i") (controller $(cport "$i"))"
 }
 
 wait_ready() {
-	local bin=$LOCAL/bin/kafkaready
-	mkdir -p "$LOCAL/bin"
-	(cd "$REPO" && go build -o "$bin" ./deploy/local/kafkaready) || die "could not build deploy/local/kafkaready"
-	local deadline=$((SECONDS + READY_TIMEOUT)) i
+	local bin deadline i
+	bin=$(kafkaready_bin)
+	deadline=$((SECONDS + READY_TIMEOUT))
 	for ((i = 1; i <= NODES; i++)); do
 		until port_open "$(port "$i")"; do
 			node_pid "$i" >/dev/null || { tail -n 30 "$(dir "$i")/logs/server.log" >&2 || true; die "node $i exited during startup"; }
@@ -146,15 +114,15 @@ start() {
 		port_open "$(port "$i")" && die "127.0.0.1:$(port "$i") is in use"
 		port_open "$(cport "$i")" && die "127.0.0.1:$(cport "$i") is in use"
 	done
-	command -v java >/dev/null || die "java not found; Kafka 4.x needs Java 17+"
+	need_java
 	"$HERE/kafka.sh" fetch
 	rm -rf "$ROOT"
 	local id
 	for ((i = 1; i <= NODES; i++)); do write_config "$i"; done
-	id=$(java -cp "$LIB/*" -Dlog4j2.configurationFile="$(dir 1)/tools-log4j2.properties" kafka.tools.StorageTool random-uuid)
+	id=$(storage_tool "$(dir 1)/tools-log4j2.properties" random-uuid)
 	for ((i = 1; i <= NODES; i++)); do
-		java -cp "$LIB/*" -Dlog4j2.configurationFile="$(dir "$i")/tools-log4j2.properties" \
-			kafka.tools.StorageTool format -t "$id" -c "$(dir "$i")/server.properties" >"$(dir "$i")/logs/format.log" 2>&1 ||
+		storage_tool "$(dir "$i")/tools-log4j2.properties" \
+			format -t "$id" -c "$(dir "$i")/server.properties" >"$(dir "$i")/logs/format.log" 2>&1 ||
 			{ cat "$(dir "$i")/logs/format.log" >&2; die "node $i: format failed"; }
 	done
 	log "formatted $NODES nodes (cluster $id)"
@@ -181,13 +149,7 @@ signal_node() {
 	local i=$1 sig=$2 pid
 	pid=$(node_pid "$i") || { log "node $i not running"; return 0; }
 	kill "-$sig" "$pid"
-	local deadline=$((SECONDS + STOP_TIMEOUT))
-	while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
-	if kill -0 "$pid" 2>/dev/null; then
-		log "node $i: pid $pid alive ${STOP_TIMEOUT}s after SIG$sig; SIGKILL"
-		kill -KILL "$pid" 2>/dev/null || true
-		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-	fi
+	reap "$pid" "$sig" "$STOP_TIMEOUT" || true
 	rm -f "$(dir "$i")/kafka.pid"
 	log "node $i: pid $pid stopped (SIG$sig)"
 }
@@ -203,12 +165,7 @@ stop() {
 	done
 	for entry in "${pids[@]}"; do
 		i=${entry%%:*} pid=${entry#*:}
-		while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
-		if kill -0 "$pid" 2>/dev/null; then
-			log "node $i: pid $pid alive ${STOP_TIMEOUT}s after SIGTERM; SIGKILL"
-			kill -KILL "$pid" 2>/dev/null || true
-			while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-		fi
+		reap "$pid" TERM "$STOP_TIMEOUT" "$deadline" || true
 		rm -f "$(dir "$i")/kafka.pid"
 		log "node $i: pid $pid stopped"
 	done

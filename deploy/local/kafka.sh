@@ -20,6 +20,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=deploy/local/lib.sh
+. "$HERE/lib.sh"
 
 KAFKA_VERSION=${WMRL_KAFKA_VERSION:-4.4.0}
 LOG4J_VERSION=${WMRL_LOG4J_VERSION:-2.25.5}
@@ -36,29 +38,7 @@ STOP_TIMEOUT=${WMRL_KAFKA_STOP_TIMEOUT:-30}
 PIDFILE=$RUN/kafka.pid
 MARKER=$LIB/.complete
 
-log() { printf 'kafka.sh: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-
-port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
-
-# pid_alive reports whether the pid file names a live java running our config,
-# so a recycled pid is never signalled.
-pid_alive() {
-	[[ -s $PIDFILE ]] || return 1
-	local pid
-	pid=$(<"$PIDFILE")
-	[[ -r /proc/$pid/cmdline ]] || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "kafka.Kafka $RUN/server.properties"
-}
-
-need_java() {
-	command -v java >/dev/null || die "java not found; Kafka 4.x needs Java 17+ (Debian: apt-get install -y openjdk-17-jre-headless)"
-	local v
-	v=$(java -XshowSettings:properties -version 2>&1 | awk -F'= ' '/java.specification.version/ {print $2}')
-	[[ ${v%%.*} -ge 17 ]] || die "java $v found; Kafka 4.x needs Java 17+"
-}
+pid_alive() { broker_pid "$RUN" >/dev/null; }
 
 fetch() {
 	if [[ -f $MARKER && $(<"$MARKER") == "$KAFKA_VERSION $LOG4J_VERSION" ]]; then
@@ -120,18 +100,7 @@ EOF
 	if [[ -n ${WMRL_KAFKA_EXTRA_PROPERTIES:-} ]]; then
 		{ echo "# from $WMRL_KAFKA_EXTRA_PROPERTIES"; cat "$WMRL_KAFKA_EXTRA_PROPERTIES"; } >>"$RUN/server.properties"
 	fi
-	cat >"$RUN/log4j2.properties" <<EOF
-status = warn
-appender.file.type = File
-appender.file.name = FILE
-appender.file.fileName = $RUN/logs/server.log
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = FILE
-logger.kafka.name = org.apache.kafka
-logger.kafka.level = INFO
-EOF
+	write_log4j2 "$RUN"
 	# The storage tool logs its whole config at INFO; keep its console quiet.
 	cat >"$RUN/tools-log4j2.properties" <<EOF
 status = warn
@@ -143,13 +112,6 @@ appender.console.layout.pattern = %p %m (%c)%n
 rootLogger.level = WARN
 rootLogger.appenderRef.console.ref = STDERR
 EOF
-}
-
-kafkaready_bin() {
-	local bin=$LOCAL/bin/kafkaready
-	mkdir -p "$LOCAL/bin"
-	(cd "$REPO" && go build -o "$bin" ./deploy/local/kafkaready) || die "could not build deploy/local/kafkaready"
-	echo "$bin"
 }
 
 start() {
@@ -166,34 +128,22 @@ start() {
 
 	mkdir -p "$RUN/data" "$RUN/logs"
 	write_config "$RUN/data"
-	local cp="$LIB/*" id t0 pid
+	local id t0 pid
 	t0=$(now)
 	if [[ -f $RUN/data/meta.properties ]]; then
 		# A restart (after a stop or a crash) keeps every topic: the log recovers on start.
 		log "reusing $RUN/data ($(grep -m1 '^cluster.id=' "$RUN/data/meta.properties" || echo 'cluster id unknown')); kafka.sh reset for a clean slate"
 	else
-		id=$(java -cp "$cp" -Dlog4j2.configurationFile="$RUN/tools-log4j2.properties" kafka.tools.StorageTool random-uuid)
-		java -cp "$cp" -Dlog4j2.configurationFile="$RUN/tools-log4j2.properties" \
-			kafka.tools.StorageTool format -t "$id" -c "$RUN/server.properties" >"$RUN/logs/format.log" 2>&1 ||
+		id=$(storage_tool "$RUN/tools-log4j2.properties" random-uuid)
+		storage_tool "$RUN/tools-log4j2.properties" format -t "$id" -c "$RUN/server.properties" >"$RUN/logs/format.log" 2>&1 ||
 			{ cat "$RUN/logs/format.log" >&2; die "kafka-storage format failed"; }
 		log "formatted $RUN/data (cluster $id) in $(since "$t0")s"
 	fi
 
 	t0=$(now)
-	# setsid: the broker outlives the shell (and make) that started it.
 	# shellcheck disable=SC2086 # HEAP is a list of JVM flags
-	setsid java $HEAP -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
-		-Dlog4j2.configurationFile="$RUN/log4j2.properties" -Dkafka.logs.dir="$RUN/logs" \
-		-cp "$cp" kafka.Kafka "$RUN/server.properties" \
-		</dev/null >"$RUN/logs/stdout.log" 2>&1 &
-	pid=$!
-	# setsid execs in place unless it is a process-group leader (job control
-	# on), in which case it forks: then find the broker by its own config path.
-	sleep 0.2
-	if ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "kafka.Kafka $RUN/server.properties"; then
-		pid=$(pgrep -f "kafka.Kafka $RUN/server.properties" | head -n1) || die "broker process not found after launch"
-	fi
-	echo "$pid" >"$PIDFILE"
+	launch_broker "$RUN" $HEAP
+	pid=$(<"$PIDFILE")
 	log "started java pid $pid (Kafka $KAFKA_VERSION, logs in $RUN/logs)"
 
 	local bin
@@ -221,29 +171,7 @@ start() {
 	log "ready on 127.0.0.1:$PORT in $(since "$t0")s after launch; broker log says $reported"
 }
 
-stop() {
-	if ! pid_alive; then
-		rm -f "$PIDFILE"
-		log "not running"
-		return 0
-	fi
-	local pid t0
-	pid=$(<"$PIDFILE")
-	t0=$(now)
-	kill -TERM "$pid"
-	local deadline=$((SECONDS + STOP_TIMEOUT))
-	while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
-	if kill -0 "$pid" 2>/dev/null; then
-		log "pid $pid still alive ${STOP_TIMEOUT}s after SIGTERM; sending SIGKILL"
-		kill -KILL "$pid" 2>/dev/null || true
-		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-		rm -f "$PIDFILE"
-		log "killed pid $pid after $(since "$t0")s"
-		return 0
-	fi
-	rm -f "$PIDFILE"
-	log "stopped pid $pid cleanly in $(since "$t0")s"
-}
+stop() { stop_pidfile "$PIDFILE" "kafka.Kafka $RUN/server.properties" "$STOP_TIMEOUT"; }
 
 status() {
 	if pid_alive; then

@@ -10,26 +10,19 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=deploy/local/lib.sh
+. "$HERE/lib.sh"
 LOCAL=${WMRL_LOCAL_DIR:-$REPO/.local}
 RUN=$LOCAL/redis
 PORT=${WMRL_REDIS_PORT:-6379}
 STOP_TIMEOUT=${WMRL_REDIS_STOP_TIMEOUT:-15}
 PIDFILE=$RUN/redis.pid
-
-log() { printf 'redis.sh: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+# What our server's command line shows, so that a recycled pid is never signalled.
+PROC="redis-server 127.0.0.1:$PORT"
 
 ping() { [[ $(redis-cli -h 127.0.0.1 -p "$PORT" ping 2>/dev/null) == PONG ]]; }
 
-pid_alive() {
-	[[ -s $PIDFILE ]] || return 1
-	local pid
-	pid=$(<"$PIDFILE")
-	[[ -r /proc/$pid/cmdline ]] || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "redis-server 127.0.0.1:$PORT"
-}
+pid_alive() { pidfile_pid "$PIDFILE" "$PROC" >/dev/null; }
 
 ensure_installed() {
 	command -v redis-server >/dev/null && command -v redis-cli >/dev/null && return 0
@@ -64,25 +57,7 @@ start() {
 	log "ready on 127.0.0.1:$PORT in $(since "$t0")s: $(redis-server --version | cut -d' ' -f1-3), pid $(<"$PIDFILE")"
 }
 
-stop() {
-	if ! pid_alive; then
-		rm -f "$PIDFILE"
-		log "not running"
-		return 0
-	fi
-	local pid t0
-	pid=$(<"$PIDFILE")
-	t0=$(now)
-	kill -TERM "$pid"
-	local deadline=$((SECONDS + STOP_TIMEOUT))
-	while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
-	if kill -0 "$pid" 2>/dev/null; then
-		log "pid $pid still alive ${STOP_TIMEOUT}s after SIGTERM; sending SIGKILL"
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	rm -f "$PIDFILE"
-	log "stopped pid $pid in $(since "$t0")s"
-}
+stop() { stop_pidfile "$PIDFILE" "$PROC" "$STOP_TIMEOUT"; }
 
 status() {
 	if pid_alive; then

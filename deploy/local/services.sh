@@ -12,14 +12,12 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=deploy/local/lib.sh
+. "$HERE/lib.sh"
 LOCAL=${WMRL_LOCAL_DIR:-$REPO/.local}
 STATE=${WMRL_SERVICES_STATE:-$LOCAL/services.state}
 KAFKA_PORT=${WMRL_KAFKA_PORT:-9092}
 REDIS_PORT=${WMRL_REDIS_PORT:-6379}
-
-log() { printf 'services.sh: %s\n' "$*" >&2; }
-
-port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
 started() { [[ -f $STATE ]] && grep -qx "$1" "$STATE"; }
 

@@ -29,13 +29,8 @@ func RefreshLag(ctx context.Context, adm *kadm.Client, group string, topics []st
 	if !ok || l.Error() != nil {
 		return
 	}
+	byTopic := l.Lag.TotalByTopic() // positive lags only, as a gauge of records behind wants
 	for _, topic := range topics {
-		var sum int64
-		for _, pl := range l.Lag[topic] {
-			if pl.Lag > 0 {
-				sum += pl.Lag
-			}
-		}
-		g.WithLabelValues(topic).Set(float64(sum))
+		g.WithLabelValues(topic).Set(float64(byTopic[topic].Lag))
 	}
 }

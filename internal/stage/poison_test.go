@@ -99,9 +99,7 @@ func testStagePoison(t *testing.T, dlqMax, wantReasons string, wantSkipped float
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- st.Run(runCtx) }()
+	stop, done := runStage(ctx, st)
 
 	reader, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(out, names.DLQ()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -155,19 +153,7 @@ func testStagePoison(t *testing.T, dlqMax, wantReasons string, wantSkipped float
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v (a poison record must not stop the stage)", err)
 	}
-	lags, err := adm.Lag(ctx, group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lag int64
-	lags.Each(func(l kadm.DescribedGroupLag) {
-		for _, ps := range l.Lag {
-			for _, p := range ps {
-				lag += p.Lag
-			}
-		}
-	})
-	if lag != 0 {
+	if lag := groupLag(ctx, t, adm, group); lag != 0 {
 		t.Errorf("lag %d after shutdown: every input, poison included, must be committed", lag)
 	}
 }

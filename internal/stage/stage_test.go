@@ -66,9 +66,7 @@ func runEcho(t *testing.T, brokers []string, prefix string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- st.Run(runCtx) }()
+	stop, done := runStage(ctx, st)
 
 	reader, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(out, names.DLQ()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
@@ -103,19 +101,7 @@ func runEcho(t *testing.T, brokers []string, prefix string) {
 		t.Fatalf("Run: %v", err)
 	}
 	// Everything handled was committed on shutdown: the group's lag is zero.
-	lags, err := adm.Lag(ctx, prefix+"echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	lags.Each(func(l kadm.DescribedGroupLag) {
-		for _, ps := range l.Lag {
-			for _, p := range ps {
-				total += p.Lag
-			}
-		}
-	})
-	if total != 0 {
+	if total := groupLag(ctx, t, adm, prefix+"echo"); total != 0 {
 		t.Fatalf("lag after graceful shutdown: %d", total)
 	}
 	if h := handled.Load(); h != n {
@@ -169,24 +155,9 @@ func TestStageInProcess(t *testing.T) {
 // TestStageHandsBackOnShutdown checks that a handler still running when the grace period ends
 // is interrupted and its record stays uncommitted for the next owner.
 func TestStageHandsBackOnShutdown(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("slow"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, "slow"); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("a")}, &kgo.Record{Value: []byte("b")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	c, cl := fakeInput(ctx, t, []string{"slow"}, "a", "b")
 	started := make(chan struct{}, 2)
 	h := func(hctx context.Context, r *kgo.Record) ([]*kgo.Record, error) {
 		if string(r.Value) == "a" {
@@ -201,9 +172,7 @@ func TestStageHandsBackOnShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- st.Run(runCtx) }()
+	stop, done := runStage(ctx, st)
 	<-started
 	stop()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
@@ -228,24 +197,9 @@ func TestStageRealBroker(t *testing.T) {
 // outputs cannot hold shutdown beyond the grace period: the record is handed back, not
 // committed, and Run returns without error.
 func TestStageShutdownWithUnacknowledgedProduce(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := kadm.NewClient(cl).CreateTopics(ctx, 1, 1, nil, "in", "out"); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	c, _ := fakeInput(ctx, t, []string{"in", "out"}, "x")
 	// From now on the broker swallows every produce request until the test ends.
 	release := make(chan struct{})
 	defer close(release)
@@ -264,9 +218,7 @@ func TestStageShutdownWithUnacknowledgedProduce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- st.Run(runCtx) }()
+	stop, done := runStage(ctx, st)
 	<-handled
 	stop()
 	select {
@@ -280,4 +232,58 @@ func TestStageShutdownWithUnacknowledgedProduce(t *testing.T) {
 	if o := st.track.committable(nil); len(o) != 0 {
 		t.Fatalf("an unacknowledged record became committable: %v", o)
 	}
+}
+
+// fakeInput starts an in-process Kafka (kfake) with the topics (one partition each) and writes
+// values to the first with the client it returns; both close when the test ends.
+func fakeInput(ctx context.Context, t *testing.T, topics []string, values ...string) (*kfake.Cluster, *kgo.Client) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topics[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if _, err := kadm.NewClient(cl).CreateTopics(ctx, 1, 1, nil, topics...); err != nil {
+		t.Fatal(err)
+	}
+	recs := make([]*kgo.Record, len(values))
+	for i, v := range values {
+		recs[i] = &kgo.Record{Value: []byte(v)}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return c, cl
+}
+
+// runStage runs st in the background until stop; done then yields what Run returned.
+func runStage(ctx context.Context, st *Stage) (stop context.CancelFunc, done <-chan error) {
+	runCtx, stop := context.WithCancel(ctx)
+	ch := make(chan error, 1)
+	go func() { ch <- st.Run(runCtx) }()
+	return stop, ch
+}
+
+// groupLag sums group's lag over every partition, a negative (unknown) one included so that it
+// cannot pass for zero.
+func groupLag(ctx context.Context, t *testing.T, adm *kadm.Client, group string) int64 {
+	t.Helper()
+	lags, err := adm.Lag(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	lags.Each(func(l kadm.DescribedGroupLag) {
+		for _, ps := range l.Lag {
+			for _, p := range ps {
+				total += p.Lag
+			}
+		}
+	})
+	return total
 }

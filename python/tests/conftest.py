@@ -18,7 +18,7 @@ import types
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -26,6 +26,8 @@ HERE = Path(__file__).resolve().parent
 PY_ROOT = HERE.parent
 REPO = PY_ROOT.parent
 GOLDEN = REPO / "topics" / "testdata" / "golden"
+
+T = TypeVar("T")
 
 sys.path.insert(0, str(HERE))
 
@@ -209,16 +211,26 @@ class FakeProducer:
         return n
 
 
-@pytest.fixture
-def fake_consumer() -> Iterator[Callable[[dict[str, object]], FakeConsumer]]:
-    made: list[FakeConsumer] = []
+def _recording_factory(cls: Callable[[dict[str, object]], T]) -> Callable[[dict[str, object]], T]:
+    """A client factory that keeps every client it made in ``.made``, for the test to inspect."""
+    made: list[T] = []
 
-    def factory(conf: dict[str, object]) -> FakeConsumer:
-        made.append(FakeConsumer(conf))
+    def factory(conf: dict[str, object]) -> T:
+        made.append(cls(conf))
         return made[-1]
 
     factory.made = made  # type: ignore[attr-defined]
-    yield factory
+    return factory
+
+
+@pytest.fixture
+def fake_consumer() -> Callable[[dict[str, object]], FakeConsumer]:
+    return _recording_factory(FakeConsumer)
+
+
+@pytest.fixture
+def fake_producer() -> Callable[[dict[str, object]], FakeProducer]:
+    return _recording_factory(FakeProducer)
 
 
 # ---- real services ---------------------------------------------------------------------------
@@ -228,8 +240,8 @@ def _truthy(v: str | None) -> bool:
     return (v or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def services_required() -> bool:
-    return _truthy(os.environ.get("CI")) or _truthy(os.environ.get("WMRL_REQUIRE_SERVICES"))
+def services_required(env: Mapping[str, str] = os.environ) -> bool:
+    return _truthy(env.get("CI")) or _truthy(env.get("WMRL_REQUIRE_SERVICES"))
 
 
 HOW_TO_RUN = (
@@ -248,17 +260,19 @@ def _reachable(brokers: str) -> str | None:
         return str(e)
 
 
+def _service_env(env: Mapping[str, str], var: str) -> str:
+    """The value of VAR; unset skips the test, or fails it when services are required."""
+    value = env.get(var, "").strip()
+    if value:
+        return value
+    if services_required(env):
+        pytest.fail(f"{var} is not set but services are required (CI=true or WMRL_REQUIRE_SERVICES=1): " + HOW_TO_RUN)
+    pytest.skip(f"{var} is not set; end-to-end test skipped ({HOW_TO_RUN})")
+
+
 def resolve_kafka(env: Mapping[str, str]) -> str:
     """Seed brokers from WMRL_TEST_KAFKA after a TCP check; skip or fail by the service policy."""
-    brokers = env.get("WMRL_TEST_KAFKA", "").strip()
-    required = _truthy(env.get("CI")) or _truthy(env.get("WMRL_REQUIRE_SERVICES"))
-    if not brokers:
-        if required:
-            pytest.fail(
-                "WMRL_TEST_KAFKA is not set but services are required (CI=true or WMRL_REQUIRE_SERVICES=1): "
-                + HOW_TO_RUN
-            )
-        pytest.skip(f"WMRL_TEST_KAFKA is not set; end-to-end test skipped ({HOW_TO_RUN})")
+    brokers = _service_env(env, "WMRL_TEST_KAFKA")
     err = _reachable(brokers)
     if err is not None:
         pytest.fail(f"Kafka at WMRL_TEST_KAFKA={brokers} is unreachable: {err} ({HOW_TO_RUN})")
@@ -267,15 +281,7 @@ def resolve_kafka(env: Mapping[str, str]) -> str:
 
 def resolve_redis(env: Mapping[str, str]) -> str:
     """The Redis URL from WMRL_TEST_REDIS after a TCP check; skip or fail by the service policy."""
-    url = env.get("WMRL_TEST_REDIS", "").strip()
-    required = _truthy(env.get("CI")) or _truthy(env.get("WMRL_REQUIRE_SERVICES"))
-    if not url:
-        if required:
-            pytest.fail(
-                "WMRL_TEST_REDIS is not set but services are required (CI=true or WMRL_REQUIRE_SERVICES=1): "
-                + HOW_TO_RUN
-            )
-        pytest.skip(f"WMRL_TEST_REDIS is not set; end-to-end test skipped ({HOW_TO_RUN})")
+    url = _service_env(env, "WMRL_TEST_REDIS")
     hostport = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
     if ":" not in hostport:
         hostport += ":6379"
@@ -296,13 +302,19 @@ def wmrl_cli(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wmrl CLI, built with `go build` from this tree (WMRL_TEST_WMRL: a prebuilt binary instead)."""
     if os.environ.get("WMRL_TEST_WMRL"):
         return Path(os.environ["WMRL_TEST_WMRL"])
+    return _go_build(tmp_path_factory, "./cmd/wmrl")
+
+
+def _go_build(tmp_path_factory: pytest.TempPathFactory, pkg: str) -> Path:
+    """Builds the Go command pkg (a path from the repository root) into a fresh directory."""
     go = shutil.which("go")
     if go is None:
         if services_required():
             pytest.fail("the end-to-end tests need the Go toolchain on PATH")
         pytest.skip("go not on PATH; end-to-end test skipped")
-    exe = tmp_path_factory.mktemp("wmrl") / "wmrl"
-    subprocess.run([go, "build", "-o", str(exe), "./cmd/wmrl"], cwd=REPO, check=True, timeout=600)
+    name = Path(pkg).name
+    exe = tmp_path_factory.mktemp(name) / name
+    subprocess.run([go, "build", "-o", str(exe), pkg], cwd=REPO, check=True, timeout=600)
     return exe
 
 
@@ -315,13 +327,7 @@ def kafka() -> str:
 @pytest.fixture(scope="session")
 def gohelper(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, Any]]:
     """Build python/tests/gohelper with `go build` and return a runner that parses its JSON output."""
-    go = shutil.which("go")
-    if go is None:
-        if services_required():
-            pytest.fail("the end-to-end tests need the Go toolchain on PATH")
-        pytest.skip("go not on PATH; end-to-end test skipped")
-    exe = tmp_path_factory.mktemp("gohelper") / "gohelper"
-    subprocess.run([go, "build", "-o", str(exe), "./python/tests/gohelper"], cwd=REPO, check=True, timeout=600)
+    exe = _go_build(tmp_path_factory, "./python/tests/gohelper")
 
     def run(*args: str, timeout: float = 180) -> dict[str, Any]:
         p = subprocess.run([str(exe), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)

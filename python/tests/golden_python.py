@@ -186,89 +186,51 @@ def valid_records() -> dict[str, tuple[str, object]]:
     }
 
 
+# Invalid cases beyond Go's own invalid set: (file name, text in the valid record, its replacement,
+# the reason Python's decoder gives). Each edits, once, the valid record its name begins with.
+_EDITS = (
+    ("predicted_nan_literal.json", '"score":1e-7', '"score":NaN', "malformed-json"),
+    ("predicted_score_overflow.json", '"score":1e-7', '"score":1e400', "invalid-field:score"),
+    ("predicted_attempts_fraction.json", '"attempts":3', '"attempts":3.0', "invalid-field:attempts"),
+    ("predicted_attempts_exponent.json", '"attempts":3', '"attempts":3e0', "invalid-field:attempts"),
+    ("predicted_schema_number.json", '"schema":"wmrl.reward.predicted.v1"', '"schema":1', "unknown-schema"),
+    ("predicted_negative_latency.json", '"latency_ms":1e+21', '"latency_ms":-1', "invalid-field:latency_ms"),
+    ("step_nested_unknown.json", '"size":8,', '"size":8,"weight":2,', "invalid-field:groups[0].weight"),
+    ("step_nested_duplicate.json", '"size":8,', '"size":8,"size":9,', "invalid-field:groups[0].size"),
+    ("step_size_zero.json", '"size":8,', '"size":0,', "invalid-field:groups[0].size"),
+    ("step_deep_nesting.json", '"policy_version":"ckpt-12"', '"x":' + "[" * 20 + "]" * 20, "malformed-json"),
+    (
+        "step_bad_time.json",
+        '"created_at":"2026-03-01T12:00:00.123456+02:00"',
+        '"created_at":"2026-03-01 12:00"',
+        "invalid-field:created_at",
+    ),
+    ("rollout_meta_null_value.json", '"created_at"', '"meta":{"k":null},"created_at"', "invalid-field:meta.k"),
+    ("rollout_uri_without_scheme.json", '"s3://bucket', '"//bucket', "invalid-field:artifact_uri"),
+    ("rollout_step_negative.json", '"step":0', '"step":-1', "invalid-field:step"),
+    ("rollout_index_out_of_range.json", '"index":0', '"index":1024', "invalid-field:index"),
+    ("rollout_step_int64_overflow.json", '"step":0', '"step":9223372036854775808', "invalid-field:step"),
+    ("rollout_bad_sha.json", '"0000', '"A000', "invalid-field:artifact_sha256"),
+)
+
+# The valid record each name prefix of _EDITS edits.
+_EDITED = {"predicted": "predicted.json", "step": "step.json", "rollout": "rollout_by_reference.json"}
+
+
 def invalid_records() -> dict[str, tuple[str, bytes, str]]:
     """File name → (schema, bytes, reason): cases beyond Go's own invalid set."""
-    ok = encode(valid_records()["predicted.json"][1]).decode()  # type: ignore[arg-type]
-    step = encode(valid_records()["step.json"][1]).decode()  # type: ignore[arg-type]
-    roll = encode(valid_records()["rollout_by_reference.json"][1]).decode()  # type: ignore[arg-type]
-
-    def rep(s: str, old: str, new: str) -> bytes:
-        assert old in s, old
-        return s.replace(old, new, 1).encode()
-
-    return {
-        "predicted_nan_literal.json": (c.SCHEMA_PREDICTED, rep(ok, '"score":1e-7', '"score":NaN'), "malformed-json"),
-        "predicted_score_overflow.json": (
-            c.SCHEMA_PREDICTED,
-            rep(ok, '"score":1e-7', '"score":1e400'),
-            "invalid-field:score",
-        ),
-        "predicted_attempts_fraction.json": (
-            c.SCHEMA_PREDICTED,
-            rep(ok, '"attempts":3', '"attempts":3.0'),
-            "invalid-field:attempts",
-        ),
-        "predicted_attempts_exponent.json": (
-            c.SCHEMA_PREDICTED,
-            rep(ok, '"attempts":3', '"attempts":3e0'),
-            "invalid-field:attempts",
-        ),
-        "predicted_schema_number.json": (
-            c.SCHEMA_PREDICTED,
-            rep(ok, '"schema":"wmrl.reward.predicted.v1"', '"schema":1'),
-            "unknown-schema",
-        ),
+    valid = valid_records()
+    text = {kind: encode(valid[name][1]).decode() for kind, name in _EDITED.items()}  # type: ignore[arg-type]
+    ok = text["predicted"]
+    out = {
         "predicted_trailing_data.json": (c.SCHEMA_PREDICTED, (ok + " {}").encode(), "malformed-json"),
         "predicted_top_array.json": (c.SCHEMA_PREDICTED, f"[{ok}]".encode(), "malformed-json"),
-        "predicted_negative_latency.json": (
-            c.SCHEMA_PREDICTED,
-            rep(ok, '"latency_ms":1e+21', '"latency_ms":-1'),
-            "invalid-field:latency_ms",
-        ),
-        "step_nested_unknown.json": (
-            c.SCHEMA_STEP,
-            rep(step, '"size":8,', '"size":8,"weight":2,'),
-            "invalid-field:groups[0].weight",
-        ),
-        "step_nested_duplicate.json": (
-            c.SCHEMA_STEP,
-            rep(step, '"size":8,', '"size":8,"size":9,'),
-            "invalid-field:groups[0].size",
-        ),
-        "step_size_zero.json": (c.SCHEMA_STEP, rep(step, '"size":8,', '"size":0,'), "invalid-field:groups[0].size"),
-        "step_deep_nesting.json": (
-            c.SCHEMA_STEP,
-            rep(step, '"policy_version":"ckpt-12"', '"x":' + "[" * 20 + "]" * 20),
-            "malformed-json",
-        ),
-        "step_bad_time.json": (
-            c.SCHEMA_STEP,
-            rep(step, '"created_at":"2026-03-01T12:00:00.123456+02:00"', '"created_at":"2026-03-01 12:00"'),
-            "invalid-field:created_at",
-        ),
-        "rollout_meta_null_value.json": (
-            c.SCHEMA_ROLLOUT,
-            rep(roll, '"created_at"', '"meta":{"k":null},"created_at"'),
-            "invalid-field:meta.k",
-        ),
-        "rollout_uri_without_scheme.json": (
-            c.SCHEMA_ROLLOUT,
-            rep(roll, '"s3://bucket', '"//bucket'),
-            "invalid-field:artifact_uri",
-        ),
-        "rollout_step_negative.json": (c.SCHEMA_ROLLOUT, rep(roll, '"step":0', '"step":-1'), "invalid-field:step"),
-        "rollout_index_out_of_range.json": (
-            c.SCHEMA_ROLLOUT,
-            rep(roll, '"index":0', '"index":1024'),
-            "invalid-field:index",
-        ),
-        "rollout_step_int64_overflow.json": (
-            c.SCHEMA_ROLLOUT,
-            rep(roll, '"step":0', '"step":9223372036854775808'),
-            "invalid-field:step",
-        ),
-        "rollout_bad_sha.json": (c.SCHEMA_ROLLOUT, rep(roll, '"0000', '"A000'), "invalid-field:artifact_sha256"),
     }
+    for name, old, new, why in _EDITS:
+        kind = name.split("_", 1)[0]
+        assert old in text[kind], old
+        out[name] = (valid[_EDITED[kind]][0], text[kind].replace(old, new, 1).encode(), why)
+    return out
 
 
 def advantage_rows() -> list[AdvantageRow]:

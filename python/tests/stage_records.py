@@ -19,28 +19,26 @@ from wmrl_client import _json as j
 from wmrl_client import contract as c
 from wmrl_client.codec import decode_record, encode_record
 from wmrl_client.errors import TOO_LARGE, FieldError, MalformedError
-from wmrl_client.ids import record_name
-from wmrl_client.records import ADVANTAGE_SPEC, AdvantageRow, Rollout, StepManifest
+from wmrl_client.ids import check_id, record_name
+from wmrl_client.records import (
+    ADVANTAGE_SPEC,
+    ROLLOUT_KEY_FIELDS,
+    AdvantageRow,
+    Rollout,
+    StepManifest,
+    _now,
+    _RolloutKey,
+)
 from wmrl_client.validate import Checker, check_types
 
 F = j.Field
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 @dataclass(kw_only=True)
-class PredictedReward:
+class PredictedReward(_RolloutKey):
     """The world model's score for one rollout; score is present iff status is ok."""
 
     schema: str = c.SCHEMA_PREDICTED
-    run_id: str = ""
-    step: int = 0
-    group_id: str = ""
-    rollout_id: str = ""
-    stream: str = ""
-    policy_version: str = ""
     anchor: bool = False
     score: float | None = None
     status: str = ""
@@ -55,16 +53,10 @@ class PredictedReward:
 
 
 @dataclass(kw_only=True)
-class ExecutedReward:
+class ExecutedReward(_RolloutKey):
     """The sandbox's real score for one anchor rollout; score iff ok, or imputed with a failure."""
 
     schema: str = c.SCHEMA_EXECUTED
-    run_id: str = ""
-    step: int = 0
-    group_id: str = ""
-    rollout_id: str = ""
-    stream: str = ""
-    policy_version: str = ""
     score: float | None = None
     imputed: bool = False
     status: str = ""
@@ -125,13 +117,7 @@ class CalibrationSnapshot:
 PREDICTED_SPEC = j.Spec(
     "predicted",
     (
-        F("schema", j.STR),
-        F("run_id", j.STR),
-        F("step", j.INT),
-        F("group_id", j.STR),
-        F("rollout_id", j.STR),
-        F("stream", j.STR),
-        F("policy_version", j.STR),
+        *ROLLOUT_KEY_FIELDS,
         F("anchor", j.BOOL),
         F("score", j.OPT_FLOAT, True),
         F("status", j.STR),
@@ -146,13 +132,7 @@ PREDICTED_SPEC = j.Spec(
 EXECUTED_SPEC = j.Spec(
     "executed",
     (
-        F("schema", j.STR),
-        F("run_id", j.STR),
-        F("step", j.INT),
-        F("group_id", j.STR),
-        F("rollout_id", j.STR),
-        F("stream", j.STR),
-        F("policy_version", j.STR),
+        *ROLLOUT_KEY_FIELDS,
         F("score", j.OPT_FLOAT, True),
         F("imputed", j.BOOL, True),
         F("status", j.STR),
@@ -187,7 +167,26 @@ CALIBRATION_SPEC = j.Spec(
     CalibrationSnapshot,
 )
 
-StageRecord = PredictedReward | ExecutedReward | CalibrationSnapshot
+@dataclass(frozen=True)
+class CalibrationEnd:
+    """A run's end on the calibration changelog (topics.CalibrationEnd)."""
+
+    run_id: str
+    last_step: int
+    ended_at: datetime
+    reason: str
+
+    def validate(self) -> None:
+        record = record_name("calibration end", "run", self.run_id)
+        if msg := check_id(self.run_id):
+            raise FieldError(record, "run_id", self.run_id, msg)
+        if self.last_step < 0:
+            raise FieldError(record, "last_step", self.last_step, "must be >= 0")
+        if self.reason not in c.END_REASONS:
+            raise FieldError(record, "reason", self.reason, f"want {c.END_REASONS[0]!r} or {c.END_REASONS[1]!r}")
+
+
+StageRecord = PredictedReward | ExecutedReward | CalibrationSnapshot | CalibrationEnd
 Record = Rollout | StepManifest | StageRecord
 
 _SPECS: dict[str, j.Spec] = {
@@ -202,6 +201,9 @@ def encode(record: Record) -> bytes:
     (a snapshot read as v1 is written as v2, as Go's EncodeCalibration does)."""
     if isinstance(record, (Rollout, StepManifest)):
         return encode_record(record)
+    if isinstance(record, CalibrationEnd):
+        record.validate()
+        return _encode_end(record)
     if isinstance(record, CalibrationSnapshot):
         if record.schema in ("", c.SCHEMA_CALIBRATION):
             record = replace(record, schema=c.SCHEMA_CALIBRATION_V2)
@@ -216,6 +218,10 @@ def encode(record: Record) -> bytes:
 
 def decode(schema: str, b: bytes) -> Record:
     """decode_record for every record schema, as strict as Go's decoders."""
+    if schema == c.SCHEMA_CALIBRATION_END:
+        end = _decode_end(b)
+        end.validate()
+        return end
     if schema == c.SCHEMA_CALIBRATION_V2:
         snap = _decode_calibration(b)
         snap.validate()
@@ -278,13 +284,7 @@ def _validate_predicted(p: PredictedReward) -> None:
     name = record_name("predicted", "run", p.run_id, "rollout", p.rollout_id)
     check_types(p, PREDICTED_SPEC, name)
     ch = StageChecker(name)
-    ch.schema(p.schema, c.SCHEMA_PREDICTED)
-    ch.id("run_id", p.run_id)
-    ch.step(p.step)
-    ch.id("group_id", p.group_id)
-    ch.id("rollout_id", p.rollout_id)
-    ch.id("stream", p.stream)
-    ch.text("policy_version", p.policy_version, c.MAX_LABEL_LEN)
+    ch.rollout_key(p, c.SCHEMA_PREDICTED)
     ch.score_status(p.score, p.status, p.reason, False)
     ch.text("model", p.model, c.MAX_LABEL_LEN)
     if p.attempts < 0:
@@ -297,13 +297,7 @@ def _validate_executed(e: ExecutedReward) -> None:
     name = record_name("executed", "run", e.run_id, "rollout", e.rollout_id)
     check_types(e, EXECUTED_SPEC, name)
     ch = StageChecker(name)
-    ch.schema(e.schema, c.SCHEMA_EXECUTED)
-    ch.id("run_id", e.run_id)
-    ch.step(e.step)
-    ch.id("group_id", e.group_id)
-    ch.id("rollout_id", e.rollout_id)
-    ch.id("stream", e.stream)
-    ch.text("policy_version", e.policy_version, c.MAX_LABEL_LEN)
+    ch.rollout_key(e, c.SCHEMA_EXECUTED)
     ch.score_status(e.score, e.status, e.reason, e.imputed)
     ch.non_negative("duration_ms", e.duration_ms)
     ch.text("stderr_tail", e.stderr_tail, c.MAX_STDERR_TAIL, True)
@@ -464,3 +458,39 @@ def _decode_calibration(b: bytes) -> CalibrationSnapshot:
         created_at=created_at,
         debias=debias,
     )
+
+
+# ---- binary end record (topics/calibend.go) ---------------------------------------------------
+
+_END_MAGIC = b"WMRLCEN\0"
+
+
+def _encode_end(e: CalibrationEnd) -> bytes:
+    run, reason = e.run_id.encode(), e.reason.encode()
+    ms = (e.ended_at - _UNIX_EPOCH) // timedelta(milliseconds=1)
+    return _END_MAGIC + struct.pack(f"<H{len(run)}sqqH", len(run), run, e.last_step, ms, len(reason)) + reason
+
+
+def _decode_end(b: bytes) -> CalibrationEnd:
+    """Parse an end record (unvalidated), with the errors topics.DecodeCalibrationEnd gives."""
+    if not b.startswith(_END_MAGIC):
+        raise FieldError("calibration end", "value", len(b), "not a calibration end record")
+    pos = len(_END_MAGIC)
+
+    def text() -> str:
+        nonlocal pos
+        if len(b) - pos < 2 or struct.unpack_from("<H", b, pos)[0] > len(b) - pos - 2:
+            raise MalformedError("binary", "calibration end: value ends early")
+        (n,) = struct.unpack_from("<H", b, pos)
+        pos += 2 + n
+        return b[pos - n : pos].decode("utf-8", errors="surrogateescape")
+
+    run_id = text()
+    if len(b) - pos < 16:
+        raise MalformedError("binary", "calibration end: value ends early")
+    last_step, ms = struct.unpack_from("<qq", b, pos)
+    pos += 16
+    reason = text()
+    if pos != len(b):
+        raise MalformedError("binary", f"calibration end: {len(b) - pos} bytes after the reason")
+    return CalibrationEnd(run_id, last_step, _UNIX_EPOCH + timedelta(milliseconds=ms), reason)

@@ -34,6 +34,7 @@ VALID = [
     ("calibration_debias.bin", "wmrl.calibration.v2"),
     ("step_policy_step.json", "wmrl.step.v1"),
     ("step_end.json", "wmrl.step.v1"),
+    ("calibration_end.bin", "wmrl.calibration.end.v1"),
 ]
 
 
@@ -167,5 +168,6 @@ def test_content_types_match_go() -> None:
     assert c.content_type_for(c.SCHEMA_ADVANTAGES) == c.content_type_for(c.SCHEMA_ADVANTAGES_V2) == c.CONTENT_TYPE_ARROW
     assert c.content_type_for(c.SCHEMA_CALIBRATION_V2) == c.CONTENT_TYPE_BINARY
     assert c.content_type_for(c.SCHEMA_CALIBRATION_CHUNK) == c.CONTENT_TYPE_BINARY
+    assert c.content_type_for(c.SCHEMA_CALIBRATION_END) == c.CONTENT_TYPE_BINARY
     assert c.content_type_for(c.SCHEMA_CALIBRATION) == c.CONTENT_TYPE_JSON
     assert c.content_type_for(c.SCHEMA_ROLLOUT) == c.CONTENT_TYPE_JSON

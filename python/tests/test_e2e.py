@@ -31,6 +31,7 @@ from conftest import PY_ROOT
 from wmrl_client import (
     AdvantageStream,
     GroupManifest,
+    RewardClient,
     Rollout,
     RolloutProducer,
     Step,
@@ -263,3 +264,17 @@ def test_a_runs_records_land_where_go_puts_them(kafka: str, gohelper: Helper, pr
     finally:
         c.close()
     assert got == want
+
+
+def test_close_run_end_passes_the_go_decoder(kafka: str, gohelper: Helper, prefix: str) -> None:
+    """RewardClient's end-of-run record, as Go reads it: an end-of-run manifest naming the last
+    step published, keyed and placed like the run's manifests, byte for byte Go's encoding."""
+    run = "e2e-close-run"
+    produce(gohelper, kafka, prefix, run, 0, partitions=3)  # creates the topics
+    with RewardClient(kafka, run, f"g-{uuid.uuid4().hex[:8]}", topic_prefix=prefix) as client:
+        for step in range(3):
+            client.publish(step, [["a", "b"], ["c", "d"]])
+    assert client.end_record is not None and client.end_record.step == 2
+    res = gohelper("verify-rollouts", "--brokers", kafka, "--prefix", prefix, "--run", run,
+                   "--rollouts", "12", "--steps", "3", "--end-of-run", "--timeout", "60s")  # fmt: skip
+    assert res == {"rollouts": 12, "steps": 3, "end_of_run": 2, "errors": []}

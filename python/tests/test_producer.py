@@ -24,18 +24,6 @@ from wmrl_client import (
 T = datetime(2026, 1, 2, tzinfo=UTC)
 
 
-@pytest.fixture
-def fake_producer() -> Callable[[dict[str, object]], FakeProducer]:
-    made: list[FakeProducer] = []
-
-    def factory(conf: dict[str, object]) -> FakeProducer:
-        made.append(FakeProducer(conf))
-        return made[-1]
-
-    factory.made = made  # type: ignore[attr-defined]
-    return factory
-
-
 def generate(run: str, step: int, groups: int = 2, size: int = 3) -> Iterator[Rollout | StepManifest]:
     manifest = StepManifest(run_id=run, step=step, created_at=T)
     for g in range(groups):

@@ -5,7 +5,9 @@ artifact), `wmrl sandbox` (cmd/wmrl/testdata/e2e/score.sh, which reports the art
 value) and `wmrl correct` run as processes built from ./cmd/wmrl. The test plays the trainer:
 for each of 24 steps it scores three groups with RewardClient.score, checks every returned row
 against the scores it wrote (aligned to its own rollout order) and the GRPO formula, and at the
-end requires the digest of all rows it received to equal `wmrl digest --topic --run`.
+end requires the digest of all rows it received to equal `wmrl digest --topic --run`. Leaving
+the client's ``with`` block ends the run (close_run): a later step of it is dead-lettered by
+`wmrl correct` with reason run_ended.
 """
 
 from __future__ import annotations
@@ -18,19 +20,19 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import REPO
 from test_e2e import wmrl_digest
+from trainerkit import ChatEndpoint, serve
 
 from wmrl_client import (
     Group,
     RewardClient,
+    RunEndedError,
     StepTimeoutError,
     UnknownRunError,
     UnknownTopicError,
@@ -48,36 +50,17 @@ SCORE_SH = REPO / "cmd" / "wmrl" / "testdata" / "e2e" / "score.sh"
 WM_RE = re.compile(r'"wm":\s*([0-9][0-9.]*)')
 
 
-class WorldModel(BaseHTTPRequestHandler):
+class WorldModel(ChatEndpoint):
     """An OpenAI-compatible chat endpoint whose score is the "wm" value found in the prompt."""
 
-    requests = 0
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        WorldModel.requests += 1
-        m = WM_RE.search(body["messages"][-1]["content"])
-        reply = json.dumps({"score": float(m.group(1))}) if m else "I cannot tell."
-        choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}
-        out = json.dumps({"id": "t", "object": "chat.completion", "choices": [choice]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+    def answer(self, content: str) -> str:
+        m = WM_RE.search(content)
+        return json.dumps({"score": float(m.group(1))}) if m else "I cannot tell."
 
 
 @pytest.fixture
 def world_model() -> Iterator[str]:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), WorldModel)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
-    srv.shutdown()
-    srv.server_close()
+    yield from serve(WorldModel)
 
 
 def scores(step: int, j: int, i: int) -> tuple[float, float]:
@@ -203,6 +186,30 @@ def run_adapters(client: RewardClient, kafka: str, prefix: str, run: str, unique
     return tables
 
 
+def dead_letters(kafka: str, prefix: str, run: str, reason: str, timeout: float = 60) -> list[tuple[str, int]]:
+    """(source topic, step) of the run's dead letters with reason, read once some arrived (all of
+    them that are there a few seconds after the first)."""
+    from confluent_kafka import Consumer
+
+    cons = Consumer({"bootstrap.servers": kafka, "group.id": f"dlq-{uuid.uuid4().hex[:8]}",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    cons.subscribe([f"{prefix}dlq.v1"])
+    out: list[tuple[str, int]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            m = cons.poll(1.0)
+            if m is None or m.error():
+                continue
+            hs = {k: (v or b"").decode() for k, v in m.headers() or []}
+            if m.key() == run.encode() and hs.get("wmrl-dlq-reason") == reason:
+                out.append((hs["wmrl-dlq-source-topic"], int(hs["wmrl-step"])))
+                deadline = min(deadline, time.monotonic() + 5)
+    finally:
+        cons.close()
+    return out
+
+
 def test_score_through_the_real_stages(
     kafka: str, redis_url: str, wmrl_cli: Path, prefix: str, world_model: str, tmp_path: Path
 ) -> None:
@@ -255,6 +262,20 @@ def test_score_through_the_real_stages(
                 tables.append(res.table)
             assert 0 < anchors < STEPS * GROUPS
             tables += run_adapters(client, kafka, prefix, run, st.unique)
+        # The clean exit ended the run after the last step the client published (the adapters'
+        # STEPS + 2); a trainer going on under the run id is refused: by this client at once,
+        # by `wmrl correct` for another client's step (run_ended), and its rows never come.
+        assert client.end_record is not None and client.end_record.step == STEPS + 2
+        late_step = STEPS + 3
+        with pytest.raises(RunEndedError, match=f"ended after step {STEPS + 2}"):
+            client.publish(late_step, step_groups(late_step))
+        late = RewardClient(kafka, run, f"{st.unique}-late", anchor_fraction=ANCHOR, topic_prefix=prefix,
+                            end_run_on_exit=False)  # fmt: skip
+        with late:
+            late.publish(late_step, step_groups(late_step))
+        ended = dead_letters(kafka, prefix, run, "run_ended")
+        assert (f"{prefix}steps.v1", late_step) in ended, ended
+        assert {step for _, step in ended} == {late_step}, ended
 
         # A run nobody published: the wait names the runs that are there.
         with RewardClient(kafka, "no-such-run", f"{st.unique}-probe", topic_prefix=prefix) as probe:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from test_reward_e2e import Stages
-from trainerkit import GRADE_SH, grade, judge, judge_score, mixed_run
+from trainerkit import grade, judge, judge_score, mixed_run, start_stages
 
 from wmrl_client import RewardClient
 from wmrl_client.integrations import openrlhf as orl
@@ -56,11 +56,7 @@ def test_openrlhf_concurrent_one_sample_requests(
                 (chat.format(f"what is {j} + {j + 3}?"), f"it is {'7' * (i + 1)} because {i}{j}", str(2 * j + 3))
             )
     try:
-        st.start("worldmodel", "worldmodel", "--base-url", judge_url, "--model", "m", log_dir=tmp_path)
-        argv = ["/bin/sh", str(GRADE_SH), "{dir}", "{artifact}", "label"]
-        st.start("sandbox", "sandbox", "--argv", json.dumps(argv), "--timeout", "30s", log_dir=tmp_path)
-        st.start("correct", "correct", "--transactional-id", f"{st.unique}-txn", "--redis-prefix", st.unique,
-                 "--min-pairs", "5000", log_dir=tmp_path)  # fmt: skip
+        start_stages(st, judge_url, "label", tmp_path)
         with RewardClient(kafka, run, f"{st.unique}-orl", anchor_fraction=ANCHOR, topic_prefix=prefix) as client:
             grouper = Grouper(client, group_size=N, groups_per_step=PROMPTS, timeout=90)
             srv = orl.make_server(grouper, "127.0.0.1", 0, token="t0ken")

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 from test_e2e import wmrl_digest
 from test_reward_e2e import Stages
-from trainerkit import GRADE_SH, grade, judge, mixed_run, tiny_model
+from trainerkit import grade, judge, mixed_run, start_stages, tiny_model
 
 from wmrl_client import RewardClient, digest_and_count
 
@@ -90,13 +90,8 @@ def test_trl_grpo_trainer_through_the_real_stages(
     st = Stages(wmrl_cli, kafka, redis_url, prefix)
     st.run("topics", "create", "--partitions", "1")
     try:
-        st.start("worldmodel", "worldmodel", "--base-url", judge_url, "--model", "m", log_dir=tmp_path)
-        argv = ["/bin/sh", str(GRADE_SH), "{dir}", "{artifact}", "answer"]
-        st.start("sandbox", "sandbox", "--argv", json.dumps(argv), "--timeout", "30s", log_dir=tmp_path)
-        # --ddof 1: TRL's scale_rewards="group" divides by the sample std. --min-pairs keeps the
-        # calibration the identity, so a world-model row's reward is the judge's score.
-        st.start("correct", "correct", "--transactional-id", f"{st.unique}-txn", "--redis-prefix", st.unique,
-                 "--min-pairs", "5000", "--ddof", "1", log_dir=tmp_path)  # fmt: skip
+        # --ddof 1: TRL's scale_rewards="group" divides by the sample std.
+        start_stages(st, judge_url, "answer", tmp_path, "--ddof", "1")
         with RewardClient(kafka, run, f"{st.unique}-trl", anchor_fraction=ANCHOR, topic_prefix=prefix) as client:
             reward = RecordingRewardFunc(client, num_generations=G, meta_columns=["answer"], timeout=90)
             trainer = CheckedTrainer(model=str(model_dir), reward_funcs=[reward], args=config(tmp_path / "out"),

@@ -14,7 +14,6 @@ token-level reward sits at the response's last token (verl's ``assemble_rm_score
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from test_reward_e2e import Stages
-from trainerkit import GRADE_SH, grade, judge, mixed_run, tiny_model
+from trainerkit import grade, judge, mixed_run, start_stages, tiny_model
 
 from wmrl_client import AdvantageStream
 
@@ -117,11 +116,7 @@ def test_verl_reward_loop_through_the_real_stages(
     st.run("topics", "create", "--partitions", "1")
     fn_run, mgr_run = mixed_run("verl-fn", gids, ANCHOR), mixed_run("verl-mgr", gids, ANCHOR)
     try:
-        st.start("worldmodel", "worldmodel", "--base-url", judge_url, "--model", "m", log_dir=tmp_path)
-        argv = ["/bin/sh", str(GRADE_SH), "{dir}", "{artifact}", "ground_truth"]
-        st.start("sandbox", "sandbox", "--argv", json.dumps(argv), "--timeout", "30s", log_dir=tmp_path)
-        st.start("correct", "correct", "--transactional-id", f"{st.unique}-txn", "--redis-prefix", st.unique,
-                 "--min-pairs", "5000", log_dir=tmp_path)  # fmt: skip
+        start_stages(st, judge_url, "ground_truth", tmp_path)
 
         # 1. The per-sample compute_score_async, loaded by verl from custom_reward_function.
         kwargs = {"brokers": kafka, "topic_prefix": prefix, "run_id": fn_run, "group_id": f"{st.unique}-fn",

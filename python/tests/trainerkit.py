@@ -13,11 +13,14 @@ import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conftest import HERE
 
 from wmrl_client import is_anchor
+
+if TYPE_CHECKING:
+    from test_reward_e2e import Stages
 
 # No hub on this machine or in CI: transformers must never try to download (the Makefile sets it too).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -43,16 +46,19 @@ def artifact_in(content: str) -> str:
     return m.group(1) if m else content
 
 
-class Judge(BaseHTTPRequestHandler):
-    """An instant OpenAI-compatible chat endpoint answering judge_score(the prompt's artifact)."""
+class ChatEndpoint(BaseHTTPRequestHandler):
+    """An instant OpenAI-compatible chat endpoint: a subclass's answer() replies to the last
+    message; the subclass's ``requests`` counts the requests served."""
 
     requests = 0
 
+    def answer(self, content: str) -> str:
+        raise NotImplementedError
+
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        Judge.requests += 1
-        content = body["messages"][-1]["content"]
-        reply = json.dumps({"score": judge_score(artifact_in(content))})
+        type(self).requests += 1
+        reply = self.answer(body["messages"][-1]["content"])
         choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}
         out = json.dumps({"id": "t", "object": "chat.completion", "choices": [choice]}).encode()
         self.send_response(200)
@@ -65,6 +71,13 @@ class Judge(BaseHTTPRequestHandler):
         pass
 
 
+class Judge(ChatEndpoint):
+    """The fake judge: it answers judge_score(the prompt's artifact)."""
+
+    def answer(self, content: str) -> str:
+        return json.dumps({"score": judge_score(artifact_in(content))})
+
+
 class Server(ThreadingHTTPServer):
     # socketserver's listen backlog of 5 would drop the world model's concurrent connections
     # (each retried after 1 s).
@@ -72,12 +85,28 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
-def judge() -> Iterator[str]:
-    srv = Server(("127.0.0.1", 0), Judge)
+def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serves handler on a loopback port while the generator runs; yields the /v1 base URL."""
+    srv = Server(("127.0.0.1", 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
     srv.shutdown()
     srv.server_close()
+
+
+def judge() -> Iterator[str]:
+    yield from serve(Judge)
+
+
+def start_stages(st: Stages, judge_url: str, label: str, log_dir: Path, *correct_flags: str) -> None:
+    """The Go stages of a trainer test: worldmodel asking the judge, sandbox grading with
+    grade_task.sh (label: the meta key of the expected answer), and correct with --min-pairs 5000,
+    which keeps the calibration the identity (a world-model row's reward is the judge's score)."""
+    st.start("worldmodel", "worldmodel", "--base-url", judge_url, "--model", "m", log_dir=log_dir)
+    argv = ["/bin/sh", str(GRADE_SH), "{dir}", "{artifact}", label]
+    st.start("sandbox", "sandbox", "--argv", json.dumps(argv), "--timeout", "30s", log_dir=log_dir)
+    st.start("correct", "correct", "--transactional-id", f"{st.unique}-txn", "--redis-prefix", st.unique,
+             "--min-pairs", "5000", *correct_flags, log_dir=log_dir)  # fmt: skip
 
 
 def tiny_model(out: Path) -> Path:

@@ -24,7 +24,6 @@ func TestTapSkipsPoisonRecords(t *testing.T) {
 	seeds := testenv.Kafka(t)
 	advTopic := testenv.Topic(t, seeds, 1)
 	calTopic := testenv.Topic(t, seeds, 1)
-	names := topics.NewNames("")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	prod, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
@@ -36,24 +35,11 @@ func TestTapSkipsPoisonRecords(t *testing.T) {
 	var wantCal []CalibrationRow
 	visible := int64(2) // the poison records
 	send := func(step int64) {
-		rows := advRows("a", step, false)
-		recs, err := names.AdvantageRecords("a", "", step, rows, 4096)
-		if err != nil {
+		recs, rows, snap := stepRecords(t, "a", step, false, advTopic, calTopic)
+		if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
-		snap := snapshot("a", step, false)
-		cal, err := names.CalibrationRecord(snap)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range recs {
-			r.Topic = advTopic
-		}
-		cal.Topic = calTopic
-		if err := prod.ProduceSync(ctx, append(recs, cal)...).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		visible += int64(len(recs) + 1)
+		visible += int64(len(recs))
 		want = append(want, rows...)
 		wantCal = append(wantCal, CalibrationRowOf(snap))
 	}

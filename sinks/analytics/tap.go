@@ -284,8 +284,8 @@ func (t *Tap) handle(ctx context.Context, m kafka.Message) error {
 			}
 		}
 	case t.calTopic:
-		if topics.IsCalibrationChunk(&kgo.Record{Key: m.Key}) {
-			// A window chunk of a correction state, not a snapshot.
+		if k := (&kgo.Record{Key: m.Key}); m.Value == nil || topics.IsCalibrationChunk(k) || topics.IsCalibrationEnd(k) {
+			// A tombstone, a window chunk of a correction state or a run's end, not a snapshot.
 			t.asm.Offsets().Consumed(pos)
 			return nil
 		}

@@ -50,13 +50,7 @@ func TestStreamDeliversOnlyCommittedSteps(t *testing.T) {
 	topic := testenv.Topic(t, seeds, 3)
 	committed := seedSteps(t, seeds, topic)
 
-	var skipped []error
-	s, err := New(Config{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Topic: topic, Group: testenv.Name(t), RunID: "a",
-		OnSkip: func(err error) { skipped = append(skipped, err) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, skips := runAStream(t, seeds, topic)
 	var got []topics.AdvantageRow
 	for want := int64(0); want <= 2; want++ {
 		st := nextStep(t, s, 30*time.Second)
@@ -75,8 +69,8 @@ func TestStreamDeliversOnlyCommittedSteps(t *testing.T) {
 		t.Fatal("delivered rows differ from the committed rows (aborted rows leaked?)")
 	}
 	noStep(t, s, 2*time.Second)
-	if len(skipped) != 0 {
-		t.Fatalf("skipped records: %v", skipped)
+	if len(*skips) != 0 {
+		t.Fatalf("skipped records: %v", *skips)
 	}
 	st := s.Stats()
 	if st.Duplicates == 0 || st.Filtered == 0 {

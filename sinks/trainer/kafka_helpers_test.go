@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/wmrl/wmrl/internal/testenv"
 )
 
 // txProducer produces record batches in Kafka transactions, as the correction consumer does.
@@ -49,6 +50,20 @@ func (p *txProducer) send(topic string, commit bool, recs ...*kgo.Record) {
 }
 
 // nextStep calls Next with a deadline so a missing step fails the test instead of hanging it.
+// runAStream opens a Stream of run a on topic, in a group of the test's own, and closes it when
+// the test ends; skips collects what OnSkip reports.
+func runAStream(t *testing.T, seeds []string, topic string) (s *Stream, skips *[]error) {
+	t.Helper()
+	skips = new([]error)
+	s, err := New(Config{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Topic: topic, Group: testenv.Name(t), RunID: "a",
+		OnSkip: func(err error) { *skips = append(*skips, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, skips
+}
+
 func nextStep(t testing.TB, s *Stream, within time.Duration) *Step {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)

@@ -37,13 +37,7 @@ func TestStreamSkipsPoisonRecords(t *testing.T) {
 	send(1)
 	send(2)
 
-	var skipped []error
-	s, err := New(Config{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Topic: topic, Group: testenv.Name(t), RunID: "a",
-		OnSkip: func(err error) { skipped = append(skipped, err) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, skips := runAStream(t, seeds, topic)
 	var got []topics.AdvantageRow
 	for step := int64(0); step <= 2; step++ {
 		st := nextStep(t, s, 30*time.Second)
@@ -58,10 +52,10 @@ func TestStreamSkipsPoisonRecords(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatal("delivered rows differ from the committed rows")
 	}
-	if len(skipped) == 0 {
+	if len(*skips) == 0 {
 		t.Fatal("no poison record reported as skipped")
 	}
-	for _, err := range skipped {
+	for _, err := range *skips {
 		var re *steps.RecordError
 		if !errors.As(err, &re) {
 			t.Errorf("skip %v is not a *RecordError", err)

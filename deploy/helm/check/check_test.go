@@ -194,38 +194,33 @@ func acl(o map[string]any, i int) map[string]any {
 // TestValuesSchema expects Helm to refuse value files with a misspelt key or an impossible
 // value (the chart's values.schema.json), instead of rendering the chart without them.
 func TestValuesSchema(t *testing.T) {
-	cases := []struct{ name, values, want string }{
+	testRefusals(t, []refusal{
 		{"misspelt stage", "stages:\n  worldmodle:\n    replicas: 2\n", "worldmodle"},
 		{"misspelt option", "kafka:\n  bootstrapServer: [a:9092]\n", "bootstrapServer"},
 		{"unknown authentication", "kafka:\n  authentication: scram\n", "authentication"},
 		{"no partitions", "strimzi:\n  topics:\n    partitions: 0\n", "partitions"},
 		{"flag with dashes", "stages:\n  sandbox:\n    args:\n      --slots: 2\n", "--slots"},
 		{"broker without port", "kafka:\n  bootstrapServers: [kafka]\n", "bootstrapServers"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			f := t.TempDir() + "/values.yaml"
-			if err := os.WriteFile(f, []byte(c.values), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			_, err := Render(chartDir, []string{f}, Release{Name: "wmrl", Namespace: "wmrl"})
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("render error %v, want one naming %q", err, c.want)
-			}
-		})
-	}
+	})
 }
 
 // TestChartRefuses expects the chart itself to refuse combinations the stages or KEDA cannot run
 // with, naming the value to change.
 func TestChartRefuses(t *testing.T) {
-	cases := []struct{ name, values, want string }{
+	testRefusals(t, []refusal{
 		{"mutual TLS without TLS", "kafka:\n  authentication: tls\n", "needs kafka.tls.enabled"},
 		{"TLS without a CA", "kafka:\n  tls:\n    enabled: true\n", "kafka.tls.caSecret.name"},
 		{"more KEDA replicas than partitions", "stages:\n  sandbox:\n    autoscaling:\n      enabled: true\n      minReplicas: 4\n", "minReplicas 4 is above"},
 		{"generator without prompts", "stages:\n  generate:\n    enabled: true\n", "stages.generate.prompts"},
 		{"Redis password in the URL", "redis:\n  url: rediss://:hunter2@redis:6380/0\n", "redis.url holds a password"},
-	}
+	})
+}
+
+// refusal is a values file that Render must refuse with an error containing want.
+type refusal struct{ name, values, want string }
+
+func testRefusals(t *testing.T, cases []refusal) {
+	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			f := t.TempDir() + "/values.yaml"

@@ -14,8 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/internal/retry"
 	"github.com/wmrl/wmrl/internal/testenv/kafkaprobe"
 )
 
@@ -59,23 +61,18 @@ func run(seeds []string, topic string, timeout time.Duration, minBrokers int) er
 
 // waitMetadata retries because the broker refuses connections until its
 // listeners are up, and a fresh client has no backoff we can shorten.
-func waitMetadata(ctx context.Context, seeds []string, minBrokers int) (kafkaprobe.Info, error) {
+func waitMetadata(ctx context.Context, seeds []string, minBrokers int) (info kafkaprobe.Info, err error) {
 	var last error
-	for {
-		info, err := describeOnce(ctx, seeds)
-		if err == nil && len(info.Brokers) >= minBrokers {
-			return info, nil
+	_, err = retry.Forever(ctx, backoff.NewConstantBackOff(250*time.Millisecond), func() error {
+		if info, last = describeOnce(ctx, seeds); last == nil && len(info.Brokers) < minBrokers {
+			last = fmt.Errorf("metadata lists %d brokers, want %d", len(info.Brokers), minBrokers)
 		}
-		if err == nil {
-			err = fmt.Errorf("metadata lists %d brokers, want %d", len(info.Brokers), minBrokers)
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return kafkaprobe.Info{}, errors.Join(ctx.Err(), last)
-		case <-time.After(250 * time.Millisecond):
-		}
+		return last
+	}, nil)
+	if err != nil {
+		return kafkaprobe.Info{}, errors.Join(err, last)
 	}
+	return info, nil
 }
 
 func describeOnce(ctx context.Context, seeds []string) (kafkaprobe.Info, error) {

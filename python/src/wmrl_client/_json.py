@@ -1,10 +1,11 @@
 """Strict JSON decoding and Go-identical JSON encoding of wmrl records.
 
 Decoding follows Go's ``topics.decodeJSON`` step by step (size, syntax, depth, schema first, then
-exact field names, duplicate keys and JSON types in document order), so both languages refuse the
-same documents with the same reason. Encoding reproduces ``encoding/json`` with HTML escaping off
-byte for byte (field order, ``omitempty``, float and time formatting), which
-``topics/python_contract_test.go`` checks by re-encoding what Python wrote.
+exact field names, duplicate keys and JSON types in document order, then a string's content: RFC 3339
+times, base64), so both languages refuse the same documents with the same reason. Invalid UTF-8 in a
+string becomes U+FFFD on both sides (Go: json v2 with AllowInvalidUTF8), never an error. Encoding
+reproduces ``encoding/json`` with HTML escaping off byte for byte (field order, ``omitempty``, float
+and time formatting), which ``topics/python_contract_test.go`` checks by re-encoding what Python wrote.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def _describe(v: Any) -> str:
 
 
 def _fits(v: Any, kind: str) -> bool:
-    """Go's tokenFits: can the JSON value decode into the Go type without loss?"""
+    """Go's json v2 types plus rejectNull: can the JSON value decode into the Go type without loss?"""
     if v is None:
         return kind in (OPT_FLOAT, OPT_INT, STR_MAP, FLOAT_LIST, STRUCT_LIST, BYTES)
     if isinstance(v, _Num):
@@ -156,7 +157,7 @@ def _fits(v: Any, kind: str) -> bool:
 
 
 class _Scan:
-    """Walks a parsed document against a Spec the way Go's jsonScan walks tokens."""
+    """Walks a parsed document against a Spec, finding the first fault as Go's decodeJSON does."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind

@@ -22,6 +22,9 @@ ADVANTAGE_SCHEMAS: Final = (SCHEMA_ADVANTAGES, SCHEMA_ADVANTAGES_V2)
 SCHEMA_CALIBRATION: Final = "wmrl.calibration.v1"
 SCHEMA_CALIBRATION_V2: Final = "wmrl.calibration.v2"
 SCHEMA_CALIBRATION_CHUNK: Final = "wmrl.calibration.chunk.v1"
+# A run's end on the calibration changelog (topics/calibend.go), binary.
+SCHEMA_CALIBRATION_END: Final = "wmrl.calibration.end.v1"
+END_REASONS: Final = ("marker", "idle")
 
 # Status values of reward records and Source values of advantage rows.
 STATUS_OK: Final = "ok"
@@ -78,11 +81,11 @@ SUFFIX_DLQ: Final = "dlq.v1"
 
 
 def content_type_for(schema: str) -> str:
-    """Arrow for advantages, binary for calibration v2 snapshots and window chunks, JSON else
-    (topics.ContentTypeFor)."""
+    """Arrow for advantages, binary for calibration v2 snapshots, window chunks and end records,
+    JSON else (topics.ContentTypeFor)."""
     if schema in ADVANTAGE_SCHEMAS:
         return CONTENT_TYPE_ARROW
-    if schema in (SCHEMA_CALIBRATION_V2, SCHEMA_CALIBRATION_CHUNK):
+    if schema in (SCHEMA_CALIBRATION_V2, SCHEMA_CALIBRATION_CHUNK, SCHEMA_CALIBRATION_END):
         return CONTENT_TYPE_BINARY
     return CONTENT_TYPE_JSON
 

@@ -187,6 +187,21 @@ class StepTimeoutError(WmrlError, TimeoutError):
         return "timeout"
 
 
+class RunEndedError(WmrlError, RuntimeError):
+    """The client ended its run (``RewardClient.close_run``): ``wmrl correct`` dead-letters any
+    later step of the run (reason ``run_ended``), so the client refuses to publish one. A run that
+    must go on needs a new run id."""
+
+    def __init__(self, message: str, run_id: str = "", last_step: int = -1) -> None:
+        self.run_id = run_id
+        self.last_step = last_step
+        super().__init__(message)
+
+    @property
+    def reason(self) -> str:
+        return "run_ended"
+
+
 def reason(err: BaseException | None) -> str:
     """Go's topics.Reason for an error of this package; "" for None, "error" for anything else."""
     if err is None:

@@ -28,16 +28,24 @@ def _now() -> datetime:
 
 
 @dataclass(kw_only=True)
-class Rollout:
-    """One sampled trajectory of a group. Key: run_id. Topic: rollouts."""
+class _RolloutKey:
+    """The fields a rollout and its rewards begin with, in Go's order (ROLLOUT_KEY_FIELDS); each
+    record type sets its own schema as the default."""
 
-    schema: str = c.SCHEMA_ROLLOUT
+    schema: str = ""
     run_id: str = ""
     step: int = 0
     group_id: str = ""
     rollout_id: str = ""
     stream: str = ""
     policy_version: str = ""
+
+
+@dataclass(kw_only=True)
+class Rollout(_RolloutKey):
+    """One sampled trajectory of a group. Key: run_id. Topic: rollouts."""
+
+    schema: str = c.SCHEMA_ROLLOUT
     anchor: bool = False
     index: int = 0
     prompt: str = ""
@@ -128,6 +136,17 @@ class AdvantageRow:
 
 F = j.Field
 
+# The fields a rollout and its rewards begin with, in Go's order (ROLLOUT_SPEC and the stages'
+# reward specs; Checker.rollout_key holds their rules).
+ROLLOUT_KEY_FIELDS = (
+    F("schema", j.STR),
+    F("run_id", j.STR),
+    F("step", j.INT),
+    F("group_id", j.STR),
+    F("rollout_id", j.STR),
+    F("stream", j.STR),
+    F("policy_version", j.STR),
+)
 GROUP_SPEC = j.Spec(
     "group",
     (F("group_id", j.STR), F("stream", j.STR), F("size", j.INT), F("anchor", j.BOOL)),
@@ -136,13 +155,7 @@ GROUP_SPEC = j.Spec(
 ROLLOUT_SPEC = j.Spec(
     "rollout",
     (
-        F("schema", j.STR),
-        F("run_id", j.STR),
-        F("step", j.INT),
-        F("group_id", j.STR),
-        F("rollout_id", j.STR),
-        F("stream", j.STR),
-        F("policy_version", j.STR),
+        *ROLLOUT_KEY_FIELDS,
         F("anchor", j.BOOL),
         F("index", j.INT),
         F("prompt", j.STR, True),
@@ -207,13 +220,7 @@ def _validate_rollout(r: Rollout) -> None:
     name = record_name("rollout", "run", r.run_id, "rollout", r.rollout_id)
     check_types(r, ROLLOUT_SPEC, name)
     ch = Checker(name)
-    ch.schema(r.schema, c.SCHEMA_ROLLOUT)
-    ch.id("run_id", r.run_id)
-    ch.step(r.step)
-    ch.id("group_id", r.group_id)
-    ch.id("rollout_id", r.rollout_id)
-    ch.id("stream", r.stream)
-    ch.text("policy_version", r.policy_version, c.MAX_LABEL_LEN)
+    ch.rollout_key(r, c.SCHEMA_ROLLOUT)
     if r.index < 0 or r.index >= c.MAX_GROUP_SIZE:
         ch.fail("index", r.index, f"must be in [0,{c.MAX_GROUP_SIZE})")
     art_len = utf8_len(r.artifact)

@@ -15,6 +15,13 @@ trained on them once it asks for the next one); ``StepResult.ack()`` commits one
 
 One client per trainer job, one consumer group per client. With several ranks, one rank (rank 0)
 calls ``score`` and broadcasts the result (see ``python/README.md``).
+
+End of run: ``close_run()`` publishes the run's end-of-run record (its last step is the largest
+step this client published), after which ``wmrl correct`` retires the run once that step is
+sealed. Used as a context manager, the client ends the run when the ``with`` block exits cleanly,
+and only then: an exception in training usually means a restart from a checkpoint under the same
+run id, which an end would refuse (``run_ended``). ``end_run_on_exit=False`` leaves that to the
+caller (several clients publishing one run, a job that stops to resume later).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from . import contract as c
 from .anchor import is_anchor
 from .cluster import DEFAULT_CONNECT_TIMEOUT, LIBRDKAFKA_LOGGER, check_topics
 from .digest import digest_rows
-from .errors import ConflictError, StepTimeoutError, WmrlError
+from .errors import ConflictError, RunEndedError, StepTimeoutError, WmrlError
 from .ids import check_id
 from .options import KafkaOptions, split_brokers
 from .producer import RolloutProducer
@@ -172,6 +179,9 @@ class RewardClient:
     within ``connect_timeout`` seconds and that the rollouts, steps and advantages topics exist
     (BrokerUnavailableError, UnknownTopicError), joins the consumer group and fetches the producer's
     topic metadata, so the first step is as fast as the others; ``None`` skips all of that.
+
+    ``end_run_on_exit``: leaving a ``with`` block without an exception calls ``close_run()`` (when
+    this client published a step), so the run ends; an exception never ends it.
     """
 
     def __init__(
@@ -190,6 +200,7 @@ class RewardClient:
         poll_timeout: float = 0.2,
         consumer_config: Mapping[str, object] | None = None,
         producer_config: Mapping[str, object] | None = None,
+        end_run_on_exit: bool = True,
         **kafka_options: Any,
     ) -> None:
         msg = check_id(run_id)
@@ -208,6 +219,10 @@ class RewardClient:
         self.stream_name = stream
         self.policy_version = policy_version
         self.kafka = opts
+        self.end_run_on_exit = end_run_on_exit
+        # The largest step published (the run's last step for close_run) and the end record sent.
+        self.last_step: int | None = None
+        self.end_record: StepManifest | None = None
         # The stream checks the broker and the advantages topic; the producer's topics are
         # checked with the stream's consumer before anything is written.
         self._stream = AdvantageStream(
@@ -259,11 +274,61 @@ class RewardClient:
     def __enter__(self) -> RewardClient:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        # Only a clean exit ends the run: after an exception the trainer is likely to restart from
+        # a checkpoint with the same run id, and steps after an end are dead-lettered (run_ended).
+        try:
+            if exc_type is None and self.end_run_on_exit and not self._closed:
+                if self.last_step is not None:
+                    self.close_run()
+                else:
+                    log.info("wmrl_client: run %s: no step published, so no end-of-run record", self.run_id)
+        finally:
+            self.close()
+
+    def close_run(self, last_step: int | None = None) -> StepManifest:
+        """End the run: publish its end-of-run record and wait until the broker has it.
+
+        The record is a step manifest with ``end_of_run`` set whose step is the run's last step:
+        ``last_step``, or by default the largest step this client published. It goes to the steps
+        topic keyed by the run id like the run's manifests, so it falls after them and a replay
+        sees the end where the live consumer did. ``wmrl correct`` retires the run once that step
+        is sealed and dead-letters records of later steps (reason ``run_ended``); the run does not
+        resume, and a run that must go on needs a new run id.
+
+        Calling it again is a no-op that returns the record already sent. Afterwards ``publish``
+        raises RunEndedError; ``wait`` still returns the steps up to the last one. ``close()`` does
+        not end the run (the ``with`` block's clean exit does). Raises ValueError when no step was
+        published and none is named, DeliveryError when the broker refused the record.
+        """
+        if self.end_record is not None:
+            return self.end_record
+        self._check_open()
+        if last_step is None:
+            last_step = self.last_step
+        if last_step is None:
+            raise ValueError(
+                f"run {self.run_id}: this client published no step, so the run's last step is unknown; "
+                "name it: close_run(last_step=N)"
+            )
+        if last_step < 0:
+            raise ValueError(f"last_step {last_step}: want a step >= 0")
+        if self.last_step is not None and last_step < self.last_step:
+            raise ValueError(
+                f"run {self.run_id}: last_step {last_step} is before step {self.last_step}, which this client "
+                "published; wmrl correct would dead-letter such an end as a conflict"
+            )
+        record = StepManifest(run_id=self.run_id, step=last_step, end_of_run=True)
+        record.validate()
+        self._producer.publish([record])
+        self.end_record = record
+        log.info("wmrl_client: run %s ended after step %d", self.run_id, last_step)
+        return record
 
     def close(self) -> None:
-        """Flush the producer and leave the consumer group (unacknowledged steps stay uncommitted)."""
+        """Flush the producer and leave the consumer group (unacknowledged steps stay uncommitted).
+
+        It does not end the run: see close_run()."""
         if self._closed:
             return
         self._closed = True
@@ -326,12 +391,20 @@ class RewardClient:
         carry their staleness and `wmrl correct --max-staleness` can mask them. Raises FieldError
         (before anything is sent) for an invalid record, DeliveryError when the broker refused one.
         """
+        if self.end_record is not None:  # before the closed check: the end is the reason that matters
+            raise RunEndedError(
+                f"run {self.run_id} ended after step {self.end_record.step} (close_run): wmrl correct dead-letters "
+                f"later steps (run_ended), so step {step} is not published; a run that goes on needs a new run id",
+                self.run_id,
+                self.end_record.step,
+            )
         self._check_open()
         rollouts, manifest = self.layout(step, groups, policy_step=policy_step)
         for r in rollouts:
             r.validate()
         manifest.validate()
         self._producer.publish([*rollouts, manifest])
+        self.last_step = step if self.last_step is None else max(self.last_step, step)
         self._layouts[step] = ([r.rollout_id for r in rollouts], [r.group_id for r in rollouts])
         return manifest
 

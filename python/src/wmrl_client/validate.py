@@ -49,6 +49,16 @@ class Checker:
         if v < 0:
             self.fail("step", v, "must be >= 0")
 
+    def rollout_key(self, r: Any, schema: str) -> None:
+        """The rules of the fields a rollout and its rewards begin with (records.ROLLOUT_KEY_FIELDS)."""
+        self.schema(r.schema, schema)
+        self.id("run_id", r.run_id)
+        self.step(r.step)
+        self.id("group_id", r.group_id)
+        self.id("rollout_id", r.rollout_id)
+        self.id("stream", r.stream)
+        self.text("policy_version", r.policy_version, c.MAX_LABEL_LEN)
+
     def finite(self, fld: str, v: float) -> bool:
         if math.isnan(v) or math.isinf(v):
             self.fail(fld, v, "not a finite number")

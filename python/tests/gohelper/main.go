@@ -8,7 +8,7 @@
 // many chunks per step, an aborted transaction, interleaved runs, and a benchmark-sized run.
 //
 //	gohelper produce  --brokers B --prefix P --run R --steps N --groups G --group-size S
-//	gohelper verify-rollouts --brokers B --prefix P --run R --rollouts N --steps M
+//	gohelper verify-rollouts --brokers B --prefix P --run R --rollouts N --steps M [--end-of-run]
 //	gohelper delete-topics --brokers B --prefix P
 //	gohelper partitions --n N KEY...   (the partition the Go stages' partitioner gives each key)
 package main
@@ -253,8 +253,11 @@ func stepRows(run string, step int64, groups, size int) []topics.AdvantageRow {
 }
 
 type verifyResult struct {
-	Rollouts int      `json:"rollouts"`
-	Steps    int      `json:"steps"`
+	Rollouts int `json:"rollouts"`
+	Steps    int `json:"steps"`
+	// EndOfRun is the last step the run's end-of-run record names (absent: none read); such a
+	// record is not counted in Steps.
+	EndOfRun *int64   `json:"end_of_run,omitempty"`
 	Errors   []string `json:"errors"`
 }
 
@@ -268,6 +271,7 @@ func verifyRollouts(args []string) error {
 	run := fs.String("run", "py-e2e", "run id")
 	wantRollouts := fs.Int("rollouts", 0, "rollouts to expect")
 	wantSteps := fs.Int("steps", 0, "step manifests to expect")
+	wantEnd := fs.Bool("end-of-run", false, "expect the run's end-of-run record too")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -285,7 +289,8 @@ func verifyRollouts(args []string) error {
 	}
 	defer cl.Close()
 	res := verifyResult{Errors: []string{}}
-	for res.Rollouts < *wantRollouts || res.Steps < *wantSteps {
+	stepsPartition := int32(-1) // every steps record of the run, the end included, on one partition
+	for res.Rollouts < *wantRollouts || res.Steps < *wantSteps || (*wantEnd && res.EndOfRun == nil) {
 		fetches := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			res.Errors = append(res.Errors, fmt.Sprintf("timed out with %d rollouts and %d steps", res.Rollouts, res.Steps))
@@ -312,7 +317,18 @@ func verifyRollouts(args []string) error {
 				if st, err = topics.DecodeStep(r.Value); err == nil {
 					want, err = names.StepRecord(st)
 				}
-				res.Steps++
+				if stepsPartition >= 0 && r.Partition != stepsPartition && err == nil {
+					err = fmt.Errorf("steps record on partition %d, the run's others on %d", r.Partition, stepsPartition)
+				}
+				stepsPartition = r.Partition
+				if err == nil && st.EndOfRun {
+					if res.EndOfRun != nil {
+						err = fmt.Errorf("a second end-of-run record (step %d after %d)", st.Step, *res.EndOfRun)
+					}
+					res.EndOfRun = &st.Step
+				} else {
+					res.Steps++
+				}
 			}
 			if err == nil {
 				err = sameRecord(r, want)

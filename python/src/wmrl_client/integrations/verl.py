@@ -140,6 +140,16 @@ def make_compute_score(client: RewardClient, *, group_size: int | None = None, s
     return compute_score
 
 
+def _reward_client(
+    run_id: str, group_id: str, brokers: str | None, topic_prefix: str | None, anchor_fraction: float
+) -> RewardClient:
+    """A RewardClient on the environment's Kafka options, with topic_prefix overriding its prefix."""
+    opts = KafkaOptions.from_env()
+    if topic_prefix is not None:
+        opts.topic_prefix = topic_prefix
+    return RewardClient(brokers, run_id, group_id, kafka=opts, anchor_fraction=anchor_fraction)
+
+
 def grouper_for(
     run_id: str,
     group_id: str,
@@ -158,10 +168,7 @@ def grouper_for(
     with _lock:
         g = _groupers.get(cfg)
         if g is None:
-            opts = KafkaOptions.from_env()
-            if topic_prefix is not None:
-                opts.topic_prefix = topic_prefix
-            client = RewardClient(brokers, run_id, group_id, kafka=opts, anchor_fraction=anchor_fraction)
+            client = _reward_client(run_id, group_id, brokers, topic_prefix, anchor_fraction)
             g = _groupers[cfg] = Grouper(client, group_size=group_size, groups_per_step=groups_per_step,
                                          flush_after=flush_after, start_step=start_step, timeout=timeout)  # fmt: skip
         return g
@@ -292,10 +299,7 @@ def compute_score_batch(
     with _lock:
         fn = _scorers.get(cfg)
         if fn is None:
-            opts = KafkaOptions.from_env()
-            if topic_prefix is not None:
-                opts.topic_prefix = topic_prefix
-            client = RewardClient(brokers, run_id, group_id, kafka=opts, anchor_fraction=anchor_fraction)
+            client = _reward_client(run_id, group_id, brokers, topic_prefix, anchor_fraction)
             fn = _scorers[cfg] = make_compute_score(client, group_size=group_size, start_step=start_step,
                                                     timeout=timeout)  # fmt: skip
     return fn(data_sources, solution_strs, ground_truths, extra_infos)  # type: ignore[no-any-return]

@@ -1,0 +1,477 @@
+// Package jail runs one untrusted program contained, and is all of the
+// sandbox stage that touches the host: the Containment that holds a job's
+// processes, the rlimits, the bubblewrap jail, the job's uid, the reaper of orphaned jail inits, and the
+// start-up checks that refuse a configuration weaker than the jail
+// (ErrWeakContainment) or one the host cannot give. What runs, how its
+// output is scored and how it becomes a record is the stage's
+// (consumers/sandbox); it hands this package a directory, files, a command
+// line and an environment, and gets an Outcome back.
+//
+// Isolation choices, in short:
+//
+//   - rlimits are applied by wrapping the command in prlimit(1) (util-linux),
+//     which sets them on itself and execs, so they hold from the first
+//     instruction of untrusted code; see prlimitPrefix for the alternatives.
+//   - A job's processes are held by a Containment chosen at start-up (see
+//     its doc): a cgroup per job where the host allows it, else a PID
+//     namespace, else only a process group. The cgroup and the namespace are
+//     killed as a whole at the timeout and again after the main process
+//     exits (while it is still an unreaped zombie, so its pid cannot be
+//     recycled), so no descendant — not even a setsid escapee — outlives
+//     its job; a bare process group cannot stop that, and the jail then
+//     stops reading the escapee's pipes after KillGrace and says so.
+//   - Memory is a cgroup limit for the whole job where available (an OOM
+//     kill is reported as such), else RLIMIT_AS per process.
+//   - UseBwrap is the jail (see jailArgs): no capabilities, no network,
+//     its own PID namespace and /proc, a read-only minimal view of the host
+//     and size-limited tmpfs as the only writable places. Without it, or
+//     with jobs under the stage's uid or root, New refuses to
+//     start unless AllowWeakContainment is set (ErrWeakContainment).
+package jail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Errors returned by New; callers (the CLI) can branch on them to print
+// installation hints.
+var (
+	ErrConfig         = errors.New("sandbox: invalid command executor configuration")
+	ErrPrlimitMissing = errors.New("sandbox: rlimits requested but prlimit(1) (util-linux) is not installed")
+	ErrBwrapMissing   = errors.New("sandbox: bubblewrap requested but bwrap is not installed (Debian package bubblewrap)")
+	ErrBwrapUnusable  = errors.New("sandbox: bubblewrap is installed but cannot create a sandbox here")
+	ErrUnsupported    = errors.New("sandbox: command executor is only supported on Linux")
+)
+
+// Defaults applied by New to zero fields.
+const (
+	// DefaultPath is a job's PATH unless the stage sets one.
+	DefaultPath = "/usr/local/bin:/usr/bin:/bin"
+	// DefaultJobDirBytes is the size of each of the jail's private tmpfs
+	// (the job directory, /tmp, /dev/shm): the job's disk quota.
+	DefaultJobDirBytes = 512 << 20
+	// DefaultKillGrace bounds the draining of output pipes after a kill.
+	DefaultKillGrace = 200 * time.Millisecond
+)
+
+// Limits bound the child. Zero means "inherit" (no limit). The rlimits are
+// applied by prlimit(1) before the untrusted program is exec'd, see
+// rlimit_linux.go for why; MemoryBytes and Processes are also cgroup limits
+// under ContainmentCgroup.
+type Limits struct {
+	// CPUSeconds is RLIMIT_CPU. The soft limit delivers SIGXCPU, the hard
+	// limit (one second later) SIGKILL. Outcome.CPULimitHit reports it.
+	CPUSeconds uint64
+	// MemoryBytes bounds the memory of the whole job (all its processes).
+	// Under ContainmentCgroup it is the cgroup's memory limit, swap
+	// included; the kernel OOM-kills past it (Outcome.OOMKills). Under any
+	// other containment it falls back to RLIMIT_AS per process (unless
+	// AddressSpaceBytes is set), which bounds reserved address space rather
+	// than memory used and stops programs that reserve much (Go with -race,
+	// JVMs) from starting at all.
+	MemoryBytes uint64
+	// AddressSpaceBytes is RLIMIT_AS, applied as given under any
+	// containment: allocations past it fail (ENOMEM), so a memory hog
+	// typically exits non-zero or aborts.
+	AddressSpaceBytes uint64
+	// Processes is RLIMIT_NPROC, which the kernel counts per real UID and
+	// does not enforce for root, so alone it only bites together with RunAs.
+	// Under ContainmentCgroup it is also the job's pids limit.
+	Processes uint64
+	// FileSizeBytes is RLIMIT_FSIZE: writing past it delivers SIGXFSZ.
+	FileSizeBytes uint64
+}
+
+// rlimits are the limits prlimit(1) applies: MemoryBytes becomes RLIMIT_AS
+// when no memory cgroup enforces it.
+func (l Limits) rlimits(memoryCgroup bool) Limits {
+	if !memoryCgroup && l.AddressSpaceBytes == 0 {
+		l.AddressSpaceBytes = l.MemoryBytes
+	}
+	l.MemoryBytes = 0
+	return l
+}
+
+func (l Limits) any() bool {
+	return l.CPUSeconds != 0 || l.AddressSpaceBytes != 0 || l.Processes != 0 || l.FileSizeBytes != 0 || l.MemoryBytes != 0
+}
+
+// DefaultLimits are conservative limits for one rollout: generous enough for
+// a small training run, tight enough that a runaway child cannot take the
+// host down.
+func DefaultLimits() Limits {
+	return Limits{
+		CPUSeconds:    600,
+		MemoryBytes:   4 << 30,
+		Processes:     256,
+		FileSizeBytes: 1 << 30,
+	}
+}
+
+// RunAs is the unprivileged identity the child runs as.
+type RunAs struct{ UID, GID uint32 }
+
+// DefaultRunAs is the identity of a root stage's jobs when RunAs is nil:
+// nobody, so a job owns no file on the host and RLIMIT_NPROC binds it.
+// Give the sandbox a uid of its own with RunAs where the host has one.
+var DefaultRunAs = RunAs{UID: 65534, GID: 65534}
+
+// Config configures a Jail.
+type Config struct {
+	// Limits bound the child (zero = inherit).
+	Limits Limits
+	// Containment is how the job's processes are held together and its
+	// memory bounded (default ContainmentAuto: the strongest available,
+	// logged at start-up). Naming one that is unavailable fails New with
+	// ErrContainmentUnavailable.
+	Containment Containment
+	// RunAs runs the child under that UID/GID (requires root); the job
+	// directory is chowned to it. nil means DefaultRunAs when the stage
+	// runs as root; a non-root stage's jobs get a user namespace of their
+	// own in the jail instead. The stage's own uid (or 0) is weak.
+	RunAs *RunAs
+	// UseBwrap runs the child in the jail (bubblewrap, see jailArgs): a
+	// user namespace without capabilities, its own PID namespace and /proc,
+	// no network unless AllowNetwork, a read-only minimal view of the host
+	// and size-limited private tmpfs as the only writable places. Without
+	// it New refuses unless AllowWeakContainment is set.
+	UseBwrap bool
+	// AllowNetwork keeps the host's network in the jail (default: only a
+	// private loopback, so nothing on the host's 127.0.0.1 is reachable).
+	// Asked for by name, it is not refused, but logged at WARN.
+	AllowNetwork bool
+	// AllowWeakContainment lets the jail start without bubblewrap, or
+	// with jobs under the stage's own uid or as root. Each such weakness is
+	// named in the start-up log; without this flag it is a start-up error
+	// (ErrWeakContainment) — never a silent downgrade.
+	AllowWeakContainment bool
+	// JobDirBytes is the size of each private tmpfs of the jail (job
+	// directory, /tmp, /dev/shm; default DefaultJobDirBytes). tmpfs pages
+	// are memory: under a memory cgroup they count towards MemoryBytes.
+	JobDirBytes uint64
+	// ReadOnlyPaths are extra host paths the jailed job sees read-only
+	// (data, a virtualenv). The directory of every absolute argv element
+	// is added automatically.
+	ReadOnlyPaths []string
+	// BwrapPath and PrlimitPath override the looked-up helper binaries.
+	BwrapPath   string
+	PrlimitPath string
+	// TempDir is where job directories are created (default os.TempDir()).
+	TempDir string
+	// KillGrace bounds how long output pipes are drained after the process
+	// group was killed (default DefaultKillGrace).
+	KillGrace time.Duration
+	// Logger receives the containment summary (default slog.Default()).
+	Logger *slog.Logger
+	// CgroupV1Only makes containment detection ignore the cgroup2 mount.
+	// Only tests set it, to run the cgroup v1 paths on a host with both.
+	CgroupV1Only bool
+}
+
+// Jail runs programs contained as its Config says. It is safe for
+// concurrent use; every Run gets its own process group and containment cell.
+type Jail struct {
+	cfg     Config
+	contain *containment
+	prefix  []string // prlimit wrapper, nil if no limits
+	// requested is the containment asked for (ContainmentAuto unless named).
+	requested Containment
+	// weak lists what makes this configuration weaker than the jail (empty
+	// when it is not); it is logged at start-up.
+	weak     []string
+	readOnly []string
+}
+
+// New applies defaults and checks that the requested isolation is actually
+// available (bwrap is probed with a real run), so misconfiguration fails at
+// startup rather than on the first rollout. argv is the command jobs will
+// run (placeholders unexpanded): the directories of its absolute paths
+// become read-only in the jail and must be reachable by the job's uid.
+func New(cfg Config, argv []string) (*Jail, error) {
+	if !supported {
+		return nil, ErrUnsupported
+	}
+	if cfg.KillGrace < 0 {
+		return nil, fmt.Errorf("%w: negative kill grace", ErrConfig)
+	}
+	if cfg.KillGrace == 0 {
+		cfg.KillGrace = DefaultKillGrace
+	}
+	if cfg.TempDir == "" {
+		cfg.TempDir = os.TempDir()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.JobDirBytes == 0 {
+		cfg.JobDirBytes = DefaultJobDirBytes
+	}
+	if cfg.RunAs == nil && os.Geteuid() == 0 {
+		ra := DefaultRunAs
+		cfg.RunAs = &ra
+	}
+	j := &Jail{cfg: cfg, requested: cfg.Containment}
+	var err error
+	if j.contain, err = detectContainment(cfg.Containment, cfg.CgroupV1Only); err != nil {
+		return nil, err
+	}
+	j.cfg.Containment = j.contain.kind
+	if rl := cfg.Limits.rlimits(j.contain.memoryCgroup()); rl.any() {
+		if j.prefix, err = prlimitPrefix(cfg.PrlimitPath, rl); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.UseBwrap {
+		if j.cfg.BwrapPath, err = findBwrap(cfg.BwrapPath); err != nil {
+			return nil, err
+		}
+		reapJailOrphans() // reaper_linux.go: each job leaves an orphaned jail init
+		j.readOnly = jailReadOnlyPaths(cfg.ReadOnlyPaths, argv)
+		if err := checkReachable(append(slices.Clone(j.readOnly), absArgs(argv)...), j.cfg.RunAs); err != nil {
+			return nil, err
+		}
+		if err := j.probeBwrap(); err != nil {
+			return nil, err
+		}
+	}
+	// Checked last, so that a plain configuration error is reported as such.
+	j.weak = weaknesses(j.cfg)
+	if len(j.weak) > 0 && !cfg.AllowWeakContainment {
+		return nil, fmt.Errorf("%w: %s; refusing to start (set --allow-weak-containment to run anyway)", ErrWeakContainment, strings.Join(j.weak, "; "))
+	}
+	return j, nil
+}
+
+// Config returns the effective configuration (defaults applied, the
+// detected containment in Containment).
+func (j *Jail) Config() Config { return j.cfg }
+
+// KillScope names what a timeout kills, for a result's reason.
+func (j *Jail) KillScope() string { return j.contain.killScope() }
+
+// File is a file the job finds in its directory.
+type File struct {
+	Name string
+	Data []byte
+	Mode os.FileMode
+}
+
+// Job is one run of a program in the jail.
+type Job struct {
+	// Dir is the job's host directory, made and removed by the caller.
+	Dir string
+	// Files are written into Dir (and, in the jail, copied into the job's
+	// own tmpfs at the same path).
+	Files []File
+	// Argv and Env are the program's command line and whole environment,
+	// placeholders expanded; the jail's wrappers are put in front of Argv.
+	Argv []string
+	Env  []string
+	// Timeout is the wall-clock budget; on expiry every process of the job
+	// the containment can reach is SIGKILLed.
+	Timeout time.Duration
+	// StdoutMax and StderrMax are the bytes of each stream kept (the tail).
+	StdoutMax, StderrMax int
+}
+
+// Run runs job contained and always returns its Outcome.
+func (j *Jail) Run(ctx context.Context, job Job) Outcome {
+	setupFailed := func(err error) Outcome { return Outcome{SetupErr: err, ExitCode: -1} }
+	if err := j.prepareDir(job.Dir, job.Files); err != nil {
+		return setupFailed(err)
+	}
+	var fds []*os.File
+	if j.cfg.UseBwrap {
+		var err error
+		if fds, err = openJobFiles(job.Dir, job.Files); err != nil {
+			return setupFailed(err)
+		}
+		defer closeAll(fds)
+	}
+	cell, err := j.contain.newCell(j.cfg.Limits)
+	if err != nil {
+		return setupFailed(err)
+	}
+	argv := slices.Clone(j.prefix)
+	if j.cfg.UseBwrap {
+		argv = append(argv, jailArgs(j.jailSpec(job.Dir, job.Files))...)
+	}
+	o := runProcess(ctx, runSpec{
+		cell:      cell,
+		files:     fds,
+		argv:      append(argv, job.Argv...),
+		dir:       j.startDir(job.Dir),
+		env:       job.Env,
+		runAs:     j.cfg.RunAs,
+		timeout:   job.Timeout,
+		stdoutMax: job.StdoutMax,
+		stderrMax: job.StderrMax,
+		grace:     j.cfg.KillGrace,
+	})
+	if !o.Signaled && j.cfg.UseBwrap {
+		// bwrap reports a signal death of its child as exit 128+n.
+		o.Signal, o.Signaled = bwrapSignal(o.ExitCode)
+	}
+	o.CPULimitHit = o.Signaled && j.cpuLimitHit(o.Signal, o.CPU)
+	return o
+}
+
+// cpuLimitHit attributes a signal death to RLIMIT_CPU: SIGXCPU is only sent
+// by that limit, and a SIGKILL counts when the CPU time used reached it.
+func (j *Jail) cpuLimitHit(sig syscall.Signal, cpu time.Duration) bool {
+	lim := j.cfg.Limits.CPUSeconds
+	if lim == 0 {
+		return false
+	}
+	return sig == sigXCPU || (sig == sigKill && cpu >= time.Duration(lim)*time.Second-50*time.Millisecond)
+}
+
+// prepareDir writes the job's files into its host directory (0700 from
+// MkdirTemp). Without the jail the job works there, so it is chowned to
+// RunAs; in the jail the files are copied into the job's own tmpfs from
+// descriptors (openJobFiles) and the host directory stays the stage's.
+func (j *Jail) prepareDir(dir string, files []File) error {
+	for _, f := range files {
+		// 0700 for the artifact: it may be executed directly ({artifact} as argv[0]).
+		if err := os.WriteFile(filepath.Join(dir, f.Name), f.Data, f.Mode); err != nil {
+			return fmt.Errorf("sandbox: write %s: %w", f.Name, err)
+		}
+	}
+	if j.cfg.RunAs != nil && !j.cfg.UseBwrap {
+		paths := []string{dir}
+		for _, f := range files {
+			paths = append(paths, filepath.Join(dir, f.Name))
+		}
+		for _, p := range paths {
+			if err := os.Chown(p, int(j.cfg.RunAs.UID), int(j.cfg.RunAs.GID)); err != nil {
+				return fmt.Errorf("sandbox: chown job dir: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// openJobFiles opens the job's files for bubblewrap's --file, in order.
+func openJobFiles(dir string, files []File) ([]*os.File, error) {
+	var fds []*os.File
+	for _, f := range files {
+		fd, err := os.Open(filepath.Join(dir, f.Name))
+		if err != nil {
+			closeAll(fds)
+			return nil, fmt.Errorf("sandbox: open %s: %w", f.Name, err)
+		}
+		fds = append(fds, fd)
+	}
+	return fds, nil
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+// absArgs are the argv elements that name existing host files (the program,
+// its script), which the job's uid must be able to read.
+func absArgs(argv []string) []string {
+	var out []string
+	for _, a := range argv {
+		if !filepath.IsAbs(a) || strings.Contains(a, "{") {
+			continue
+		}
+		if st, err := os.Stat(a); err == nil && !st.IsDir() {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// startDir is where the child starts: the job directory, or / for the
+// jail, whose (possibly dropped) uid may not enter the stage's host copy of
+// the directory; bwrap --chdir then moves into the job's tmpfs.
+func (j *Jail) startDir(dir string) string {
+	if j.cfg.UseBwrap {
+		return "/"
+	}
+	return dir
+}
+
+// jailSpec is the jail of a job working in dir.
+func (j *Jail) jailSpec(dir string, files []File) jailSpec {
+	s := jailSpec{bwrap: j.cfg.BwrapPath, dir: dir, tmpfsBytes: j.cfg.JobDirBytes,
+		allowNetwork: j.cfg.AllowNetwork, readOnly: j.readOnly}
+	for _, f := range files {
+		s.files, s.modes = append(s.files, f.Name), append(s.modes, f.Mode)
+	}
+	return s
+}
+
+// probeBwrap runs /bin/true through exactly the wrapper real jobs use, because
+// an installed bwrap often cannot create namespaces (containers without user
+// namespaces, restrictive AppArmor) and that must be a startup error.
+func (j *Jail) probeBwrap() error {
+	truePath, err := exec.LookPath("true")
+	if err != nil {
+		return fmt.Errorf("%w: no true(1) to probe with: %w", ErrBwrapUnusable, err)
+	}
+	dir, err := os.MkdirTemp(j.cfg.TempDir, "wmrl-bwrap-probe-")
+	if err != nil {
+		return fmt.Errorf("%w: probe dir: %w", ErrBwrapUnusable, err)
+	}
+	defer os.RemoveAll(dir)
+	files := []File{{Name: "probe", Data: []byte("probe"), Mode: 0o600}}
+	if err := j.prepareDir(dir, files); err != nil {
+		return fmt.Errorf("%w: probe dir: %w", ErrBwrapUnusable, err)
+	}
+	fds, err := openJobFiles(dir, files)
+	if err != nil {
+		return fmt.Errorf("%w: probe dir: %w", ErrBwrapUnusable, err)
+	}
+	defer closeAll(fds)
+	argv := append(slices.Clone(j.prefix), jailArgs(j.jailSpec(dir, files))...)
+	cell, err := j.contain.newCell(j.cfg.Limits)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBwrapUnusable, err)
+	}
+	o := runProcess(context.Background(), runSpec{
+		cell:      cell,
+		files:     fds,
+		argv:      append(argv, truePath),
+		dir:       j.startDir(dir),
+		env:       []string{"HOME=" + dir, "PATH=" + DefaultPath, "TMPDIR=" + dir},
+		runAs:     j.cfg.RunAs,
+		timeout:   10 * time.Second,
+		stdoutMax: 4 << 10,
+		stderrMax: 4 << 10,
+		grace:     j.cfg.KillGrace,
+	})
+	var what string
+	switch {
+	case o.StartErr != nil:
+		what = o.StartErr.Error()
+	case o.TimedOut:
+		what = "timed out after 10s"
+	case o.Signaled:
+		what = "killed by " + SignalName(o.Signal)
+	case o.ExitCode != 0:
+		what = fmt.Sprintf("exit status %d", o.ExitCode)
+	default:
+		return nil
+	}
+	uid := "the stage's uid"
+	if j.cfg.RunAs != nil {
+		uid = fmt.Sprintf("uid %d", j.cfg.RunAs.UID)
+	}
+	return fmt.Errorf("%w: probe %q as %s: %s: %s (the jail needs user namespaces for that uid; see docs/security.md)",
+		ErrBwrapUnusable, j.cfg.BwrapPath, uid, what, strings.TrimSpace(strings.ToValidUTF8(string(o.Stderr), "\uFFFD")))
+}

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package jail
+
+// reapJailOrphans: the jail (bubblewrap) exists on Linux only.
+func reapJailOrphans() {}

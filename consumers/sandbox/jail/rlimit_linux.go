@@ -1,0 +1,43 @@
+package jail
+
+import (
+	"fmt"
+	"os/exec"
+)
+
+// prlimitPrefix returns the argv prefix that applies l to the child.
+//
+// Why prlimit(1) and not the alternatives: Go's os/exec has no hook between
+// fork and exec, so limits cannot be set "in the child" from Go. Calling
+// prlimit(2) on the pid after Start is racy (the untrusted code is already
+// running and may fork or allocate first). A Go re-exec shim would need a
+// hook in every host binary, and setting RLIMIT_AS inside a Go runtime that
+// has already reserved address space can crash the shim before it execs.
+// prlimit(1) from util-linux (Essential on Debian) is a small C program that
+// calls setrlimit on itself and then execs the command, so the limits are in
+// place before the first instruction of untrusted code, with no race. Core
+// dumps are always disabled so SIGXCPU/SIGSEGV do not fill the disk.
+func prlimitPrefix(path string, l Limits) ([]string, error) {
+	if path == "" {
+		path = "prlimit"
+	}
+	p, err := exec.LookPath(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPrlimitMissing, err)
+	}
+	args := []string{p, "--core=0"}
+	if l.CPUSeconds > 0 {
+		// soft < hard: SIGXCPU first, SIGKILL one second later.
+		args = append(args, fmt.Sprintf("--cpu=%d:%d", l.CPUSeconds, l.CPUSeconds+1))
+	}
+	if l.AddressSpaceBytes > 0 {
+		args = append(args, fmt.Sprintf("--as=%d", l.AddressSpaceBytes))
+	}
+	if l.Processes > 0 {
+		args = append(args, fmt.Sprintf("--nproc=%d", l.Processes))
+	}
+	if l.FileSizeBytes > 0 {
+		args = append(args, fmt.Sprintf("--fsize=%d", l.FileSizeBytes))
+	}
+	return append(args, "--"), nil
+}

@@ -1,0 +1,265 @@
+package statestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/wmrl/wmrl/correction"
+)
+
+// StreamSummary is what Redis holds of one (run, stream), read without assembling its window.
+type StreamSummary struct {
+	Stream string
+	// Head is the stream's head hash; nil when the run's streams set names the stream but its
+	// head is gone (expired) or not written yet.
+	Head *Head
+	// StateBytes is the size of the latest sealed state as stored: the STRLEN of its state value
+	// (the digest and head) plus the STRLEN of every window chunk that state's window reaches.
+	// Redis's per-key overhead and the snapshots of older kept steps are not counted: it is what
+	// a rebuild reads for the stream, not the Redis memory the stream occupies.
+	StateBytes int64
+	// TTL is the remaining time to live of the head key: NoExpiry while the run is live (wmrl
+	// correct expires an ended run's keys after its retention), 0 when the key is gone.
+	TTL time.Duration
+}
+
+// RunSummary is what Redis holds of one run under a store's prefix.
+type RunSummary struct {
+	Run     string
+	Streams []StreamSummary // sorted by stream
+	End     *RunEnd         // nil: the run has not ended (or its end expired)
+	// TTL is the remaining time to live of the run's streams set (or of its end hash when the
+	// set is gone): NoExpiry, or 0 when neither exists.
+	TTL time.Duration
+}
+
+// NoExpiry is the TTL of a key that does not expire.
+const NoExpiry = time.Duration(-1)
+
+// SealedStep is the last step sealed over the run's streams (the largest head), −1 if none.
+func (r *RunSummary) SealedStep() int64 {
+	last := int64(-1)
+	for _, s := range r.Streams {
+		if s.Head != nil {
+			last = max(last, s.Head.SealedStep)
+		}
+	}
+	return last
+}
+
+// StateBytes is the sum of the streams' StateBytes.
+func (r *RunSummary) StateBytes() int64 {
+	var n int64
+	for _, s := range r.Streams {
+		n += s.StateBytes
+	}
+	return n
+}
+
+// ListRuns lists the runs under the store's prefix that have a streams set or an end hash (a
+// run that ended before any step was sealed has only the latter), sorted. Like Runs it scans
+// the keyspace, on every master of a cluster: an operator's listing, not a hot path.
+func (s *Store) ListRuns(ctx context.Context) ([]string, error) {
+	// One SCAN for both kinds of key: the class [se] narrows the match on the server, the
+	// suffix check below makes it exact (a run id may not contain '/', '{' or '}').
+	pattern := s.prefix + ":{*}:[se][tn][dr]*"
+	head := s.prefix + ":{"
+	seen := map[string]bool{}
+	var mu sync.Mutex
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		it := c.Scan(ctx, 0, pattern, 10000).Iterator()
+		for it.Next(ctx) {
+			k, ok := strings.CutPrefix(it.Val(), head)
+			if !ok {
+				continue
+			}
+			run, okStreams := strings.CutSuffix(k, "}:streams")
+			if !okStreams {
+				var okEnd bool
+				if run, okEnd = strings.CutSuffix(k, "}:end"); !okEnd {
+					continue
+				}
+			}
+			if run == "" || strings.ContainsAny(run, "/{}") {
+				continue // a per-stream key, or another prefix's key the pattern also matched
+			}
+			mu.Lock()
+			seen[run] = true
+			mu.Unlock()
+		}
+		return it.Err()
+	}
+	var err error
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, s.rdb)
+	}
+	if err != nil {
+		return nil, s.failed(ctx, err)
+	}
+	return slices.Sorted(maps.Keys(seen)), nil
+}
+
+// Summaries reads what Redis holds of runs in four pipelined round trips, however many runs and
+// streams: the streams sets, end hashes and TTLs; the heads and their TTLs; the state values at
+// the heads' steps; the lengths of the window chunks those states reach. A run with neither a
+// streams set nor an end yields a summary without streams or end (the caller names it missing).
+func (s *Store) Summaries(ctx context.Context, runs []string) ([]RunSummary, error) {
+	out := make([]RunSummary, len(runs))
+	if len(runs) == 0 {
+		return out, nil
+	}
+	exec := func(what string, pipe redis.Pipeliner) error {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("redis %s: %w", what, s.failed(ctx, err))
+		}
+		return nil
+	}
+
+	// 1. Streams sets, ends, TTLs.
+	pipe := s.rdb.Pipeline()
+	members := make([]*redis.StringSliceCmd, len(runs))
+	ends := make([]*redis.MapStringStringCmd, len(runs))
+	ttls := make([]*redis.DurationCmd, len(runs))
+	endTTLs := make([]*redis.DurationCmd, len(runs))
+	for i, run := range runs {
+		members[i] = pipe.SMembers(ctx, s.StreamsKey(run))
+		ends[i] = pipe.HGetAll(ctx, s.EndKey(run))
+		ttls[i] = pipe.PTTL(ctx, s.StreamsKey(run))
+		endTTLs[i] = pipe.PTTL(ctx, s.EndKey(run))
+	}
+	if err := exec("run summaries", pipe); err != nil {
+		return nil, err
+	}
+	type ref struct{ run, stream int }
+	var refs []ref
+	for i, run := range runs {
+		out[i].Run = run
+		streams, err := members[i].Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("redis streams of run %s: %w", run, err)
+		}
+		slices.Sort(streams)
+		for _, st := range streams {
+			out[i].Streams = append(out[i].Streams, StreamSummary{Stream: st})
+			refs = append(refs, ref{i, len(out[i].Streams) - 1})
+		}
+		if m, err := ends[i].Result(); err == nil && len(m) > 0 {
+			e, err := parseEnd(m)
+			if err != nil {
+				return nil, fmt.Errorf("redis end of run %s: %w", run, err)
+			}
+			out[i].End = e
+		}
+		out[i].TTL = ttl(ttls[i])
+		if out[i].TTL == 0 {
+			out[i].TTL = ttl(endTTLs[i])
+		}
+	}
+	if len(refs) == 0 {
+		return out, nil
+	}
+
+	// 2. Heads and their TTLs.
+	pipe = s.rdb.Pipeline()
+	heads := make([]*redis.MapStringStringCmd, len(refs))
+	headTTLs := make([]*redis.DurationCmd, len(refs))
+	for j, r := range refs {
+		run, st := runs[r.run], out[r.run].Streams[r.stream].Stream
+		heads[j] = pipe.HGetAll(ctx, s.HeadKey(run, st))
+		headTTLs[j] = pipe.PTTL(ctx, s.HeadKey(run, st))
+	}
+	if err := exec("heads", pipe); err != nil {
+		return nil, err
+	}
+	var withHead []int
+	for j, r := range refs {
+		ss := &out[r.run].Streams[r.stream]
+		ss.TTL = ttl(headTTLs[j])
+		m, err := heads[j].Result()
+		if err != nil || len(m) == 0 {
+			continue
+		}
+		if ss.Head, err = parseHead(m); err != nil {
+			return nil, fmt.Errorf("redis head of %s/%s: %w", runs[r.run], ss.Stream, err)
+		}
+		withHead = append(withHead, j)
+	}
+	if len(withHead) == 0 {
+		return out, nil
+	}
+
+	// 3. The state values at the heads' steps.
+	pipe = s.rdb.Pipeline()
+	values := make([]*redis.StringCmd, len(withHead))
+	for k, j := range withHead {
+		r := refs[j]
+		ss := &out[r.run].Streams[r.stream]
+		values[k] = pipe.Get(ctx, s.StateKey(runs[r.run], ss.Stream, ss.Head.SealedStep))
+	}
+	if err := exec("state values", pipe); err != nil {
+		return nil, err
+	}
+
+	// 4. The lengths of the chunks each state's window reaches.
+	pipe = s.rdb.Pipeline()
+	chunkLens := make([][]*redis.IntCmd, len(withHead))
+	for k, j := range withHead {
+		r := refs[j]
+		ss := &out[r.run].Streams[r.stream]
+		v, err := values[k].Bytes()
+		if err != nil {
+			continue // the state value expired or was trimmed between the round trips
+		}
+		ss.StateBytes = int64(len(v))
+		if len(v) < digestLen || !correction.IsHead(v[digestLen:]) {
+			continue // a full encoding, window included
+		}
+		first, n, _, err := correction.HeadWindow(v[digestLen:])
+		if err != nil {
+			return nil, fmt.Errorf("redis state of %s/%s step %d: %w", runs[r.run], ss.Stream, ss.Head.SealedStep, err)
+		}
+		if n == 0 {
+			continue
+		}
+		const c = correction.ChunkPairs
+		for ch := first / c; ch <= (first+uint64(n)-1)/c; ch++ {
+			chunkLens[k] = append(chunkLens[k], pipe.StrLen(ctx, s.tag(runs[r.run], ss.Stream)+":chunk:"+strconv.FormatUint(ch, 10)))
+		}
+	}
+	if err := exec("window chunks", pipe); err != nil {
+		return nil, err
+	}
+	for k, j := range withHead {
+		r := refs[j]
+		for _, c := range chunkLens[k] {
+			out[r.run].Streams[r.stream].StateBytes += c.Val()
+		}
+	}
+	return out, nil
+}
+
+// digestLen is the length of the raw digest before the head in a state value (RedisValue).
+const digestLen = 32
+
+// ttl is a PTTL reply as a duration: NoExpiry for a key without expiry, 0 for a missing key.
+func ttl(c *redis.DurationCmd) time.Duration {
+	d, err := c.Result() // go-redis passes PTTL's −2 (no key) and −1 (no expiry) through as is
+	switch {
+	case err != nil, d == -2:
+		return 0
+	case d < 0:
+		return NoExpiry
+	}
+	return d
+}
