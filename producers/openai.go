@@ -10,13 +10,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
 
 	"github.com/wmrl/wmrl/internal/httpretry"
 	"github.com/wmrl/wmrl/internal/retry"
@@ -119,11 +122,11 @@ type OpenAIConfig struct {
 // OpenAI is the Backend over an OpenAI-compatible policy server: each step sends GroupsPerStep
 // concurrent requests with n = GroupSize and turns the choices into groups.
 type OpenAI struct {
-	cfg      OpenAIConfig
-	endpoint string
-	client   *http.Client
-	retry    httpretry.Policy
-	next     int64
+	cfg         OpenAIConfig
+	chat        openai.ChatCompletionService
+	completions openai.CompletionService
+	retry       httpretry.Policy
+	next        int64
 }
 
 // NewOpenAI validates cfg and applies defaults.
@@ -141,8 +144,7 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	if cfg.API == "" {
 		cfg.API = APIChat
 	}
-	path := map[string]string{APIChat: "/chat/completions", APICompletions: "/completions"}[cfg.API]
-	if path == "" {
+	if cfg.API != APIChat && cfg.API != APICompletions {
 		return nil, fmt.Errorf("%w: api %q: want %s or %s", ErrConfig, cfg.API, APIChat, APICompletions)
 	}
 	cfg.GroupSize = cmp.Or(cfg.GroupSize, 8)
@@ -169,10 +171,11 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 		tr.MaxIdleConnsPerHost = cfg.GroupsPerStep
 		client = &http.Client{Transport: tr}
 	}
+	opts := httpretry.Options(cfg.BaseURL, cfg.APIKey, client, maxReplyBytes)
 	return &OpenAI{
-		cfg:      cfg,
-		endpoint: strings.TrimRight(cfg.BaseURL, "/") + path,
-		client:   client,
+		cfg:         cfg,
+		chat:        openai.NewChatCompletionService(opts...),
+		completions: openai.NewCompletionService(opts...),
 		retry: httpretry.Policy{
 			MaxAttempts: cfg.MaxAttempts,
 			Backoff:     retry.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff},
@@ -221,22 +224,6 @@ func (o *OpenAI) Next(ctx context.Context) (StepBatch, error) {
 	return StepBatch{Step: step, Groups: groups}, nil
 }
 
-type genRequest struct {
-	Model       string    `json:"model"`
-	Prompt      string    `json:"prompt,omitempty"`
-	Messages    []message `json:"messages,omitempty"`
-	N           int       `json:"n"`
-	Temperature float64   `json:"temperature"`
-	TopP        float64   `json:"top_p,omitempty"`
-	MaxTokens   int       `json:"max_tokens,omitempty"`
-	Stream      bool      `json:"stream"`
-}
-
-type message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
 type genResponse struct {
 	Choices []struct {
 		Index   *int    `json:"index"`
@@ -248,28 +235,22 @@ type genResponse struct {
 	} `json:"choices"`
 }
 
+// maxReplyBytes bounds a reply: G long completions.
+const maxReplyBytes = 256 << 20
+
 // sample asks for n = G completions of one prompt, retrying transient failures.
 func (o *OpenAI) sample(ctx context.Context, prompt string) ([]string, []string, error) {
-	req := genRequest{Model: o.cfg.Model, N: o.cfg.GroupSize, Temperature: o.cfg.Temperature, TopP: o.cfg.TopP, MaxTokens: o.cfg.MaxTokens}
-	if o.cfg.API == APICompletions {
-		req.Prompt = prompt
-	} else {
-		if o.cfg.SystemPrompt != "" {
-			req.Messages = append(req.Messages, message{Role: "system", Content: o.cfg.SystemPrompt})
-		}
-		req.Messages = append(req.Messages, message{Role: "user", Content: prompt})
-	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encode request: %w", err)
-	}
+	post := o.post(prompt)
 	var texts, finish []string
 	var lastErr error
 	n, err := o.retry.Do(ctx, func(int) httpretry.Attempt {
-		var retry bool
-		var wait time.Duration
-		texts, finish, retry, wait, lastErr = o.attempt(ctx, body)
-		return httpretry.Attempt{Retry: lastErr != nil && retry, RetryAfter: wait, HasRetryAfter: wait > 0}
+		data, f := httpretry.Call(ctx, o.cfg.Timeout, maxReplyBytes, time.Now, post)
+		if f != nil {
+			lastErr = f
+			return f.Attempt
+		}
+		texts, finish, lastErr = o.choices(data)
+		return httpretry.Attempt{}
 	}, func(n int, delay time.Duration) {
 		o.cfg.Logger.Warn("policy server request failed; retrying", "attempt", n, "delay", delay, "err", lastErr)
 	})
@@ -282,45 +263,35 @@ func (o *OpenAI) sample(ctx context.Context, prompt string) ([]string, []string,
 	return texts, finish, nil
 }
 
-// attempt makes one request; retry says whether the failure is transient and wait is a server's
-// Retry-After (0 when absent).
-func (o *OpenAI) attempt(ctx context.Context, body []byte) (texts, finish []string, retry bool, wait time.Duration, err error) {
-	actx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
-	defer cancel()
-	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, o.endpoint, bytes.NewReader(body))
-	if err != nil {
-		return nil, nil, false, 0, err
+// post is one try of the request for prompt's n = G completions from the configured API; TopP and
+// MaxTokens are omitted when 0.
+func (o *OpenAI) post(prompt string) func(context.Context, ...option.RequestOption) error {
+	var topP param.Opt[float64]
+	var maxTokens param.Opt[int64]
+	if o.cfg.TopP != 0 {
+		topP = openai.Float(o.cfg.TopP)
 	}
-	hreq.Header.Set("Content-Type", "application/json")
-	if o.cfg.APIKey != "" {
-		hreq.Header.Set("Authorization", "Bearer "+o.cfg.APIKey)
+	if o.cfg.MaxTokens != 0 {
+		maxTokens = openai.Int(int64(o.cfg.MaxTokens))
 	}
-	resp, err := o.client.Do(hreq)
-	if err != nil {
-		var ne net.Error
-		if errors.Is(actx.Err(), context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-			return nil, nil, true, 0, fmt.Errorf("timed out after %v", o.cfg.Timeout)
+	n, temp := openai.Int(int64(o.cfg.GroupSize)), openai.Float(o.cfg.Temperature)
+	if o.cfg.API == APICompletions {
+		p := openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(o.cfg.Model), N: n, Temperature: temp, TopP: topP, MaxTokens: maxTokens,
+			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(prompt)}}
+		return func(ctx context.Context, opts ...option.RequestOption) error {
+			_, err := o.completions.New(ctx, p, opts...)
+			return err
 		}
-		return nil, nil, true, 0, fmt.Errorf("transport: %w", err)
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if err != nil {
-		return nil, nil, true, 0, fmt.Errorf("read body: %w", err)
+	p := openai.ChatCompletionNewParams{Model: o.cfg.Model, N: n, Temperature: temp, TopP: topP, MaxTokens: maxTokens}
+	if o.cfg.SystemPrompt != "" {
+		p.Messages = append(p.Messages, openai.SystemMessage(o.cfg.SystemPrompt))
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		transient := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
-		if transient {
-			wait, _ = httpretry.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
-		}
-		head := string(data)
-		if len(head) > 300 {
-			head = head[:300] + "…"
-		}
-		return nil, nil, transient, wait, fmt.Errorf("http %d: %s", resp.StatusCode, head)
+	p.Messages = append(p.Messages, openai.UserMessage(prompt))
+	return func(ctx context.Context, opts ...option.RequestOption) error {
+		_, err := o.chat.New(ctx, p, opts...)
+		return err
 	}
-	texts, finish, err = o.choices(data)
-	return texts, finish, false, 0, err
 }
 
 // choices extracts exactly G completions ordered by their index.

@@ -1,20 +1,20 @@
 package worldmodel
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/wmrl/wmrl/internal/httpretry"
 	"github.com/wmrl/wmrl/internal/retry"
@@ -94,12 +94,12 @@ type OpenAIConfig struct {
 // wmrl_worldmodel_request_duration_seconds, wmrl_worldmodel_score_parse_failures_total), which
 // NewStage registers with the stage's registry.
 type OpenAIScorer struct {
-	cfg      OpenAIConfig
-	endpoint string
-	tmpl     *template.Template
-	client   *http.Client
-	retry    httpretry.Policy
-	metrics  *scorerMetrics
+	cfg     OpenAIConfig
+	tmpl    *template.Template
+	client  *http.Client // for Probe
+	chat    openai.ChatCompletionService
+	retry   httpretry.Policy
+	metrics *scorerMetrics
 }
 
 // NewOpenAIScorer validates cfg, applies defaults and parses the prompt template.
@@ -164,10 +164,10 @@ func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
 	}
 	m := newScorerMetrics()
 	return &OpenAIScorer{
-		cfg:      cfg,
-		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions",
-		tmpl:     tmpl,
-		client:   client,
+		cfg:    cfg,
+		tmpl:   tmpl,
+		client: client,
+		chat:   openai.NewChatCompletionService(httpretry.Options(cfg.BaseURL, cfg.APIKey, client, cfg.MaxResponseBytes)...),
 		retry: httpretry.Policy{
 			MaxAttempts: cfg.MaxAttempts,
 			Backoff:     retry.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff},
@@ -209,14 +209,14 @@ func (s *OpenAIScorer) Score(ctx context.Context, in Input) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("worldmodel: score rollout %q: %w", in.RolloutID, context.Cause(ctx))
 	}
-	body, err := s.requestBody(in)
+	params, err := s.params(in)
 	if err != nil {
 		return Result{Status: StatusError, Reason: limitReason(err.Error()), Latency: time.Since(start)}, nil
 	}
 	var o outcome
 	n, err := s.retry.Do(ctx, func(int) httpretry.Attempt {
-		o = s.attempt(ctx, body)
-		return httpretry.Attempt{Retry: o.retryable, RetryAfter: o.retryAfter, HasRetryAfter: o.hasRetryAfter, Reason: o.retryReason}
+		o = s.attempt(ctx, params)
+		return o.Attempt
 	}, func(n int, delay time.Duration) {
 		s.cfg.Logger.DebugContext(ctx, "worldmodel: retrying", "rollout", in.RolloutID,
 			"attempt", n, "delay", delay, "reason", o.reason)
@@ -226,28 +226,14 @@ func (s *OpenAIScorer) Score(ctx context.Context, in Input) (Result, error) {
 			fmt.Errorf("worldmodel: score rollout %q: %w", in.RolloutID, err)
 	}
 	res := Result{Score: o.score, Status: o.status, Reason: o.reason, Attempts: n, Latency: time.Since(start)}
-	if o.retryable {
+	if o.Retry {
 		res.Reason = fmt.Sprintf("gave up after %d attempts: %s", n, o.reason)
 	}
 	res.Reason = limitReason(res.Reason)
 	return res, nil
 }
 
-// chatRequest is the subset of the chat-completions request that every compatible server takes.
-type chatRequest struct {
-	Model       string        `json:"model"`
-	Messages    []chatMessage `json:"messages"`
-	Temperature float64       `json:"temperature"`
-	MaxTokens   int           `json:"max_tokens,omitempty"`
-	N           int           `json:"n"`
-	Stream      bool          `json:"stream"`
-}
-
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
+// chatResponse is the part of a chat-completions reply the scorer reads.
 type chatResponse struct {
 	Choices []struct {
 		Message struct {
@@ -260,79 +246,44 @@ type chatResponse struct {
 	} `json:"error"`
 }
 
-// requestBody renders the prompt once per input; retries resend the same bytes.
-func (s *OpenAIScorer) requestBody(in Input) ([]byte, error) {
-	var prompt bytes.Buffer
+// params renders the prompt once per input; retries resend the same request.
+func (s *OpenAIScorer) params(in Input) (openai.ChatCompletionNewParams, error) {
+	var prompt strings.Builder
 	if err := s.tmpl.Execute(&prompt, in); err != nil {
-		return nil, fmt.Errorf("render prompt: %w", err)
+		return openai.ChatCompletionNewParams{}, fmt.Errorf("render prompt: %w", err)
 	}
-	req := chatRequest{Model: s.cfg.Model, Temperature: s.cfg.Temperature, MaxTokens: s.cfg.MaxTokens, N: 1}
+	p := openai.ChatCompletionNewParams{Model: s.cfg.Model, N: openai.Int(1), Temperature: openai.Float(s.cfg.Temperature)}
 	if s.cfg.SystemPrompt != "" {
-		req.Messages = append(req.Messages, chatMessage{Role: "system", Content: s.cfg.SystemPrompt})
+		p.Messages = append(p.Messages, openai.SystemMessage(s.cfg.SystemPrompt))
 	}
-	req.Messages = append(req.Messages, chatMessage{Role: "user", Content: prompt.String()})
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // prompts are not HTML; keep them readable in server logs
-	if err := enc.Encode(req); err != nil {
-		return nil, fmt.Errorf("encode request: %w", err)
+	p.Messages = append(p.Messages, openai.UserMessage(prompt.String()))
+	if s.cfg.MaxTokens > 0 {
+		p.MaxTokens = openai.Int(int64(s.cfg.MaxTokens))
 	}
-	return buf.Bytes(), nil
+	return p, nil
 }
 
-// outcome is the classified result of one HTTP attempt.
+// outcome is the classified result of one HTTP attempt; Attempt is what the retry loop hears.
 type outcome struct {
-	score         float64
-	status        Status
-	reason        string
-	retryable     bool
-	retryReason   string // an httpretry reason when retryable
-	retryAfter    time.Duration
-	hasRetryAfter bool
+	score  float64
+	status Status
+	reason string
+	httpretry.Attempt
 }
 
-func (s *OpenAIScorer) attempt(ctx context.Context, body []byte) outcome {
+func (s *OpenAIScorer) attempt(ctx context.Context, p openai.ChatCompletionNewParams) outcome {
 	start := time.Now()
 	defer func() { s.metrics.duration.Observe(time.Since(start).Seconds()) }()
-	actx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, s.endpoint, bytes.NewReader(body))
-	if err != nil {
-		return outcome{status: StatusError, reason: fmt.Sprintf("build request: %v", err)}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	if s.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+s.cfg.APIKey)
-	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return s.transportFailure(actx, err)
-	}
-	defer resp.Body.Close()
-
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		head, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		// Draining a bounded remainder lets the connection go back to the pool.
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		o := outcome{
-			status:    StatusError,
-			reason:    fmt.Sprintf("http %d: %s", resp.StatusCode, excerpt(string(head), 300)),
-			retryable: httpretry.RetryableStatus(resp.StatusCode),
-		}
-		o.retryReason = httpretry.StatusReason(resp.StatusCode)
-		if o.retryable {
-			o.retryAfter, o.hasRetryAfter = httpretry.ParseRetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now())
+	data, f := httpretry.Call(ctx, s.cfg.Timeout, s.cfg.MaxResponseBytes, s.cfg.Now, func(ctx context.Context, opts ...option.RequestOption) error {
+		_, err := s.chat.New(ctx, p, opts...)
+		return err
+	})
+	if f != nil {
+		o := outcome{status: StatusError, reason: f.Msg, Attempt: f.Attempt}
+		if f.Reason == httpretry.ReasonTimeout {
+			o.status = StatusTimeout
 		}
 		return o
-	}
-
-	data, err := io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxResponseBytes+1))
-	if err != nil {
-		return s.transportFailure(actx, err)
-	}
-	if int64(len(data)) > s.cfg.MaxResponseBytes {
-		return outcome{status: StatusError, reason: fmt.Sprintf("response body exceeds %d bytes", s.cfg.MaxResponseBytes)}
 	}
 	content, finish, err := replyContent(data)
 	if err != nil {
@@ -349,17 +300,6 @@ func (s *OpenAIScorer) attempt(ctx context.Context, body []byte) outcome {
 	}
 	score, status, reason := checkRange(v, s.cfg.ScoreMin, s.cfg.ScoreMax)
 	return outcome{score: score, status: status, reason: reason}
-}
-
-// transportFailure classifies a failed exchange. Both cases are retryable: a timed-out request or
-// a dropped connection says nothing about whether the next try will work.
-func (s *OpenAIScorer) transportFailure(actx context.Context, err error) outcome {
-	var ne net.Error
-	if errors.Is(actx.Err(), context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		return outcome{status: StatusTimeout, reason: fmt.Sprintf("request timed out after %v", s.cfg.Timeout),
-			retryable: true, retryReason: httpretry.ReasonTimeout}
-	}
-	return outcome{status: StatusError, reason: fmt.Sprintf("transport: %v", err), retryable: true, retryReason: httpretry.ReasonTransport}
 }
 
 // replyContent extracts the first choice's message content and finish reason from a

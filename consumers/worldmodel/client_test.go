@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -224,6 +225,11 @@ func TestOpenAIScorer(t *testing.T) {
 			wantStatus: StatusError, wantAttempt: 1, wantReason: []string{"http 401", "invalid api key"}},
 		{name: "404 not retried", steps: []http.HandlerFunc{raw(404, "no such model")},
 			wantStatus: StatusError, wantAttempt: 1, wantReason: []string{"http 404"}},
+		{name: "422 with an error string not retried", steps: []http.HandlerFunc{raw(422, `{"error": "Input validation error", "error_type": "validation"}`)},
+			wantStatus: StatusError, wantAttempt: 1, wantReason: []string{"http 422", "Input validation error"}},
+		{name: "503 with an error string retried", steps: []http.HandlerFunc{raw(503, `{"error": "overloaded"}`), reply(`{"score": 0.4}`)},
+			wantStatus: StatusOK, wantScore: 0.4, wantAttempt: 2, wantSleeps: []time.Duration{100 * ms},
+			wantRetries: map[string]int{"5xx": 1}},
 
 		{name: "malformed body", steps: []http.HandlerFunc{raw(200, "<html>proxy error</html>")},
 			wantStatus: StatusError, wantAttempt: 1, wantReason: []string{"decode response", "proxy error"}},
@@ -343,7 +349,8 @@ func checkScorerMetrics(t *testing.T, s *OpenAIScorer, retries map[string]int, r
 	}
 }
 
-// TestOpenAIScorerRequest pins the request a server receives against a golden file.
+// TestOpenAIScorerRequest pins the request a server receives against a golden file: the JSON
+// value (the order of its keys is the client library's), with the prompt not HTML-escaped.
 func TestOpenAIScorerRequest(t *testing.T) {
 	m := &mockLLM{steps: []http.HandlerFunc{reply(`{"score": 0.5}`)}}
 	srv := httptest.NewServer(m)
@@ -382,7 +389,12 @@ func TestOpenAIScorerRequest(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v (run go test -update to create it)", err)
 	}
-	if !bytes.Equal(pretty.Bytes(), want) {
+	var gotV, wantV any
+	if err := json.Unmarshal(want, &wantV); err != nil {
+		t.Fatal(err)
+	}
+	_ = json.Unmarshal(r.body, &gotV)
+	if !reflect.DeepEqual(gotV, wantV) || !bytes.Contains(r.body, []byte("<number>")) {
 		t.Errorf("request body differs from %s:\n%s", golden, pretty.String())
 	}
 }
@@ -446,7 +458,9 @@ func TestOpenAIScorerPromptTemplate(t *testing.T) {
 				}
 				return
 			}
-			var req chatRequest
+			var req struct {
+				Messages []struct{ Role, Content string }
+			}
 			if err := json.Unmarshal(m.requests()[0].body, &req); err != nil {
 				t.Fatal(err)
 			}

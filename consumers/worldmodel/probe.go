@@ -28,12 +28,13 @@ func (s *OpenAIScorer) Probe(ctx context.Context) error {
 		defer cancel()
 	}
 	base := strings.TrimRight(s.cfg.BaseURL, "/")
+	endpoint := base + "/chat/completions"
 	code, err := s.probeRequest(ctx, http.MethodGet, base+"/models", nil)
 	if err == nil && code == http.StatusNotFound {
-		code, err = s.probeRequest(ctx, http.MethodPost, s.endpoint, strings.NewReader("{}"))
+		code, err = s.probeRequest(ctx, http.MethodPost, endpoint, strings.NewReader("{}"))
 		if err == nil && code == http.StatusNotFound {
 			return fmt.Errorf("%w: --base-url %s: neither %s/models nor %s exists (404): does the URL end in the API version, e.g. /v1?",
-				ErrUnreachable, s.cfg.BaseURL, base, s.endpoint)
+				ErrUnreachable, s.cfg.BaseURL, base, endpoint)
 		}
 	}
 	if err != nil {
