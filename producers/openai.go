@@ -11,17 +11,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/packages/param"
-
-	"github.com/wmrl/wmrl/internal/httpretry"
+	"github.com/wmrl/wmrl/internal/chatapi"
 	"github.com/wmrl/wmrl/internal/retry"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -115,26 +110,22 @@ type OpenAIConfig struct {
 	BaseBackoff, MaxBackoff time.Duration
 	HTTPClient              *http.Client
 	Logger                  *slog.Logger
-	// Sleep waits between attempts (default httpretry.Sleep); tests inject a recorder.
-	Sleep httpretry.SleepFunc
+	// Sleep waits between attempts (default chatapi.Sleep); tests inject a recorder.
+	Sleep chatapi.SleepFunc
 }
 
 // OpenAI is the Backend over an OpenAI-compatible policy server: each step sends GroupsPerStep
 // concurrent requests with n = GroupSize and turns the choices into groups.
 type OpenAI struct {
-	cfg         OpenAIConfig
-	chat        openai.ChatCompletionService
-	completions openai.CompletionService
-	retry       httpretry.Policy
-	next        int64
+	cfg   OpenAIConfig
+	path  string
+	api   chatapi.Client
+	retry chatapi.Policy
+	next  int64
 }
 
 // NewOpenAI validates cfg and applies defaults.
 func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: base URL %q must be http(s)://host[:port]/path", ErrConfig, cfg.BaseURL)
-	}
 	if cfg.Model == "" {
 		return nil, fmt.Errorf("%w: model is required", ErrConfig)
 	}
@@ -144,7 +135,8 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	if cfg.API == "" {
 		cfg.API = APIChat
 	}
-	if cfg.API != APIChat && cfg.API != APICompletions {
+	path := map[string]string{APIChat: "/chat/completions", APICompletions: "/completions"}[cfg.API]
+	if path == "" {
 		return nil, fmt.Errorf("%w: api %q: want %s or %s", ErrConfig, cfg.API, APIChat, APICompletions)
 	}
 	cfg.GroupSize = cmp.Or(cfg.GroupSize, 8)
@@ -165,18 +157,15 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	client := cfg.HTTPClient
-	if client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = cfg.GroupsPerStep
-		client = &http.Client{Transport: tr}
+	api := chatapi.Client{BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, HTTP: cfg.HTTPClient, Timeout: cfg.Timeout, Limit: 256 << 20, Now: time.Now}
+	if err := api.Init(cfg.GroupsPerStep); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	opts := httpretry.Options(cfg.BaseURL, cfg.APIKey, client, maxReplyBytes)
 	return &OpenAI{
-		cfg:         cfg,
-		chat:        openai.NewChatCompletionService(opts...),
-		completions: openai.NewCompletionService(opts...),
-		retry: httpretry.Policy{
+		cfg:  cfg,
+		path: path,
+		api:  api,
+		retry: chatapi.Policy{
 			MaxAttempts: cfg.MaxAttempts,
 			Backoff:     retry.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff},
 			Sleep:       cfg.Sleep,
@@ -224,33 +213,24 @@ func (o *OpenAI) Next(ctx context.Context) (StepBatch, error) {
 	return StepBatch{Step: step, Groups: groups}, nil
 }
 
-type genResponse struct {
-	Choices []struct {
-		Index   *int    `json:"index"`
-		Text    *string `json:"text"`
-		Message *struct {
-			Content *string `json:"content"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-}
-
-// maxReplyBytes bounds a reply: G long completions.
-const maxReplyBytes = 256 << 20
-
 // sample asks for n = G completions of one prompt, retrying transient failures.
 func (o *OpenAI) sample(ctx context.Context, prompt string) ([]string, []string, error) {
-	post := o.post(prompt)
+	req := chatapi.Request{Model: o.cfg.Model, N: o.cfg.GroupSize, Temperature: o.cfg.Temperature, TopP: o.cfg.TopP, MaxTokens: o.cfg.MaxTokens}
+	if o.cfg.API == APICompletions {
+		req.Prompt = prompt
+	} else {
+		req.Messages = chatapi.Chat(o.cfg.SystemPrompt, prompt)
+	}
 	var texts, finish []string
 	var lastErr error
-	n, err := o.retry.Do(ctx, func(int) httpretry.Attempt {
-		data, f := httpretry.Call(ctx, o.cfg.Timeout, maxReplyBytes, time.Now, post)
+	n, err := o.retry.Do(ctx, func(int) chatapi.Attempt {
+		data, f := o.api.Post(ctx, o.path, req)
 		if f != nil {
 			lastErr = f
 			return f.Attempt
 		}
 		texts, finish, lastErr = o.choices(data)
-		return httpretry.Attempt{}
+		return chatapi.Attempt{}
 	}, func(n int, delay time.Duration) {
 		o.cfg.Logger.Warn("policy server request failed; retrying", "attempt", n, "delay", delay, "err", lastErr)
 	})
@@ -263,40 +243,9 @@ func (o *OpenAI) sample(ctx context.Context, prompt string) ([]string, []string,
 	return texts, finish, nil
 }
 
-// post is one try of the request for prompt's n = G completions from the configured API; TopP and
-// MaxTokens are omitted when 0.
-func (o *OpenAI) post(prompt string) func(context.Context, ...option.RequestOption) error {
-	var topP param.Opt[float64]
-	var maxTokens param.Opt[int64]
-	if o.cfg.TopP != 0 {
-		topP = openai.Float(o.cfg.TopP)
-	}
-	if o.cfg.MaxTokens != 0 {
-		maxTokens = openai.Int(int64(o.cfg.MaxTokens))
-	}
-	n, temp := openai.Int(int64(o.cfg.GroupSize)), openai.Float(o.cfg.Temperature)
-	if o.cfg.API == APICompletions {
-		p := openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(o.cfg.Model), N: n, Temperature: temp, TopP: topP, MaxTokens: maxTokens,
-			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(prompt)}}
-		return func(ctx context.Context, opts ...option.RequestOption) error {
-			_, err := o.completions.New(ctx, p, opts...)
-			return err
-		}
-	}
-	p := openai.ChatCompletionNewParams{Model: o.cfg.Model, N: n, Temperature: temp, TopP: topP, MaxTokens: maxTokens}
-	if o.cfg.SystemPrompt != "" {
-		p.Messages = append(p.Messages, openai.SystemMessage(o.cfg.SystemPrompt))
-	}
-	p.Messages = append(p.Messages, openai.UserMessage(prompt))
-	return func(ctx context.Context, opts ...option.RequestOption) error {
-		_, err := o.chat.New(ctx, p, opts...)
-		return err
-	}
-}
-
 // choices extracts exactly G completions ordered by their index.
 func (o *OpenAI) choices(data []byte) ([]string, []string, error) {
-	var r genResponse
+	var r chatapi.Reply
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, nil, fmt.Errorf("reply is not a completions response: %w", err)
 	}

@@ -8,15 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"text/template"
 	"time"
 
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
-
-	"github.com/wmrl/wmrl/internal/httpretry"
+	"github.com/wmrl/wmrl/internal/chatapi"
 	"github.com/wmrl/wmrl/internal/retry"
 )
 
@@ -81,8 +77,8 @@ type OpenAIConfig struct {
 	MaxIdleConnsPerHost int
 	// MaxResponseBytes bounds a reply body; larger replies are errors.
 	MaxResponseBytes int64
-	// Sleep waits between attempts. Default: httpretry.Sleep.
-	Sleep httpretry.SleepFunc
+	// Sleep waits between attempts. Default: chatapi.Sleep.
+	Sleep chatapi.SleepFunc
 	// Now is the clock used to interpret Retry-After dates. Default: time.Now.
 	Now func() time.Time
 	// Logger receives a debug line per retry. Default: slog.Default().
@@ -96,21 +92,14 @@ type OpenAIConfig struct {
 type OpenAIScorer struct {
 	cfg     OpenAIConfig
 	tmpl    *template.Template
-	client  *http.Client // for Probe
-	chat    openai.ChatCompletionService
-	retry   httpretry.Policy
+	api     chatapi.Client
+	retry   chatapi.Policy
 	metrics *scorerMetrics
 }
 
 // NewOpenAIScorer validates cfg, applies defaults and parses the prompt template.
 func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("%w: base URL: %w", ErrInvalidConfig, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: base URL %q must be http(s)://host[:port]/path", ErrInvalidConfig, cfg.BaseURL)
-	}
+	var err error
 	if cfg.Model == "" {
 		return nil, fmt.Errorf("%w: model is required", ErrInvalidConfig)
 	}
@@ -155,20 +144,16 @@ func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
 		return nil, fmt.Errorf("%w: prompt template fails on a sample input: %w", ErrInvalidConfig, err)
 	}
 
-	client := cfg.HTTPClient
-	if client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = cfg.MaxIdleConnsPerHost
-		tr.MaxIdleConns = max(tr.MaxIdleConns, cfg.MaxIdleConnsPerHost)
-		client = &http.Client{Transport: tr}
+	api := chatapi.Client{BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, HTTP: cfg.HTTPClient, Timeout: cfg.Timeout, Limit: cfg.MaxResponseBytes, Now: cfg.Now}
+	if err := api.Init(cfg.MaxIdleConnsPerHost); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	m := newScorerMetrics()
 	return &OpenAIScorer{
-		cfg:    cfg,
-		tmpl:   tmpl,
-		client: client,
-		chat:   openai.NewChatCompletionService(httpretry.Options(cfg.BaseURL, cfg.APIKey, client, cfg.MaxResponseBytes)...),
-		retry: httpretry.Policy{
+		cfg:  cfg,
+		tmpl: tmpl,
+		api:  api,
+		retry: chatapi.Policy{
 			MaxAttempts: cfg.MaxAttempts,
 			Backoff:     retry.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff},
 			Sleep:       cfg.Sleep,
@@ -209,13 +194,13 @@ func (s *OpenAIScorer) Score(ctx context.Context, in Input) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("worldmodel: score rollout %q: %w", in.RolloutID, context.Cause(ctx))
 	}
-	params, err := s.params(in)
+	req, err := s.request(in)
 	if err != nil {
 		return Result{Status: StatusError, Reason: limitReason(err.Error()), Latency: time.Since(start)}, nil
 	}
 	var o outcome
-	n, err := s.retry.Do(ctx, func(int) httpretry.Attempt {
-		o = s.attempt(ctx, params)
+	n, err := s.retry.Do(ctx, func(int) chatapi.Attempt {
+		o = s.attempt(ctx, req)
 		return o.Attempt
 	}, func(n int, delay time.Duration) {
 		s.cfg.Logger.DebugContext(ctx, "worldmodel: retrying", "rollout", in.RolloutID,
@@ -233,34 +218,14 @@ func (s *OpenAIScorer) Score(ctx context.Context, in Input) (Result, error) {
 	return res, nil
 }
 
-// chatResponse is the part of a chat-completions reply the scorer reads.
-type chatResponse struct {
-	Choices []struct {
-		Message struct {
-			Content *string `json:"content"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-	Error *struct {
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-// params renders the prompt once per input; retries resend the same request.
-func (s *OpenAIScorer) params(in Input) (openai.ChatCompletionNewParams, error) {
+// request renders the prompt once per input; retries resend the same request.
+func (s *OpenAIScorer) request(in Input) (chatapi.Request, error) {
 	var prompt strings.Builder
 	if err := s.tmpl.Execute(&prompt, in); err != nil {
-		return openai.ChatCompletionNewParams{}, fmt.Errorf("render prompt: %w", err)
+		return chatapi.Request{}, fmt.Errorf("render prompt: %w", err)
 	}
-	p := openai.ChatCompletionNewParams{Model: s.cfg.Model, N: openai.Int(1), Temperature: openai.Float(s.cfg.Temperature)}
-	if s.cfg.SystemPrompt != "" {
-		p.Messages = append(p.Messages, openai.SystemMessage(s.cfg.SystemPrompt))
-	}
-	p.Messages = append(p.Messages, openai.UserMessage(prompt.String()))
-	if s.cfg.MaxTokens > 0 {
-		p.MaxTokens = openai.Int(int64(s.cfg.MaxTokens))
-	}
-	return p, nil
+	return chatapi.Request{Model: s.cfg.Model, Messages: chatapi.Chat(s.cfg.SystemPrompt, prompt.String()),
+		Temperature: s.cfg.Temperature, MaxTokens: s.cfg.MaxTokens, N: 1}, nil
 }
 
 // outcome is the classified result of one HTTP attempt; Attempt is what the retry loop hears.
@@ -268,19 +233,16 @@ type outcome struct {
 	score  float64
 	status Status
 	reason string
-	httpretry.Attempt
+	chatapi.Attempt
 }
 
-func (s *OpenAIScorer) attempt(ctx context.Context, p openai.ChatCompletionNewParams) outcome {
+func (s *OpenAIScorer) attempt(ctx context.Context, req chatapi.Request) outcome {
 	start := time.Now()
 	defer func() { s.metrics.duration.Observe(time.Since(start).Seconds()) }()
-	data, f := httpretry.Call(ctx, s.cfg.Timeout, s.cfg.MaxResponseBytes, s.cfg.Now, func(ctx context.Context, opts ...option.RequestOption) error {
-		_, err := s.chat.New(ctx, p, opts...)
-		return err
-	})
+	data, f := s.api.Post(ctx, "/chat/completions", req)
 	if f != nil {
 		o := outcome{status: StatusError, reason: f.Msg, Attempt: f.Attempt}
-		if f.Reason == httpretry.ReasonTimeout {
+		if f.Reason == chatapi.ReasonTimeout {
 			o.status = StatusTimeout
 		}
 		return o
@@ -306,7 +268,7 @@ func (s *OpenAIScorer) attempt(ctx context.Context, p openai.ChatCompletionNewPa
 // chat-completions body. Null or empty content is not an error here: the model answered with
 // nothing, which the parser reports as an invalid reply.
 func replyContent(data []byte) (content, finishReason string, err error) {
-	var r chatResponse
+	var r chatapi.Reply
 	if err := json.Unmarshal(data, &r); err != nil {
 		return "", "", fmt.Errorf("decode response: %w; body: %s", err, excerpt(string(data), 200))
 	}
@@ -317,7 +279,7 @@ func replyContent(data []byte) (content, finishReason string, err error) {
 		return "", "", fmt.Errorf("response has no choices; body: %s", excerpt(string(data), 200))
 	}
 	c := r.Choices[0]
-	if c.Message.Content != nil {
+	if c.Message != nil && c.Message.Content != nil {
 		content = *c.Message.Content
 	}
 	return content, c.FinishReason, nil
