@@ -10,15 +10,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/wmrl/wmrl/internal/httpretry"
+	"github.com/wmrl/wmrl/internal/chatapi"
 	"github.com/wmrl/wmrl/internal/retry"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -112,26 +110,22 @@ type OpenAIConfig struct {
 	BaseBackoff, MaxBackoff time.Duration
 	HTTPClient              *http.Client
 	Logger                  *slog.Logger
-	// Sleep waits between attempts (default httpretry.Sleep); tests inject a recorder.
-	Sleep httpretry.SleepFunc
+	// Sleep waits between attempts (default chatapi.Sleep); tests inject a recorder.
+	Sleep chatapi.SleepFunc
 }
 
 // OpenAI is the Backend over an OpenAI-compatible policy server: each step sends GroupsPerStep
 // concurrent requests with n = GroupSize and turns the choices into groups.
 type OpenAI struct {
-	cfg      OpenAIConfig
-	endpoint string
-	client   *http.Client
-	retry    httpretry.Policy
-	next     int64
+	cfg   OpenAIConfig
+	path  string
+	api   chatapi.Client
+	retry chatapi.Policy
+	next  int64
 }
 
 // NewOpenAI validates cfg and applies defaults.
 func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: base URL %q must be http(s)://host[:port]/path", ErrConfig, cfg.BaseURL)
-	}
 	if cfg.Model == "" {
 		return nil, fmt.Errorf("%w: model is required", ErrConfig)
 	}
@@ -163,17 +157,15 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	client := cfg.HTTPClient
-	if client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = cfg.GroupsPerStep
-		client = &http.Client{Transport: tr}
+	api := chatapi.Client{BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, HTTP: cfg.HTTPClient, Timeout: cfg.Timeout, Limit: 256 << 20, Now: time.Now}
+	if err := api.Init(cfg.GroupsPerStep); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return &OpenAI{
-		cfg:      cfg,
-		endpoint: strings.TrimRight(cfg.BaseURL, "/") + path,
-		client:   client,
-		retry: httpretry.Policy{
+		cfg:  cfg,
+		path: path,
+		api:  api,
+		retry: chatapi.Policy{
 			MaxAttempts: cfg.MaxAttempts,
 			Backoff:     retry.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff},
 			Sleep:       cfg.Sleep,
@@ -221,55 +213,24 @@ func (o *OpenAI) Next(ctx context.Context) (StepBatch, error) {
 	return StepBatch{Step: step, Groups: groups}, nil
 }
 
-type genRequest struct {
-	Model       string    `json:"model"`
-	Prompt      string    `json:"prompt,omitempty"`
-	Messages    []message `json:"messages,omitempty"`
-	N           int       `json:"n"`
-	Temperature float64   `json:"temperature"`
-	TopP        float64   `json:"top_p,omitempty"`
-	MaxTokens   int       `json:"max_tokens,omitempty"`
-	Stream      bool      `json:"stream"`
-}
-
-type message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-type genResponse struct {
-	Choices []struct {
-		Index   *int    `json:"index"`
-		Text    *string `json:"text"`
-		Message *struct {
-			Content *string `json:"content"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-}
-
 // sample asks for n = G completions of one prompt, retrying transient failures.
 func (o *OpenAI) sample(ctx context.Context, prompt string) ([]string, []string, error) {
-	req := genRequest{Model: o.cfg.Model, N: o.cfg.GroupSize, Temperature: o.cfg.Temperature, TopP: o.cfg.TopP, MaxTokens: o.cfg.MaxTokens}
+	req := chatapi.Request{Model: o.cfg.Model, N: o.cfg.GroupSize, Temperature: o.cfg.Temperature, TopP: o.cfg.TopP, MaxTokens: o.cfg.MaxTokens}
 	if o.cfg.API == APICompletions {
 		req.Prompt = prompt
 	} else {
-		if o.cfg.SystemPrompt != "" {
-			req.Messages = append(req.Messages, message{Role: "system", Content: o.cfg.SystemPrompt})
-		}
-		req.Messages = append(req.Messages, message{Role: "user", Content: prompt})
-	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encode request: %w", err)
+		req.Messages = chatapi.Chat(o.cfg.SystemPrompt, prompt)
 	}
 	var texts, finish []string
 	var lastErr error
-	n, err := o.retry.Do(ctx, func(int) httpretry.Attempt {
-		var retry bool
-		var wait time.Duration
-		texts, finish, retry, wait, lastErr = o.attempt(ctx, body)
-		return httpretry.Attempt{Retry: lastErr != nil && retry, RetryAfter: wait, HasRetryAfter: wait > 0}
+	n, err := o.retry.Do(ctx, func(int) chatapi.Attempt {
+		data, f := o.api.Post(ctx, o.path, req)
+		if f != nil {
+			lastErr = f
+			return f.Attempt
+		}
+		texts, finish, lastErr = o.choices(data)
+		return chatapi.Attempt{}
 	}, func(n int, delay time.Duration) {
 		o.cfg.Logger.Warn("policy server request failed; retrying", "attempt", n, "delay", delay, "err", lastErr)
 	})
@@ -282,50 +243,9 @@ func (o *OpenAI) sample(ctx context.Context, prompt string) ([]string, []string,
 	return texts, finish, nil
 }
 
-// attempt makes one request; retry says whether the failure is transient and wait is a server's
-// Retry-After (0 when absent).
-func (o *OpenAI) attempt(ctx context.Context, body []byte) (texts, finish []string, retry bool, wait time.Duration, err error) {
-	actx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
-	defer cancel()
-	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, o.endpoint, bytes.NewReader(body))
-	if err != nil {
-		return nil, nil, false, 0, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	if o.cfg.APIKey != "" {
-		hreq.Header.Set("Authorization", "Bearer "+o.cfg.APIKey)
-	}
-	resp, err := o.client.Do(hreq)
-	if err != nil {
-		var ne net.Error
-		if errors.Is(actx.Err(), context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-			return nil, nil, true, 0, fmt.Errorf("timed out after %v", o.cfg.Timeout)
-		}
-		return nil, nil, true, 0, fmt.Errorf("transport: %w", err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if err != nil {
-		return nil, nil, true, 0, fmt.Errorf("read body: %w", err)
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		transient := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
-		if transient {
-			wait, _ = httpretry.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
-		}
-		head := string(data)
-		if len(head) > 300 {
-			head = head[:300] + "…"
-		}
-		return nil, nil, transient, wait, fmt.Errorf("http %d: %s", resp.StatusCode, head)
-	}
-	texts, finish, err = o.choices(data)
-	return texts, finish, false, 0, err
-}
-
 // choices extracts exactly G completions ordered by their index.
 func (o *OpenAI) choices(data []byte) ([]string, []string, error) {
-	var r genResponse
+	var r chatapi.Reply
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, nil, fmt.Errorf("reply is not a completions response: %w", err)
 	}

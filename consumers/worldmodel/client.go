@@ -1,22 +1,18 @@
 package worldmodel
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"text/template"
 	"time"
 
-	"github.com/wmrl/wmrl/internal/httpretry"
+	"github.com/wmrl/wmrl/internal/chatapi"
 	"github.com/wmrl/wmrl/internal/retry"
 )
 
@@ -81,8 +77,8 @@ type OpenAIConfig struct {
 	MaxIdleConnsPerHost int
 	// MaxResponseBytes bounds a reply body; larger replies are errors.
 	MaxResponseBytes int64
-	// Sleep waits between attempts. Default: httpretry.Sleep.
-	Sleep httpretry.SleepFunc
+	// Sleep waits between attempts. Default: chatapi.Sleep.
+	Sleep chatapi.SleepFunc
 	// Now is the clock used to interpret Retry-After dates. Default: time.Now.
 	Now func() time.Time
 	// Logger receives a debug line per retry. Default: slog.Default().
@@ -94,23 +90,16 @@ type OpenAIConfig struct {
 // wmrl_worldmodel_request_duration_seconds, wmrl_worldmodel_score_parse_failures_total), which
 // NewStage registers with the stage's registry.
 type OpenAIScorer struct {
-	cfg      OpenAIConfig
-	endpoint string
-	tmpl     *template.Template
-	client   *http.Client
-	retry    httpretry.Policy
-	metrics  *scorerMetrics
+	cfg     OpenAIConfig
+	tmpl    *template.Template
+	api     chatapi.Client
+	retry   chatapi.Policy
+	metrics *scorerMetrics
 }
 
 // NewOpenAIScorer validates cfg, applies defaults and parses the prompt template.
 func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("%w: base URL: %w", ErrInvalidConfig, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: base URL %q must be http(s)://host[:port]/path", ErrInvalidConfig, cfg.BaseURL)
-	}
+	var err error
 	if cfg.Model == "" {
 		return nil, fmt.Errorf("%w: model is required", ErrInvalidConfig)
 	}
@@ -155,20 +144,16 @@ func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
 		return nil, fmt.Errorf("%w: prompt template fails on a sample input: %w", ErrInvalidConfig, err)
 	}
 
-	client := cfg.HTTPClient
-	if client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = cfg.MaxIdleConnsPerHost
-		tr.MaxIdleConns = max(tr.MaxIdleConns, cfg.MaxIdleConnsPerHost)
-		client = &http.Client{Transport: tr}
+	api := chatapi.Client{BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, HTTP: cfg.HTTPClient, Timeout: cfg.Timeout, Limit: cfg.MaxResponseBytes, Now: cfg.Now}
+	if err := api.Init(cfg.MaxIdleConnsPerHost); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	m := newScorerMetrics()
 	return &OpenAIScorer{
-		cfg:      cfg,
-		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions",
-		tmpl:     tmpl,
-		client:   client,
-		retry: httpretry.Policy{
+		cfg:  cfg,
+		tmpl: tmpl,
+		api:  api,
+		retry: chatapi.Policy{
 			MaxAttempts: cfg.MaxAttempts,
 			Backoff:     retry.Backoff{Base: cfg.BaseBackoff, Max: cfg.MaxBackoff},
 			Sleep:       cfg.Sleep,
@@ -209,14 +194,14 @@ func (s *OpenAIScorer) Score(ctx context.Context, in Input) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("worldmodel: score rollout %q: %w", in.RolloutID, context.Cause(ctx))
 	}
-	body, err := s.requestBody(in)
+	req, err := s.request(in)
 	if err != nil {
 		return Result{Status: StatusError, Reason: limitReason(err.Error()), Latency: time.Since(start)}, nil
 	}
 	var o outcome
-	n, err := s.retry.Do(ctx, func(int) httpretry.Attempt {
-		o = s.attempt(ctx, body)
-		return httpretry.Attempt{Retry: o.retryable, RetryAfter: o.retryAfter, HasRetryAfter: o.hasRetryAfter, Reason: o.retryReason}
+	n, err := s.retry.Do(ctx, func(int) chatapi.Attempt {
+		o = s.attempt(ctx, req)
+		return o.Attempt
 	}, func(n int, delay time.Duration) {
 		s.cfg.Logger.DebugContext(ctx, "worldmodel: retrying", "rollout", in.RolloutID,
 			"attempt", n, "delay", delay, "reason", o.reason)
@@ -226,113 +211,41 @@ func (s *OpenAIScorer) Score(ctx context.Context, in Input) (Result, error) {
 			fmt.Errorf("worldmodel: score rollout %q: %w", in.RolloutID, err)
 	}
 	res := Result{Score: o.score, Status: o.status, Reason: o.reason, Attempts: n, Latency: time.Since(start)}
-	if o.retryable {
+	if o.Retry {
 		res.Reason = fmt.Sprintf("gave up after %d attempts: %s", n, o.reason)
 	}
 	res.Reason = limitReason(res.Reason)
 	return res, nil
 }
 
-// chatRequest is the subset of the chat-completions request that every compatible server takes.
-type chatRequest struct {
-	Model       string        `json:"model"`
-	Messages    []chatMessage `json:"messages"`
-	Temperature float64       `json:"temperature"`
-	MaxTokens   int           `json:"max_tokens,omitempty"`
-	N           int           `json:"n"`
-	Stream      bool          `json:"stream"`
-}
-
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-type chatResponse struct {
-	Choices []struct {
-		Message struct {
-			Content *string `json:"content"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-	Error *struct {
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-// requestBody renders the prompt once per input; retries resend the same bytes.
-func (s *OpenAIScorer) requestBody(in Input) ([]byte, error) {
-	var prompt bytes.Buffer
+// request renders the prompt once per input; retries resend the same request.
+func (s *OpenAIScorer) request(in Input) (chatapi.Request, error) {
+	var prompt strings.Builder
 	if err := s.tmpl.Execute(&prompt, in); err != nil {
-		return nil, fmt.Errorf("render prompt: %w", err)
+		return chatapi.Request{}, fmt.Errorf("render prompt: %w", err)
 	}
-	req := chatRequest{Model: s.cfg.Model, Temperature: s.cfg.Temperature, MaxTokens: s.cfg.MaxTokens, N: 1}
-	if s.cfg.SystemPrompt != "" {
-		req.Messages = append(req.Messages, chatMessage{Role: "system", Content: s.cfg.SystemPrompt})
-	}
-	req.Messages = append(req.Messages, chatMessage{Role: "user", Content: prompt.String()})
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // prompts are not HTML; keep them readable in server logs
-	if err := enc.Encode(req); err != nil {
-		return nil, fmt.Errorf("encode request: %w", err)
-	}
-	return buf.Bytes(), nil
+	return chatapi.Request{Model: s.cfg.Model, Messages: chatapi.Chat(s.cfg.SystemPrompt, prompt.String()),
+		Temperature: s.cfg.Temperature, MaxTokens: s.cfg.MaxTokens, N: 1}, nil
 }
 
-// outcome is the classified result of one HTTP attempt.
+// outcome is the classified result of one HTTP attempt; Attempt is what the retry loop hears.
 type outcome struct {
-	score         float64
-	status        Status
-	reason        string
-	retryable     bool
-	retryReason   string // an httpretry reason when retryable
-	retryAfter    time.Duration
-	hasRetryAfter bool
+	score  float64
+	status Status
+	reason string
+	chatapi.Attempt
 }
 
-func (s *OpenAIScorer) attempt(ctx context.Context, body []byte) outcome {
+func (s *OpenAIScorer) attempt(ctx context.Context, req chatapi.Request) outcome {
 	start := time.Now()
 	defer func() { s.metrics.duration.Observe(time.Since(start).Seconds()) }()
-	actx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, s.endpoint, bytes.NewReader(body))
-	if err != nil {
-		return outcome{status: StatusError, reason: fmt.Sprintf("build request: %v", err)}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	if s.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+s.cfg.APIKey)
-	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return s.transportFailure(actx, err)
-	}
-	defer resp.Body.Close()
-
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		head, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		// Draining a bounded remainder lets the connection go back to the pool.
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		o := outcome{
-			status:    StatusError,
-			reason:    fmt.Sprintf("http %d: %s", resp.StatusCode, excerpt(string(head), 300)),
-			retryable: httpretry.RetryableStatus(resp.StatusCode),
-		}
-		o.retryReason = httpretry.StatusReason(resp.StatusCode)
-		if o.retryable {
-			o.retryAfter, o.hasRetryAfter = httpretry.ParseRetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now())
+	data, f := s.api.Post(ctx, "/chat/completions", req)
+	if f != nil {
+		o := outcome{status: StatusError, reason: f.Msg, Attempt: f.Attempt}
+		if f.Reason == chatapi.ReasonTimeout {
+			o.status = StatusTimeout
 		}
 		return o
-	}
-
-	data, err := io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxResponseBytes+1))
-	if err != nil {
-		return s.transportFailure(actx, err)
-	}
-	if int64(len(data)) > s.cfg.MaxResponseBytes {
-		return outcome{status: StatusError, reason: fmt.Sprintf("response body exceeds %d bytes", s.cfg.MaxResponseBytes)}
 	}
 	content, finish, err := replyContent(data)
 	if err != nil {
@@ -351,22 +264,11 @@ func (s *OpenAIScorer) attempt(ctx context.Context, body []byte) outcome {
 	return outcome{score: score, status: status, reason: reason}
 }
 
-// transportFailure classifies a failed exchange. Both cases are retryable: a timed-out request or
-// a dropped connection says nothing about whether the next try will work.
-func (s *OpenAIScorer) transportFailure(actx context.Context, err error) outcome {
-	var ne net.Error
-	if errors.Is(actx.Err(), context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		return outcome{status: StatusTimeout, reason: fmt.Sprintf("request timed out after %v", s.cfg.Timeout),
-			retryable: true, retryReason: httpretry.ReasonTimeout}
-	}
-	return outcome{status: StatusError, reason: fmt.Sprintf("transport: %v", err), retryable: true, retryReason: httpretry.ReasonTransport}
-}
-
 // replyContent extracts the first choice's message content and finish reason from a
 // chat-completions body. Null or empty content is not an error here: the model answered with
 // nothing, which the parser reports as an invalid reply.
 func replyContent(data []byte) (content, finishReason string, err error) {
-	var r chatResponse
+	var r chatapi.Reply
 	if err := json.Unmarshal(data, &r); err != nil {
 		return "", "", fmt.Errorf("decode response: %w; body: %s", err, excerpt(string(data), 200))
 	}
@@ -377,7 +279,7 @@ func replyContent(data []byte) (content, finishReason string, err error) {
 		return "", "", fmt.Errorf("response has no choices; body: %s", excerpt(string(data), 200))
 	}
 	c := r.Choices[0]
-	if c.Message.Content != nil {
+	if c.Message != nil && c.Message.Content != nil {
 		content = *c.Message.Content
 	}
 	return content, c.FinishReason, nil

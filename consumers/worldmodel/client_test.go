@@ -20,7 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/wmrl/wmrl/internal/httpretry"
+	"github.com/wmrl/wmrl/internal/chatapi"
 	"github.com/wmrl/wmrl/internal/retry"
 )
 
@@ -224,6 +224,11 @@ func TestOpenAIScorer(t *testing.T) {
 			wantStatus: StatusError, wantAttempt: 1, wantReason: []string{"http 401", "invalid api key"}},
 		{name: "404 not retried", steps: []http.HandlerFunc{raw(404, "no such model")},
 			wantStatus: StatusError, wantAttempt: 1, wantReason: []string{"http 404"}},
+		{name: "422 with an error string not retried", steps: []http.HandlerFunc{raw(422, `{"error": "Input validation error", "error_type": "validation"}`)},
+			wantStatus: StatusError, wantAttempt: 1, wantReason: []string{"http 422", "Input validation error"}},
+		{name: "503 with an error string retried", steps: []http.HandlerFunc{raw(503, `{"error": "overloaded"}`), reply(`{"score": 0.4}`)},
+			wantStatus: StatusOK, wantScore: 0.4, wantAttempt: 2, wantSleeps: []time.Duration{100 * ms},
+			wantRetries: map[string]int{"5xx": 1}},
 
 		{name: "malformed body", steps: []http.HandlerFunc{raw(200, "<html>proxy error</html>")},
 			wantStatus: StatusError, wantAttempt: 1, wantReason: []string{"decode response", "proxy error"}},
@@ -446,7 +451,7 @@ func TestOpenAIScorerPromptTemplate(t *testing.T) {
 				}
 				return
 			}
-			var req chatRequest
+			var req chatapi.Request
 			if err := json.Unmarshal(m.requests()[0].body, &req); err != nil {
 				t.Fatal(err)
 			}
@@ -533,7 +538,7 @@ func TestOpenAIScorerShutdown(t *testing.T) {
 		defer srv.Close()
 		ctx, cancel := context.WithCancel(context.Background())
 		cfg := testConfig(srv.URL, nil)
-		cfg.Sleep = func(ctx context.Context, d time.Duration) error { cancel(); return httpretry.Sleep(ctx, d) }
+		cfg.Sleep = func(ctx context.Context, d time.Duration) error { cancel(); return chatapi.Sleep(ctx, d) }
 		s, err := NewOpenAIScorer(cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -3,7 +3,7 @@ package worldmodel
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/wmrl/wmrl/internal/httpretry"
+	"github.com/wmrl/wmrl/internal/chatapi"
 )
 
 // scorerMetrics are an OpenAIScorer's request series. The scorer owns them and is itself a
@@ -32,7 +32,7 @@ func newScorerMetrics() *scorerMetrics {
 		}),
 	}
 	// Every reason exists from the start, so rate() sees a 0 before the first retry.
-	for _, r := range []string{httpretry.ReasonRateLimited, httpretry.ReasonServerError, httpretry.ReasonTimeout, httpretry.ReasonTransport} {
+	for _, r := range []string{chatapi.ReasonRateLimited, chatapi.ReasonServerError, chatapi.ReasonTimeout, chatapi.ReasonTransport} {
 		m.retries.WithLabelValues(r)
 	}
 	return m

@@ -28,12 +28,12 @@ func (s *OpenAIScorer) Probe(ctx context.Context) error {
 		defer cancel()
 	}
 	base := strings.TrimRight(s.cfg.BaseURL, "/")
-	code, err := s.probeRequest(ctx, http.MethodGet, base+"/models", nil)
+	code, err := s.probeRequest(ctx, http.MethodGet, "/models", nil)
 	if err == nil && code == http.StatusNotFound {
-		code, err = s.probeRequest(ctx, http.MethodPost, s.endpoint, strings.NewReader("{}"))
+		code, err = s.probeRequest(ctx, http.MethodPost, "/chat/completions", strings.NewReader("{}"))
 		if err == nil && code == http.StatusNotFound {
-			return fmt.Errorf("%w: --base-url %s: neither %s/models nor %s exists (404): does the URL end in the API version, e.g. /v1?",
-				ErrUnreachable, s.cfg.BaseURL, base, s.endpoint)
+			return fmt.Errorf("%w: --base-url %s: neither %s/models nor %s/chat/completions exists (404): does the URL end in the API version, e.g. /v1?",
+				ErrUnreachable, s.cfg.BaseURL, base, base)
 		}
 	}
 	if err != nil {
@@ -47,18 +47,8 @@ func (s *OpenAIScorer) Probe(ctx context.Context) error {
 }
 
 // probeRequest sends one request and returns its status code.
-func (s *OpenAIScorer) probeRequest(ctx context.Context, method, url string, body io.Reader) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
-	if err != nil {
-		return 0, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if s.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+s.cfg.APIKey)
-	}
-	resp, err := s.client.Do(req)
+func (s *OpenAIScorer) probeRequest(ctx context.Context, method, path string, body io.Reader) (int, error) {
+	resp, err := s.api.Do(ctx, method, path, body)
 	if err != nil {
 		return 0, err
 	}

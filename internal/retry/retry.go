@@ -1,6 +1,6 @@
 // Package retry is wmrl's one way to wait between tries, on github.com/cenkalti/backoff/v5: the
 // correction consumer riding out a Kafka or Redis outage, its startup fencing, and the HTTP
-// clients' loop (internal/httpretry) all draw their waits from Backoff.
+// clients' loop (internal/chatapi) all draw their waits from Backoff.
 package retry
 
 import (

@@ -1,4 +1,4 @@
-package httpretry
+package chatapi
 
 import (
 	"context"
@@ -146,31 +146,8 @@ func TestParseRetryAfter(t *testing.T) {
 	}
 }
 
-func TestRetryableStatus(t *testing.T) {
-	tests := []struct {
-		code int
-		want bool
-	}{
-		{http.StatusTooManyRequests, true},
-		{http.StatusInternalServerError, true},
-		{http.StatusBadGateway, true},
-		{http.StatusServiceUnavailable, true},
-		{http.StatusGatewayTimeout, true},
-		{http.StatusBadRequest, false},
-		{http.StatusUnauthorized, false},
-		{http.StatusForbidden, false},
-		{http.StatusNotFound, false},
-		{http.StatusRequestTimeout, false},
-		{http.StatusUnprocessableEntity, false},
-		{http.StatusMovedPermanently, false},
-	}
-	for _, tt := range tests {
-		if got := RetryableStatus(tt.code); got != tt.want {
-			t.Errorf("RetryableStatus(%d) = %v, want %v", tt.code, got, tt.want)
-		}
-	}
-}
-
+// TestStatusReason: rate limiting and server errors are retried, each under its reason; every
+// other status is not.
 func TestStatusReason(t *testing.T) {
 	tests := []struct {
 		code int
@@ -178,16 +155,21 @@ func TestStatusReason(t *testing.T) {
 	}{
 		{http.StatusTooManyRequests, ReasonRateLimited},
 		{http.StatusInternalServerError, ReasonServerError},
+		{http.StatusBadGateway, ReasonServerError},
 		{http.StatusServiceUnavailable, ReasonServerError},
+		{http.StatusGatewayTimeout, ReasonServerError},
 		{http.StatusBadRequest, ""},
+		{http.StatusUnauthorized, ""},
+		{http.StatusForbidden, ""},
+		{http.StatusNotFound, ""},
+		{http.StatusRequestTimeout, ""},
+		{http.StatusUnprocessableEntity, ""},
+		{http.StatusMovedPermanently, ""},
 		{http.StatusOK, ""},
 	}
 	for _, tt := range tests {
 		if got := StatusReason(tt.code); got != tt.want {
 			t.Errorf("StatusReason(%d) = %q, want %q", tt.code, got, tt.want)
-		}
-		if RetryableStatus(tt.code) != (tt.want != "") {
-			t.Errorf("StatusReason(%d) = %q disagrees with RetryableStatus", tt.code, tt.want)
 		}
 	}
 }

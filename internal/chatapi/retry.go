@@ -1,8 +1,8 @@
-// Package httpretry is the one retry loop of wmrl's HTTP clients (the world-model scorer and the
-// policy-server generator): waits from retry.Backoff, a server's Retry-After honoured but
-// capped, transient statuses retried and every other failure returned at once. It keeps its own
-// loop (not backoff.Retry) so that tests can inject Sleep and a Retry-After can replace a wait.
-package httpretry
+package chatapi
+
+// The retry loop: waits from retry.Backoff, a server's Retry-After honoured but capped, transient
+// statuses retried and every other failure returned at once. It is its own loop (not
+// backoff.Retry) so that tests can inject Sleep and a Retry-After can replace a wait.
 
 import (
 	"context"
@@ -64,13 +64,6 @@ func ParseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 	return 0, true
 }
 
-// RetryableStatus says whether an HTTP status is worth retrying: rate limiting and server-side
-// failures are transient, while every other 4xx means the request itself is wrong and would fail
-// again identically.
-func RetryableStatus(code int) bool {
-	return code == http.StatusTooManyRequests || code >= 500
-}
-
 // Retry reasons: the class of a transient failure. They are a small fixed set so that an
 // Observe hook can use them as a metrics label.
 const (
@@ -80,7 +73,9 @@ const (
 	ReasonTransport   = "transport"
 )
 
-// StatusReason is the retry reason of a retryable HTTP status, and "" for any other status.
+// StatusReason is the retry reason of an HTTP status worth retrying, and "" for any other: rate
+// limiting and server-side failures are transient, while every other 4xx means the request
+// itself is wrong and would fail again identically.
 func StatusReason(code int) string {
 	switch {
 	case code == http.StatusTooManyRequests:
@@ -109,7 +104,7 @@ type Policy struct {
 	Backoff     retry.Backoff
 	Sleep       SleepFunc
 	// Observe, when not nil, hears every retry with the reason its try reported, before the wait.
-	// It is the policy-wide hook for metrics, so httpretry needs no metrics library; Do's onRetry
+	// It is the policy-wide hook for metrics, so chatapi needs no metrics library; Do's onRetry
 	// is per call, for logging. It must be safe for concurrent use.
 	Observe func(reason string, delay time.Duration)
 }
