@@ -39,10 +39,3 @@ func ArmColor(arm string) color.NRGBA {
 	h.Write([]byte(arm))
 	return extraArmColours[h.Sum32()%uint32(len(extraArmColours))]
 }
-
-// IsReferenceColor reports whether c is a grey (R = G = B): the colours left for reference lines,
-// never used by an arm.
-func IsReferenceColor(c color.Color) bool {
-	n := color.NRGBAModel.Convert(c).(color.NRGBA)
-	return n.R == n.G && n.G == n.B
-}

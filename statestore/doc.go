@@ -28,6 +28,8 @@
 // The run-level set P:{R}:streams lives in the run's own slot; no script touches it (it is a
 // separate SADD in the same pipeline), so every script's keys share one slot.
 //
+// keys.go builds every one of these keys; write.lua gets its key names from it.
+//
 // A reader of a state: Store.ReadState (GET state:<v>, then the chunks its head names, joined
 // with correction.AssembleState and checked against the digest).
 package statestore

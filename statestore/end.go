@@ -32,9 +32,6 @@ const (
 	endFieldReason = "reason"
 )
 
-// EndKey is the hash recording run's end.
-func (s *Store) EndKey(run string) string { return s.prefix + ":{" + run + "}:end" }
-
 // endFields is e as the EndKey hash's fields.
 func endFields(e RunEnd) map[string]any {
 	return map[string]any{
@@ -106,22 +103,22 @@ func (s *Store) ExpireRun(ctx context.Context, run string, d time.Duration) erro
 		chunks := make([]*redis.StringSliceCmd, len(streams))
 		for i, st := range streams {
 			steps[i] = read.ZRange(ctx, s.StepsKey(run, st), 0, -1)
-			chunks[i] = read.ZRange(ctx, s.tag(run, st)+":chunks", 0, -1)
+			chunks[i] = read.ZRange(ctx, s.keys(run, st).chunks(), 0, -1)
 		}
 		if _, err := read.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("redis expire run %s: read key sets: %w", run, s.failed(ctx, err))
 		}
 		exp := s.rdb.Pipeline()
 		for i, st := range streams {
-			tag := s.tag(run, st)
-			for _, k := range []string{s.HeadKey(run, st), s.StepsKey(run, st), tag + ":lows", tag + ":chunks"} {
-				exp.PExpire(ctx, k, d)
+			k := s.keys(run, st)
+			for _, key := range []string{k.head(), k.steps(), k.lows(), k.chunks()} {
+				exp.PExpire(ctx, key, d)
 			}
 			for _, v := range steps[i].Val() {
-				exp.PExpire(ctx, tag+":state:"+v, d)
+				exp.PExpire(ctx, k.statePrefix()+v, d)
 			}
 			for _, c := range chunks[i].Val() {
-				exp.PExpire(ctx, tag+":chunk:"+c, d)
+				exp.PExpire(ctx, k.chunkPrefix()+c, d)
 			}
 		}
 		if _, err := exp.Exec(ctx); err != nil {

@@ -2,12 +2,11 @@ package statestore
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -69,28 +68,16 @@ func (r *RunSummary) StateBytes() int64 {
 // run that ended before any step was sealed has only the latter), sorted. Like Runs it scans
 // the keyspace, on every master of a cluster: an operator's listing, not a hot path.
 func (s *Store) ListRuns(ctx context.Context) ([]string, error) {
-	// One SCAN for both kinds of key: the class [se] narrows the match on the server, the
-	// suffix check below makes it exact (a run id may not contain '/', '{' or '}').
-	pattern := s.prefix + ":{*}:[se][tn][dr]*"
-	head := s.prefix + ":{"
+	// One SCAN for both kinds of key.
+	pattern := s.runKeysPattern()
 	seen := map[string]bool{}
 	var mu sync.Mutex
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		it := c.Scan(ctx, 0, pattern, 10000).Iterator()
 		for it.Next(ctx) {
-			k, ok := strings.CutPrefix(it.Val(), head)
-			if !ok {
+			run := s.runOfKey(it.Val())
+			if run == "" {
 				continue
-			}
-			run, okStreams := strings.CutSuffix(k, "}:streams")
-			if !okStreams {
-				var okEnd bool
-				if run, okEnd = strings.CutSuffix(k, "}:end"); !okEnd {
-					continue
-				}
-			}
-			if run == "" || strings.ContainsAny(run, "/{}") {
-				continue // a per-stream key, or another prefix's key the pattern also matched
 			}
 			mu.Lock()
 			seen[run] = true
@@ -222,10 +209,10 @@ func (s *Store) Summaries(ctx context.Context, runs []string) ([]RunSummary, err
 			continue // the state value expired or was trimmed between the round trips
 		}
 		ss.StateBytes = int64(len(v))
-		if len(v) < digestLen || !correction.IsHead(v[digestLen:]) {
+		if len(v) < sha256.Size || !correction.IsHead(v[sha256.Size:]) {
 			continue // a full encoding, window included
 		}
-		first, n, _, err := correction.HeadWindow(v[digestLen:])
+		first, n, _, err := correction.HeadWindow(v[sha256.Size:])
 		if err != nil {
 			return nil, fmt.Errorf("redis state of %s/%s step %d: %w", runs[r.run], ss.Stream, ss.Head.SealedStep, err)
 		}
@@ -234,7 +221,7 @@ func (s *Store) Summaries(ctx context.Context, runs []string) ([]RunSummary, err
 		}
 		const c = correction.ChunkPairs
 		for ch := first / c; ch <= (first+uint64(n)-1)/c; ch++ {
-			chunkLens[k] = append(chunkLens[k], pipe.StrLen(ctx, s.tag(runs[r.run], ss.Stream)+":chunk:"+strconv.FormatUint(ch, 10)))
+			chunkLens[k] = append(chunkLens[k], pipe.StrLen(ctx, s.keys(runs[r.run], ss.Stream).chunk(ch)))
 		}
 	}
 	if err := exec("window chunks", pipe); err != nil {
@@ -248,9 +235,6 @@ func (s *Store) Summaries(ctx context.Context, runs []string) ([]RunSummary, err
 	}
 	return out, nil
 }
-
-// digestLen is the length of the raw digest before the head in a state value (RedisValue).
-const digestLen = 32
 
 // ttl is a PTTL reply as a duration: NoExpiry for a key without expiry, 0 for a missing key.
 func ttl(c *redis.DurationCmd) time.Duration {

@@ -3,7 +3,6 @@ package statestore
 import (
 	"context"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -54,7 +53,7 @@ func TestRunsSummaries(t *testing.T) {
 	first, n := last.WindowSpan()
 	var chunkBytes int64
 	for c := first / 128; c <= (first+uint64(n)-1)/128; c++ {
-		v, err := rdb.StrLen(ctx, s.tag("r", "s")+":chunk:"+itoa(c)).Result()
+		v, err := rdb.StrLen(ctx, s.keys("r", "s").chunk(c)).Result()
 		if err != nil || v == 0 {
 			t.Fatalf("chunk %d: %d %v", c, v, err)
 		}
@@ -86,5 +85,3 @@ func TestRunsSummaries(t *testing.T) {
 		})
 	}
 }
-
-func itoa(c uint64) string { return strconv.FormatUint(c, 10) }

@@ -121,7 +121,7 @@ func (s *Store) ReadState(ctx context.Context, run, stream string, step int64) (
 		pipe := s.rdb.Pipeline()
 		cmds := make([]*redis.StringCmd, 0, hi-lo+1)
 		for k := lo; k <= hi; k++ {
-			cmds = append(cmds, pipe.Get(ctx, s.tag(run, stream)+":chunk:"+strconv.FormatUint(k, 10)))
+			cmds = append(cmds, pipe.Get(ctx, s.keys(run, stream).chunk(k)))
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, fmt.Errorf("redis window chunks of %s/%s: %w", run, stream, s.failed(ctx, err))

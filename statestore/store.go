@@ -46,30 +46,14 @@ func (s *Store) failed(ctx context.Context, err error) error {
 	return err
 }
 
-func (s *Store) tag(run, stream string) string { return s.prefix + ":{" + run + "/" + stream + "}" }
-
-// StateKey is the key of the state bytes of (run, stream) sealed after step.
-func (s *Store) StateKey(run, stream string, step int64) string {
-	return s.tag(run, stream) + ":state:" + strconv.FormatInt(step, 10)
-}
-
-// HeadKey is the hash with the latest sealed step of (run, stream).
-func (s *Store) HeadKey(run, stream string) string { return s.tag(run, stream) + ":head" }
-
-// StepsKey is the sorted set of the steps whose snapshots are kept.
-func (s *Store) StepsKey(run, stream string) string { return s.tag(run, stream) + ":steps" }
-
-// StreamsKey is the set of a run's streams (its own hash tag {run}).
-func (s *Store) StreamsKey(run string) string { return s.prefix + ":{" + run + "}:streams" }
-
 // writeScript stores one (run, stream) step idempotently: the state value (its digest and head)
 // under the step, the window chunks the step changed under their chunk numbers, and the head
 // hash. It replies {Status} or, for Differs, {Differs, the value found}: nothing is overwritten
 // unless argForce says the changelog proved the content wrong, and a delta is not written on a
 // Redis that lacks the previous step (NoBase) unless argFull says the chunks are the whole
 // window. Steps beyond the newest argKeep are deleted, and with them the chunks that no kept
-// step's window reaches. Keys built from argTag share the hash tag of KEYS, so they live in
-// the same cluster slot.
+// step's window reaches. The state and chunk keys it builds from argStatePrefix and
+// argChunkPrefix (keys.go) share the hash tag of KEYS, so they live in the same cluster slot.
 //
 //go:embed write.lua
 var writeLua string
@@ -95,7 +79,8 @@ const (
 	argConfigHash          // hex correction.Config.Hash
 	argFitVersion          // fit version
 	argKeep                // steps to keep
-	argTag                 // key prefix with the hash tag, ending in ':'
+	argStatePrefix         // key of a state without its step (streamKeys.statePrefix)
+	argChunkPrefix         // key of a chunk without its number (streamKeys.chunkPrefix)
 	argFit                 // fit breakpoints as JSON, or ""
 	argAnchorWeight        // anchor weight
 	argPairs               // pairs in the window
@@ -231,13 +216,13 @@ func (s *Store) writeArgs(w *Write, force bool) ([]string, []any) {
 		first, _ := w.State.WindowSpan()
 		low = first / correction.ChunkPairs
 	}
-	tag := s.tag(sn.RunID, sn.Stream)
+	k := s.keys(sn.RunID, sn.Stream)
 	keys := make([]string, numKeys)
-	keys[keyState] = s.StateKey(sn.RunID, sn.Stream, sn.Step)
-	keys[keyHead] = s.HeadKey(sn.RunID, sn.Stream)
-	keys[keySteps] = s.StepsKey(sn.RunID, sn.Stream)
-	keys[keyLows] = tag + ":lows"
-	keys[keyChunks] = tag + ":chunks"
+	keys[keyState] = k.state(sn.Step)
+	keys[keyHead] = k.head()
+	keys[keySteps] = k.steps()
+	keys[keyLows] = k.lows()
+	keys[keyChunks] = k.chunks()
 	args := make([]any, argFirstChunk, argFirstChunk+2*len(chunks))
 	args[argValue] = RedisValue(sn)
 	args[argStep] = strconv.FormatInt(sn.Step, 10)
@@ -245,7 +230,8 @@ func (s *Store) writeArgs(w *Write, force bool) ([]string, []any) {
 	args[argConfigHash] = sn.ConfigHash
 	args[argFitVersion] = strconv.FormatUint(sn.FitVersion, 10)
 	args[argKeep] = s.keep
-	args[argTag] = tag + ":"
+	args[argStatePrefix] = k.statePrefix()
+	args[argChunkPrefix] = k.chunkPrefix()
 	args[argFit] = fit
 	args[argAnchorWeight] = strconv.FormatFloat(sn.AnchorWeight, 'g', -1, 64)
 	args[argPairs] = sn.Pairs

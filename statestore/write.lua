@@ -2,9 +2,10 @@
 -- Argument positions are the arg* constants of store.go (Lua counts from 1).
 local KEY_STATE, KEY_HEAD, KEY_STEPS, KEY_LOWS, KEY_CHUNKS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local value, step, digest, config_hash = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local fit_version, keep, tag, fit = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
-local anchor_weight, npairs, force, full, low = ARGV[9], ARGV[10], ARGV[11] == '1', ARGV[12] == '1', ARGV[13]
-local FIRST_CHUNK = 14
+local fit_version, keep, state_prefix, chunk_prefix = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
+local fit, anchor_weight, npairs, force, full = ARGV[9], ARGV[10], ARGV[11], ARGV[12] == '1', ARGV[13] == '1'
+local low = ARGV[14]
+local FIRST_CHUNK = 15
 local v = tonumber(step)
 local cur = redis.call('GET', KEY_STATE)
 local status = 0
@@ -20,7 +21,7 @@ if not force then
   if not full and ((not head) or tonumber(head) ~= v - 1) then return {4} end
 end
 for i = FIRST_CHUNK, #ARGV, 2 do
-  redis.call('SET', tag .. 'chunk:' .. ARGV[i], ARGV[i + 1])
+  redis.call('SET', chunk_prefix .. ARGV[i], ARGV[i + 1])
   redis.call('ZADD', KEY_CHUNKS, ARGV[i], ARGV[i])
 end
 redis.call('SET', KEY_STATE, value)
@@ -35,7 +36,7 @@ local n = redis.call('ZCARD', KEY_STEPS)
 if n > keep then
   local old = redis.call('ZRANGE', KEY_STEPS, 0, n - keep - 1)
   for _, s in ipairs(old) do
-    redis.call('DEL', tag .. 'state:' .. s)
+    redis.call('DEL', state_prefix .. s)
     redis.call('ZREM', KEY_LOWS, s)
   end
   redis.call('ZREMRANGEBYRANK', KEY_STEPS, 0, n - keep - 1)
@@ -43,7 +44,7 @@ end
 local lowest = redis.call('ZRANGE', KEY_LOWS, 0, 0, 'WITHSCORES')
 if lowest[2] then
   local dead = redis.call('ZRANGEBYSCORE', KEY_CHUNKS, '-inf', '(' .. lowest[2])
-  for _, c in ipairs(dead) do redis.call('DEL', tag .. 'chunk:' .. c) end
+  for _, c in ipairs(dead) do redis.call('DEL', chunk_prefix .. c) end
   redis.call('ZREMRANGEBYSCORE', KEY_CHUNKS, '-inf', '(' .. lowest[2])
 end
 return {status}

@@ -238,18 +238,6 @@ func TestExecutorOverhead(t *testing.T) {
 	}
 }
 
-func TestParseKind(t *testing.T) {
-	for _, k := range []Kind{Regression, Classification} {
-		got, err := ParseKind(k.String())
-		if err != nil || got != k {
-			t.Fatalf("ParseKind(%q) = %v, %v", k, got, err)
-		}
-	}
-	if _, err := ParseKind("ranking"); !errors.Is(err, ErrInvalidKind) {
-		t.Fatalf("err = %v", err)
-	}
-}
-
 func TestScoreEdgeCases(t *testing.T) {
 	tests := []struct {
 		name    string

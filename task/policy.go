@@ -33,12 +33,8 @@ func (p *Policy) Clone() *Policy {
 	return c
 }
 
-// DecisionNames lists the policy's decisions in order: model, features, reg,
-// lr, iters, capacity.
-func DecisionNames() []string { return append([]string(nil), decisionNames[:]...) }
-
-// Probabilities returns the softmax distribution of decision d (an index into
-// DecisionNames), or nil if d is out of range.
+// Probabilities returns the softmax distribution of decision d (0 to 5:
+// model, features, reg, lr, iters, capacity), or nil if d is out of range.
 func (p *Policy) Probabilities(d int) []float64 {
 	if d < 0 || d >= numDecisions {
 		return nil

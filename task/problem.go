@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
-	"strings"
 
 	"gonum.org/v1/gonum/mat"
 	"gonum.org/v1/gonum/stat"
@@ -32,17 +31,6 @@ func (k Kind) String() string {
 		return "classification"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
-}
-
-// ParseKind parses the names produced by Kind.String.
-func ParseKind(s string) (Kind, error) {
-	switch strings.ToLower(s) {
-	case "regression":
-		return Regression, nil
-	case "classification":
-		return Classification, nil
-	}
-	return 0, fmt.Errorf("%w: %q (want regression or classification)", ErrInvalidKind, s)
 }
 
 // Problem sizes. They are fixed so that a problem is fully named by (seed,

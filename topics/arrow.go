@@ -156,7 +156,7 @@ func EncodeAdvantages(rows []AdvantageRow) ([]byte, error) {
 	if err := ValidateAdvantages(rows); err != nil {
 		return nil, err
 	}
-	return encodeAdvantages(rows)
+	return encodeAdvantagesAs(rows, AdvantageSchemaID(rows))
 }
 
 // EncodeAdvantagesAs is EncodeAdvantages with the schema chosen by the caller: id is
@@ -175,10 +175,6 @@ func EncodeAdvantagesAs(rows []AdvantageRow, id string) ([]byte, error) {
 // ArrowSchemaFor returns the Arrow schema of an advantage schema id (AdvantageSchemaV2 for
 // SchemaAdvantagesV2, else AdvantageSchema).
 func ArrowSchemaFor(id string) *arrow.Schema { return arrowSchemaFor(id) }
-
-func encodeAdvantages(rows []AdvantageRow) ([]byte, error) {
-	return encodeAdvantagesAs(rows, AdvantageSchemaID(rows))
-}
 
 // DecodeAdvantages strictly decodes an Arrow IPC stream of advantage rows: the schema must carry
 // ArrowSchemaKey=SchemaAdvantages or SchemaAdvantagesV2 (else ErrUnknownSchema) and the columns

@@ -229,7 +229,7 @@ func TestDecodeAdvantagesRejectsInvalidRows(t *testing.T) {
 	rows := sampleAdvantages()
 	rows[2].Advantage = 0.5
 	rows[2].Mask = false
-	b, err := encodeAdvantages(rows) // bypass validation, as a foreign producer would
+	b, err := encodeAdvantagesAs(rows, AdvantageSchemaID(rows)) // bypass validation, as a foreign producer would
 	if err != nil {
 		t.Fatal(err)
 	}

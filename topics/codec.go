@@ -173,31 +173,6 @@ func DecodeCalibration(b []byte) (CalibrationSnapshot, error) {
 	return s, nil
 }
 
-// DecodeAny decodes b as the record named by schema (the wmrl-schema header) and returns the
-// value: Rollout, StepManifest, PredictedReward, ExecutedReward, CalibrationSnapshot, or
-// []AdvantageRow for SchemaAdvantages and SchemaAdvantagesV2. It serves tooling (DLQ inspection, replay) that handles
-// every topic.
-func DecodeAny(schema string, b []byte) (any, error) {
-	switch schema {
-	case SchemaRollout:
-		return DecodeRollout(b)
-	case SchemaStep:
-		return DecodeStep(b)
-	case SchemaPredicted:
-		return DecodePredicted(b)
-	case SchemaExecuted:
-		return DecodeExecuted(b)
-	case SchemaCalibration, SchemaCalibrationV2:
-		return DecodeCalibration(b)
-	case SchemaCalibrationEnd:
-		return DecodeCalibrationEnd(b)
-	case SchemaAdvantages, SchemaAdvantagesV2:
-		return DecodeAdvantages(b)
-	default:
-		return nil, &FieldError{Field: HeaderSchema, Value: schema, Reason: "no decoder for this schema", Err: ErrUnknownSchema}
-	}
-}
-
 // decodeJSON decodes one JSON record strictly into v, a pointer to a zero record. The rules, and
 // the order in which a record that breaks several is reported:
 //

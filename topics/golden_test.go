@@ -154,7 +154,7 @@ func TestGolden(t *testing.T) {
 			b = append(b, '\n')
 		}
 		goldenFile(t, g.file, b)
-		got, err := DecodeAny(g.schema, b)
+		got, err := decodeAny(g.schema, b)
 		if err != nil {
 			t.Fatalf("%s: %v", g.file, err)
 		}
@@ -167,7 +167,7 @@ func TestGolden(t *testing.T) {
 	expected := map[string]map[string]string{}
 	for _, c := range cases {
 		goldenFile(t, filepath.Join("invalid", c.file), c.data)
-		_, err := DecodeAny(c.schema, c.data)
+		_, err := decodeAny(c.schema, c.data)
 		if got := Reason(err); got != c.reason {
 			t.Errorf("%s: Reason %q, want %q (%v)", c.file, got, c.reason, err)
 		}

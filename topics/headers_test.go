@@ -108,7 +108,7 @@ func TestRecords(t *testing.T) {
 		if step, _ := HeaderValue(rec.Headers, HeaderStep); step != "3" {
 			t.Errorf("%s: step header %q", b.topic, step)
 		}
-		if _, err := DecodeAny(schema, rec.Value); err != nil {
+		if _, err := decodeAny(schema, rec.Value); err != nil {
 			t.Errorf("%s: %v", b.topic, err)
 		}
 	}

@@ -31,7 +31,7 @@ func readPython(t *testing.T, name string) []byte {
 	return b
 }
 
-// encodeAny re-encodes a value DecodeAny returned, with the Go encoder of its type.
+// encodeAny re-encodes a value decodeAny returned, with the Go encoder of its type.
 func encodeAny(t *testing.T, v any) []byte {
 	t.Helper()
 	var b []byte
@@ -76,7 +76,7 @@ func TestPythonContract(t *testing.T) {
 	for _, name := range sortedNames(m.Valid) {
 		t.Run("valid/"+name, func(t *testing.T) {
 			b := readPython(t, name)
-			v, err := DecodeAny(m.Valid[name], b)
+			v, err := decodeAny(m.Valid[name], b)
 			if err != nil {
 				t.Fatalf("Go refuses what Python wrote: %s: %v", Reason(err), err)
 			}
@@ -92,7 +92,7 @@ func TestPythonContract(t *testing.T) {
 
 	for name, want := range m.Invalid {
 		t.Run("invalid/"+name, func(t *testing.T) {
-			_, err := DecodeAny(want.Schema, readPython(t, filepath.Join("invalid", name)))
+			_, err := decodeAny(want.Schema, readPython(t, filepath.Join("invalid", name)))
 			if got := Reason(err); got != want.Reason {
 				t.Errorf("Go says %q, Python says %q (%v)", got, want.Reason, err)
 			}

@@ -161,7 +161,7 @@ func TestAdvantageRecordsV2Chunks(t *testing.T) {
 		if v, _ := HeaderValue(rec.Headers, HeaderContentType); v != ContentTypeArrow {
 			t.Fatalf("chunk %d: content type %q", i, v)
 		}
-		got, err := DecodeAny(SchemaAdvantagesV2, rec.Value)
+		got, err := decodeAny(SchemaAdvantagesV2, rec.Value)
 		if err != nil {
 			t.Fatalf("chunk %d: %v", i, err)
 		}

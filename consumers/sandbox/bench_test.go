@@ -4,15 +4,22 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 )
 
 // BenchmarkPoolUtilization measures how much of the slots' time goes to jobs
 // (target ≥ 0.95) with fixed 5 ms jobs, i.e. the pool's own scheduling
-// overhead and idle gaps between a job ending and the next starting.
+// overhead and idle gaps between a job ending and the next starting. Busy
+// time is read from wmrl_sandbox_slot_busy_seconds_total, the series the
+// utilisation dashboard uses, with twice as many submitters as slots so that
+// a job always waits.
 func BenchmarkPoolUtilization(b *testing.B) {
 	const jobTime = 5 * time.Millisecond
 	for _, slots := range []int{4, 16} {
@@ -28,28 +35,30 @@ func BenchmarkPoolUtilization(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			jobs := make(chan Job, slots)
-			out := make(chan Completed, slots)
-			go func() {
-				for range out {
-				}
-			}()
-			b.ResetTimer()
-			p.ResetStats()
-			go func() {
-				for i := 0; i < b.N; i++ {
-					jobs <- Job{RolloutID: "r"}
-				}
-				close(jobs)
-			}()
-			if err := p.Run(context.Background(), jobs, out); err != nil {
+			reg := prometheus.NewRegistry()
+			if err := p.instrument(reg); err != nil {
 				b.Fatal(err)
 			}
-			s := p.Stats()
+			var left atomic.Int64
+			left.Store(int64(b.N))
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for range 2 * slots {
+				wg.Go(func() {
+					for left.Add(-1) >= 0 {
+						if _, err := p.Submit(context.Background(), Job{RolloutID: "r"}); err != nil {
+							b.Error(err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			wall := time.Since(start).Seconds()
 			b.StopTimer()
-			close(out)
-			b.ReportMetric(s.Utilization, "util")
-			b.ReportMetric(float64(s.Jobs)/s.Wall.Seconds(), "jobs/s")
+			busy := value(b, reg, "wmrl_sandbox_slot_busy_seconds_total", "")
+			b.ReportMetric(busy/(float64(slots)*wall), "util")
+			b.ReportMetric(float64(b.N)/wall, "jobs/s")
 		})
 	}
 }

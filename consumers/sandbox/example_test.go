@@ -8,17 +8,6 @@ import (
 	"github.com/wmrl/wmrl/consumers/sandbox"
 )
 
-func ExampleParseScore() {
-	stdout := []byte("epoch 1 loss 0.31\nepoch 2 loss 0.22\n{\"score\": 0.81}\n")
-	score, err := sandbox.ParseScore(stdout, 0, 0)
-	fmt.Println(score, err)
-	_, err = sandbox.ParseScore([]byte(`{"score": 1.2}`), 0, 0)
-	fmt.Println(err)
-	// Output:
-	// 0.81 <nil>
-	// sandbox: invalid score: 1.2 outside [0, 1]
-}
-
 func ExamplePolicy_Apply() {
 	timeout := sandbox.Result{Status: sandbox.StatusTimeout, Reason: "wall-clock timeout after 10m0s"}
 	for _, name := range []string{"missing", "zero"} {

@@ -242,18 +242,10 @@ func (r scoreRange) check(x float64) error {
 // maxReasonQuote bounds how much of a bad line is quoted in a Reason.
 const maxReasonQuote = 120
 
-// ParseScore extracts the score from a program's stdout: the last non-empty
-// line must be a JSON object with a numeric "score" (other fields are
-// ignored) inside [min, max]; min == max == 0 means [0, 1]. Only the last
-// line counts so that programs may log freely before reporting.
-func ParseScore(stdout []byte, min, max float64) (float64, error) {
-	rng, err := newScoreRange(min, max)
-	if err != nil {
-		return 0, err
-	}
-	return rng.parse(stdout)
-}
-
+// parse extracts the score from a program's stdout: the last non-empty line
+// must be a JSON object with a numeric "score" (other fields are ignored)
+// inside r. Only the last line counts so that programs may log freely before
+// reporting.
 func (r scoreRange) parse(stdout []byte) (float64, error) {
 	line := lastNonEmptyLine(stdout)
 	if line == nil {

@@ -13,8 +13,18 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
+// parseScore is how the executors read a program's stdout (CommandConfig's
+// ScoreMin and ScoreMax; both 0 mean [0, 1]).
+func parseScore(stdout []byte, min, max float64) (float64, error) {
+	rng, err := newScoreRange(min, max)
+	if err != nil {
+		return 0, err
+	}
+	return rng.parse(stdout)
+}
+
 // Golden: each testdata/stdout/*.txt is a program's stdout, the matching
-// .golden is what ParseScore makes of it with the default range.
+// .golden is what parseScore makes of it with the default range.
 func TestParseScoreGolden(t *testing.T) {
 	inputs, err := filepath.Glob(filepath.Join("testdata", "stdout", "*.txt"))
 	if err != nil || len(inputs) == 0 {
@@ -27,7 +37,7 @@ func TestParseScoreGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got string
-			if s, err := ParseScore(data, 0, 0); err != nil {
+			if s, err := parseScore(data, 0, 0); err != nil {
 				got = "invalid: " + err.Error() + "\n"
 			} else {
 				got = "ok " + strconv.FormatFloat(s, 'g', -1, 64) + "\n"
@@ -64,15 +74,15 @@ func TestParseScoreRanges(t *testing.T) {
 		{`{"score": 1e400}`, 0, 0, 0, false},
 	}
 	for _, tc := range tests {
-		got, err := ParseScore([]byte(tc.out), tc.min, tc.max)
+		got, err := parseScore([]byte(tc.out), tc.min, tc.max)
 		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("ParseScore(%q, %v, %v) = %v, %v", tc.out, tc.min, tc.max, got, err)
+			t.Errorf("parseScore(%q, %v, %v) = %v, %v", tc.out, tc.min, tc.max, got, err)
 		}
 		if err != nil && !errors.Is(err, ErrInvalidScore) {
 			t.Errorf("error %v does not wrap ErrInvalidScore", err)
 		}
 	}
-	if _, err := ParseScore([]byte(`{"score": 0}`), 1, 0); err == nil {
+	if _, err := parseScore([]byte(`{"score": 0}`), 1, 0); err == nil {
 		t.Errorf("empty range accepted")
 	}
 }
@@ -82,7 +92,7 @@ func FuzzParseScore(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, out []byte) {
-		s, err := ParseScore(out, 0, 0)
+		s, err := parseScore(out, 0, 0)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidScore) {
 				t.Fatalf("error %v does not wrap ErrInvalidScore", err)

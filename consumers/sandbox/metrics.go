@@ -24,7 +24,7 @@ const (
 	resultCanceled = "canceled"
 )
 
-func newPoolMetrics(reg prometheus.Registerer, slots int) (*poolMetrics, error) {
+func newPoolMetrics(slots int) *poolMetrics {
 	m := &poolMetrics{
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wmrl_sandbox_jobs_total",
@@ -46,13 +46,8 @@ func newPoolMetrics(reg prometheus.Registerer, slots int) (*poolMetrics, error) 
 			Help: "Summed slot-busy time of finished jobs; rate() over wmrl_sandbox_slots is the slot utilisation.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.jobs, m.duration, m.busy, m.slots, m.busyNanos} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("sandbox: register metrics: %w", err)
-		}
-	}
 	m.slots.Set(float64(slots))
-	return m, nil
+	return m
 }
 
 // resultLabel names a result for the metrics: OOM kills and cancellations
@@ -79,13 +74,11 @@ func (m *poolMetrics) done(r Result, held time.Duration) {
 // instrument registers the pool's metrics on reg; the stage calls it with
 // its own registry so they are served next to the stage's.
 func (p *Pool) instrument(reg prometheus.Registerer) error {
-	m, err := newPoolMetrics(reg, cap(p.slots))
-	if err != nil {
-		return err
+	m := p.metrics
+	for _, c := range []prometheus.Collector{m.jobs, m.duration, m.busy, m.slots, m.busyNanos} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("sandbox: register metrics: %w", err)
+		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m.busy.Set(float64(p.busy))
-	p.metrics = m
 	return nil
 }

@@ -2,8 +2,11 @@ package sandbox
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Real subprocesses through the pool: every job ends with the right status,
@@ -23,33 +26,31 @@ func TestPoolWithCommandExecutor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs := make(chan Job)
-	out := make(chan Completed, len(want))
-	go func() {
-		for b := range want {
-			j := job(b)
-			j.RolloutID = "r-" + b
-			jobs <- j
-		}
-		close(jobs)
-	}()
-	if err := p.Run(context.Background(), jobs, out); err != nil {
+	reg := prometheus.NewRegistry()
+	if err := p.instrument(reg); err != nil {
 		t.Fatal(err)
 	}
-	close(out)
-	n := 0
-	for c := range out {
-		n++
-		b := string(c.Job.Artifact)
-		if c.Result.Status != want[b] || c.Job.RolloutID != "r-"+b {
-			t.Errorf("%s: %s %q, want %s", c.Job.RolloutID, c.Result.Status, c.Result.Reason, want[b])
-		}
+	var wg sync.WaitGroup
+	for b, st := range want {
+		wg.Go(func() {
+			j := job(b)
+			j.RolloutID = "r-" + b
+			r, err := p.Submit(context.Background(), j)
+			if err != nil || r.Status != st {
+				t.Errorf("%s: %s %q (err %v), want %s", j.RolloutID, r.Status, r.Reason, err, st)
+			}
+		})
 	}
-	if n != len(want) {
-		t.Errorf("%d results for %d jobs", n, len(want))
+	wg.Wait()
+	var jobs float64
+	for _, l := range []string{"ok", "timeout", "error", "oom", "invalid", "canceled"} {
+		jobs += lookup(t, reg, "wmrl_sandbox_jobs_total", l).value
 	}
-	if s := p.Stats(); s.Busy != 0 || s.Jobs != uint64(len(want)) {
-		t.Errorf("stats %+v", s)
+	if jobs != float64(len(want)) {
+		t.Errorf("wmrl_sandbox_jobs_total sums to %v for %d jobs", jobs, len(want))
+	}
+	if got := value(t, reg, "wmrl_sandbox_slots_busy", ""); got != 0 {
+		t.Errorf("wmrl_sandbox_slots_busy = %v after the jobs, want 0", got)
 	}
 	assertNoLeftovers(t, marker)
 	assertEmptyDir(t, e.Config().TempDir)

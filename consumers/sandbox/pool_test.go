@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // funcExecutor adapts a plain function for pool tests that need behaviour
@@ -34,6 +36,8 @@ func (c *concurrency) enter() {
 
 func (c *concurrency) leave() { c.cur.Add(-1) }
 
+// Slots are exclusive: never more jobs overlap than there are slots, every
+// submitted job reports once, and the busy gauge returns to zero.
 func TestPoolSlotsAreExclusive(t *testing.T) {
 	for _, slots := range []int{1, 3, 8} {
 		t.Run(fmt.Sprint(slots), func(t *testing.T) {
@@ -44,47 +48,39 @@ func TestPoolSlotsAreExclusive(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 				return Result{Status: StatusOK, Score: 1}
 			})
-			var gaugePeak, gaugeLast atomic.Int64
-			p, err := NewPool(exec, slots, WithBusyGauge(func(n int) {
-				gaugeLast.Store(int64(n))
-				if int64(n) > gaugePeak.Load() {
-					gaugePeak.Store(int64(n))
-				}
-			}))
+			p, err := NewPool(exec, slots)
 			if err != nil {
 				t.Fatal(err)
 			}
-			const n = 40
-			jobs := make(chan Job)
-			out := make(chan Completed, n)
-			go func() {
-				for i := range n {
-					jobs <- Job{RolloutID: fmt.Sprint(i)}
-				}
-				close(jobs)
-			}()
-			if err := p.Run(context.Background(), jobs, out); err != nil {
+			reg := prometheus.NewRegistry()
+			if err := p.instrument(reg); err != nil {
 				t.Fatal(err)
 			}
-			close(out)
-			seen := map[string]bool{}
-			for c := range out {
-				if seen[c.Job.RolloutID] {
-					t.Errorf("job %s reported twice", c.Job.RolloutID)
-				}
-				seen[c.Job.RolloutID] = true
+			const n = 40
+			var wg sync.WaitGroup
+			var ok atomic.Int64
+			for i := range n {
+				wg.Go(func() {
+					r, err := p.Submit(context.Background(), Job{RolloutID: fmt.Sprint(i)})
+					if err != nil || r.Status != StatusOK {
+						t.Errorf("job %d: %+v, %v", i, r, err)
+						return
+					}
+					ok.Add(1)
+				})
 			}
-			if len(seen) != n {
-				t.Errorf("got %d results, want %d", len(seen), n)
+			wg.Wait()
+			if ok.Load() != n {
+				t.Errorf("got %d results, want %d", ok.Load(), n)
 			}
 			if got := c.peak.Load(); got != int64(slots) {
 				t.Errorf("peak concurrency %d, want exactly %d", got, slots)
 			}
-			if gaugePeak.Load() != int64(slots) || gaugeLast.Load() != 0 {
-				t.Errorf("busy gauge peak %d last %d, want %d and 0", gaugePeak.Load(), gaugeLast.Load(), slots)
+			if got := value(t, reg, "wmrl_sandbox_jobs_total", "ok"); got != n {
+				t.Errorf("wmrl_sandbox_jobs_total{result=ok} = %v, want %d", got, n)
 			}
-			if s := p.Stats(); s.Busy != 0 || s.Jobs != n {
-				t.Errorf("stats %+v", s)
+			if got := value(t, reg, "wmrl_sandbox_slots_busy", ""); got != 0 {
+				t.Errorf("wmrl_sandbox_slots_busy = %v after the jobs, want 0", got)
 			}
 		})
 	}
@@ -99,10 +95,12 @@ func TestPoolRecoversExecutorPanic(t *testing.T) {
 		}
 		return Result{Status: StatusOK, Score: 0.5}
 	})
-	var done []Result
-	p, err := NewPool(exec, 1, WithLogger(slog.New(slog.DiscardHandler)),
-		WithJobDone(func(_ Job, r Result) { done = append(done, r) }))
+	p, err := NewPool(exec, 1, WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	if err := p.instrument(reg); err != nil {
 		t.Fatal(err)
 	}
 	r, err := p.Submit(context.Background(), Job{RolloutID: "bad"})
@@ -116,17 +114,23 @@ func TestPoolRecoversExecutorPanic(t *testing.T) {
 	if err != nil || r.Status != StatusOK {
 		t.Fatalf("after panic: %+v err %v", r, err)
 	}
-	if calls != 2 || len(done) != 2 || done[0].Status != StatusError {
-		t.Errorf("calls %d, done hooks %+v", calls, done)
+	if calls != 2 {
+		t.Errorf("%d executor calls, want 2", calls)
 	}
-	if s := p.Stats(); s.Busy != 0 {
-		t.Errorf("busy %d after jobs", s.Busy)
+	for label, want := range map[string]float64{"error": 1, "ok": 1} {
+		if got := value(t, reg, "wmrl_sandbox_jobs_total", label); got != want {
+			t.Errorf("wmrl_sandbox_jobs_total{result=%q} = %v, want %v", label, got, want)
+		}
+	}
+	if got := value(t, reg, "wmrl_sandbox_slots_busy", ""); got != 0 {
+		t.Errorf("wmrl_sandbox_slots_busy = %v after the jobs, want 0", got)
 	}
 }
 
 func TestPoolSubmitWaitsForSlot(t *testing.T) {
-	release := make(chan struct{})
+	started, release := make(chan struct{}), make(chan struct{})
 	exec := funcExecutor(func(ctx context.Context, job Job) Result {
+		close(started)
 		<-release
 		return Result{Status: StatusOK}
 	})
@@ -136,9 +140,7 @@ func TestPoolSubmitWaitsForSlot(t *testing.T) {
 		r, _ := p.Submit(context.Background(), Job{})
 		first <- r
 	}()
-	for p.Stats().Busy != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	<-started
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if _, err := p.Submit(ctx, Job{}); !errors.Is(err, context.DeadlineExceeded) {
@@ -147,75 +149,6 @@ func TestPoolSubmitWaitsForSlot(t *testing.T) {
 	close(release)
 	if r := <-first; r.Status != StatusOK {
 		t.Errorf("first job %+v", r)
-	}
-}
-
-func TestPoolRunCancel(t *testing.T) {
-	exec := funcExecutor(func(ctx context.Context, job Job) Result {
-		<-ctx.Done()
-		return Result{Status: StatusError, Reason: "canceled", canceled: true}
-	})
-	p, _ := NewPool(exec, 2)
-	jobs := make(chan Job, 5)
-	for i := range 5 {
-		jobs <- Job{RolloutID: fmt.Sprint(i)}
-	}
-	out := make(chan Completed, 5)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error)
-	go func() { errc <- p.Run(ctx, jobs, out) }()
-	for p.Stats().Busy != 2 {
-		time.Sleep(time.Millisecond)
-	}
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Errorf("Run err %v", err)
-	}
-	close(out)
-	var got int
-	for c := range out {
-		got++
-		if !c.Result.Canceled() {
-			t.Errorf("job %s: %+v", c.Job.RolloutID, c.Result)
-		}
-	}
-	// Exactly the two accepted jobs produced results; the rest stay queued.
-	if got != 2 || len(jobs) != 3 {
-		t.Errorf("results %d, still queued %d; want 2 and 3", got, len(jobs))
-	}
-}
-
-func TestPoolUtilizationAccounting(t *testing.T) {
-	gate := make(chan struct{})
-	exec := funcExecutor(func(ctx context.Context, job Job) Result {
-		<-gate
-		return Result{Status: StatusOK}
-	})
-	p, _ := NewPool(exec, 2)
-	var wg sync.WaitGroup
-	wg.Go(func() { _, _ = p.Submit(context.Background(), Job{}) })
-	for p.Stats().Busy != 1 {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond)
-	p.ResetStats()
-	time.Sleep(100 * time.Millisecond)
-	mid := p.Stats()
-	close(gate)
-	wg.Wait()
-	end := p.Stats()
-	// One of two slots busy through the whole window: utilization ≈ 0.5,
-	// and the 50 ms before the reset must not count.
-	for _, s := range []PoolStats{mid, end} {
-		if s.Utilization < 0.45 || s.Utilization > 0.5+1e-9 {
-			t.Errorf("utilization %.3f (busy %s wall %s), want ≈0.5", s.Utilization, s.BusyTime, s.Wall)
-		}
-		if s.BusyTime > s.Wall {
-			t.Errorf("busy %s exceeds wall %s for a single job", s.BusyTime, s.Wall)
-		}
-	}
-	if end.Jobs != 1 || end.Busy != 0 {
-		t.Errorf("end stats %+v", end)
 	}
 }
 

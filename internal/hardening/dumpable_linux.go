@@ -16,12 +16,3 @@ func SetNonDumpable() error {
 	}
 	return nil
 }
-
-// Dumpable reports the process's dumpable flag (prctl PR_GET_DUMPABLE).
-func Dumpable() (bool, error) {
-	r, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
-	if err != nil {
-		return false, fmt.Errorf("prctl(PR_GET_DUMPABLE): %w", err)
-	}
-	return r != 0, nil
-}

@@ -57,7 +57,7 @@ type AssemblerConfig struct {
 }
 
 // Assembler turns advantage records into complete steps. It is the client-independent core of
-// the trainer sink's Stream, its DigestTopic and the analytics tap: feed it records in partition order with Add, hand
+// the trainer sink's Stream, its DigestTopicResult and the analytics tap: feed it records in partition order with Add, hand
 // each delivered step back with Release once it is durable, and commit Offsets().Committable().
 // It is not safe for concurrent use.
 type Assembler struct {

@@ -19,7 +19,7 @@ var (
 	// ErrAbandoned marks an incomplete step given up on because too many later steps of the same
 	// run were complete and waiting behind it (Config.MaxBufferedSteps).
 	ErrAbandoned = errors.New("incomplete step abandoned")
-	// ErrIncomplete marks steps still incomplete when a bounded read (DigestTopic) ended.
+	// ErrIncomplete marks steps still incomplete when a bounded read (DigestTopicResult) ended.
 	ErrIncomplete = errors.New("incomplete step")
 )
 

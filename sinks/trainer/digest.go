@@ -26,17 +26,12 @@ type DigestResult struct {
 	Duplicates int64
 }
 
-// DigestTopic reads the advantages topic read_committed from the start up to the last stable
-// offset of every partition at call time (no consumer group), reassembles chunks, keeps run's
-// rows ("" keeps all runs), ignores chunk sets seen twice, and returns the hex digest of the
-// rows in canonical order and their count. Any bad record or incomplete step fails the digest,
-// because a digest that silently skipped rows would prove nothing.
-func DigestTopic(ctx context.Context, kafkaOpts []kgo.Opt, topic, run string) (hex string, rows int, err error) {
-	res, err := DigestTopicResult(ctx, kafkaOpts, topic, run)
-	return res.Digest, res.Rows, err
-}
-
-// DigestTopicResult is DigestTopic with step and duplicate counts.
+// DigestTopicResult reads the advantages topic read_committed from the start up to the last
+// stable offset of every partition at call time (no consumer group), reassembles chunks, keeps
+// run's rows ("" keeps all runs), ignores chunk sets seen twice, and returns the hex digest of
+// the rows in canonical order with the row, step and duplicate counts. Any bad record or
+// incomplete step fails the digest, because a digest that silently skipped rows would prove
+// nothing.
 func DigestTopicResult(ctx context.Context, kafkaOpts []kgo.Opt, topic, run string) (DigestResult, error) {
 	all, stats, err := ReadTopicSteps(ctx, kafkaOpts, topic, run)
 	if err != nil {
@@ -47,7 +42,7 @@ func DigestTopicResult(ctx context.Context, kafkaOpts []kgo.Opt, topic, run stri
 	return res, nil
 }
 
-// ReadTopicSteps reads every complete step of the topic as DigestTopic does, sorted by run and
+// ReadTopicSteps reads every complete step of the topic as DigestTopicResult does, sorted by run and
 // step; it is the bounded, group-less counterpart of Stream.
 func ReadTopicSteps(ctx context.Context, kafkaOpts []kgo.Opt, topic, run string) ([]*steps.Step, steps.Stats, error) {
 	start, err := topicread.Partitions(ctx, kafkaOpts, topic)

@@ -8,6 +8,6 @@
 // consumer's transactions guaranteeing that a step is either wholly visible or not at all).
 //
 // The package also computes the canonical digest of an advantage stream straight from a topic
-// (DigestTopic) or from the payloads of a replay file (DigestPayloads); replay tests and the
+// (DigestTopicResult) or from the payloads of a replay file (DigestPayloads); replay tests and the
 // Python client compare against it.
 package trainer

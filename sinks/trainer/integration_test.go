@@ -142,12 +142,12 @@ func TestDigestTopicMatchesProducedRows(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	hex, rows, err := DigestTopic(ctx, opts, topic, "a")
+	one, err := DigestTopicResult(ctx, opts, topic, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := topics.DigestRows(committed["a"]); hex != want || rows != len(committed["a"]) {
-		t.Fatalf("digest %s rows %d, want %s rows %d", hex, rows, want, len(committed["a"]))
+	if want := topics.DigestRows(committed["a"]); one.Digest != want || one.Rows != len(committed["a"]) {
+		t.Fatalf("digest %s rows %d, want %s rows %d", one.Digest, one.Rows, want, len(committed["a"]))
 	}
 	res, err := DigestTopicResult(ctx, opts, topic, "")
 	if err != nil {
@@ -165,7 +165,7 @@ func TestDigestTopicRefusesIncompleteStep(t *testing.T) {
 	p := newTxProducer(t, seeds, testenv.Name(t))
 	recs := stepstest.ChunkRecords(t, names, stepstest.StepRows("a", 0, 4, 8), smallChunk)
 	p.send(topic, true, recs[1:]...)
-	_, _, err := DigestTopic(context.Background(), []kgo.Opt{kgo.SeedBrokers(seeds...)}, topic, "a")
+	_, err := DigestTopicResult(context.Background(), []kgo.Opt{kgo.SeedBrokers(seeds...)}, topic, "a")
 	var re *steps.RecordError
 	if !errors.Is(err, steps.ErrIncomplete) || !errors.As(err, &re) || re.Pos.Topic != topic {
 		t.Fatalf("err = %v, want steps.ErrIncomplete naming a record of %s", err, topic)

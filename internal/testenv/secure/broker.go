@@ -324,9 +324,7 @@ func java(t testing.TB, args ...string) string {
 	return string(out)
 }
 
-// FreePorts returns n distinct loopback ports that were free a moment ago.
-func FreePorts(t testing.TB, n int) []int { return freePorts(t, n) }
-
+// freePorts returns n distinct loopback ports that were free a moment ago.
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ls []net.Listener
