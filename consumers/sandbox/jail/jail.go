@@ -240,7 +240,7 @@ func New(cfg Config, argv []string) (*Jail, error) {
 		if err := checkReachable(append(slices.Clone(j.readOnly), absArgs(argv)...), j.cfg.RunAs); err != nil {
 			return nil, err
 		}
-		if err := j.probeBwrap(); err != nil {
+		if err := j.probeBwrapPatiently(); err != nil {
 			return nil, err
 		}
 	}
@@ -416,6 +416,29 @@ func (j *Jail) jailSpec(dir string, files []File) jailSpec {
 	return s
 }
 
+// probeWaits are the pauses between start-up probes that failed with EAGAIN: the job uid is at
+// its RLIMIT_NPROC (the kernel counts every process of that uid on the host, other stages' and
+// other programs' included), which frees up as those processes exit, so a stage started next to
+// a burst of jobs waits for it rather than refusing to start.
+var probeWaits = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+
+// errProbeEAGAIN marks a probe whose bwrap could not clone: "Resource temporarily unavailable".
+var errProbeEAGAIN = errors.New("the job uid has no process to spare")
+
+func (j *Jail) probeBwrapPatiently() error {
+	for i := 0; ; i++ {
+		err := j.probeBwrap()
+		if !errors.Is(err, errProbeEAGAIN) {
+			return err
+		}
+		if i == len(probeWaits) {
+			return err
+		}
+		slog.Warn("sandbox: bwrap probe could not create a namespace (EAGAIN); trying again", "err", err, "wait", probeWaits[i])
+		time.Sleep(probeWaits[i])
+	}
+}
+
 // probeBwrap runs /bin/true through exactly the wrapper real jobs use, because
 // an installed bwrap often cannot create namespaces (containers without user
 // namespaces, restrictive AppArmor) and that must be a startup error.
@@ -468,10 +491,34 @@ func (j *Jail) probeBwrap() error {
 	default:
 		return nil
 	}
-	uid := "the stage's uid"
+	uid, id := "the stage's uid", os.Getuid()
 	if j.cfg.RunAs != nil {
-		uid = fmt.Sprintf("uid %d", j.cfg.RunAs.UID)
+		uid, id = fmt.Sprintf("uid %d", j.cfg.RunAs.UID), int(j.cfg.RunAs.UID)
+	}
+	stderr := strings.TrimSpace(strings.ToValidUTF8(string(o.Stderr), "\uFFFD"))
+	if strings.Contains(stderr, "Resource temporarily unavailable") {
+		return fmt.Errorf("%w: probe %q as %s: %s: %s: %w (it has %s processes on this host, RLIMIT_NPROC --max-procs is %d; give the jobs a uid of their own with --run-as)",
+			ErrBwrapUnusable, j.cfg.BwrapPath, uid, what, stderr, errProbeEAGAIN, countUIDProcs(id), j.cfg.Limits.Processes)
 	}
 	return fmt.Errorf("%w: probe %q as %s: %s: %s (the jail needs user namespaces for that uid; see docs/security.md)",
-		ErrBwrapUnusable, j.cfg.BwrapPath, uid, what, strings.TrimSpace(strings.ToValidUTF8(string(o.Stderr), "\uFFFD")))
+		ErrBwrapUnusable, j.cfg.BwrapPath, uid, what, stderr)
+}
+
+// countUIDProcs counts the processes whose real uid is uid, from /proc ("?" where it cannot).
+func countUIDProcs(uid int) string {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return "?"
+	}
+	want, n := fmt.Sprintf("Uid:\t%d\t", uid), 0
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err == nil && strings.Contains(string(b), want) {
+			n++
+		}
+	}
+	return fmt.Sprint(n)
 }
