@@ -309,7 +309,7 @@ func TestFaultRedisFlushAll(t *testing.T) {
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	cc.MetricsAddr = freeAddr(t)
+	cc.MetricsAddr = testenv.FreeAddr(t)
 	startChild(t, cc, "child-1.log")
 	produced.Wait()
 	e.verify(t, 60*time.Second)
@@ -548,16 +548,10 @@ func minTime(a, b time.Time) time.Time {
 // privateRedis starts a redis-server on a free port for this test.
 func privateRedis(t *testing.T) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if testenv.Required() {
-			t.Fatalf("redis-server not on PATH: %v", err)
-		}
-		t.Skipf("redis-server not on PATH: %v", err)
-	}
-	addr := freeAddr(t)
+	testenv.NeedBinaries(t, "redis-server")
+	addr := testenv.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -575,16 +569,6 @@ func privateRedis(t *testing.T) string {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // scrape reads one sample (exact series text) from a /metrics endpoint, 0 if absent.
