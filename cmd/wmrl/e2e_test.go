@@ -215,24 +215,17 @@ func e2eLine(t *testing.T, r e2eRollout) []byte {
 // stages run with the same checks as the in-process tests.
 func buildWMRL(t *testing.T, dir string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "wmrl")
-	args := []string{"build", "-o", bin}
+	var flags []string
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			if s.Key == "-race" && s.Value == "true" {
-				args = append(args, "-race")
+				// A -race binary sleeps 1 s at exit (ThreadSanitizer's atexit_sleep_ms), which
+				// shows in the logged SIGTERM-to-exit times.
+				flags = append(flags, "-race")
 			}
 		}
 	}
-	start := time.Now()
-	cmd := exec.Command("go", append(args, ".")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	// A -race binary sleeps 1 s at exit (ThreadSanitizer's atexit_sleep_ms), which shows in the
-	// logged SIGTERM-to-exit times.
-	t.Logf("go %s: %v", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
-	return bin
+	return testenv.BuildWMRL(t, dir, flags...)
 }
 
 type e2eHarness struct {
