@@ -3,7 +3,6 @@ package correct
 import (
 	"bufio"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -322,31 +321,7 @@ func TestFaultRedisFlushAll(t *testing.T) {
 	}
 	// Redis was repaired and kept up: every (run, stream) head is at the last step, the state
 	// assembled from its head and chunks has the head's digest, and the streams sets are back.
-	store := statestore.New(rdb, cc.RedisPrefix, 4)
-	for r := 0; r < faultWorkload.Runs; r++ {
-		run := fmt.Sprintf("r-%d", r)
-		if streams, err := store.Streams(ctx, run); err != nil || len(streams) != faultWorkload.Streams {
-			t.Fatalf("streams set of %s after FLUSHALL: %v %v", run, streams, err)
-		}
-		for s := 0; s < faultWorkload.Streams; s++ {
-			stream := fmt.Sprintf("stream%d", s)
-			h, err := store.ReadHead(ctx, run, stream)
-			if err != nil || h.SealedStep != int64(faultWorkload.Steps-1) {
-				t.Fatalf("head %s/%s: %+v %v", run, stream, h, err)
-			}
-			b, err := store.ReadState(ctx, run, stream, h.SealedStep)
-			if err != nil {
-				t.Fatalf("state %s/%s: %v", run, stream, err)
-			}
-			st, err := correction.DecodeState(b)
-			if err != nil {
-				t.Fatalf("state %s/%s: %v", run, stream, err)
-			}
-			if sum := st.Digest(); hex.EncodeToString(sum[:]) != h.Digest {
-				t.Fatalf("state %s/%s does not match the head's digest", run, stream)
-			}
-		}
-	}
+	checkStoreAtLastStep(t, statestore.New(rdb, cc.RedisPrefix, 4), faultWorkload)
 	t.Logf("rebuilt (run, stream) states after FLUSHALL+restart: %v", rebuilt)
 }
 
