@@ -115,6 +115,28 @@ func (a *advantageReader) readUntil(t *testing.T, want int, timeout time.Duratio
 }
 
 // checkExactlyOnce fails unless every rollout of recs has exactly one row.
+// checkLive checks the rows read live: one per rollout (total) and the reference digest (want).
+func checkLive(t *testing.T, rows []topics.AdvantageRow, total int, want string) {
+	t.Helper()
+	checkExactlyOnce(t, rows, total)
+	if got := topics.DigestRows(rows); got != want {
+		t.Fatalf("live digest %s, want %s", got, want)
+	}
+}
+
+// replayRun replays run from the input topics with cc, discarding the rows.
+func replayRun(t *testing.T, seeds []string, names topics.Names, run string, cc correction.Config) ReplayResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := Replay(ctx, ReplayConfig{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Names: names, Run: run,
+		Correction: cc, Logger: quietLogger()}, func(int64, []topics.AdvantageRow) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 func checkExactlyOnce(t *testing.T, rows []topics.AdvantageRow, want int) {
 	t.Helper()
 	seen := map[string]int{}
@@ -201,7 +223,7 @@ func TestConsumerEndToEndWithReplay(t *testing.T) {
 	recs := append(slices.Clone(first), second...)
 	cc := smallCorrection()
 	want := topics.DigestRows(referenceRows(t, cc, retopic(recs, names)))
-	total := wl.Runs * wl.Steps * wl.Groups * wl.GroupSize
+	total := rollouts(wl)
 	perStep := wl.Groups * wl.GroupSize
 
 	produceAll(t, seeds, first)
@@ -222,10 +244,7 @@ func TestConsumerEndToEndWithReplay(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	checkExactlyOnce(t, rd.rows, total)
-	if got := topics.DigestRows(rd.rows); got != want {
-		t.Fatalf("live digest %s, want %s", got, want)
-	}
+	checkLive(t, rd.rows, total, want)
 	if rd.recs <= wl.Runs*wl.Steps {
 		t.Fatalf("%d advantage records for %d steps: chunking below 4 KiB should split steps", rd.recs, wl.Runs*wl.Steps)
 	}

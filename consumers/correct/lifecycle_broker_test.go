@@ -30,7 +30,7 @@ func TestConsumerLifecycleOnBroker(t *testing.T) {
 	produceAll(t, seeds, recs)
 	cc := smallCorrection()
 	want := referenceRows(t, cc, retopic(recs, names))
-	total := wl.Runs * wl.Steps * wl.Groups * wl.GroupSize
+	total := rollouts(wl)
 	const retention = 6 * time.Second
 	prefix := "lc" + strings.ReplaceAll(names.Prefix, ".", "")
 	cfg := testConsumerConfig(seeds, names, rdb, cc)
@@ -156,17 +156,8 @@ func TestConsumerLifecycleOnBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	checkExactlyOnce(t, rd.rows, total)
-	if got, w := topics.DigestRows(rd.rows), topics.DigestRows(want); got != w {
-		t.Fatalf("live digest %s, want %s", got, w)
-	}
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	res, err := Replay(rctx, ReplayConfig{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Names: names, Run: "l-1",
-		Correction: cc, Logger: quietLogger()}, func(int64, []topics.AdvantageRow) error { return nil })
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkLive(t, rd.rows, total, topics.DigestRows(want))
+	res := replayRun(t, seeds, names, "l-1", cc)
 	if w := topics.DigestRows(rowsOfRun(rd.rows, "l-1")); res.Digest != w || res.DeadLetters != 1 {
 		t.Fatalf("replay of an ended run: %+v; want digest %s and the late record dead-lettered", res, w)
 	}
@@ -253,17 +244,8 @@ func TestConsumerIdleEndOnBroker(t *testing.T) {
 	if markers != 1 {
 		t.Fatalf("%d idle end-of-run records on the steps topic, want 1", markers)
 	}
-	checkExactlyOnce(t, rd.rows, len(want))
-	if got, w := topics.DigestRows(rd.rows), topics.DigestRows(want); got != w {
-		t.Fatalf("live digest %s, want %s", got, w)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	res, err := Replay(ctx, ReplayConfig{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Names: names, Run: "i-0",
-		Correction: cc, Logger: quietLogger()}, func(int64, []topics.AdvantageRow) error { return nil })
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkLive(t, rd.rows, len(want), topics.DigestRows(want))
+	res := replayRun(t, seeds, names, "i-0", cc)
 	if res.Digest != topics.DigestRows(rd.rows) || res.DeadLetters != 2 || res.Incomplete != 0 {
 		t.Fatalf("replay: %+v; want the live digest, 2 dead letters, nothing incomplete", res)
 	}

@@ -46,7 +46,7 @@ func TestConsumerLimitsOnBroker(t *testing.T) {
 	produceAll(t, seeds, append(hostile, good...))
 	cc := smallCorrection()
 	want := topics.DigestRows(referenceRows(t, cc, retopic(good, names)))
-	total := wl.Runs * wl.Steps * wl.Groups * wl.GroupSize
+	total := rollouts(wl)
 
 	cfg := testConsumerConfig(seeds, names, rdb, cc)
 	cfg.Limits = Limits{PendingStepsPerRun: 4}
