@@ -29,6 +29,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/testenv/kafkaprobe"
+	"github.com/wmrl/wmrl/topics"
 )
 
 // Environment variables read by this package.
@@ -232,6 +233,36 @@ func Topic(t testing.TB, brokers []string, partitions int32) string {
 	return topic
 }
 
+// Topics creates every wmrl topic under a prefix of the test's own (see Name) with the given
+// partition count, waits until each lists a leader for every partition, deletes them when the
+// test ends, and returns their names.
+func Topics(t testing.TB, brokers []string, partitions int32) topics.Names {
+	t.Helper()
+	names := topics.NewNames(Name(t) + ".")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatalf("testenv: kafka client: %v", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopics(ctx, partitions, -1, nil, names.All()...)
+	t.Cleanup(func() { deleteTopic(t, brokers, names.All()...) })
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("testenv: create topics %s*: %v", names.Prefix, err)
+	}
+	for _, topic := range names.All() {
+		if err := waitLeaders(ctx, adm, topic, partitions); err != nil {
+			t.Fatalf("testenv: topic %s: %v", topic, err)
+		}
+	}
+	return names
+}
+
 var errNoLeader = errors.New("partition has no leader yet")
 
 func waitLeaders(ctx context.Context, adm *kadm.Client, topic string, partitions int32) error {
@@ -271,7 +302,7 @@ func leadersKnown(ctx context.Context, adm *kadm.Client, topic string, partition
 	return nil
 }
 
-func deleteTopic(t testing.TB, brokers []string, topic string) {
+func deleteTopic(t testing.TB, brokers []string, names ...string) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Logf("testenv: cleanup: kafka client: %v", err)
@@ -280,7 +311,7 @@ func deleteTopic(t testing.TB, brokers []string, topic string) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if _, err := kadm.NewClient(cl).DeleteTopic(ctx, topic); err != nil {
-		t.Logf("testenv: cleanup: delete topic %s: %v", topic, err)
+	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, names...); err != nil {
+		t.Logf("testenv: cleanup: delete topics %v: %v", names, err)
 	}
 }
