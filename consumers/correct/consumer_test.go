@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -41,25 +42,6 @@ func fakeCluster(t *testing.T, names topics.Names) []string {
 	}
 	t.Cleanup(c.Close)
 	return c.ListenAddrs()
-}
-
-// produceAll writes copies of recs (keyed by run: the default partitioner places them).
-func produceAll(t *testing.T, seeds []string, recs []*kgo.Record) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	cp := make([]*kgo.Record, len(recs))
-	for i, r := range recs {
-		cp[i] = &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, cp...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // advantageReader reads the advantages topic with read_committed from the start.
@@ -226,7 +208,7 @@ func TestConsumerEndToEndWithReplay(t *testing.T) {
 	total := rollouts(wl)
 	perStep := wl.Groups * wl.GroupSize
 
-	produceAll(t, seeds, first)
+	testenv.Produce(t, seeds, first)
 	cfg := testConsumerConfig(seeds, names, rdb, cc)
 	stop := startConsumer(t, cfg)
 	rd := newAdvantageReader(t, seeds, names.Advantages(), true)
@@ -237,7 +219,7 @@ func TestConsumerEndToEndWithReplay(t *testing.T) {
 	if len(rd.rows) != 3*wl.Runs*perStep {
 		t.Fatalf("phase 1: %d rows, want %d", len(rd.rows), 3*wl.Runs*perStep)
 	}
-	produceAll(t, seeds, second)
+	testenv.Produce(t, seeds, second)
 	cfg.Registry = nil
 	stop = startConsumer(t, cfg)
 	rd.readUntil(t, total, 30*time.Second)
@@ -384,7 +366,7 @@ func TestConsumerConfigChangeStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	produceAll(t, seeds, flatten(steps))
+	testenv.Produce(t, seeds, flatten(steps))
 	cfg := testConsumerConfig(seeds, names, rdb, correction.DefaultConfig())
 	stop := startConsumer(t, cfg)
 	rd := newAdvantageReader(t, seeds, names.Advantages(), true)

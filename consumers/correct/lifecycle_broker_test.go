@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/internal/topicread"
 	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
@@ -27,7 +28,7 @@ func TestConsumerLifecycleOnBroker(t *testing.T) {
 	seeds, rdb, names := onBroker(t)
 	wl := SynthConfig{Runs: 3, Steps: 4, Groups: 2, GroupSize: 2, AnchorEvery: 1, Streams: 2, Seed: 17, RunPrefix: "l"}
 	recs := flatten(synthOn(t, names, wl))
-	produceAll(t, seeds, recs)
+	testenv.Produce(t, seeds, recs)
 	cc := smallCorrection()
 	want := referenceRows(t, cc, retopic(recs, names))
 	total := rollouts(wl)
@@ -73,7 +74,7 @@ func TestConsumerLifecycleOnBroker(t *testing.T) {
 		}
 		ends = append(ends, r)
 	}
-	produceAll(t, seeds, ends)
+	testenv.Produce(t, seeds, ends)
 	waitFor(reg, "one active run", 30*time.Second, func() bool { return metricSum(t, reg, "wmrl_correct_active_runs", nil) == 1 })
 	bytes1 := metricSum(t, reg, "wmrl_correct_state_bytes", nil)
 	t.Logf("state bytes: %v with 3 runs, %v with 1", bytes3, bytes1)
@@ -109,7 +110,7 @@ func TestConsumerLifecycleOnBroker(t *testing.T) {
 	}
 	late := manifestRecord(t, "l-1", last+1, 2, 2)
 	late.Topic = names.Steps()
-	produceAll(t, seeds, []*kgo.Record{late})
+	testenv.Produce(t, seeds, []*kgo.Record{late})
 	waitFor(reg, "the late record dead-lettered", 30*time.Second, func() bool {
 		return metricSum(t, reg, "wmrl_correct_dead_letters_total", map[string]string{"reason": reasonRunEnded}) == 1
 	})
@@ -196,7 +197,7 @@ func TestConsumerIdleEndOnBroker(t *testing.T) {
 	// Steps 0..2 complete; step 3 has its manifest and one reward: the trainer died.
 	recs := flatten(steps[:3])
 	input := append(recs, steps[3].Manifest, steps[3].Rewards[0])
-	produceAll(t, seeds, input)
+	testenv.Produce(t, seeds, input)
 	cc := correction.DefaultConfig()
 	want := referenceRows(t, cc, retopic(recs, names))
 	cfg := testConsumerConfig(seeds, names, rdb, cc)

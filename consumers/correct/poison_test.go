@@ -123,11 +123,11 @@ func TestPoisonRecordDoesNotStall(t *testing.T) {
 
 			poison := tc.poison
 			half := len(recs) / 2
-			produceAll(t, seeds, recs[:half])
+			testenv.Produce(t, seeds, recs[:half])
 			testenv.ProduceCompressed(t, seeds,
 				&kgo.Record{Topic: names.Predicted(), Key: []byte("r-0"), Value: poison},
 				&kgo.Record{Topic: names.Predicted(), Key: []byte("r-0"), Value: []byte(`{"schema":"wmrl.reward.predicted.v1",`)})
-			produceAll(t, seeds, recs[half:])
+			testenv.Produce(t, seeds, recs[half:])
 
 			cfg := testConsumerConfig(seeds, names, rdb, cc)
 			cfg.Registry = prometheus.NewRegistry()

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -27,7 +28,7 @@ func TestConsumerRunEndsOnBroker(t *testing.T) {
 	lateManifest.Topic = names.Steps()
 	last := int64(wl.Steps - 1)
 	input := append(recs, end("e-0", last), end("e-1", last), lateManifest)
-	produceAll(t, seeds, input)
+	testenv.Produce(t, seeds, input)
 	cc := smallCorrection()
 	want := referenceRows(t, cc, retopic(recs, names))
 	total := rollouts(wl)
