@@ -153,6 +153,7 @@ func StartRedisHA(t testing.TB, mode string) *RedisHA {
 
 // Run runs one action of redis-ha.sh (failover, kill PORT, …) and returns its standard output.
 func (h *RedisHA) Run(action string, args ...string) string {
+	h.local.t.Helper()
 	return h.local.Run("redis-ha.sh", append([]string{h.Mode, action}, args...)...)
 }
 
@@ -194,11 +195,17 @@ func StartKafkaCluster(t testing.TB) *KafkaCluster {
 	return c
 }
 
-// Run runs cluster.sh with args (stop-node N, kill-node N, …); Try returns the failure instead.
-func (c *KafkaCluster) Run(args ...string) string { return c.local.Run("cluster.sh", args...) }
+// Run runs cluster.sh with args (stop-node N, kill-node N, …).
+func (c *KafkaCluster) Run(args ...string) string {
+	c.local.t.Helper()
+	return c.local.Run("cluster.sh", args...)
+}
 
 // Try is Run returning the failure instead of failing the test.
-func (c *KafkaCluster) Try(args ...string) (string, error) { return c.local.Try("cluster.sh", args...) }
+func (c *KafkaCluster) Try(args ...string) (string, error) {
+	c.local.t.Helper()
+	return c.local.Try("cluster.sh", args...)
+}
 
 // WaitFullISR waits until every partition of topics (all topics when none is named) has a
 // leader and its three replicas in sync again, or ctx ends.
