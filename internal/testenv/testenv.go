@@ -215,30 +215,21 @@ func nameFor(testName, suffix string) string {
 func Topic(t testing.TB, brokers []string, partitions int32) string {
 	t.Helper()
 	topic := Name(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatalf("testenv: kafka client: %v", err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := adm.CreateTopic(ctx, partitions, -1, nil, topic); err != nil {
-		t.Fatalf("testenv: create topic %s: %v", topic, err)
-	}
-	t.Cleanup(func() { deleteTopic(t, brokers, topic) })
-	if err := waitLeaders(ctx, adm, topic, partitions); err != nil {
-		t.Fatalf("testenv: topic %s: %v", topic, err)
-	}
+	createTopics(t, brokers, partitions, topic)
 	return topic
 }
 
-// Topics creates every wmrl topic under a prefix of the test's own (see Name) with the given
-// partition count, waits until each lists a leader for every partition, deletes them when the
-// test ends, and returns their names.
+// Topics creates every wmrl topic under a prefix of the test's own (see Name)
+// as Topic creates one, and returns their names.
 func Topics(t testing.TB, brokers []string, partitions int32) topics.Names {
 	t.Helper()
 	names := topics.NewNames(Name(t) + ".")
+	createTopics(t, brokers, partitions, names.All()...)
+	return names
+}
+
+func createTopics(t testing.TB, brokers []string, partitions int32, names ...string) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatalf("testenv: kafka client: %v", err)
@@ -247,20 +238,19 @@ func Topics(t testing.TB, brokers []string, partitions int32) topics.Names {
 	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopics(ctx, partitions, -1, nil, names.All()...)
-	t.Cleanup(func() { deleteTopic(t, brokers, names.All()...) })
+	resp, err := adm.CreateTopics(ctx, partitions, -1, nil, names...)
+	t.Cleanup(func() { deleteTopic(t, brokers, names...) })
 	if err == nil {
 		err = resp.Error()
 	}
 	if err != nil {
-		t.Fatalf("testenv: create topics %s*: %v", names.Prefix, err)
+		t.Fatalf("testenv: create topics %v: %v", names, err)
 	}
-	for _, topic := range names.All() {
+	for _, topic := range names {
 		if err := waitLeaders(ctx, adm, topic, partitions); err != nil {
 			t.Fatalf("testenv: topic %s: %v", topic, err)
 		}
 	}
-	return names
 }
 
 var errNoLeader = errors.New("partition has no leader yet")
