@@ -50,13 +50,6 @@ func Sandbox(ctx context.Context, cfg SandboxConfig) (SandboxReport, error) {
 		cfg.JobTime = 20 * time.Millisecond
 	}
 	cfg.StageLoad = cfg.withDefaults(cfg.Slots)
-	names := topics.NewNames("bench.")
-	cluster, seeds, err := cfg.fakeKafka(names, names.Executed())
-	if err != nil {
-		return SandboxReport{}, err
-	}
-	defer cluster.Close()
-
 	var clock jobClock
 	exec, err := sandbox.NewBuiltinExecutor(func(ctx context.Context, _ sandbox.Job) (float64, error) {
 		start := clock.start()
@@ -71,19 +64,13 @@ func Sandbox(ctx context.Context, cfg SandboxConfig) (SandboxReport, error) {
 	if err != nil {
 		return SandboxReport{}, err
 	}
-	if err := produceRollouts(ctx, seeds, names, cfg.Records, cfg.Partitions, topics.Rollout{Anchor: true, Artifact: "print(1)"}); err != nil {
-		return SandboxReport{}, err
-	}
-	st, err := sandbox.NewStage(stage.Config{Names: names, Group: "bench-sandbox", KafkaOpts: seeds, Concurrency: cfg.StageConcurrency, Logger: cfg.Logger},
-		sandbox.HandlerConfig{Pool: pool})
+	wall, err := cfg.run(ctx, &clock, "bench-sandbox", topics.Names.Executed, topics.Rollout{Anchor: true, Artifact: "print(1)"},
+		func(c stage.Config) (stageRunner, error) {
+			return sandbox.NewStage(c, sandbox.HandlerConfig{Pool: pool})
+		})
 	if err != nil {
 		return SandboxReport{}, err
 	}
-	end, err := runStageUntil(ctx, st, seeds, names.Executed(), cfg.Records)
-	if err != nil {
-		return SandboxReport{}, err
-	}
-	wall := end.Sub(clock.firstAt)
 	return SandboxReport{
 		Slots: cfg.Slots, StageConcurrency: cfg.StageConcurrency, Records: cfg.Records, JobTime: cfg.JobTime, Wall: wall,
 		Utilization: float64(clock.busy.Load()) / (float64(cfg.Slots) * float64(wall)),

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -45,14 +47,32 @@ func (l StageLoad) withDefaults(slots int) StageLoad {
 	return l
 }
 
-// fakeKafka starts a one-broker in-process Kafka (kfake) holding l.Partitions partitions of the
-// rollouts topic, the stage's output topic and the DLQ of names; the caller closes it.
-func (l StageLoad) fakeKafka(names topics.Names, output string) (*kfake.Cluster, []kgo.Opt, error) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(l.Partitions), names.Rollouts(), output, names.DLQ()))
+// run measures a stage on a fresh one-broker in-process Kafka (kfake) holding l.Partitions
+// partitions of the rollouts topic, the stage's output topic (output of the names) and the DLQ:
+// it writes l.Records rollouts like tmpl, makes the stage with newStage (from the stage.Config
+// both benchmarks use, group its consumer group) and runs it until every record is on the output
+// topic. It returns the wall time from the first job's start (clock) to the last record's arrival.
+func (l StageLoad) run(ctx context.Context, clock *jobClock, group string, output func(topics.Names) string, tmpl topics.Rollout,
+	newStage func(stage.Config) (stageRunner, error)) (time.Duration, error) {
+	names := topics.NewNames("bench.")
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(l.Partitions), names.Rollouts(), output(names), names.DLQ()))
 	if err != nil {
-		return nil, nil, fmt.Errorf("kfake: %w", err)
+		return 0, fmt.Errorf("kfake: %w", err)
 	}
-	return cluster, []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, nil
+	defer cluster.Close()
+	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
+	if err := produceRollouts(ctx, seeds, names, l.Records, l.Partitions, tmpl); err != nil {
+		return 0, err
+	}
+	st, err := newStage(stage.Config{Names: names, Group: group, KafkaOpts: seeds, Concurrency: l.StageConcurrency, Logger: l.Logger})
+	if err != nil {
+		return 0, err
+	}
+	end, err := runStageUntil(ctx, st, seeds, output(names), l.Records)
+	if err != nil {
+		return 0, err
+	}
+	return end.Sub(clock.firstAt), nil
 }
 
 // jobClock times a benchmark's jobs: when the first started (the start of the measured window)

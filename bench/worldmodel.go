@@ -64,13 +64,6 @@ func WorldModel(ctx context.Context, cfg WorldModelConfig) (WorldModelReport, er
 		cfg.Latency = 20 * time.Millisecond
 	}
 	cfg.StageLoad = cfg.withDefaults(cfg.Concurrency)
-	names := topics.NewNames("bench.")
-	cluster, seeds, err := cfg.fakeKafka(names, names.Predicted())
-	if err != nil {
-		return WorldModelReport{}, err
-	}
-	defer cluster.Close()
-
 	var clock jobClock
 	body := []byte(`{"choices":[{"message":{"role":"assistant","content":"{\"score\": 0.5}"},"finish_reason":"stop"}]}`)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -83,24 +76,18 @@ func WorldModel(ctx context.Context, cfg WorldModelConfig) (WorldModelReport, er
 	}))
 	defer srv.Close()
 
-	if err := produceRollouts(ctx, seeds, names, cfg.Records, cfg.Partitions, topics.Rollout{Prompt: "task", Artifact: `{"model": "ridge"}`}); err != nil {
-		return WorldModelReport{}, err
-	}
 	scorer, err := worldmodel.NewOpenAIScorer(worldmodel.OpenAIConfig{BaseURL: srv.URL + "/v1", Model: "bench", MaxIdleConnsPerHost: cfg.Concurrency, Logger: cfg.Logger})
 	if err != nil {
 		return WorldModelReport{}, err
 	}
 	timed := &timedScorer{inner: scorer}
-	st, err := worldmodel.NewStage(stage.Config{Names: names, Group: "bench-worldmodel", KafkaOpts: seeds, Concurrency: cfg.StageConcurrency, Logger: cfg.Logger},
-		worldmodel.HandlerConfig{Scorer: timed, Concurrency: cfg.Concurrency, Model: "bench"})
+	wall, err := cfg.run(ctx, &clock, "bench-worldmodel", topics.Names.Predicted, topics.Rollout{Prompt: "task", Artifact: `{"model": "ridge"}`},
+		func(c stage.Config) (stageRunner, error) {
+			return worldmodel.NewStage(c, worldmodel.HandlerConfig{Scorer: timed, Concurrency: cfg.Concurrency, Model: "bench"})
+		})
 	if err != nil {
 		return WorldModelReport{}, err
 	}
-	end, err := runStageUntil(ctx, st, seeds, names.Predicted(), cfg.Records)
-	if err != nil {
-		return WorldModelReport{}, err
-	}
-	wall := end.Sub(clock.firstAt)
 	rep := WorldModelReport{
 		Concurrency: cfg.Concurrency, StageConcurrency: cfg.StageConcurrency, Records: cfg.Records, Latency: cfg.Latency, Wall: wall,
 		BusyFraction:  float64(clock.busy.Load()) / (float64(cfg.Concurrency) * float64(wall)),

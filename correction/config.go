@@ -20,14 +20,15 @@ const (
 	ModeReference
 )
 
-func (m Mode) String() string {
-	switch m {
-	case ModeDefault:
-		return "default"
-	case ModeReference:
-		return "reference"
+func (m Mode) String() string { return enumName(m, "Mode", "default", "reference") }
+
+// enumName is the name of v among names (those of the values from 0 on, as iota numbers them), or
+// typ(v) for a value without one.
+func enumName[T ~uint8](v T, typ string, names ...string) string {
+	if int(v) < len(names) {
+		return names[v]
 	}
-	return fmt.Sprintf("Mode(%d)", uint8(m))
+	return fmt.Sprintf("%s(%d)", typ, uint8(v))
 }
 
 // AdvantageKind selects the group-relative advantage estimator.
@@ -40,15 +41,7 @@ const (
 	DrGRPO
 )
 
-func (k AdvantageKind) String() string {
-	switch k {
-	case GRPO:
-		return "grpo"
-	case DrGRPO:
-		return "drgrpo"
-	}
-	return fmt.Sprintf("AdvantageKind(%d)", uint8(k))
-}
+func (k AdvantageKind) String() string { return enumName(k, "AdvantageKind", "grpo", "drgrpo") }
 
 // MapKind selects the shape of the default mode's calibration map.
 type MapKind uint8
@@ -71,17 +64,7 @@ const (
 	MapZSpace
 )
 
-func (k MapKind) String() string {
-	switch k {
-	case MapIsotonic:
-		return "isotonic"
-	case MapCentred:
-		return "centred"
-	case MapZSpace:
-		return "zspace"
-	}
-	return fmt.Sprintf("MapKind(%d)", uint8(k))
-}
+func (k MapKind) String() string { return enumName(k, "MapKind", "isotonic", "centred", "zspace") }
 
 // ErrUnknownMap is returned by ParseMapKind for a name it does not know.
 var ErrUnknownMap = errors.New("correction: unknown map kind")

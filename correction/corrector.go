@@ -66,15 +66,7 @@ const (
 	SourceWorldModel
 )
 
-func (s Source) String() string {
-	switch s {
-	case SourceAnchor:
-		return "anchor"
-	case SourceWorldModel:
-		return "world_model"
-	}
-	return fmt.Sprintf("Source(%d)", uint8(s))
-}
+func (s Source) String() string { return enumName(s, "Source", "anchor", "world_model") }
 
 // Row is the corrected output for one rollout.
 type Row struct {

@@ -12,22 +12,7 @@ func BenchmarkDebiasEffect8x8(b *testing.B) {
 	for _, cfg := range []Config{DefaultConfig(), ZSpaceConfig()} {
 		c := mustNew(b, cfg)
 		_, warm := run(b, c, steps[:warmup])
-		b.Run(cfg.Map.String()+"/seal", func(b *testing.B) {
-			st := warm.clone()
-			var rows []Row
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				s := steps[warmup+i%timed]
-				s.Step = st.SealedStep() + 1
-				next, err := c.Advance(st, s, rows[:0])
-				if err != nil {
-					b.Fatal(err)
-				}
-				rows = next
-				i++
-			}
-		})
+		b.Run(cfg.Map.String()+"/seal", func(b *testing.B) { benchAdvance(b, c, warm, steps[warmup:]) })
 		b.Run(cfg.Map.String()+"/effect", func(b *testing.B) {
 			st := warm.clone()
 			all := make([][]Row, 64)

@@ -136,8 +136,10 @@ func TestPipelineRealBroker(t *testing.T) {
 func runPipeline(t *testing.T, brokers []string, wm string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	prefix := testenv.Name(t) + "."
-	names := topics.NewNames(prefix)
+	// The stages check at start-up that their topics exist: Topics waits until the metadata shows
+	// them all with their leaders (CreateTopics answers before every broker's metadata does).
+	names := testenv.Topics(t, brokers, 3)
+	prefix := names.Prefix
 	seeds := []kgo.Opt{kgo.SeedBrokers(brokers...)}
 	admCl, err := kgo.NewClient(seeds...)
 	if err != nil {
@@ -145,32 +147,6 @@ func runPipeline(t *testing.T, brokers []string, wm string) {
 	}
 	defer admCl.Close()
 	adm := kadm.NewClient(admCl)
-	if _, err := adm.CreateTopics(ctx, 3, 1, nil, names.All()...); err != nil {
-		t.Fatal(err)
-	}
-	// The stages check at start-up that their topics exist: wait until the metadata shows them
-	// all with their leaders (CreateTopics answers before every broker's metadata does).
-	for ready := false; !ready; {
-		td, err := adm.ListTopics(ctx, names.All()...)
-		ready = err == nil && len(td) == len(names.All())
-		for _, d := range td {
-			ready = ready && d.Err == nil && len(d.Partitions) == 3
-			for _, p := range d.Partitions {
-				ready = ready && p.Leader >= 0
-			}
-		}
-		if !ready {
-			if ctx.Err() != nil {
-				t.Fatalf("topics never showed in the metadata: %v", err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	t.Cleanup(func() {
-		dctx, dcancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer dcancel()
-		_, _ = adm.DeleteTopics(dctx, names.All()...)
-	})
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store, err := artifact.NewStore(filepath.Join(t.TempDir(), "claims"), 0)
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/artifact"
@@ -28,21 +27,7 @@ func TestGeneratorPoisonLines(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	names := topics.NewNames(testenv.Name(t) + ".")
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admCl.Close()
-	adm := kadm.NewClient(admCl)
-	if _, err := adm.CreateTopics(ctx, 1, 1, nil, names.All()...); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx, dcancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer dcancel()
-		_, _ = adm.DeleteTopics(dctx, names.All()...)
-	})
+	names := testenv.Topics(t, brokers, 1)
 	line := func(v map[string]any) string {
 		b, err := json.Marshal(v)
 		if err != nil {

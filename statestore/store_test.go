@@ -3,8 +3,6 @@ package statestore
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/correction/correctiontest"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -187,13 +186,13 @@ func TestStoreReadsVersion1Heads(t *testing.T) {
 		digest func(*correction.State) string
 		ok     bool
 	}{
-		{"flat digest", 30, func(st *correction.State) string { return flatDigest(t, st) }, true},
+		{"flat digest", 30, correctiontest.FlatDigest, true},
 		{"chunked digest on a version 1 head", 39, func(st *correction.State) string { d := st.Digest(); return hex.EncodeToString(d[:]) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := states[tc.step]
 			w := storeWrite(st, nil, true)
-			w.Snap.State, w.Snap.Digest = v1Head(w.Snap.State), tc.digest(st)
+			w.Snap.State, w.Snap.Digest = correctiontest.V1Head(w.Snap.State), tc.digest(st)
 			if res, err := s.Write(ctx, []Write{w}, map[string][]string{"r": {"s"}}); err != nil || res[0].Status != Written {
 				t.Fatalf("write: %v %v", res, err)
 			}
@@ -206,21 +205,6 @@ func TestStoreReadsVersion1Heads(t *testing.T) {
 			}
 		})
 	}
-}
-
-// flatDigest is the hex digest a snapshot of st carried before the chunked digest: the SHA-256 of
-// the full encoding.
-func flatDigest(t *testing.T, st *correction.State) string {
-	t.Helper()
-	d := sha256.Sum256(st.Encode())
-	return hex.EncodeToString(d[:])
-}
-
-// v1Head returns head as a version 1 head: the same layout, recorded with the flat digest.
-func v1Head(head []byte) []byte {
-	b := bytes.Clone(head)
-	binary.LittleEndian.PutUint16(b[len("WMRLCHD\x00"):], 1)
-	return b
 }
 
 // ListRuns finds every run with a streams set under the prefix, and only those: not another

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -10,15 +11,37 @@ import (
 
 func init() { benchCommands = append(benchCommands, newBenchWorldModelCmd, newBenchSandboxCmd) }
 
-// benchWorldModelOptions holds bench worldmodel's flags; its run method is the command's body.
-type benchWorldModelOptions struct {
-	a      *app
-	cfg    bench.WorldModelConfig
-	target float64
+// benchStageOptions holds a stage benchmark's flags (cfg, target); its run method is the
+// command's body: it runs bench with cfg and fails when the report's measure (got) is below
+// target.
+type benchStageOptions[C any, R fmt.Stringer] struct {
+	a       *app
+	name    string
+	cfg     C
+	load    func(*C) *bench.StageLoad
+	bench   func(context.Context, C) (R, error)
+	measure string
+	got     func(R) float64
+	target  float64
+}
+
+func (o *benchStageOptions[C, R]) run(_ *cobra.Command, _ []string) error {
+	ctx, cancel := signalContext()
+	defer cancel()
+	cfg := o.cfg
+	o.load(&cfg).Logger = o.a.log.With("bench", o.name)
+	rep, err := o.bench(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(o.a.stdout, rep)
+	return belowTarget(o.measure, o.got(rep), o.target)
 }
 
 func newBenchWorldModelCmd(a *app) *cobra.Command {
-	o := &benchWorldModelOptions{a: a}
+	o := &benchStageOptions[bench.WorldModelConfig, bench.WorldModelReport]{a: a, name: "worldmodel", bench: bench.WorldModel,
+		load:    func(c *bench.WorldModelConfig) *bench.StageLoad { return &c.StageLoad },
+		measure: "busy fraction", got: func(r bench.WorldModelReport) float64 { return r.BusyFraction }}
 	cmd := &cobra.Command{
 		Use:     "worldmodel",
 		Example: `  wmrl bench worldmodel --records 2000 --concurrency 32 --latency 50ms`,
@@ -39,28 +62,10 @@ fraction is below --target.`,
 	return cmd
 }
 
-func (o *benchWorldModelOptions) run(_ *cobra.Command, _ []string) error {
-	ctx, cancel := signalContext()
-	defer cancel()
-	cfg := o.cfg
-	cfg.Logger = o.a.log.With("bench", "worldmodel")
-	rep, err := bench.WorldModel(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(o.a.stdout, rep)
-	return belowTarget("busy fraction", rep.BusyFraction, o.target)
-}
-
-// benchSandboxOptions holds bench sandbox's flags; its run method is the command's body.
-type benchSandboxOptions struct {
-	a      *app
-	cfg    bench.SandboxConfig
-	target float64
-}
-
 func newBenchSandboxCmd(a *app) *cobra.Command {
-	o := &benchSandboxOptions{a: a}
+	o := &benchStageOptions[bench.SandboxConfig, bench.SandboxReport]{a: a, name: "sandbox", bench: bench.Sandbox,
+		load:    func(c *bench.SandboxConfig) *bench.StageLoad { return &c.StageLoad },
+		measure: "slot utilization", got: func(r bench.SandboxReport) float64 { return r.Utilization }}
 	cmd := &cobra.Command{
 		Use:     "sandbox",
 		Example: `  wmrl bench sandbox --records 500 --slots 4 --job-time 20ms`,
@@ -78,17 +83,4 @@ ideal slots/job-time. Exits 1 when utilization is below --target.`,
 	f.IntVar(&o.cfg.StageConcurrency, "handlers", 0, "stage handlers (default 2×slots)")
 	f.Float64Var(&o.target, "target", 0.95, "minimum slot utilization")
 	return cmd
-}
-
-func (o *benchSandboxOptions) run(_ *cobra.Command, _ []string) error {
-	ctx, cancel := signalContext()
-	defer cancel()
-	cfg := o.cfg
-	cfg.Logger = o.a.log.With("bench", "sandbox")
-	rep, err := bench.Sandbox(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(o.a.stdout, rep)
-	return belowTarget("slot utilization", rep.Utilization, o.target)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -38,49 +37,19 @@ const (
 
 // localCluster is a deploy/local/cluster.sh cluster in a temporary directory.
 type localCluster struct {
-	t     *testing.T
-	env   []string
-	seeds []string
-	cl    *kgo.Client
-	adm   *kadm.Client
+	*testenv.KafkaCluster
+	t *testing.T
 }
 
 func startLocalCluster(t *testing.T) *localCluster {
 	t.Helper()
-	base := testenv.FreePortRun(t, 6, 0)
-	c := &localCluster{t: t, env: append(os.Environ(),
-		"WMRL_LOCAL_DIR="+t.TempDir(), "WMRL_CLUSTER_BASE_PORT="+strconv.Itoa(base))}
-	start := time.Now()
-	c.script("start")
-	t.Cleanup(func() { c.script("stop") })
-	t.Logf("cluster.sh start: %v", time.Since(start).Round(time.Millisecond))
-	for i := range 3 {
-		c.seeds = append(c.seeds, fmt.Sprintf("127.0.0.1:%d", base+i))
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.seeds...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	c.cl, c.adm = cl, kadm.NewClient(cl)
-	return c
-}
-
-func (c *localCluster) script(args ...string) {
-	c.t.Helper()
-	cmd := exec.Command("bash", append([]string{filepath.Join("..", "..", "deploy", "local", "cluster.sh")}, args...)...)
-	cmd.Env = c.env
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		c.t.Fatalf("cluster.sh %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	c.t.Logf("cluster.sh %s: %s", strings.Join(args, " "), lastLine(string(out)))
+	return &localCluster{KafkaCluster: testenv.StartKafkaCluster(t), t: t}
 }
 
 // leader returns the leader of topic's partition p.
 func (c *localCluster) leader(ctx context.Context, topic string, p int32) int32 {
 	c.t.Helper()
-	md, err := c.adm.Metadata(ctx, topic)
+	md, err := c.Admin.Metadata(ctx, topic)
 	if err != nil {
 		c.t.Fatalf("metadata: %v", err)
 	}
@@ -101,7 +70,7 @@ func (c *localCluster) activeController(ctx context.Context) int32 {
 	rp := kmsg.NewDescribeQuorumRequestTopicPartition()
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, c.cl)
+	resp, err := req.RequestWith(ctx, c.Client)
 	if err == nil {
 		err = kerr.ErrorForCode(resp.ErrorCode)
 	}
@@ -115,27 +84,10 @@ func (c *localCluster) activeController(ctx context.Context) int32 {
 func (c *localCluster) waitFullISR(ctx context.Context, names ...string) {
 	c.t.Helper()
 	start := time.Now()
-	for {
-		md, err := c.adm.Metadata(ctx, names...)
-		short := 0
-		if err == nil {
-			for _, td := range md.Topics {
-				for _, pd := range td.Partitions {
-					if len(pd.ISR) < 3 {
-						short++
-					}
-				}
-			}
-		}
-		if err == nil && short == 0 {
-			c.t.Logf("all replicas in sync %v after the restart", time.Since(start).Round(time.Millisecond))
-			return
-		}
-		if ctx.Err() != nil {
-			c.t.Fatalf("ISR not full again: %d partitions short, %v", short, err)
-		}
-		time.Sleep(250 * time.Millisecond)
+	if err := c.WaitFullISR(ctx, names...); err != nil {
+		c.t.Fatalf("ISR not full again: %v", err)
 	}
+	c.t.Logf("all replicas in sync %v after the restart", time.Since(start).Round(time.Millisecond))
 }
 
 // TestClusterFailover runs the pipeline against three brokers (RF 3, min.insync.replicas 2)
@@ -158,7 +110,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	prefix := "wmrl.cluster."
 	names := topics.NewNames(prefix)
-	h := &e2eHarness{t: t, bin: bin, global: []string{"--brokers", strings.Join(c.seeds, ","), "--topic-prefix", prefix},
+	h := &e2eHarness{t: t, bin: bin, global: []string{"--brokers", strings.Join(c.Seeds, ","), "--topic-prefix", prefix},
 		env: []string{"WMRL_REDIS=" + rds.URL()}}
 	t.Cleanup(h.stopAll)
 
@@ -176,7 +128,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	cfgs, err := c.adm.DescribeTopicConfigs(ctx, names.Rollouts(), names.Advantages())
+	cfgs, err := c.Admin.DescribeTopicConfigs(ctx, names.Rollouts(), names.Advantages())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +191,7 @@ func TestClusterFailover(t *testing.T) {
 	busy := c.busyPartition(ctx, names.Rollouts())
 	victim := c.leader(ctx, names.Rollouts(), busy)
 	t.Logf("killing node %d, leader of %s/%d", victim, names.Rollouts(), busy)
-	c.script("kill-node", strconv.Itoa(int(victim)))
+	c.Run("kill-node", strconv.Itoa(int(victim)))
 	killed := time.Now()
 	feed(16)
 	// The controller moves leadership once the dead broker's session times out
@@ -251,12 +203,12 @@ func TestClusterFailover(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("%s/%d has a new leader %v after the kill", names.Rollouts(), busy, time.Since(killed).Round(100*time.Millisecond))
-	c.script("start-node", strconv.Itoa(int(victim)))
+	c.Run("start-node", strconv.Itoa(int(victim)))
 	c.waitFullISR(ctx, names.Rollouts(), names.Predicted(), names.Executed(), names.Steps(), names.Advantages(), names.Calibration())
 	feed(20)
 	ctrl := c.activeController(ctx)
 	t.Logf("killing node %d, the active controller", ctrl)
-	c.script("kill-node", strconv.Itoa(int(ctrl)))
+	c.Run("kill-node", strconv.Itoa(int(ctrl)))
 	feed(26)
 	if now := c.activeController(ctx); now == ctrl {
 		t.Errorf("node %d is still the active controller after its death", ctrl)
@@ -276,7 +228,7 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("generate did not finish\n%s", genOut.String())
 	}
 	t.Logf("generate: %s", lastLine(genOut.String()))
-	c.script("start-node", strconv.Itoa(int(ctrl)))
+	c.Run("start-node", strconv.Itoa(int(ctrl)))
 
 	live := h.pollDigestRun(e2eRun, clusterSteps, 3*time.Minute)
 	t.Logf("live: %s", live)
@@ -284,7 +236,7 @@ func TestClusterFailover(t *testing.T) {
 		p.terminate(30 * time.Second) // fails if the stage had exited
 	}
 
-	opts := []kgo.Opt{kgo.SeedBrokers(c.seeds...)}
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Seeds...)}
 	// worldmodel and sandbox are at-least-once: when a node that coordinates their group dies,
 	// franz-go drops the group session and the work since the last commit is redone. The
 	// redelivered records must be the same verdict; the correction consumer (exactly-once) keeps
@@ -309,7 +261,7 @@ func TestClusterFailover(t *testing.T) {
 func (c *localCluster) busyPartition(ctx context.Context, topic string) int32 {
 	c.t.Helper()
 	for {
-		ends, err := c.adm.ListEndOffsets(ctx, topic)
+		ends, err := c.Admin.ListEndOffsets(ctx, topic)
 		if err != nil {
 			c.t.Fatalf("end offsets: %v", err)
 		}

@@ -215,24 +215,17 @@ func e2eLine(t *testing.T, r e2eRollout) []byte {
 // stages run with the same checks as the in-process tests.
 func buildWMRL(t *testing.T, dir string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "wmrl")
-	args := []string{"build", "-o", bin}
+	var flags []string
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			if s.Key == "-race" && s.Value == "true" {
-				args = append(args, "-race")
+				// A -race binary sleeps 1 s at exit (ThreadSanitizer's atexit_sleep_ms), which
+				// shows in the logged SIGTERM-to-exit times.
+				flags = append(flags, "-race")
 			}
 		}
 	}
-	start := time.Now()
-	cmd := exec.Command("go", append(args, ".")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	// A -race binary sleeps 1 s at exit (ThreadSanitizer's atexit_sleep_ms), which shows in the
-	// logged SIGTERM-to-exit times.
-	t.Logf("go %s: %v", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
-	return bin
+	return testenv.BuildWMRL(t, dir, flags...)
 }
 
 type e2eHarness struct {
@@ -530,9 +523,31 @@ func checkAdvantageTopic(ctx context.Context, t *testing.T, opts []kgo.Opt, topi
 	return rows
 }
 
+// onePerRollout returns each rollout's one item (what names them) by its id; a rollout with
+// none or several, or an item of no rollout, is an error.
+func onePerRollout[T any](t *testing.T, what string, items []T, id func(T) string, rollouts []e2eRollout) map[string]T {
+	t.Helper()
+	got := map[string][]T{}
+	for _, it := range items {
+		got[id(it)] = append(got[id(it)], it)
+	}
+	if len(got) != len(rollouts) {
+		t.Errorf("%s for %d rollouts, want %d", what, len(got), len(rollouts))
+	}
+	one := map[string]T{}
+	for _, r := range rollouts {
+		if its := got[r.id]; len(its) != 1 {
+			t.Errorf("rollout %s: %d %s, want 1", r.id, len(its), what)
+		} else {
+			one[r.id] = its[0]
+		}
+	}
+	return one
+}
+
 func checkPredicted(t *testing.T, values [][]byte, rollouts []e2eRollout) {
 	t.Helper()
-	got := map[string][]topics.PredictedReward{}
+	var ps []topics.PredictedReward
 	for _, v := range values {
 		p, err := topics.DecodePredicted(v)
 		if err != nil {
@@ -541,18 +556,14 @@ func checkPredicted(t *testing.T, values [][]byte, rollouts []e2eRollout) {
 		if p.RunID != e2eRun {
 			t.Errorf("predicted record of run %q", p.RunID)
 		}
-		got[p.RolloutID] = append(got[p.RolloutID], p)
+		ps = append(ps, p)
 	}
-	if len(got) != len(rollouts) {
-		t.Errorf("predicted records for %d rollouts, want %d", len(got), len(rollouts))
-	}
+	got := onePerRollout(t, "predicted records", ps, func(p topics.PredictedReward) string { return p.RolloutID }, rollouts)
 	for _, r := range rollouts {
-		ps := got[r.id]
-		if len(ps) != 1 {
-			t.Errorf("rollout %s: %d predicted records, want 1", r.id, len(ps))
+		p, ok := got[r.id]
+		if !ok {
 			continue
 		}
-		p := ps[0]
 		if p.Anchor != r.anchor || p.GroupID != r.group || p.Step != r.step {
 			t.Errorf("rollout %s: predicted record %+v does not match anchor %v group %s step %d", r.id, p, r.anchor, r.group, r.step)
 		}
@@ -611,20 +622,12 @@ func checkExecuted(t *testing.T, values [][]byte, rollouts []e2eRollout) {
 
 func checkAdvantages(t *testing.T, rows []topics.AdvantageRow, rollouts []e2eRollout) {
 	t.Helper()
-	got := map[string][]topics.AdvantageRow{}
-	for _, r := range rows {
-		got[r.RolloutID] = append(got[r.RolloutID], r)
-	}
-	if len(rows) != len(rollouts) {
-		t.Errorf("%d advantage rows, want %d", len(rows), len(rollouts))
-	}
+	got := onePerRollout(t, "advantage rows", rows, func(r topics.AdvantageRow) string { return r.RolloutID }, rollouts)
 	for _, r := range rollouts {
-		rs := got[r.id]
-		if len(rs) != 1 {
-			t.Errorf("rollout %s: %d advantage rows, want 1", r.id, len(rs))
+		row, ok := got[r.id]
+		if !ok {
 			continue
 		}
-		row := rs[0]
 		wantMask := !r.sandboxTTL && !r.invalidWM
 		if row.Mask != wantMask {
 			t.Errorf("rollout %s: mask %v, want %v (row %+v)", r.id, row.Mask, wantMask, row)

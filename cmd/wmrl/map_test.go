@@ -53,7 +53,7 @@ func TestCorrectZSpaceOnBroker(t *testing.T) {
 	for _, s := range synth {
 		recs = append(recs, s.Records()...)
 	}
-	produceRecords(t, brokers, recs)
+	testenv.Produce(t, brokers, recs)
 
 	mapFlags := []string{"--map", "zspace", "--min-pairs", minPairs}
 	corr := h.start("correct", append([]string{"correct", "--metrics-addr", "127.0.0.1:0", "--transactional-id", unique + "-txn",
@@ -119,25 +119,6 @@ func TestCorrectZSpaceOnBroker(t *testing.T) {
 	t.Logf("correct --map centred: exit %d: %s", code, lastLine(errOut))
 	if code == 0 || !strings.Contains(errOut, "config") {
 		t.Errorf("correct --map centred on z-space states: exit %d\n%s", code, errOut)
-	}
-}
-
-// produceRecords writes copies of recs, keyed by run, as producers place them.
-func produceRecords(t *testing.T, brokers []string, recs []*kgo.Record) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	cp := make([]*kgo.Record, len(recs))
-	for i, r := range recs {
-		cp[i] = &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, cp...).FirstErr(); err != nil {
-		t.Fatalf("produce %d records: %v", len(cp), err)
 	}
 }
 

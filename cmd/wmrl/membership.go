@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/wmrl/wmrl/internal/artifact"
 	"github.com/wmrl/wmrl/internal/health"
 	"github.com/wmrl/wmrl/internal/stage"
 )
@@ -34,6 +36,35 @@ func (s *stageFlags) add(f *pflag.FlagSet, name, port, graceHelp string) {
 	f.IntVar(&cfg.FailureWindow, "failure-window", health.DefaultFailureWindow, "how many recent results --max-failure-share is taken over")
 	f.StringVar(&cfg.InstanceID, "instance-id", "", "static group member id, stable per instance (e.g. the pod name of a StatefulSet); empty: dynamic membership")
 	f.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "how long the group waits for a silent member before reassigning its partitions (0: 45s)")
+}
+
+// stageRunner is a stage as a command runs it.
+type stageRunner interface{ Run(context.Context) error }
+
+// run makes the stage name with newStage, from its configuration (see config) and the claim-check
+// store of --artifact-dir (a nil Resolver without one, not a nil *artifact.Store inside one, so
+// stages see "no store" as nil), and runs it until SIGTERM or SIGINT.
+func (s *stageFlags) run(a *app, cmd *cobra.Command, name string,
+	newStage func(stage.Config, artifact.Resolver) (stageRunner, error)) error {
+	var artifacts artifact.Resolver
+	if s.artifactDir != "" {
+		store, err := artifact.NewStore(s.artifactDir, 0)
+		if err != nil {
+			return err
+		}
+		artifacts = store
+	}
+	member, err := s.config(a, cmd, name)
+	if err != nil {
+		return err
+	}
+	st, err := newStage(member, artifacts)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	return st.Run(ctx)
 }
 
 // config completes the configuration of the stage name from the flags and the connection,

@@ -3,11 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,30 +23,7 @@ func TestRunsListRedisCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
 	}
-	for _, bin := range []string{"redis-server", "redis-cli"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if testenv.Required() {
-				t.Fatalf("%s not on PATH: %v", bin, err)
-			}
-			t.Skipf("%s not on PATH: %v", bin, err)
-		}
-	}
-	env := append(os.Environ(), "WMRL_LOCAL_DIR="+t.TempDir(), "WMRL_TEST_REDIS_HA_PORT="+strconv.Itoa(testenv.FreePortRun(t, 6, 10000)))
-	script := func(action string) string {
-		t.Helper()
-		cmd := exec.Command(filepath.Join("..", "..", "deploy", "local", "redis-ha.sh"), "cluster", action)
-		cmd.Env = env
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("redis-ha.sh cluster %s: %v\n%s", action, err, stderr.String())
-		}
-		return strings.TrimSpace(string(out))
-	}
-	t.Cleanup(func() { script("stop") })
-	script("start")
-	url := script("url")
+	url := testenv.StartRedisHA(t, "cluster").URL
 
 	target, err := conn.Options{RedisURL: url}.RedisTarget()
 	if err != nil {

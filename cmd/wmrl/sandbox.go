@@ -12,6 +12,8 @@ import (
 
 	"github.com/wmrl/wmrl/consumers/sandbox"
 	"github.com/wmrl/wmrl/consumers/sandbox/jail"
+	"github.com/wmrl/wmrl/internal/artifact"
+	"github.com/wmrl/wmrl/internal/stage"
 )
 
 func init() { register(newSandboxCmd) }
@@ -134,22 +136,10 @@ func (o *sandboxOptions) run(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	hc := sandbox.HandlerConfig{Pool: pool, Policy: policy, ArtifactName: o.artifactName}
-	if hc.Artifacts, err = artifactResolver(o.stage.artifactDir); err != nil {
-		return err
-	}
-	member, err := o.stage.config(a, cmd, sandbox.StageName)
-	if err != nil {
-		return err
-	}
-	member.Concurrency = o.handlers
-	st, err := sandbox.NewStage(member, hc)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	return st.Run(ctx)
+	return o.stage.run(a, cmd, sandbox.StageName, func(member stage.Config, artifacts artifact.Resolver) (stageRunner, error) {
+		member.Concurrency = o.handlers
+		return sandbox.NewStage(member, sandbox.HandlerConfig{Pool: pool, Policy: policy, ArtifactName: o.artifactName, Artifacts: artifacts})
+	})
 }
 
 // parseArgv accepts --argv repeated per argument, or a single JSON array of strings.

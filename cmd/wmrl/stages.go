@@ -7,7 +7,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/wmrl/wmrl/internal/artifact"
 	"github.com/wmrl/wmrl/internal/topicadmin"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -35,13 +34,4 @@ func (a *app) groupFor(cmd *cobra.Command, group, base string) string {
 		return p + base
 	}
 	return base
-}
-
-// artifactResolver opens the claim-check directory, or returns a nil Resolver (not a nil
-// *artifact.Store inside one) when dir is empty, so stages see "no store" as nil.
-func artifactResolver(dir string) (artifact.Resolver, error) {
-	if dir == "" {
-		return nil, nil
-	}
-	return artifact.NewStore(dir, 0)
 }

@@ -202,15 +202,12 @@ func TestCheckEnv(t *testing.T) {
 // scripts, Makefile, Go sources and docs) for WMRL_* names and asserts the binary accepts each,
 // so a variable added elsewhere cannot make every stage refuse to start.
 func TestRepoEnvNamesAccepted(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := testenv.RepoRoot(t)
 	// Misspellings that this file and the README show as examples of the error.
 	examples := map[string]bool{"WMRL_BROKER": true, "WMRL_FROBNICATE": true, "WMRL_ZZZ": true, "WMRL_RUN_DI": true}
 	re := regexp.MustCompile(`WMRL_[A-Z0-9_]+`)
 	seen := map[string]string{}
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

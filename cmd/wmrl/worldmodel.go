@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wmrl/wmrl/consumers/worldmodel"
+	"github.com/wmrl/wmrl/internal/artifact"
+	"github.com/wmrl/wmrl/internal/stage"
 )
 
 func init() { register(newWorldModelCmd) }
@@ -78,27 +80,16 @@ func (o *worldModelOptions) run(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	hc := worldmodel.HandlerConfig{Scorer: scorer, Concurrency: o.concurrency, Model: cfg.Model, Logger: a.log}
-	if hc.Artifacts, err = artifactResolver(o.stage.artifactDir); err != nil {
-		return err
-	}
-	member, err := o.stage.config(a, cmd, worldmodel.StageName)
-	if err != nil {
-		return err
-	}
-	member.Started = func() {
-		a.log.Info("world model", "base_url", cfg.BaseURL, "model", cfg.Model, "scoring_concurrency", o.concurrency,
-			"max_failure_share", member.MaxFailureShare, "failure_window", member.FailureWindow)
-	}
-	// Before the stage's client exists: it joins the group at once, and leaving it would log.
-	if err := scorer.Probe(a.startupContext()); err != nil {
-		return err
-	}
-	st, err := worldmodel.NewStage(member, hc)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := signalContext()
-	defer cancel()
-	return st.Run(ctx)
+	return o.stage.run(a, cmd, worldmodel.StageName, func(member stage.Config, artifacts artifact.Resolver) (stageRunner, error) {
+		member.Started = func() {
+			a.log.Info("world model", "base_url", cfg.BaseURL, "model", cfg.Model, "scoring_concurrency", o.concurrency,
+				"max_failure_share", member.MaxFailureShare, "failure_window", member.FailureWindow)
+		}
+		// Before the stage's client exists: it joins the group at once, and leaving it would log.
+		if err := scorer.Probe(a.startupContext()); err != nil {
+			return nil, err
+		}
+		return worldmodel.NewStage(member, worldmodel.HandlerConfig{Scorer: scorer, Concurrency: o.concurrency, Model: cfg.Model,
+			Logger: a.log, Artifacts: artifacts})
+	})
 }

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -17,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/correction/correctiontest"
 	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
@@ -62,7 +60,7 @@ func TestChangelogRebuildOnBroker(t *testing.T) {
 		case s.step < migrateAt:
 			for i, sn := range s.snaps {
 				sn.State = s.states[i].Encode() // the form written before heads existed
-				sn.Digest = flatDigest(t, s.states[i])
+				sn.Digest = correctiontest.FlatDigest(s.states[i])
 				recs = append(recs, v1CalibrationRecord(t, names, sn))
 			}
 		default:
@@ -77,8 +75,8 @@ func TestChangelogRebuildOnBroker(t *testing.T) {
 				// Version 1 heads with the flat digest, as written before the chunked digest.
 				c.snaps = slices.Clone(s.snaps)
 				for i := range c.snaps {
-					c.snaps[i].State = v1Head(c.snaps[i].State)
-					c.snaps[i].Digest = flatDigest(t, s.states[i])
+					c.snaps[i].State = correctiontest.V1Head(c.snaps[i].State)
+					c.snaps[i].Digest = correctiontest.FlatDigest(s.states[i])
 				}
 			}
 			if recs, err = calibrationRecords(names, &c, nil); err != nil {
@@ -149,21 +147,6 @@ func checkRebuild(t *testing.T, seeds []string, names topics.Names, want map[str
 			t.Fatalf("%s: rebuilt state differs (legacy %v, want %v)", key, wasLegacy, legacy)
 		}
 	}
-}
-
-// flatDigest is the hex digest a snapshot of st carried before the chunked digest: the SHA-256 of
-// the full encoding.
-func flatDigest(t *testing.T, st *correction.State) string {
-	t.Helper()
-	d := sha256.Sum256(st.Encode())
-	return hex.EncodeToString(d[:])
-}
-
-// v1Head returns head as a version 1 head: the same layout, recorded with the flat digest.
-func v1Head(head []byte) []byte {
-	b := bytes.Clone(head)
-	binary.LittleEndian.PutUint16(b[len("WMRLCHD\x00"):], 1)
-	return b
 }
 
 // v1CalibrationRecord is sn as the consumer produced it before binary snapshots: a JSON value

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -41,25 +42,6 @@ func fakeCluster(t *testing.T, names topics.Names) []string {
 	}
 	t.Cleanup(c.Close)
 	return c.ListenAddrs()
-}
-
-// produceAll writes copies of recs (keyed by run: the default partitioner places them).
-func produceAll(t *testing.T, seeds []string, recs []*kgo.Record) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	cp := make([]*kgo.Record, len(recs))
-	for i, r := range recs {
-		cp[i] = &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, cp...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // advantageReader reads the advantages topic with read_committed from the start.
@@ -115,6 +97,28 @@ func (a *advantageReader) readUntil(t *testing.T, want int, timeout time.Duratio
 }
 
 // checkExactlyOnce fails unless every rollout of recs has exactly one row.
+// checkLive checks the rows read live: one per rollout (total) and the reference digest (want).
+func checkLive(t *testing.T, rows []topics.AdvantageRow, total int, want string) {
+	t.Helper()
+	checkExactlyOnce(t, rows, total)
+	if got := topics.DigestRows(rows); got != want {
+		t.Fatalf("live digest %s, want %s", got, want)
+	}
+}
+
+// replayRun replays run from the input topics with cc, discarding the rows.
+func replayRun(t *testing.T, seeds []string, names topics.Names, run string, cc correction.Config) ReplayResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := Replay(ctx, ReplayConfig{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Names: names, Run: run,
+		Correction: cc, Logger: quietLogger()}, func(int64, []topics.AdvantageRow) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 func checkExactlyOnce(t *testing.T, rows []topics.AdvantageRow, want int) {
 	t.Helper()
 	seen := map[string]int{}
@@ -201,10 +205,10 @@ func TestConsumerEndToEndWithReplay(t *testing.T) {
 	recs := append(slices.Clone(first), second...)
 	cc := smallCorrection()
 	want := topics.DigestRows(referenceRows(t, cc, retopic(recs, names)))
-	total := wl.Runs * wl.Steps * wl.Groups * wl.GroupSize
+	total := rollouts(wl)
 	perStep := wl.Groups * wl.GroupSize
 
-	produceAll(t, seeds, first)
+	testenv.Produce(t, seeds, first)
 	cfg := testConsumerConfig(seeds, names, rdb, cc)
 	stop := startConsumer(t, cfg)
 	rd := newAdvantageReader(t, seeds, names.Advantages(), true)
@@ -215,17 +219,14 @@ func TestConsumerEndToEndWithReplay(t *testing.T) {
 	if len(rd.rows) != 3*wl.Runs*perStep {
 		t.Fatalf("phase 1: %d rows, want %d", len(rd.rows), 3*wl.Runs*perStep)
 	}
-	produceAll(t, seeds, second)
+	testenv.Produce(t, seeds, second)
 	cfg.Registry = nil
 	stop = startConsumer(t, cfg)
 	rd.readUntil(t, total, 30*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	checkExactlyOnce(t, rd.rows, total)
-	if got := topics.DigestRows(rd.rows); got != want {
-		t.Fatalf("live digest %s, want %s", got, want)
-	}
+	checkLive(t, rd.rows, total, want)
 	if rd.recs <= wl.Runs*wl.Steps {
 		t.Fatalf("%d advantage records for %d steps: chunking below 4 KiB should split steps", rd.recs, wl.Runs*wl.Steps)
 	}
@@ -365,7 +366,7 @@ func TestConsumerConfigChangeStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	produceAll(t, seeds, flatten(steps))
+	testenv.Produce(t, seeds, flatten(steps))
 	cfg := testConsumerConfig(seeds, names, rdb, correction.DefaultConfig())
 	stop := startConsumer(t, cfg)
 	rd := newAdvantageReader(t, seeds, names.Advantages(), true)

@@ -220,7 +220,7 @@ func TestEngineMatchesReferenceInAnyArrivalOrder(t *testing.T) {
 	for name, cfg := range cfgs {
 		t.Run(name, func(t *testing.T) {
 			want := topics.DigestRows(referenceRows(t, cfg, recs))
-			wantRows := smallWorkload.Runs * smallWorkload.Steps * smallWorkload.Groups * smallWorkload.GroupSize
+			wantRows := rollouts(smallWorkload)
 			for trial := 0; trial < 6; trial++ {
 				order := slices.Clone(recs)
 				if trial > 0 {

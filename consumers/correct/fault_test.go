@@ -3,7 +3,6 @@ package correct
 import (
 	"bufio"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -177,7 +176,7 @@ func newFaultEnv(t *testing.T, wl SynthConfig) *faultEnv {
 		t.Fatal(err)
 	}
 	return &faultEnv{seeds: seeds, redisURL: redisURL, names: names, prefix: prefix, steps: steps,
-		total: wl.Runs * wl.Steps * wl.Groups * wl.GroupSize, minPairs: 8}
+		total: rollouts(wl), minPairs: 8}
 }
 
 func (e *faultEnv) child(redisURL, txn, instance string) childConfig {
@@ -243,10 +242,7 @@ func (e *faultEnv) verify(t *testing.T, timeout time.Duration) *advantageReader 
 	rd.readUntil(t, e.total, timeout)
 	// Linger briefly: a duplicate would show up as extra rows.
 	rd.readUntil(t, e.total+1, 1500*time.Millisecond)
-	checkExactlyOnce(t, rd.rows, e.total)
-	if got, want := topics.DigestRows(rd.rows), e.wantDigest(t); got != want {
-		t.Fatalf("digest %s, want %s (uninterrupted)", got, want)
-	}
+	checkLive(t, rd.rows, e.total, e.wantDigest(t))
 	return rd
 }
 
@@ -309,7 +305,7 @@ func TestFaultRedisFlushAll(t *testing.T) {
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	cc.MetricsAddr = freeAddr(t)
+	cc.MetricsAddr = testenv.FreeAddr(t)
 	startChild(t, cc, "child-1.log")
 	produced.Wait()
 	e.verify(t, 60*time.Second)
@@ -322,31 +318,7 @@ func TestFaultRedisFlushAll(t *testing.T) {
 	}
 	// Redis was repaired and kept up: every (run, stream) head is at the last step, the state
 	// assembled from its head and chunks has the head's digest, and the streams sets are back.
-	store := statestore.New(rdb, cc.RedisPrefix, 4)
-	for r := 0; r < faultWorkload.Runs; r++ {
-		run := fmt.Sprintf("r-%d", r)
-		if streams, err := store.Streams(ctx, run); err != nil || len(streams) != faultWorkload.Streams {
-			t.Fatalf("streams set of %s after FLUSHALL: %v %v", run, streams, err)
-		}
-		for s := 0; s < faultWorkload.Streams; s++ {
-			stream := fmt.Sprintf("stream%d", s)
-			h, err := store.ReadHead(ctx, run, stream)
-			if err != nil || h.SealedStep != int64(faultWorkload.Steps-1) {
-				t.Fatalf("head %s/%s: %+v %v", run, stream, h, err)
-			}
-			b, err := store.ReadState(ctx, run, stream, h.SealedStep)
-			if err != nil {
-				t.Fatalf("state %s/%s: %v", run, stream, err)
-			}
-			st, err := correction.DecodeState(b)
-			if err != nil {
-				t.Fatalf("state %s/%s: %v", run, stream, err)
-			}
-			if sum := st.Digest(); hex.EncodeToString(sum[:]) != h.Digest {
-				t.Fatalf("state %s/%s does not match the head's digest", run, stream)
-			}
-		}
-	}
+	checkStoreAtLastStep(t, statestore.New(rdb, cc.RedisPrefix, 4), faultWorkload)
 	t.Logf("rebuilt (run, stream) states after FLUSHALL+restart: %v", rebuilt)
 }
 
@@ -548,16 +520,10 @@ func minTime(a, b time.Time) time.Time {
 // privateRedis starts a redis-server on a free port for this test.
 func privateRedis(t *testing.T) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if testenv.Required() {
-			t.Fatalf("redis-server not on PATH: %v", err)
-		}
-		t.Skipf("redis-server not on PATH: %v", err)
-	}
-	addr := freeAddr(t)
+	testenv.NeedBinaries(t, "redis-server")
+	addr := testenv.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -575,16 +541,6 @@ func privateRedis(t *testing.T) string {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // scrape reads one sample (exact series text) from a /metrics endpoint, 0 if absent.

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/internal/topicread"
 	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
@@ -27,10 +28,10 @@ func TestConsumerLifecycleOnBroker(t *testing.T) {
 	seeds, rdb, names := onBroker(t)
 	wl := SynthConfig{Runs: 3, Steps: 4, Groups: 2, GroupSize: 2, AnchorEvery: 1, Streams: 2, Seed: 17, RunPrefix: "l"}
 	recs := flatten(synthOn(t, names, wl))
-	produceAll(t, seeds, recs)
+	testenv.Produce(t, seeds, recs)
 	cc := smallCorrection()
 	want := referenceRows(t, cc, retopic(recs, names))
-	total := wl.Runs * wl.Steps * wl.Groups * wl.GroupSize
+	total := rollouts(wl)
 	const retention = 6 * time.Second
 	prefix := "lc" + strings.ReplaceAll(names.Prefix, ".", "")
 	cfg := testConsumerConfig(seeds, names, rdb, cc)
@@ -73,7 +74,7 @@ func TestConsumerLifecycleOnBroker(t *testing.T) {
 		}
 		ends = append(ends, r)
 	}
-	produceAll(t, seeds, ends)
+	testenv.Produce(t, seeds, ends)
 	waitFor(reg, "one active run", 30*time.Second, func() bool { return metricSum(t, reg, "wmrl_correct_active_runs", nil) == 1 })
 	bytes1 := metricSum(t, reg, "wmrl_correct_state_bytes", nil)
 	t.Logf("state bytes: %v with 3 runs, %v with 1", bytes3, bytes1)
@@ -109,7 +110,7 @@ func TestConsumerLifecycleOnBroker(t *testing.T) {
 	}
 	late := manifestRecord(t, "l-1", last+1, 2, 2)
 	late.Topic = names.Steps()
-	produceAll(t, seeds, []*kgo.Record{late})
+	testenv.Produce(t, seeds, []*kgo.Record{late})
 	waitFor(reg, "the late record dead-lettered", 30*time.Second, func() bool {
 		return metricSum(t, reg, "wmrl_correct_dead_letters_total", map[string]string{"reason": reasonRunEnded}) == 1
 	})
@@ -156,17 +157,8 @@ func TestConsumerLifecycleOnBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	checkExactlyOnce(t, rd.rows, total)
-	if got, w := topics.DigestRows(rd.rows), topics.DigestRows(want); got != w {
-		t.Fatalf("live digest %s, want %s", got, w)
-	}
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	res, err := Replay(rctx, ReplayConfig{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Names: names, Run: "l-1",
-		Correction: cc, Logger: quietLogger()}, func(int64, []topics.AdvantageRow) error { return nil })
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkLive(t, rd.rows, total, topics.DigestRows(want))
+	res := replayRun(t, seeds, names, "l-1", cc)
 	if w := topics.DigestRows(rowsOfRun(rd.rows, "l-1")); res.Digest != w || res.DeadLetters != 1 {
 		t.Fatalf("replay of an ended run: %+v; want digest %s and the late record dead-lettered", res, w)
 	}
@@ -205,7 +197,7 @@ func TestConsumerIdleEndOnBroker(t *testing.T) {
 	// Steps 0..2 complete; step 3 has its manifest and one reward: the trainer died.
 	recs := flatten(steps[:3])
 	input := append(recs, steps[3].Manifest, steps[3].Rewards[0])
-	produceAll(t, seeds, input)
+	testenv.Produce(t, seeds, input)
 	cc := correction.DefaultConfig()
 	want := referenceRows(t, cc, retopic(recs, names))
 	cfg := testConsumerConfig(seeds, names, rdb, cc)
@@ -253,17 +245,8 @@ func TestConsumerIdleEndOnBroker(t *testing.T) {
 	if markers != 1 {
 		t.Fatalf("%d idle end-of-run records on the steps topic, want 1", markers)
 	}
-	checkExactlyOnce(t, rd.rows, len(want))
-	if got, w := topics.DigestRows(rd.rows), topics.DigestRows(want); got != w {
-		t.Fatalf("live digest %s, want %s", got, w)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	res, err := Replay(ctx, ReplayConfig{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Names: names, Run: "i-0",
-		Correction: cc, Logger: quietLogger()}, func(int64, []topics.AdvantageRow) error { return nil })
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkLive(t, rd.rows, len(want), topics.DigestRows(want))
+	res := replayRun(t, seeds, names, "i-0", cc)
 	if res.Digest != topics.DigestRows(rd.rows) || res.DeadLetters != 2 || res.Incomplete != 0 {
 		t.Fatalf("replay: %+v; want the live digest, 2 dead letters, nothing incomplete", res)
 	}

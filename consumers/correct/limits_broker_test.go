@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -43,10 +44,10 @@ func TestConsumerLimitsOnBroker(t *testing.T) {
 		r.Topic = names.Steps()
 		hostile = append(hostile, r)
 	}
-	produceAll(t, seeds, append(hostile, good...))
+	testenv.Produce(t, seeds, append(hostile, good...))
 	cc := smallCorrection()
 	want := topics.DigestRows(referenceRows(t, cc, retopic(good, names)))
-	total := wl.Runs * wl.Steps * wl.Groups * wl.GroupSize
+	total := rollouts(wl)
 
 	cfg := testConsumerConfig(seeds, names, rdb, cc)
 	cfg.Limits = Limits{PendingStepsPerRun: 4}

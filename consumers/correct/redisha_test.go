@@ -5,10 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,68 +21,6 @@ import (
 	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
-
-// redisHA is a Redis Cluster or Sentinel setup of deploy/local/redis-ha.sh, private to one test.
-type redisHA struct {
-	mode string
-	env  []string
-	url  string
-}
-
-// startRedisHA starts mode ("cluster": 3 masters with a replica each; "sentinel": master,
-// replica and 3 sentinels) on free ports and stops it when the test ends.
-func startRedisHA(t *testing.T, mode string) *redisHA {
-	t.Helper()
-	for _, bin := range []string{"redis-server", "redis-cli"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if testenv.Required() {
-				t.Fatalf("%s not on PATH: %v", bin, err)
-			}
-			t.Skipf("%s not on PATH: %v", bin, err)
-		}
-	}
-	h := &redisHA{mode: mode}
-	h.env = append(os.Environ(), "WMRL_LOCAL_DIR="+t.TempDir(), "WMRL_TEST_REDIS_HA_PORT="+strconv.Itoa(testenv.FreePortRun(t, 6, 10000)))
-	t.Cleanup(func() {
-		if t.Failed() {
-			h.logs(t)
-		}
-		h.run(t, "stop")
-	})
-	h.run(t, "start")
-	h.url = strings.TrimSpace(h.run(t, "url"))
-	return h
-}
-
-// run runs one action of the script and returns its standard output.
-func (h *redisHA) run(t *testing.T, action string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(filepath.Join("..", "..", "deploy", "local", "redis-ha.sh"), append([]string{h.mode, action}, args...)...)
-	cmd.Env = h.env
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if msg := strings.TrimSpace(stderr.String()); msg != "" {
-		t.Logf("redis-ha.sh %s %s: %s", h.mode, action, msg)
-	}
-	if err != nil {
-		t.Errorf("redis-ha.sh %s %s: %v", h.mode, action, err)
-	}
-	return string(out)
-}
-
-// logs prints the tail of every server's log.
-func (h *redisHA) logs(t *testing.T) {
-	for _, e := range h.env {
-		if dir, ok := strings.CutPrefix(e, "WMRL_LOCAL_DIR="); ok {
-			files, _ := filepath.Glob(filepath.Join(dir, "redis-"+h.mode, "*", "redis.log"))
-			for _, f := range files {
-				b, _ := os.ReadFile(f)
-				t.Logf("--- %s ---\n%s", f, tail(string(b), 1500))
-			}
-		}
-	}
-}
 
 // TestRedisHAFailover runs the consumer against a real Redis Cluster and a real Sentinel setup
 // and moves every master in the middle of the run: the advantages stay exactly once with the
@@ -107,9 +41,9 @@ func TestRedisHAFailover(t *testing.T) {
 			wl := faultWorkload
 			wl.Steps = 50
 			e := newFaultEnv(t, wl)
-			ha := startRedisHA(t, mode)
-			cc := e.child(ha.url, e.prefix+"tx", e.prefix+"member")
-			cc.MetricsAddr = freeAddr(t)
+			ha := testenv.StartRedisHA(t, mode)
+			cc := e.child(ha.URL, e.prefix+"tx", e.prefix+"member")
+			cc.MetricsAddr = testenv.FreeAddr(t)
 			var produced sync.WaitGroup
 			var lastStepAt atomic.Int64 // unix nanoseconds
 			produced.Add(1)
@@ -121,22 +55,22 @@ func TestRedisHAFailover(t *testing.T) {
 			probe := newAdvantageReader(t, e.seeds, e.names.Advantages(), true)
 			probe.readUntil(t, e.total/4, 60*time.Second)
 			before := len(probe.rows)
-			target, err := conn.Options{RedisURL: ha.url}.RedisTarget()
+			target, err := conn.Options{RedisURL: ha.URL}.RedisTarget()
 			if err != nil {
 				t.Fatal(err)
 			}
 			rdb := target.Client(false)
 			defer rdb.Close()
 			if err := conn.CheckRedis(context.Background(), rdb, false); err != nil {
-				t.Fatalf("start-up check of %s: %v", ha.url, err)
+				t.Fatalf("start-up check of %s: %v", ha.URL, err)
 			}
 			checkWrongForm(t, ha, target)
 			store := statestore.New(rdb, cc.RedisPrefix, 4)
 			start := time.Now()
 			if tc.fault == "kill" {
-				ha.run(t, "kill", masterPort(t, target, rdb, store.HeadKey("r-0", "stream0")))
+				ha.Run("kill", masterPort(t, target, rdb, store.HeadKey("r-0", "stream0")))
 			} else {
-				ha.run(t, "failover")
+				ha.Run("failover")
 			}
 			done := time.Now()
 			t.Logf("%s %s after %d of %d rows took %v", mode, tc.fault, before, e.total, done.Sub(start).Round(time.Millisecond))
@@ -243,14 +177,14 @@ func masterPort(t *testing.T, target conn.RedisTarget, rdb redis.UniversalClient
 
 // checkWrongForm: the start-up check fails with a hint when the URL names the deployment
 // wrongly: a cluster node given as a single server, or a master set the sentinels do not know.
-func checkWrongForm(t *testing.T, ha *redisHA, target conn.RedisTarget) {
+func checkWrongForm(t *testing.T, ha *testenv.RedisHA, target conn.RedisTarget) {
 	t.Helper()
 	var wrong, want string
 	switch target.Kind() {
 	case conn.RedisCluster:
 		wrong, want = "redis://"+target.Cluster.Addrs[0]+"/0", conn.ErrRedisIsCluster.Error()
 	case conn.RedisSentinel:
-		wrong, want = strings.Replace(ha.url, "/wmrlmaster/", "/nosuchmaster/", 1), "no sentinel named a master"
+		wrong, want = strings.Replace(ha.URL, "/wmrlmaster/", "/nosuchmaster/", 1), "no sentinel named a master"
 	}
 	wt, err := conn.Options{RedisURL: wrong}.RedisTarget()
 	if err != nil {

@@ -1,13 +1,13 @@
 package correct
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -28,10 +28,10 @@ func TestConsumerRunEndsOnBroker(t *testing.T) {
 	lateManifest.Topic = names.Steps()
 	last := int64(wl.Steps - 1)
 	input := append(recs, end("e-0", last), end("e-1", last), lateManifest)
-	produceAll(t, seeds, input)
+	testenv.Produce(t, seeds, input)
 	cc := smallCorrection()
 	want := referenceRows(t, cc, retopic(recs, names))
-	total := wl.Runs * wl.Steps * wl.Groups * wl.GroupSize
+	total := rollouts(wl)
 
 	cfg := testConsumerConfig(seeds, names, rdb, cc)
 	cfg.Registry = prometheus.NewRegistry()
@@ -60,18 +60,9 @@ func TestConsumerRunEndsOnBroker(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	checkExactlyOnce(t, rd.rows, total)
-	if got, w := topics.DigestRows(rd.rows), topics.DigestRows(want); got != w {
-		t.Fatalf("live digest %s, want %s", got, w)
-	}
+	checkLive(t, rd.rows, total, topics.DigestRows(want))
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	res, err := Replay(ctx, ReplayConfig{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Names: names, Run: "e-0",
-		Correction: cc, Logger: quietLogger()}, func(int64, []topics.AdvantageRow) error { return nil })
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := replayRun(t, seeds, names, "e-0", cc)
 	if w := topics.DigestRows(rowsOfRun(rd.rows, "e-0")); res.Digest != w || res.DeadLetters != 1 || res.Incomplete != 0 {
 		t.Fatalf("replay of the ended run: %+v; want digest %s, 1 dead letter, nothing incomplete", res, w)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -152,7 +153,7 @@ func TestConsumerMasksStaleStepsOnBroker(t *testing.T) {
 	// Step 0 has no policy_step (v1 rows), step 1 is one step behind, step 2 two steps behind.
 	steps[1] = withPolicyStep(t, names, steps[1], 1)
 	steps[2] = withPolicyStep(t, names, steps[2], 2)
-	produceAll(t, seeds, flatten(steps))
+	testenv.Produce(t, seeds, flatten(steps))
 
 	cc := correction.DefaultConfig()
 	cfg := testConsumerConfig(seeds, names, rdb, cc)

@@ -9,3 +9,6 @@ type (
 )
 
 var Synthesize = workload.Synthesize
+
+// rollouts is how many rollouts, and so advantage rows, wl makes.
+func rollouts(wl SynthConfig) int { return wl.Runs * wl.Steps * wl.Groups * wl.GroupSize }

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -92,12 +91,12 @@ var scenarios = []scenario{
 		// zombie must be fenced and write nothing.
 		z := r.procs["correct"]
 		z.mayExit = true
-		_ = z.cmd.Process.Signal(syscall.SIGSTOP)
+		_ = z.Cmd.Process.Signal(syscall.SIGSTOP)
 		r.start("correct-2", r.correctArgs("a")...)
 		r.waitMore(64, 2*time.Minute)
-		_ = z.cmd.Process.Signal(syscall.SIGCONT)
+		_ = z.Cmd.Process.Signal(syscall.SIGCONT)
 		select {
-		case <-z.done:
+		case <-z.Done:
 		case <-time.After(90 * time.Second):
 			h.t.Errorf("zombie correct still running 90s after SIGCONT")
 		}
@@ -151,14 +150,14 @@ func TestChaos(t *testing.T) {
 
 // harness owns the broker, Redis, the world-model server and the wmrl binary.
 type harness struct {
-	t                           *testing.T
-	size                        size
-	dir, repo, bin, local       string
-	kafkaPort, ctrlPort, rdPort int
-	brokers, redisURL           string
-	redis                       *redis.Client
-	wm                          *httptest.Server
-	argv                        string
+	t                 *testing.T
+	size              size
+	dir, bin          string
+	local             *testenv.Local // the broker's and Redis's scripts
+	brokers, redisURL string
+	redis             *redis.Client
+	wm                *httptest.Server
+	argv              string
 	// inputs are the workload's two halves (steps [0, steps/2) and the rest): the second is
 	// published just before the fault, so that a fault always meets work still to do (a backlog
 	// can otherwise be sealed in one transaction before the fault begins).
@@ -166,24 +165,18 @@ type harness struct {
 }
 
 func newHarness(t *testing.T, sz size) *harness {
-	repo, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	h := &harness{t: t, size: sz, dir: dir, repo: repo, local: filepath.Join(dir, "local"),
-		kafkaPort: freePort(t), ctrlPort: freePort(t), rdPort: freePort(t)}
-	h.brokers = fmt.Sprintf("127.0.0.1:%d", h.kafkaPort)
-	h.redisURL = fmt.Sprintf("redis://127.0.0.1:%d/0", h.rdPort)
-	h.bin = filepath.Join(dir, "wmrl")
-	if out, err := exec.Command("go", "build", "-o", h.bin, filepath.Join(repo, "cmd", "wmrl")).CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	kafkaPort, ctrlPort, rdPort := testenv.FreePortRun(t, 1, 0), testenv.FreePortRun(t, 1, 0), testenv.FreePortRun(t, 1, 0)
+	h := &harness{t: t, size: sz, dir: dir, local: testenv.NewLocal(t, "WMRL_KAFKA_PORT="+strconv.Itoa(kafkaPort),
+		"WMRL_KAFKA_CONTROLLER_PORT="+strconv.Itoa(ctrlPort), "WMRL_REDIS_PORT="+strconv.Itoa(rdPort))}
+	h.brokers = fmt.Sprintf("127.0.0.1:%d", kafkaPort)
+	h.redisURL = fmt.Sprintf("redis://127.0.0.1:%d/0", rdPort)
+	h.bin = testenv.BuildWMRL(t, dir)
 	h.startBroker()
-	t.Cleanup(func() { h.script("kafka.sh", "stop") })
+	t.Cleanup(func() { h.local.Run("kafka.sh", "stop") })
 	h.startRedis()
-	t.Cleanup(func() { h.script("redis.sh", "stop") })
-	h.redis = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", h.rdPort)})
+	t.Cleanup(func() { h.local.Run("redis.sh", "stop") })
+	h.redis = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", rdPort)})
 	t.Cleanup(func() { h.redis.Close() })
 	h.wm = httptest.NewServer(testenv.WorldModel(nil))
 	t.Cleanup(h.wm.Close)
@@ -210,18 +203,8 @@ func newHarness(t *testing.T, sz size) *harness {
 
 func (h *harness) expected() int { return h.size.steps * h.size.groups * h.size.rollouts }
 
-func (h *harness) script(name string, args ...string) {
-	cmd := exec.Command(filepath.Join(h.repo, "deploy", "local", name), args...)
-	cmd.Env = append(os.Environ(), "WMRL_LOCAL_DIR="+h.local,
-		"WMRL_KAFKA_PORT="+strconv.Itoa(h.kafkaPort), "WMRL_KAFKA_CONTROLLER_PORT="+strconv.Itoa(h.ctrlPort),
-		"WMRL_REDIS_PORT="+strconv.Itoa(h.rdPort))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		h.t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-	}
-}
-
-func (h *harness) startBroker() { h.script("kafka.sh", "start") }
-func (h *harness) startRedis()  { h.script("redis.sh", "start") }
+func (h *harness) startBroker() { h.local.Run("kafka.sh", "start") }
+func (h *harness) startRedis()  { h.local.Run("redis.sh", "start") }
 
 func (h *harness) killPidfile(path string) {
 	b, err := os.ReadFile(path)
@@ -235,9 +218,9 @@ func (h *harness) killPidfile(path string) {
 	}
 }
 
-func (h *harness) killBroker() { h.killPidfile(filepath.Join(h.local, "kafka", "kafka.pid")) }
+func (h *harness) killBroker() { h.killPidfile(filepath.Join(h.local.Dir, "kafka", "kafka.pid")) }
 
-func (h *harness) killRedis() { h.killPidfile(filepath.Join(h.local, "redis", "redis.pid")) }
+func (h *harness) killRedis() { h.killPidfile(filepath.Join(h.local.Dir, "redis", "redis.pid")) }
 
 // writeInput writes the JSONL workload: scores are functions of the rollout's index, so every
 // scenario sees the same rewards and the digest can be compared.
@@ -365,7 +348,7 @@ func (r *runCtx) sandboxArgs() []string {
 // correctArgs are one correct instance's flags; instances with the same id share a
 // transactional id (a replacement), different ids are separate members.
 func (r *runCtx) correctArgs(id string) []string {
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(r.h.t))
+	addr := testenv.FreeAddr(r.h.t)
 	r.readyz[id] = "http://" + addr + "/readyz"
 	return []string{"correct", "--metrics-addr", addr, "--group", r.prefix + "correct",
 		"--transactional-id", r.prefix + "correct-" + id, "--instance-id", r.prefix + "correct-" + id,
@@ -391,8 +374,8 @@ func (r *runCtx) wmrl(timeout time.Duration, args ...string) string {
 func (r *runCtx) killRestart(name string, n int) {
 	for i := 0; i < n; i++ {
 		p := r.procs[name]
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
+		_ = p.Cmd.Process.Signal(syscall.SIGKILL)
+		<-p.Done
 		r.start(name, p.args...)
 		r.waitMore(r.h.expected()/8, 5*time.Minute)
 	}
@@ -433,10 +416,10 @@ func (r *runCtx) waitRows(n int, limit time.Duration) {
 	for r.rowsNow() < n {
 		for name, p := range r.procs {
 			select {
-			case <-p.done:
+			case <-p.Done:
 				if !p.mayExit {
 					r.h.t.Fatalf("%s: stage %s exited by itself (%v); a stage must ride out faults without a restart\n%s",
-						r.name, name, p.cmd.ProcessState, p.tail(25))
+						r.name, name, p.Cmd.ProcessState, p.tail(25))
 				}
 			default:
 			}
@@ -458,8 +441,8 @@ func (r *runCtx) diagnose() string {
 		p := r.procs[name]
 		state := "running"
 		select {
-		case <-p.done:
-			state = fmt.Sprint(p.cmd.ProcessState)
+		case <-p.Done:
+			state = fmt.Sprint(p.Cmd.ProcessState)
 		default:
 		}
 		fmt.Fprintf(&b, "--- %s (%s)\n%s\n", name, state, p.notable(8))
@@ -651,11 +634,9 @@ func maxTime(a, b time.Time) time.Time {
 
 // proc is one stage process.
 type proc struct {
-	name string
+	*testenv.Proc
 	args []string
-	cmd  *exec.Cmd
 	out  *testenv.SyncBuffer
-	done chan struct{}
 	// mayExit marks a process the scenario stops or expects to stop (a fenced zombie).
 	mayExit bool
 }
@@ -665,29 +646,12 @@ func (r *runCtx) start(name string, args ...string) {
 	cmd.Env = testenv.StageEnv()
 	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		r.h.t.Fatalf("start %s: %v", name, err)
-	}
-	p := &proc{name: name, args: args, cmd: cmd, out: out, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	r.procs[name] = p
+	r.procs[name] = &proc{Proc: testenv.StartProc(r.h.t, name, cmd), args: args, out: out}
 }
 
 func (p *proc) terminate(t *testing.T, limit time.Duration) {
 	p.mayExit = true
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(limit):
-		t.Errorf("%s did not stop %v after SIGTERM", p.name, limit)
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	p.Terminate(t, limit)
 }
 
 // notable is the last n log lines that are not periodic progress lines, then the last progress
@@ -712,15 +676,6 @@ func (p *proc) notable(n int) string {
 func (p *proc) tail(n int) string {
 	lines := strings.Split(strings.TrimSpace(p.out.String()), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // scoreScript is the sandbox program: the artifact's "exec" value is the score.

@@ -111,7 +111,7 @@ func (s *sampler) take(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		rss, err := rssBytes(p.cmd.Process.Pid)
+		rss, err := rssBytes(p.Cmd.Process.Pid)
 		if err != nil {
 			continue
 		}
@@ -202,7 +202,7 @@ func rssBytes(pid int) (float64, error) {
 
 // changelogBytes sums the calibration topic's partition sizes over every broker's log dirs.
 func (s *sampler) changelogBytes(ctx context.Context) float64 {
-	dirs, err := s.h.adm.DescribeAllLogDirs(ctx, nil)
+	dirs, err := s.h.kafka.Admin.DescribeAllLogDirs(ctx, nil)
 	if err != nil {
 		return math.NaN() // a broker is down: not a reading
 	}
@@ -281,7 +281,7 @@ func (s *sampler) readLog(p *proc, ended int) {
 		return
 	}
 	defer f.Close()
-	off := s.offsets[p.name]
+	off := s.offsets[p.Name]
 	if _, err := f.Seek(off, io.SeekStart); err != nil {
 		return
 	}
@@ -315,10 +315,10 @@ func (s *sampler) readLog(p *proc, ended int) {
 			took, _ = time.ParseDuration(s)
 		}
 		s.mu.Lock()
-		s.rebuilds = append(s.rebuilds, rebuild{at: ev.Time, instance: p.name, ended: ended, streams: ev.Streams, runs: ev.Runs, endedRuns: ev.Ended, took: took})
+		s.rebuilds = append(s.rebuilds, rebuild{at: ev.Time, instance: p.Name, ended: ended, streams: ev.Streams, runs: ev.Runs, endedRuns: ev.Ended, took: took})
 		s.mu.Unlock()
 	}
-	s.offsets[p.name] = off
+	s.offsets[p.Name] = off
 }
 
 func (s *sampler) samples() []sample {

@@ -13,12 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/topics"
@@ -124,23 +122,20 @@ func TestSoak(t *testing.T) {
 
 // harness owns the cluster, the Redis Cluster, the wmrl binary and the correct processes.
 type harness struct {
-	t              *testing.T
-	sh             shape
-	repo, bin, out string
-	env            []string // for the deploy/local scripts
-	seeds          []string
-	redisURL       string
-	redisPorts     []int
-	names          topics.Names
-	prefix         string
-	adm            *kadm.Client
-	cl             *kgo.Client
-	lifecycle      bool // the binary has --ended-run-retention
-	mu             sync.Mutex
-	procs          []*proc // the correct instances now running, by index
-	metrics        []string
-	faultLog       []faultEvent
-	faultRuns      []string // runs in flight when a fault began (replayed)
+	t          *testing.T
+	sh         shape
+	bin, out   string
+	kafka      *testenv.KafkaCluster
+	redis      *testenv.RedisHA
+	redisPorts []int
+	names      topics.Names
+	prefix     string
+	lifecycle  bool // the binary has --ended-run-retention
+	mu         sync.Mutex
+	procs      []*proc // the correct instances now running, by index
+	metrics    []string
+	faultLog   []faultEvent
+	faultRuns  []string // runs in flight when a fault began (replayed)
 }
 
 // faultEvent is one fault's span, in time and in ended runs.
@@ -151,53 +146,25 @@ type faultEvent struct {
 }
 
 func newHarness(t *testing.T, sh shape) *harness {
-	repo, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := os.Getenv("WMRL_SOAK_OUT")
 	if out == "" {
-		out = filepath.Join(repo, ".local", "soak", time.Now().UTC().Format("20060102T150405Z")+"-"+sh.mode)
+		out = filepath.Join(testenv.RepoRoot(t), ".local", "soak", time.Now().UTC().Format("20060102T150405Z")+"-"+sh.mode)
 	}
 	if err := os.MkdirAll(filepath.Join(out, "logs"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	h := &harness{t: t, sh: sh, repo: repo, out: out, bin: filepath.Join(dir, "wmrl"), prefix: "soak.",
+	h := &harness{t: t, sh: sh, out: out, prefix: "soak.",
 		names: topics.NewNames("soak."), procs: make([]*proc, 3), metrics: make([]string, 3)}
 	t.Logf("soak %s: %d runs, %d in flight, %d steps of %d groups × %d; output in %s", sh.mode, sh.runs, sh.concurrent,
 		sh.steps, sh.groups, sh.groupSize, out)
-	build := exec.Command("go", "build", "-o", h.bin, "./cmd/wmrl")
-	build.Dir = repo
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
+	h.bin = testenv.BuildWMRL(t, t.TempDir())
 	help, _ := exec.Command(h.bin, "correct", "--help").CombinedOutput()
 	h.lifecycle = strings.Contains(string(help), "--ended-run-retention")
-	kafkaBase, redisBase := testenv.FreePortRun(t, 6, 0), testenv.FreePortRun(t, 6, 10000)
-	h.env = append(os.Environ(), "WMRL_LOCAL_DIR="+filepath.Join(dir, "local"),
-		"WMRL_CLUSTER_BASE_PORT="+strconv.Itoa(kafkaBase), "WMRL_TEST_REDIS_HA_PORT="+strconv.Itoa(redisBase))
-	t0 := time.Now()
-	h.script("cluster.sh", "start")
-	t.Cleanup(func() { h.script("cluster.sh", "stop") })
-	t.Logf("3-broker cluster up in %v", time.Since(t0).Round(100*time.Millisecond))
-	t0 = time.Now()
-	h.script("redis-ha.sh", "cluster", "start")
-	t.Cleanup(func() { h.script("redis-ha.sh", "cluster", "stop") })
-	h.redisURL = strings.TrimSpace(h.script("redis-ha.sh", "cluster", "url"))
-	t.Logf("Redis Cluster up in %v: %s", time.Since(t0).Round(100*time.Millisecond), h.redisURL)
-	for i := range 3 {
-		h.seeds = append(h.seeds, fmt.Sprintf("127.0.0.1:%d", kafkaBase+i))
-	}
+	h.kafka = testenv.StartKafkaCluster(t)
+	h.redis = testenv.StartRedisHA(t, "cluster")
 	for i := range 6 {
-		h.redisPorts = append(h.redisPorts, redisBase+i)
+		h.redisPorts = append(h.redisPorts, h.redis.Base+i)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.seeds...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	h.cl, h.adm = cl, kadm.NewClient(cl)
 	// Registered after the cluster's and Redis's stops, so it runs before them.
 	t.Cleanup(func() {
 		procs, _ := h.instances()
@@ -210,27 +177,6 @@ func newHarness(t *testing.T, sh shape) *harness {
 	return h
 }
 
-// script runs a deploy/local script and returns its standard output.
-func (h *harness) script(name string, args ...string) string {
-	out, err := h.scriptErr(name, args...)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return out
-}
-
-func (h *harness) scriptErr(name string, args ...string) (string, error) {
-	cmd := exec.Command("bash", append([]string{filepath.Join(h.repo, "deploy", "local", name)}, args...)...)
-	cmd.Env = h.env
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("%s %v: %w\n%s", name, args, err, stderr.String())
-	}
-	return string(out), nil
-}
-
 // topics creates the wmrl topics (replication factor 3) and compresses the calibration
 // changelog's time: segments roll every few seconds and the cleaner drops tombstones soon, so
 // what compaction keeps is visible within the soak (with the defaults, a week-long segment
@@ -241,7 +187,7 @@ func (h *harness) topics() {
 	defer cancel()
 	v := func(s string) *string { return &s }
 	roll := strconv.FormatInt((h.sh.retention / 2).Milliseconds(), 10)
-	res, err := h.adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{
+	res, err := h.kafka.Admin.AlterTopicConfigs(ctx, []kadm.AlterConfig{
 		{Name: "segment.ms", Value: v(roll)},
 		{Name: "min.cleanable.dirty.ratio", Value: v("0.01")},
 		{Name: "delete.retention.ms", Value: v(roll)},
@@ -258,7 +204,7 @@ func (h *harness) topics() {
 }
 
 func (h *harness) global() []string {
-	return []string{"--brokers", strings.Join(h.seeds, ","), "--redis", h.redisURL, "--topic-prefix", h.prefix, "--log-format", "json"}
+	return []string{"--brokers", strings.Join(h.kafka.Seeds, ","), "--redis", h.redis.URL, "--topic-prefix", h.prefix, "--log-format", "json"}
 }
 
 func (h *harness) wmrl(timeout time.Duration, args ...string) string {
@@ -278,7 +224,7 @@ func (h *harness) wmrl(timeout time.Duration, args ...string) string {
 // correctArgs are instance i's flags: a stable transactional and instance id, so a restart takes
 // its partitions back. With the lifecycle flags, ended runs are retired after the retention.
 func (h *harness) correctArgs(i int) []string {
-	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePortRun(h.t, 1, 0))
+	addr := testenv.FreeAddr(h.t)
 	h.metrics[i] = "http://" + addr
 	args := []string{"correct", "--metrics-addr", addr, "--group", h.prefix + "correct",
 		"--transactional-id", fmt.Sprintf("%scorrect-%d", h.prefix, i), "--instance-id", fmt.Sprintf("%scorrect-%d", h.prefix, i),
@@ -305,11 +251,8 @@ func (h *harness) startCorrect(i int) {
 	cmd := exec.Command(h.bin, append(h.global(), args...)...)
 	cmd.Env = testenv.StageEnv()
 	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		h.t.Fatalf("start correct-%d: %v", i, err)
-	}
-	p := &proc{name: fmt.Sprintf("correct-%d", i), cmd: cmd, log: f, done: make(chan struct{}), started: time.Now()}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	p := &proc{Proc: testenv.StartProc(h.t, fmt.Sprintf("correct-%d", i), cmd), log: f}
+	go func() { <-p.Done; f.Close() }()
 	h.mu.Lock()
 	h.procs[i] = p
 	h.mu.Unlock()
@@ -336,8 +279,8 @@ func (h *harness) waitReady(i int, limit time.Duration) time.Duration {
 			}
 		}
 		select {
-		case <-procs[i].done:
-			h.t.Fatalf("correct-%d exited: %v (log %s)", i, procs[i].cmd.ProcessState, procs[i].log.Name())
+		case <-procs[i].Done:
+			h.t.Fatalf("correct-%d exited: %v (log %s)", i, procs[i].Cmd.ProcessState, procs[i].log.Name())
 		default:
 		}
 		if time.Since(start) > limit {
@@ -375,7 +318,7 @@ func (h *harness) faults(w *fleet) {
 			}()
 			continue
 		case faultRedis:
-			h.script("redis-ha.sh", "cluster", "failover")
+			h.redis.Run("failover")
 		case faultCorrect:
 			for i := range 3 {
 				procs, _ := h.instances()
@@ -413,12 +356,15 @@ func (h *harness) logFault(ev faultEvent, w *fleet) {
 func (h *harness) rollBrokers() error {
 	for n := 1; n <= 3; n++ {
 		for _, action := range []string{"stop-node", "start-node"} {
-			if _, err := h.scriptErr("cluster.sh", action, strconv.Itoa(n)); err != nil {
+			if _, err := h.kafka.Try(action, strconv.Itoa(n)); err != nil {
 				return err
 			}
 		}
-		if err := h.waitFullISR(2 * time.Minute); err != nil {
-			return err
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		err := h.kafka.WaitFullISR(ctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("after restarting broker %d: %w", n, err)
 		}
 	}
 	return nil
@@ -442,57 +388,14 @@ func (h *harness) dumpMetrics() {
 	}
 }
 
-// waitFullISR waits until every partition of every topic has its three replicas in sync, so
-// the next broker may go down without taking a partition below min.insync.replicas.
-func (h *harness) waitFullISR(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		md, err := h.adm.Metadata(ctx)
-		cancel()
-		short := 0
-		if err == nil {
-			for _, td := range md.Topics {
-				for _, pd := range td.Partitions {
-					if len(pd.ISR) < 3 || pd.Leader < 0 {
-						short++
-					}
-				}
-			}
-		}
-		if err == nil && short == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("partitions not fully in sync %v after a broker restart: %d short (%v)", limit, short, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
 // proc is one correct process.
 type proc struct {
-	name    string
-	cmd     *exec.Cmd
+	*testenv.Proc
 	log     *os.File
-	done    chan struct{}
-	started time.Time
-	stopped bool
+	stopped bool // by the test: its exit is no failure
 }
 
 func (p *proc) terminate(t *testing.T, limit time.Duration) {
 	p.stopped = true
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(limit):
-		t.Errorf("%s did not stop %v after SIGTERM", p.name, limit)
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	p.Terminate(t, limit)
 }

@@ -58,7 +58,7 @@ func (w *fleet) synth(n int) ([]workload.Step, error) {
 // produce publishes every run; it stops at the first error (reported by checkAlive).
 func (w *fleet) produce() {
 	sh := w.h.sh
-	cl, err := kgo.NewClient(kgo.SeedBrokers(w.h.seeds...), kgo.RecordRetries(1<<30), kgo.ProduceRequestTimeout(30*time.Second))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(w.h.kafka.Seeds...), kgo.RecordRetries(1<<30), kgo.ProduceRequestTimeout(30*time.Second))
 	if err != nil {
 		w.fail(err)
 		return
@@ -172,9 +172,9 @@ func (w *fleet) checkAlive() {
 			continue
 		}
 		select {
-		case <-p.done:
+		case <-p.Done:
 			if !p.stopped {
-				w.h.t.Fatalf("%s exited by itself (%v); see %s", p.name, p.cmd.ProcessState, p.log.Name())
+				w.h.t.Fatalf("%s exited by itself (%v); see %s", p.Name, p.Cmd.ProcessState, p.log.Name())
 			}
 		default:
 		}
@@ -187,7 +187,7 @@ func (w *fleet) follow() (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		cl, err := kgo.NewClient(kgo.SeedBrokers(w.h.seeds...), kgo.ConsumeTopics(w.h.names.Advantages()),
+		cl, err := kgo.NewClient(kgo.SeedBrokers(w.h.kafka.Seeds...), kgo.ConsumeTopics(w.h.names.Advantages()),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 		if err != nil {
 			w.fail(err)
@@ -296,7 +296,7 @@ func (w *fleet) replayDigests(t *testing.T, n int, faultRuns []string) []replayD
 		live := topics.DigestRows(w.rows[run])
 		w.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		res, err := correct.Replay(ctx, correct.ReplayConfig{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(w.h.seeds...)}, Names: w.h.names,
+		res, err := correct.Replay(ctx, correct.ReplayConfig{KafkaOpts: []kgo.Opt{kgo.SeedBrokers(w.h.kafka.Seeds...)}, Names: w.h.names,
 			Run: run, Correction: cfg, Logger: slog.New(slog.DiscardHandler)}, func(int64, []topics.AdvantageRow) error { return nil })
 		cancel()
 		out = append(out, replayDigest{run: run, live: live, replay: res.Digest, deadLetters: res.DeadLetters, err: err})

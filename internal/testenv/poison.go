@@ -32,6 +32,26 @@ func PoisonJSON(fields string, n int) []byte {
 	return []byte(b.String())
 }
 
+// Produce writes copies of recs (a record can be produced once: the copies let a test write the
+// same records again), keyed as they are: the default partitioner places them.
+func Produce(t testing.TB, seeds []string, recs []*kgo.Record) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cp := make([]*kgo.Record, len(recs))
+	for i, r := range recs {
+		cp[i] = &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, cp...).FirstErr(); err != nil {
+		t.Fatalf("produce %d records: %v", len(cp), err)
+	}
+}
+
 // ProduceCompressed writes recs in order with zstd compression and a client batch limit above
 // PoisonBytes, so records far over 1 MiB reach the broker (which checks the compressed size).
 func ProduceCompressed(t testing.TB, seeds []string, recs ...*kgo.Record) {

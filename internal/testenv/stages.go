@@ -7,14 +7,82 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
 )
 
 // Helpers for tests that run wmrl stages as processes (cmd/wmrl's end-to-end tests, the chaos
-// harness).
+// harness, the soak).
+
+// BuildWMRL builds the wmrl command, with the go build flags given, into dir and returns the
+// binary's path.
+func BuildWMRL(t testing.TB, dir string, flags ...string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "wmrl")
+	args := append(append([]string{"build", "-o", bin}, flags...), "./cmd/wmrl")
+	cmd := exec.Command("go", args...)
+	cmd.Dir = RepoRoot(t)
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("go %s: %v", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+	return bin
+}
+
+// Proc is a process a test started. Done is closed once it has exited; Err is then what Wait
+// returned.
+type Proc struct {
+	Name string
+	Cmd  *exec.Cmd
+	Done chan struct{}
+	Err  error
+}
+
+// StartProc starts cmd, failing the test when it cannot.
+func StartProc(t testing.TB, name string, cmd *exec.Cmd) *Proc {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &Proc{Name: name, Cmd: cmd, Done: make(chan struct{})}
+	go func() { p.Err = cmd.Wait(); close(p.Done) }()
+	return p
+}
+
+// Exited reports whether the process has exited.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.Done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Terminate stops the process unless it has exited: SIGTERM, and after limit an error and
+// SIGKILL.
+func (p *Proc) Terminate(t testing.TB, limit time.Duration) {
+	t.Helper()
+	if p.Exited() {
+		return
+	}
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.Done:
+	case <-time.After(limit):
+		t.Errorf("%s did not stop %v after SIGTERM", p.Name, limit)
+		_ = p.Cmd.Process.Kill()
+		<-p.Done
+	}
+}
 
 // SyncBuffer collects a subprocess's output while the test reads it.
 type SyncBuffer struct {

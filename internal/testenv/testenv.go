@@ -29,6 +29,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/testenv/kafkaprobe"
+	"github.com/wmrl/wmrl/topics"
 )
 
 // Environment variables read by this package.
@@ -214,6 +215,21 @@ func nameFor(testName, suffix string) string {
 func Topic(t testing.TB, brokers []string, partitions int32) string {
 	t.Helper()
 	topic := Name(t)
+	createTopics(t, brokers, partitions, topic)
+	return topic
+}
+
+// Topics creates every wmrl topic under a prefix of the test's own (see Name)
+// as Topic creates one, and returns their names.
+func Topics(t testing.TB, brokers []string, partitions int32) topics.Names {
+	t.Helper()
+	names := topics.NewNames(Name(t) + ".")
+	createTopics(t, brokers, partitions, names.All()...)
+	return names
+}
+
+func createTopics(t testing.TB, brokers []string, partitions int32, names ...string) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatalf("testenv: kafka client: %v", err)
@@ -222,14 +238,19 @@ func Topic(t testing.TB, brokers []string, partitions int32) string {
 	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := adm.CreateTopic(ctx, partitions, -1, nil, topic); err != nil {
-		t.Fatalf("testenv: create topic %s: %v", topic, err)
+	resp, err := adm.CreateTopics(ctx, partitions, -1, nil, names...)
+	t.Cleanup(func() { deleteTopic(t, brokers, names...) })
+	if err == nil {
+		err = resp.Error()
 	}
-	t.Cleanup(func() { deleteTopic(t, brokers, topic) })
-	if err := waitLeaders(ctx, adm, topic, partitions); err != nil {
-		t.Fatalf("testenv: topic %s: %v", topic, err)
+	if err != nil {
+		t.Fatalf("testenv: create topics %v: %v", names, err)
 	}
-	return topic
+	for _, topic := range names {
+		if err := waitLeaders(ctx, adm, topic, partitions); err != nil {
+			t.Fatalf("testenv: topic %s: %v", topic, err)
+		}
+	}
 }
 
 var errNoLeader = errors.New("partition has no leader yet")
@@ -271,7 +292,7 @@ func leadersKnown(ctx context.Context, adm *kadm.Client, topic string, partition
 	return nil
 }
 
-func deleteTopic(t testing.TB, brokers []string, topic string) {
+func deleteTopic(t testing.TB, brokers []string, names ...string) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Logf("testenv: cleanup: kafka client: %v", err)
@@ -280,7 +301,7 @@ func deleteTopic(t testing.TB, brokers []string, topic string) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if _, err := kadm.NewClient(cl).DeleteTopic(ctx, topic); err != nil {
-		t.Logf("testenv: cleanup: delete topic %s: %v", topic, err)
+	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, names...); err != nil {
+		t.Logf("testenv: cleanup: delete topics %v: %v", names, err)
 	}
 }

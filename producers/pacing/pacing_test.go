@@ -67,7 +67,7 @@ func TestPausesAndResumesWithTheSlowestTrainer(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	names := topics.NewNames(testenv.Name(t) + ".")
+	names := testenv.Topics(t, brokers, 1)
 	seeds := []kgo.Opt{kgo.SeedBrokers(brokers...)}
 	cl, err := kgo.NewClient(seeds...)
 	if err != nil {
@@ -75,14 +75,6 @@ func TestPausesAndResumesWithTheSlowestTrainer(t *testing.T) {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	if _, err := adm.CreateTopics(ctx, 1, 1, nil, names.All()...); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx, dcancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer dcancel()
-		_, _ = adm.DeleteTopics(dctx, names.All()...)
-	})
 	fast, slow := names.Prefix+"trainer-fast", names.Prefix+"trainer-slow"
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))

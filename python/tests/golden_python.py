@@ -16,6 +16,7 @@ import json
 import sys
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from stage_records import (
     CalibrationSnapshot,
@@ -43,6 +44,9 @@ T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
 T1 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 ARTIFACT = '{"model":"gbm","depth":6,"note":"größer → besser"}'
+
+# Where the reward records' rollouts are: rollout.json's run, step and group, in stream mle.
+REWARD_KEY: dict[str, Any] = {"run_id": "py-run_1", "step": 12, "group_id": "s12:g4", "stream": "mle"}
 
 
 def valid_records() -> dict[str, tuple[str, object]]:
@@ -98,11 +102,8 @@ def valid_records() -> dict[str, tuple[str, object]]:
         "predicted.json": (
             c.SCHEMA_PREDICTED,
             PredictedReward(
-                run_id="py-run_1",
-                step=12,
-                group_id="s12:g4",
+                **REWARD_KEY,
                 rollout_id="s12:g4-r7",
-                stream="mle",
                 anchor=True,
                 score=1e-7,
                 status="ok",
@@ -115,11 +116,8 @@ def valid_records() -> dict[str, tuple[str, object]]:
         "predicted_failed.json": (
             c.SCHEMA_PREDICTED,
             PredictedReward(
-                run_id="py-run_1",
-                step=12,
-                group_id="s12:g4",
+                **REWARD_KEY,
                 rollout_id="s12:g4-r6",
-                stream="mle",
                 status="timeout",
                 reason="no reply in 30s\n(retried 3×)",
                 latency_ms=30000.5,
@@ -129,11 +127,8 @@ def valid_records() -> dict[str, tuple[str, object]]:
         "executed_imputed.json": (
             c.SCHEMA_EXECUTED,
             ExecutedReward(
-                run_id="py-run_1",
-                step=12,
-                group_id="s12:g4",
+                **REWARD_KEY,
                 rollout_id="s12:g4-r7",
-                stream="mle",
                 score=0.0,
                 imputed=True,
                 status="timeout",

@@ -28,7 +28,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,6 +37,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/internal/testenv/kafkaprobe"
 )
 
@@ -298,20 +298,11 @@ func jars(t testing.TB) string {
 	if _, err := os.Stat(filepath.Join(lib, ".complete")); err == nil {
 		return lib
 	}
-	cmd := exec.Command("bash", filepath.Join(repoRoot(t), "deploy", "local", "kafka.sh"), "fetch")
+	cmd := exec.Command("bash", filepath.Join(testenv.RepoRoot(t), "deploy", "local", "kafka.sh"), "fetch")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("secure: kafka.sh fetch: %v\n%s", err, out)
 	}
 	return lib
-}
-
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("secure: cannot locate the repository")
-	}
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 func java(t testing.TB, args ...string) string {

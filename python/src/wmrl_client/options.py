@@ -24,6 +24,19 @@ def split_brokers(brokers: str | Sequence[str]) -> list[str]:
     return [s.strip() for item in items for s in item.split(",") if s.strip()]
 
 
+def _client_options(
+    bootstrap: str | Sequence[str] | None, kafka: KafkaOptions | None, kafka_options: Mapping[str, object]
+) -> KafkaOptions:
+    """The options of a client made with ``kafka`` or the keyword options (not both), ``bootstrap``
+    (when given) replacing the brokers, in ``kafka`` itself when it was passed."""
+    if kafka is not None and kafka_options:
+        raise TypeError("pass Kafka options either as kafka=KafkaOptions(...) or as keywords, not both")
+    opts = kafka if kafka is not None else KafkaOptions.from_env({}, **kafka_options)
+    if bootstrap is not None:
+        opts.brokers = split_brokers(bootstrap)
+    return opts
+
+
 def _truthy(v: str) -> bool:
     return v.strip().lower() in ("1", "true", "yes", "on")
 

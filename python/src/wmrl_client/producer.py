@@ -18,7 +18,7 @@ from typing import Any
 from . import contract as c
 from .codec import encode_record
 from .errors import DeliveryError
-from .options import KafkaOptions, split_brokers
+from .options import KafkaOptions, _client_options
 from .records import Rollout, StepManifest
 
 log = logging.getLogger("wmrl_client")
@@ -65,11 +65,7 @@ class RolloutProducer:
         producer_factory: Callable[[dict[str, object]], Any] | None = None,
         **kafka_options: Any,
     ) -> None:
-        if kafka is not None and kafka_options:
-            raise TypeError("pass Kafka options either as kafka=KafkaOptions(...) or as keywords, not both")
-        opts = kafka if kafka is not None else KafkaOptions.from_env({}, **kafka_options)
-        if bootstrap is not None:
-            opts.brokers = split_brokers(bootstrap)
+        opts = _client_options(bootstrap, kafka, kafka_options)
         conf = opts.librdkafka()
         conf.update({"linger.ms": linger_ms})
         for k, v in (producer_config or {}).items():

@@ -41,7 +41,7 @@ from .cluster import DEFAULT_CONNECT_TIMEOUT, LIBRDKAFKA_LOGGER, check_topics
 from .digest import digest_rows
 from .errors import ConflictError, RunEndedError, StepTimeoutError, WmrlError
 from .ids import check_id
-from .options import KafkaOptions, split_brokers
+from .options import KafkaOptions, _client_options
 from .producer import RolloutProducer
 from .records import GroupManifest, Rollout, StepManifest
 from .stream import AdvantageStream, Step
@@ -208,11 +208,7 @@ class RewardClient:
             raise ValueError(f"run_id {run_id!r}: {msg}")
         if not 0.0 <= anchor_fraction <= 1.0:
             raise ValueError(f"anchor_fraction {anchor_fraction}: want a value in [0, 1]")
-        if kafka is not None and kafka_options:
-            raise TypeError("pass Kafka options either as kafka=KafkaOptions(...) or as keywords, not both")
-        opts = kafka if kafka is not None else KafkaOptions.from_env({}, **kafka_options)
-        if bootstrap is not None:
-            opts.brokers = split_brokers(bootstrap)
+        opts = _client_options(bootstrap, kafka, kafka_options)
         self.run_id = run_id
         self.group_id = group_id
         self.anchor_fraction = anchor_fraction

@@ -33,7 +33,7 @@ from .cluster import DEFAULT_CONNECT_TIMEOUT, LIBRDKAFKA_LOGGER, check_topics
 from .errors import ConflictError, HeaderError, SchemaVersionError, UnknownRunError, WmrlError
 from .ids import check_id
 from .masked import check_masked, masked_rows
-from .options import KafkaOptions, split_brokers
+from .options import KafkaOptions, _client_options
 from .step import NUMERIC_COLUMNS as NUMERIC_COLUMNS
 from .step import Step as Step
 from .step import TopicPartition, header_map, parse_canonical_int
@@ -161,11 +161,7 @@ class AdvantageStream:
         if on_masked not in ("warn", "raise"):
             raise ValueError(f"on_masked {on_masked!r}: want 'warn' or 'raise'")
         self._on_masked = on_masked
-        opts = kafka if kafka is not None else KafkaOptions.from_env({}, **kafka_options)
-        if kafka is not None and kafka_options:
-            raise TypeError("pass Kafka options either as kafka=KafkaOptions(...) or as keywords, not both")
-        if bootstrap is not None:
-            opts.brokers = split_brokers(bootstrap)
+        opts = _client_options(bootstrap, kafka, kafka_options)
         conf = opts.librdkafka()
         for k, v in (consumer_config or {}).items():
             if k in ("enable.auto.commit", "isolation.level") and str(v).lower() not in ("false", "read_committed"):
