@@ -192,22 +192,29 @@ func (o Options) RedisOptions() (*redis.Options, error) {
 		}
 		return nil, fmt.Errorf("redis url (%s): %w", RedactURL(o.RedisURL), err)
 	}
-	if o.RedisPassword != "" {
-		if ro.Password != "" {
-			return nil, fmt.Errorf("redis url (%s) has a password and a Redis password is given too: %w", RedactURL(o.RedisURL), ErrRedisPasswordTwice)
-		}
-		ro.Password = o.RedisPassword
-	}
-	if o.RedisTLSCA == "" && o.RedisTLSCert == "" && o.RedisTLSKey == "" {
-		return ro, nil
-	}
-	if ro.TLSConfig == nil {
-		return nil, fmt.Errorf("redis-tls-ca/-cert/-key given, but the redis url (%s) is not rediss:// (TLS)", RedactURL(o.RedisURL))
-	}
-	if err := loadTLSFiles(ro.TLSConfig, "redis-tls", o.RedisTLSCA, o.RedisTLSCert, o.RedisTLSKey); err != nil {
+	if err := o.redisSecrets(&ro.Password, ro.TLSConfig, "is not rediss:// (TLS)"); err != nil {
 		return nil, err
 	}
 	return ro, nil
+}
+
+// redisSecrets applies the Redis password (--redis-password-file) and the --redis-tls-* files to
+// the password and TLS config a Redis URL parsed into (tc nil: the URL does not use TLS, which
+// notTLS says in the error).
+func (o Options) redisSecrets(pw *string, tc *tls.Config, notTLS string) error {
+	if o.RedisPassword != "" {
+		if *pw != "" {
+			return fmt.Errorf("redis url (%s) has a password and a Redis password is given too: %w", RedactURL(o.RedisURL), ErrRedisPasswordTwice)
+		}
+		*pw = o.RedisPassword
+	}
+	if o.RedisTLSCA == "" && o.RedisTLSCert == "" && o.RedisTLSKey == "" {
+		return nil
+	}
+	if tc == nil {
+		return fmt.Errorf("redis-tls-ca/-cert/-key given, but the redis url (%s) %s", RedactURL(o.RedisURL), notTLS)
+	}
+	return loadTLSFiles(tc, "redis-tls", o.RedisTLSCA, o.RedisTLSCert, o.RedisTLSKey)
 }
 
 // ErrRedisPasswordTwice: both the Redis URL and Options.RedisPassword carry a password.
