@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -69,10 +71,7 @@ func ToEnd(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.O
 	}
 	adm := kadm.NewClient(admCl)
 	defer admCl.Close()
-	var names []string
-	for t := range start {
-		names = append(names, t)
-	}
+	names := slices.Collect(maps.Keys(start))
 	settleBy := time.Now().Add(settle)
 	ends := map[tp]int64{}
 	for {
