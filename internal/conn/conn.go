@@ -33,31 +33,31 @@ var ErrNoBrokers = errors.New("no Kafka brokers configured (set --brokers or WMR
 // Options holds everything needed to reach the cluster and Redis. The zero value is not usable:
 // at least Brokers must be set.
 type Options struct {
-	Brokers     []string `yaml:"brokers"`
-	ClientID    string   `yaml:"client-id"`
-	TopicPrefix string   `yaml:"topic-prefix"`
+	Brokers     []string
+	ClientID    string
+	TopicPrefix string
 
-	SASLMechanism string `yaml:"sasl-mechanism"`
-	SASLUser      string `yaml:"sasl-user"`
-	SASLPassword  string `yaml:"sasl-password"`
+	SASLMechanism string
+	SASLUser      string
+	SASLPassword  string
 
-	TLS           bool   `yaml:"tls"`
-	TLSCA         string `yaml:"tls-ca"`
-	TLSCert       string `yaml:"tls-cert"`
-	TLSKey        string `yaml:"tls-key"`
-	TLSServerName string `yaml:"tls-server-name"`
+	TLS           bool
+	TLSCA         string
+	TLSCert       string
+	TLSKey        string
+	TLSServerName string
 	// TLSSkipVerify disables certificate verification; it exists for lab clusters only.
-	TLSSkipVerify bool `yaml:"tls-skip-verify"`
+	TLSSkipVerify bool
 
-	RedisURL string `yaml:"redis"`
+	RedisURL string
 	// RedisPassword, when set, is the Redis password (AUTH) for a URL that carries none: the CLI
 	// reads it from --redis-password-file, so the URL itself is no secret.
-	RedisPassword string `yaml:"-"`
+	RedisPassword string
 	// RedisTLSCA, RedisTLSCert and RedisTLSKey configure a rediss:// connection: the CA that
 	// signs the server's certificate (default: the system roots) and a client certificate.
-	RedisTLSCA   string `yaml:"redis-tls-ca"`
-	RedisTLSCert string `yaml:"redis-tls-cert"`
-	RedisTLSKey  string `yaml:"redis-tls-key"`
+	RedisTLSCA   string
+	RedisTLSCert string
+	RedisTLSKey  string
 }
 
 // Names returns the topic names under the configured prefix.
