@@ -186,8 +186,7 @@ func (o Options) RedisOptions() (*redis.Options, error) {
 	}
 	ro, err := redis.ParseURL(o.RedisURL)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
 		}
 		return nil, fmt.Errorf("redis url (%s): %w", RedactURL(o.RedisURL), err)

@@ -97,8 +97,7 @@ func (o Options) RedisTarget() (RedisTarget, error) {
 	}
 	u, err := url.Parse(base + "://" + rest)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
 		}
 		return RedisTarget{}, fmt.Errorf("%w (%s): %w", ErrRedisURL, RedactURL(o.RedisURL), err)
