@@ -12,6 +12,7 @@
 package producers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -139,9 +140,7 @@ func New(b Backend, cfg Config) (*Generator, error) {
 	if !topics.ValidID(cfg.RunID) {
 		return nil, fmt.Errorf("%w: run id %q is not a valid id", ErrConfig, cfg.RunID)
 	}
-	if cfg.Stream == "" {
-		cfg.Stream = "main"
-	}
+	cfg.Stream = cmp.Or(cfg.Stream, "main")
 	if !topics.ValidID(cfg.Stream) {
 		return nil, fmt.Errorf("%w: stream %q is not a valid id", ErrConfig, cfg.Stream)
 	}
@@ -151,9 +150,7 @@ func New(b Backend, cfg Config) (*Generator, error) {
 	if cfg.PolicyLag != nil && *cfg.PolicyLag < 0 {
 		return nil, fmt.Errorf("%w: policy lag %d must be >= 0", ErrConfig, *cfg.PolicyLag)
 	}
-	if cfg.InlineLimit == 0 {
-		cfg.InlineLimit = DefaultInlineLimit
-	}
+	cfg.InlineLimit = cmp.Or(cfg.InlineLimit, DefaultInlineLimit)
 	if cfg.InlineLimit < 0 || cfg.InlineLimit > topics.MaxInlineArtifact {
 		return nil, fmt.Errorf("%w: inline limit %d outside [0,%d]", ErrConfig, cfg.InlineLimit, topics.MaxInlineArtifact)
 	}
@@ -290,20 +287,14 @@ func (g *Generator) build(b StepBatch) ([]*kgo.Record, topics.StepManifest, Stat
 	if len(b.Groups) == 0 {
 		return nil, topics.StepManifest{}, st, bad("no groups")
 	}
-	pv := b.PolicyVersion
-	if pv == "" {
-		pv = g.cfg.PolicyVersion
-	}
+	pv := cmp.Or(b.PolicyVersion, g.cfg.PolicyVersion)
 	now := g.cfg.Now().UTC()
 	m := topics.StepManifest{RunID: g.cfg.RunID, Step: b.Step, PolicyVersion: pv, PolicyStep: policyStep(b, g.cfg.PolicyLag), CreatedAt: now}
 	groupIDs := map[string]bool{}
 	rolloutIDs := map[string]bool{}
 	var recs []*kgo.Record
 	for j, gs := range b.Groups {
-		gid := gs.GroupID
-		if gid == "" {
-			gid = topics.GroupID(b.Step, j)
-		}
+		gid := cmp.Or(gs.GroupID, topics.GroupID(b.Step, j))
 		if groupIDs[gid] {
 			return nil, m, st, bad("group id %q twice", gid)
 		}
@@ -314,20 +305,14 @@ func (g *Generator) build(b StepBatch) ([]*kgo.Record, topics.StepManifest, Stat
 		if len(gs.Rollouts) == 0 {
 			return nil, m, st, bad("group %q has no rollouts", gid)
 		}
-		stream := gs.Stream
-		if stream == "" {
-			stream = g.cfg.Stream
-		}
+		stream := cmp.Or(gs.Stream, g.cfg.Stream)
 		anchor := topics.IsAnchor(g.cfg.RunID, gid, g.cfg.AnchorFraction)
 		m.Groups = append(m.Groups, topics.GroupManifest{GroupID: gid, Stream: stream, Size: len(gs.Rollouts), Anchor: anchor})
 		if anchor {
 			st.AnchorGroups++
 		}
 		for i, rs := range gs.Rollouts {
-			rid := rs.RolloutID
-			if rid == "" {
-				rid = topics.RolloutID(gid, i)
-			}
+			rid := cmp.Or(rs.RolloutID, topics.RolloutID(gid, i))
 			if rolloutIDs[rid] {
 				return nil, m, st, bad("rollout id %q twice", rid)
 			}

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/wmrl/wmrl/topics"
 )
@@ -46,11 +48,15 @@ type JSONLine struct {
 	Meta       map[string]string `json:"meta"`
 }
 
-var jsonLineKeys = map[string]bool{
-	"step": true, "group_id": true, "rollout_id": true, "prompt": true, "artifact": true,
-	"artifact_uri": true, "artifact_sha256": true, "artifact_size": true, "stream": true,
-	"policy_version": true, "policy_step": true, "meta": true,
-}
+// jsonLineKeys are the keys of the short form: JSONLine's json names.
+var jsonLineKeys = func() map[string]bool {
+	keys := map[string]bool{}
+	for f := range reflect.TypeFor[JSONLine]().Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		keys[name] = true
+	}
+	return keys
+}()
 
 // JSONLConfig configures a JSONL backend.
 type JSONLConfig struct {

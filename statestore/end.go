@@ -32,19 +32,11 @@ const (
 	endFieldReason = "reason"
 )
 
-// endFields is e as the EndKey hash's fields.
-func endFields(e RunEnd) map[string]any {
-	return map[string]any{
-		endFieldLast:   e.LastStep,
-		endFieldAtMs:   e.EndedAt.UnixMilli(),
-		endFieldReason: e.Reason,
-	}
-}
-
 // RecordEnd records run's end (HSET of the EndKey hash). Expiring the run's keys is the
 // caller's separate step: the end is recorded at retirement, the keys expire after the retention.
 func (s *Store) RecordEnd(ctx context.Context, run string, e RunEnd) error {
-	if err := s.failed(ctx, s.rdb.HSet(ctx, s.EndKey(run), endFields(e)).Err()); err != nil {
+	fields := map[string]any{endFieldLast: e.LastStep, endFieldAtMs: e.EndedAt.UnixMilli(), endFieldReason: e.Reason}
+	if err := s.failed(ctx, s.rdb.HSet(ctx, s.EndKey(run), fields).Err()); err != nil {
 		return fmt.Errorf("redis end of run %s: %w", run, err)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -148,10 +149,7 @@ func (s *Store) Summaries(ctx context.Context, runs []string) ([]RunSummary, err
 			}
 			out[i].End = e
 		}
-		out[i].TTL = ttl(ttls[i])
-		if out[i].TTL == 0 {
-			out[i].TTL = ttl(endTTLs[i])
-		}
+		out[i].TTL = cmp.Or(ttl(ttls[i]), ttl(endTTLs[i]))
 	}
 	if len(refs) == 0 {
 		return out, nil

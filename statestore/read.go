@@ -68,18 +68,18 @@ func (s *Store) Load(ctx context.Context, want []*topics.CalibrationSnapshot) ([
 }
 
 func parseHead(m map[string]string) (*Head, error) {
-	step, err := strconv.ParseInt(m["sealed_step"], 10, 64)
+	step, err := strconv.ParseInt(m[fieldSealedStep], 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("head sealed_step %q: %w", m["sealed_step"], err)
+		return nil, fmt.Errorf("head %s %q: %w", fieldSealedStep, m[fieldSealedStep], err)
 	}
-	h := &Head{SealedStep: step, Digest: m["digest"], ConfigHash: m["config_hash"], FitStep: -1}
-	h.FitVersion, _ = strconv.ParseUint(m["fit_version"], 10, 64)
-	h.AnchorWeight, _ = strconv.ParseFloat(m["anchor_weight"], 64)
-	h.Pairs, _ = strconv.Atoi(m["pairs"])
+	h := &Head{SealedStep: step, Digest: m[fieldDigest], ConfigHash: m[fieldConfigHash], FitStep: -1}
+	h.FitVersion, _ = strconv.ParseUint(m[fieldFitVersion], 10, 64)
+	h.AnchorWeight, _ = strconv.ParseFloat(m[fieldAnchorWeight], 64)
+	h.Pairs, _ = strconv.Atoi(m[fieldPairs])
 	var f fitJSON
-	if m["fit"] != "" && json.Unmarshal([]byte(m["fit"]), &f) == nil && len(f.X) > 0 {
+	if m[fieldFit] != "" && json.Unmarshal([]byte(m[fieldFit]), &f) == nil && len(f.X) > 0 {
 		h.FitX, h.FitY = f.X, f.Y
-		if v, err := strconv.ParseInt(m["fit_step"], 10, 64); err == nil {
+		if v, err := strconv.ParseInt(m[fieldFitStep], 10, 64); err == nil {
 			h.FitStep = v
 		}
 	}

@@ -70,24 +70,30 @@ const (
 	numKeys
 )
 
-// ARGV slots of writeScript (0-based here, ARGV[i+1] in Lua); chunk number, chunk value pairs
-// follow from argFirstChunk on.
+// ARGV slots of writeScript (0-based here, ARGV[i+1] in Lua); the head hash's field, value
+// pairs (headArgs) follow from argHead on, then chunk number, chunk value pairs.
 const (
-	argValue        = iota // state value (redisValue)
-	argStep                // sealed step v
-	argDigest              // hex digest of the snapshot
-	argConfigHash          // hex correction.Config.Hash
-	argFitVersion          // fit version
-	argKeep                // steps to keep
-	argStatePrefix         // key of a state without its step (streamKeys.statePrefix)
-	argChunkPrefix         // key of a chunk without its number (streamKeys.chunkPrefix)
-	argFit                 // fit breakpoints as JSON, or ""
-	argAnchorWeight        // anchor weight
-	argPairs               // pairs in the window
-	argForce               // "1": overwrite differing content (repair)
-	argFull                // "1": the chunks are the whole window
-	argLowChunk            // oldest chunk of the window
-	argFirstChunk
+	argValue       = iota // state value (redisValue)
+	argKeep               // steps to keep
+	argStatePrefix        // key of a state without its step (streamKeys.statePrefix)
+	argChunkPrefix        // key of a chunk without its number (streamKeys.chunkPrefix)
+	argForce              // "1": overwrite differing content (repair)
+	argFull               // "1": the chunks are the whole window
+	argLowChunk           // oldest chunk of the window
+	argHeadLen            // number of head arguments
+	argHead
+)
+
+// Fields of the head hash (doc.go): headArgs writes them, parseHead reads them.
+const (
+	fieldSealedStep   = "sealed_step"
+	fieldDigest       = "digest"
+	fieldConfigHash   = "config_hash"
+	fieldFitVersion   = "fit_version"
+	fieldAnchorWeight = "anchor_weight"
+	fieldPairs        = "pairs"
+	fieldFit          = "fit"
+	fieldFitStep      = "fit_step"
 )
 
 // Status is the result of writing one step.
@@ -201,11 +207,6 @@ func (s *Store) write(ctx context.Context, ws []Write, newStreams map[string][]s
 
 func (s *Store) writeArgs(w *Write, force bool) ([]string, []any) {
 	sn := w.Snap
-	var fit string
-	if len(sn.BreakX) > 0 {
-		b, _ := json.Marshal(fitJSON{X: sn.BreakX, Y: sn.BreakY})
-		fit = string(b)
-	}
 	chunks := w.Chunks
 	full := w.Full || force
 	if full && w.State != nil {
@@ -223,25 +224,35 @@ func (s *Store) writeArgs(w *Write, force bool) ([]string, []any) {
 	keys[keySteps] = k.steps()
 	keys[keyLows] = k.lows()
 	keys[keyChunks] = k.chunks()
-	args := make([]any, argFirstChunk, argFirstChunk+2*len(chunks))
+	head := headArgs(sn)
+	args := make([]any, argHead, argHead+len(head)+2*len(chunks))
 	args[argValue] = RedisValue(sn)
-	args[argStep] = strconv.FormatInt(sn.Step, 10)
-	args[argDigest] = sn.Digest
-	args[argConfigHash] = sn.ConfigHash
-	args[argFitVersion] = strconv.FormatUint(sn.FitVersion, 10)
 	args[argKeep] = s.keep
 	args[argStatePrefix] = k.statePrefix()
 	args[argChunkPrefix] = k.chunkPrefix()
-	args[argFit] = fit
-	args[argAnchorWeight] = strconv.FormatFloat(sn.AnchorWeight, 'g', -1, 64)
-	args[argPairs] = sn.Pairs
 	args[argForce] = boolArg(force)
 	args[argFull] = boolArg(full)
 	args[argLowChunk] = strconv.FormatUint(low, 10)
+	args[argHeadLen] = len(head)
+	args = append(args, head...)
 	for _, ch := range chunks {
 		args = append(args, strconv.FormatUint(ch.Chunk, 10), ch.Value)
 	}
 	return keys, args
+}
+
+// headArgs is the head hash of sn as field, value pairs, the sealed step first; the fit and its
+// step only when sn carries breakpoints, so the head keeps the latest fit otherwise.
+func headArgs(sn *topics.CalibrationSnapshot) []any {
+	step := strconv.FormatInt(sn.Step, 10)
+	head := []any{fieldSealedStep, step, fieldDigest, sn.Digest, fieldConfigHash, sn.ConfigHash,
+		fieldFitVersion, strconv.FormatUint(sn.FitVersion, 10),
+		fieldAnchorWeight, strconv.FormatFloat(sn.AnchorWeight, 'g', -1, 64), fieldPairs, sn.Pairs}
+	if len(sn.BreakX) > 0 {
+		b, _ := json.Marshal(fitJSON{X: sn.BreakX, Y: sn.BreakY})
+		head = append(head, fieldFit, string(b), fieldFitStep, step)
+	}
+	return head
 }
 
 // RedisValue is what Redis stores under state:<v>: the raw digest and the head, so a reader can

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -235,5 +236,36 @@ func TestStoreRuns(t *testing.T) {
 		if err != nil || !slices.Equal(got, want) {
 			t.Errorf("prefix %s: runs %v (%v), want %v", prefix, got, err, want)
 		}
+	}
+}
+
+// TestStoreHeadHash: the head hash holds the fields doc.go names; a snapshot without breakpoints
+// keeps the latest fit and its step, and ReadHead reads them back.
+func TestStoreHeadHash(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	s := New(rdb, "p", 3)
+	ctx := context.Background()
+	states := sealedStates(t, 2)
+	w0 := storeWrite(states[0], nil, true)
+	w0.Snap.ConfigHash, w0.Snap.AnchorWeight = "c0ffee", 0.25
+	w0.Snap.BreakX, w0.Snap.BreakY = []float64{0, 1}, []float64{0.1, 0.9}
+	w1 := storeWrite(states[1], states[0], false)
+	w1.Snap.ConfigHash, w1.Snap.AnchorWeight = "c0ffee", 0.5
+	for _, w := range []Write{w0, w1} {
+		if res, err := s.Write(ctx, []Write{w}, map[string][]string{"r": {"s"}}); err != nil || res[0].Status != Written {
+			t.Fatalf("write step %d: %v %v", w.Snap.Step, res, err)
+		}
+	}
+	want := map[string]string{"sealed_step": "1", "digest": w1.Snap.Digest, "config_hash": "c0ffee",
+		"fit_version": strconv.FormatUint(w1.Snap.FitVersion, 10), "anchor_weight": "0.5",
+		"pairs": strconv.Itoa(w1.Snap.Pairs), "fit": `{"x":[0,1],"y":[0.1,0.9]}`, "fit_step": "0"}
+	if got, err := rdb.HGetAll(ctx, s.HeadKey("r", "s")).Result(); err != nil || !maps.Equal(got, want) {
+		t.Fatalf("head hash %v %v, want %v", got, err, want)
+	}
+	h, err := s.ReadHead(ctx, "r", "s")
+	if err != nil || h.SealedStep != 1 || h.AnchorWeight != 0.5 || h.FitStep != 0 || !slices.Equal(h.FitY, []float64{0.1, 0.9}) {
+		t.Fatalf("head %+v %v", h, err)
 	}
 }

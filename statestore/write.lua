@@ -1,12 +1,11 @@
 -- Stores one (run, stream) step idempotently; see writeScript in store.go for the contract.
 -- Argument positions are the arg* constants of store.go (Lua counts from 1).
 local KEY_STATE, KEY_HEAD, KEY_STEPS, KEY_LOWS, KEY_CHUNKS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local value, step, digest, config_hash = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local fit_version, keep, state_prefix, chunk_prefix = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
-local fit, anchor_weight, npairs, force, full = ARGV[9], ARGV[10], ARGV[11], ARGV[12] == '1', ARGV[13] == '1'
-local low = ARGV[14]
-local FIRST_CHUNK = 15
-local v = tonumber(step)
+local value, keep, state_prefix, chunk_prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local force, full, low = ARGV[5] == '1', ARGV[6] == '1', ARGV[7]
+-- ARGV[HEAD..HEAD_END]: the head hash's field, value pairs, the sealed step first.
+local HEAD, HEAD_END = 9, 8 + tonumber(ARGV[8])
+local SEALED_STEP, v = ARGV[HEAD], tonumber(ARGV[HEAD + 1])
 local cur = redis.call('GET', KEY_STATE)
 local status = 0
 if cur and cur == value then
@@ -15,12 +14,12 @@ elseif cur and not force then
   return {2, cur}
 end
 if cur then status = 3 end
-local head = redis.call('HGET', KEY_HEAD, 'sealed_step')
+local head = redis.call('HGET', KEY_HEAD, SEALED_STEP)
 if not force then
   if head and tonumber(head) >= v then return {1} end
   if not full and ((not head) or tonumber(head) ~= v - 1) then return {4} end
 end
-for i = FIRST_CHUNK, #ARGV, 2 do
+for i = HEAD_END + 1, #ARGV, 2 do
   redis.call('SET', chunk_prefix .. ARGV[i], ARGV[i + 1])
   redis.call('ZADD', KEY_CHUNKS, ARGV[i], ARGV[i])
 end
@@ -28,9 +27,7 @@ redis.call('SET', KEY_STATE, value)
 redis.call('ZADD', KEY_STEPS, v, v)
 redis.call('ZADD', KEY_LOWS, low, v)
 if (not head) or tonumber(head) <= v or force then
-  redis.call('HSET', KEY_HEAD, 'sealed_step', step, 'digest', digest, 'config_hash', config_hash,
-    'fit_version', fit_version, 'anchor_weight', anchor_weight, 'pairs', npairs)
-  if fit ~= '' then redis.call('HSET', KEY_HEAD, 'fit', fit, 'fit_step', step) end
+  redis.call('HSET', KEY_HEAD, unpack(ARGV, HEAD, HEAD_END))
 end
 local n = redis.call('ZCARD', KEY_STEPS)
 if n > keep then

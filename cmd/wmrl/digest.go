@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,10 +88,7 @@ func (o *digestOptions) fromFile() (trainer.DigestResult, error) {
 }
 
 func (o *digestOptions) fromTopic() (trainer.DigestResult, error) {
-	topic := o.topic
-	if topic == "" {
-		topic = o.a.conn.Names().Advantages()
-	}
+	topic := cmp.Or(o.topic, o.a.conn.Names().Advantages())
 	opts, err := o.a.kafkaOpts()
 	if err != nil {
 		return trainer.DigestResult{}, err

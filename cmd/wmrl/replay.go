@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -112,10 +113,7 @@ func (o *replayOptions) run(_ *cobra.Command, _ []string) error {
 		}
 		defer rdb.Close()
 		rc.Redis = rdb
-		rc.RedisPrefix = o.redisPrefix
-		if rc.RedisPrefix == "" {
-			rc.RedisPrefix = fmt.Sprintf("wmrl-replay-%s-%d", o.runID, time.Now().Unix())
-		}
+		rc.RedisPrefix = cmp.Or(o.redisPrefix, fmt.Sprintf("wmrl-replay-%s-%d", o.runID, time.Now().Unix()))
 	}
 	ctx, cancel := signalContext()
 	defer cancel()

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
@@ -23,30 +22,20 @@ import (
 func liveConfigHash(ctx context.Context, opts []kgo.Opt, names topics.Names, run string, part *int32) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return "", fmt.Errorf("kafka client: %w", err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
 	topic := names.Calibration()
-	p := int32(-1)
+	var p int32
 	if part != nil {
 		p = *part
 	} else {
-		td, err := adm.ListTopics(ctx, topic)
+		n, err := topicread.PartitionCount(ctx, opts, topic)
 		if err != nil {
-			return "", fmt.Errorf("list %s: %w", topic, err)
+			return "", err
 		}
-		d, ok := td[topic]
-		if !ok || d.Err != nil || len(d.Partitions) == 0 {
-			return "", fmt.Errorf("topic %s not found", topic)
-		}
-		p = topics.PartitionFor(run, len(d.Partitions))
+		p = topics.PartitionFor(run, n)
 	}
 	hash := ""
 	start := map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().AtStart()}}
-	err = topicread.ToEnd(ctx, opts, start, 5*time.Second, slog.New(slog.DiscardHandler), func(r *kgo.Record) error {
+	err := topicread.ToEnd(ctx, opts, start, 5*time.Second, slog.New(slog.DiscardHandler), func(r *kgo.Record) error {
 		if topics.IsCalibrationChunk(r) {
 			return nil
 		}

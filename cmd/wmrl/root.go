@@ -72,8 +72,7 @@ func run(args []string) int {
 	if err == nil {
 		return 0
 	}
-	var ee *exitError
-	if errors.As(err, &ee) {
+	if ee, ok := errors.AsType[*exitError](err); ok {
 		if ee.err != nil {
 			fmt.Fprintln(a.stderr, "wmrl:", ee.err)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -147,8 +148,8 @@ func writeRunsTable(out io.Writer, sums []statestore.RunSummary, now time.Time) 
 			versions = append(versions, strconv.FormatUint(ss.Head.FitVersion, 10))
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Run, runState(s), stepCell(s.SealedStep()),
-			orDash(strings.Join(streams, ",")), humanBytes(s.StateBytes()), orDash(strings.Join(weights, ",")),
-			orDash(strings.Join(versions, ",")), endCell(s.End, now))
+			cmp.Or(strings.Join(streams, ","), "-"), humanBytes(s.StateBytes()), cmp.Or(strings.Join(weights, ","), "-"),
+			cmp.Or(strings.Join(versions, ","), "-"), endCell(s.End, now))
 	}
 	return w.Flush()
 }
@@ -160,20 +161,13 @@ func stepCell(v int64) string {
 	return strconv.FormatInt(v, 10)
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
 // endCell is e as "<time> after step N (<reason>, <ago> ago)", or "-".
 func endCell(e *statestore.RunEnd, now time.Time) string {
 	if e == nil {
 		return "-"
 	}
 	return fmt.Sprintf("%s after step %d (%s, %s ago)", e.EndedAt.UTC().Format(time.RFC3339), e.LastStep,
-		orDash(e.Reason), now.Sub(e.EndedAt).Round(time.Second))
+		cmp.Or(e.Reason, "-"), now.Sub(e.EndedAt).Round(time.Second))
 }
 
 // ttlCell is a key's remaining time to live for a table.

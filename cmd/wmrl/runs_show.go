@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
@@ -192,24 +191,11 @@ func (o *runsViewOptions) steps(ctx context.Context, topic, run string) (*stepsI
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("kafka client: %w", err)
-	}
-	td, err := kadm.NewClient(cl).ListTopics(ctx, topic)
-	cl.Close()
+	n, err := topicread.PartitionCount(ctx, opts, topic)
 	if err != nil {
 		return nil, fmt.Errorf("describe %s: %w", topic, err)
 	}
-	d, ok := td[topic]
-	switch {
-	case ok && d.Err != nil:
-		return nil, fmt.Errorf("describe %s: %w", topic, d.Err)
-	case !ok || len(d.Partitions) == 0:
-		return nil, fmt.Errorf("describe %s: %w", topic, errTopicMissing)
-	}
-	info := &stepsInfo{partitions: len(d.Partitions), newest: -1}
-	info.partition = topics.PartitionFor(run, info.partitions)
+	info := &stepsInfo{partitions: n, partition: topics.PartitionFor(run, n), newest: -1}
 	start := map[string]map[int32]kgo.Offset{topic: {info.partition: kgo.NewOffset().AtEnd().Relative(-lagTail)}}
 	err = topicread.ToEnd(ctx, opts, start, 0, nil, func(r *kgo.Record) error {
 		if string(r.Key) != run {
@@ -225,8 +211,6 @@ func (o *runsViewOptions) steps(ctx context.Context, topic, run string) (*stepsI
 	}
 	return info, nil
 }
-
-var errTopicMissing = errors.New("topic not found")
 
 func optFloat(f *float64) string {
 	if f == nil {

@@ -125,8 +125,7 @@ func readSecretFile(path string) (string, error) {
 
 // unwrapPath drops the "open PATH:" of an *fs.PathError, keeping the cause (and errors.Is on it).
 func unwrapPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
 		return pe.Err
 	}
 	return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -22,14 +23,9 @@ func versionString() string {
 	v := version
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		if v == "" {
-			v = "unknown"
-		}
-		return v
+		return cmp.Or(v, "unknown")
 	}
-	if v == "" {
-		v = bi.Main.Version
-	}
+	v = cmp.Or(v, bi.Main.Version)
 	var rev, modified string
 	for _, s := range bi.Settings {
 		switch s.Key {

@@ -113,15 +113,13 @@ func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 	defer wiring.Stop()
 	for n := 0; o.maxSteps == 0 || n < o.maxSteps; n++ {
 		st, err := s.Next(ctx)
-		if err == nil {
-			gotStep.Store(true)
-		}
 		if err != nil {
 			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 				break
 			}
 			return err
 		}
+		gotStep.Store(true)
 		if err := showStep(a, st, o.printTable); err != nil {
 			return err
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -94,7 +93,7 @@ func liveReaders(ctx context.Context, opts []kgo.Opt, topic string) ([]string, e
 	if err != nil {
 		return nil, fmt.Errorf("consumer group lag: %w", err)
 	}
-	var out []string
+	var out []string // lags.Sorted is by group name
 	for _, g := range lags.Sorted() {
 		for _, l := range g.Lag[topic] {
 			if !l.IsEmpty() {
@@ -103,6 +102,5 @@ func liveReaders(ctx context.Context, opts []kgo.Opt, topic string) ([]string, e
 			}
 		}
 	}
-	sort.Strings(out)
 	return out, nil
 }

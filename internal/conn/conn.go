@@ -33,31 +33,31 @@ var ErrNoBrokers = errors.New("no Kafka brokers configured (set --brokers or WMR
 // Options holds everything needed to reach the cluster and Redis. The zero value is not usable:
 // at least Brokers must be set.
 type Options struct {
-	Brokers     []string `yaml:"brokers"`
-	ClientID    string   `yaml:"client-id"`
-	TopicPrefix string   `yaml:"topic-prefix"`
+	Brokers     []string
+	ClientID    string
+	TopicPrefix string
 
-	SASLMechanism string `yaml:"sasl-mechanism"`
-	SASLUser      string `yaml:"sasl-user"`
-	SASLPassword  string `yaml:"sasl-password"`
+	SASLMechanism string
+	SASLUser      string
+	SASLPassword  string
 
-	TLS           bool   `yaml:"tls"`
-	TLSCA         string `yaml:"tls-ca"`
-	TLSCert       string `yaml:"tls-cert"`
-	TLSKey        string `yaml:"tls-key"`
-	TLSServerName string `yaml:"tls-server-name"`
+	TLS           bool
+	TLSCA         string
+	TLSCert       string
+	TLSKey        string
+	TLSServerName string
 	// TLSSkipVerify disables certificate verification; it exists for lab clusters only.
-	TLSSkipVerify bool `yaml:"tls-skip-verify"`
+	TLSSkipVerify bool
 
-	RedisURL string `yaml:"redis"`
+	RedisURL string
 	// RedisPassword, when set, is the Redis password (AUTH) for a URL that carries none: the CLI
 	// reads it from --redis-password-file, so the URL itself is no secret.
-	RedisPassword string `yaml:"-"`
+	RedisPassword string
 	// RedisTLSCA, RedisTLSCert and RedisTLSKey configure a rediss:// connection: the CA that
 	// signs the server's certificate (default: the system roots) and a client certificate.
-	RedisTLSCA   string `yaml:"redis-tls-ca"`
-	RedisTLSCert string `yaml:"redis-tls-cert"`
-	RedisTLSKey  string `yaml:"redis-tls-key"`
+	RedisTLSCA   string
+	RedisTLSCert string
+	RedisTLSKey  string
 }
 
 // Names returns the topic names under the configured prefix.
@@ -186,28 +186,34 @@ func (o Options) RedisOptions() (*redis.Options, error) {
 	}
 	ro, err := redis.ParseURL(o.RedisURL)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
 		}
 		return nil, fmt.Errorf("redis url (%s): %w", RedactURL(o.RedisURL), err)
 	}
-	if o.RedisPassword != "" {
-		if ro.Password != "" {
-			return nil, fmt.Errorf("redis url (%s) has a password and a Redis password is given too: %w", RedactURL(o.RedisURL), ErrRedisPasswordTwice)
-		}
-		ro.Password = o.RedisPassword
-	}
-	if o.RedisTLSCA == "" && o.RedisTLSCert == "" && o.RedisTLSKey == "" {
-		return ro, nil
-	}
-	if ro.TLSConfig == nil {
-		return nil, fmt.Errorf("redis-tls-ca/-cert/-key given, but the redis url (%s) is not rediss:// (TLS)", RedactURL(o.RedisURL))
-	}
-	if err := loadTLSFiles(ro.TLSConfig, "redis-tls", o.RedisTLSCA, o.RedisTLSCert, o.RedisTLSKey); err != nil {
+	if err := o.redisSecrets(&ro.Password, ro.TLSConfig, "is not rediss:// (TLS)"); err != nil {
 		return nil, err
 	}
 	return ro, nil
+}
+
+// redisSecrets applies the Redis password (--redis-password-file) and the --redis-tls-* files to
+// the password and TLS config a Redis URL parsed into (tc nil: the URL does not use TLS, which
+// notTLS says in the error).
+func (o Options) redisSecrets(pw *string, tc *tls.Config, notTLS string) error {
+	if o.RedisPassword != "" {
+		if *pw != "" {
+			return fmt.Errorf("redis url (%s) has a password and a Redis password is given too: %w", RedactURL(o.RedisURL), ErrRedisPasswordTwice)
+		}
+		*pw = o.RedisPassword
+	}
+	if o.RedisTLSCA == "" && o.RedisTLSCert == "" && o.RedisTLSKey == "" {
+		return nil
+	}
+	if tc == nil {
+		return fmt.Errorf("redis-tls-ca/-cert/-key given, but the redis url (%s) %s", RedactURL(o.RedisURL), notTLS)
+	}
+	return loadTLSFiles(tc, "redis-tls", o.RedisTLSCA, o.RedisTLSCert, o.RedisTLSKey)
 }
 
 // ErrRedisPasswordTwice: both the Redis URL and Options.RedisPassword carry a password.

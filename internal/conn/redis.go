@@ -1,7 +1,6 @@
 package conn
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -83,9 +82,6 @@ func (t RedisTarget) Client(contextTimeout bool) redis.UniversalClient {
 // the master and replicas; the sentinels are asked without AUTH. A cluster has only database 0.
 // opts are go-redis's query options (dial_timeout, pool_size, ...).
 func (o Options) RedisTarget() (RedisTarget, error) {
-	if o.RedisURL == "" {
-		return RedisTarget{}, errors.New("no Redis configured (set --redis or WMRL_REDIS)")
-	}
 	scheme, rest, ok := strings.Cut(o.RedisURL, "://")
 	if !ok {
 		// Let go-redis name the problem.
@@ -101,8 +97,7 @@ func (o Options) RedisTarget() (RedisTarget, error) {
 	}
 	u, err := url.Parse(base + "://" + rest)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
 		}
 		return RedisTarget{}, fmt.Errorf("%w (%s): %w", ErrRedisURL, RedactURL(o.RedisURL), err)
@@ -178,26 +173,14 @@ func (o Options) sentinelTarget(u *url.URL, hosts []string) (RedisTarget, error)
 // finish applies --redis-password-file and the --redis-tls-* files to a cluster or Sentinel
 // target, as RedisOptions does for a single node.
 func (o Options) finish(t RedisTarget) (RedisTarget, error) {
-	var pw *string
-	var tc **tls.Config
+	const notTLS = "does not use TLS (rediss, rediss-cluster, rediss-sentinel)"
+	var err error
 	if t.Failover != nil {
-		pw, tc = &t.Failover.Password, &t.Failover.TLSConfig
+		err = o.redisSecrets(&t.Failover.Password, t.Failover.TLSConfig, notTLS)
 	} else {
-		pw, tc = &t.Cluster.Password, &t.Cluster.TLSConfig
+		err = o.redisSecrets(&t.Cluster.Password, t.Cluster.TLSConfig, notTLS)
 	}
-	if o.RedisPassword != "" {
-		if *pw != "" {
-			return RedisTarget{}, fmt.Errorf("redis url (%s) has a password and a Redis password is given too: %w", RedactURL(o.RedisURL), ErrRedisPasswordTwice)
-		}
-		*pw = o.RedisPassword
-	}
-	if o.RedisTLSCA == "" && o.RedisTLSCert == "" && o.RedisTLSKey == "" {
-		return t, nil
-	}
-	if *tc == nil {
-		return RedisTarget{}, fmt.Errorf("redis-tls-ca/-cert/-key given, but the redis url (%s) does not use TLS (rediss, rediss-cluster, rediss-sentinel)", RedactURL(o.RedisURL))
-	}
-	if err := loadTLSFiles(*tc, "redis-tls", o.RedisTLSCA, o.RedisTLSCert, o.RedisTLSKey); err != nil {
+	if err != nil {
 		return RedisTarget{}, err
 	}
 	return t, nil

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,9 +65,7 @@ type Failures struct {
 
 // NewFailures applies cfg's defaults.
 func NewFailures(cfg FailuresConfig) *Failures {
-	if cfg.What == "" {
-		cfg.What = "work"
-	}
+	cfg.What = cmp.Or(cfg.What, "work")
 	if cfg.MaxShare <= 0 {
 		cfg.MaxShare = DefaultMaxFailureShare
 	}
@@ -105,9 +104,7 @@ func (f *Failures) Observe(err error) {
 		f.total++
 		f.sinceLog++
 		f.last = err.Error()
-		if f.firstSince == "" {
-			f.firstSince = f.last
-		}
+		f.firstSince = cmp.Or(f.firstSince, f.last)
 		if now := f.cfg.Now(); f.lastLog.IsZero() || now.Sub(f.lastLog) >= f.cfg.LogEvery {
 			logArgs = []any{"failed", f.sinceLog, "results", f.resultsLog, "failed_total", f.total,
 				"window_share", f.shareLocked(), "first_error", f.firstSince}

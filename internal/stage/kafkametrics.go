@@ -1,6 +1,8 @@
 package stage
 
 import (
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
@@ -95,16 +97,10 @@ func collectorName(c prometheus.Collector) string {
 // descName returns a Desc's fully-qualified metric name, parsed from its String form
 // (`Desc{fqName: "name", ...}`), or "" when that form is not recognised.
 func descName(d *prometheus.Desc) string {
-	s := d.String()
-	const prefix = `Desc{fqName: "`
-	if len(s) < len(prefix) || s[:len(prefix)] != prefix {
+	s, ok := strings.CutPrefix(d.String(), `Desc{fqName: "`)
+	name, _, closed := strings.Cut(s, `"`)
+	if !ok || !closed {
 		return ""
 	}
-	s = s[len(prefix):]
-	for i := 0; i < len(s); i++ {
-		if s[i] == '"' {
-			return s[:i]
-		}
-	}
-	return ""
+	return name
 }

@@ -17,7 +17,7 @@ import (
 // partitions. Assignment comes from the group callbacks, the cluster from watch's pings.
 type readiness struct {
 	mu        sync.Mutex
-	parts     map[string]map[int32]bool
+	parts     map[tp]bool
 	clusterOK bool
 	lastErr   error
 }
@@ -26,14 +26,11 @@ func (r *readiness) assigned(a map[string][]int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.parts == nil {
-		r.parts = map[string]map[int32]bool{}
+		r.parts = map[tp]bool{}
 	}
 	for t, ps := range a {
-		if r.parts[t] == nil {
-			r.parts[t] = map[int32]bool{}
-		}
 		for _, p := range ps {
-			r.parts[t][p] = true
+			r.parts[tp{t, p}] = true
 		}
 	}
 }
@@ -43,7 +40,7 @@ func (r *readiness) revoked(a map[string][]int32) {
 	defer r.mu.Unlock()
 	for t, ps := range a {
 		for _, p := range ps {
-			delete(r.parts[t], p)
+			delete(r.parts, tp{t, p})
 		}
 	}
 }
@@ -63,12 +60,10 @@ func (r *readiness) check() error {
 		}
 		return errors.New("kafka not reached yet")
 	}
-	for _, ps := range r.parts {
-		if len(ps) > 0 {
-			return nil
-		}
+	if len(r.parts) == 0 {
+		return errors.New("no partitions assigned")
 	}
-	return errors.New("no partitions assigned")
+	return nil
 }
 
 // Ready is the /readyz check: nil while the stage runs, reached its cluster within the last

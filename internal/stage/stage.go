@@ -5,6 +5,7 @@
 package stage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -95,9 +96,7 @@ func New(cfg Config, h Handler) (*Stage, error) {
 	if cfg.Name == "" || len(cfg.Topics) == 0 || h == nil {
 		return nil, errors.New("stage: Name, Topics and a handler are required")
 	}
-	if cfg.Group == "" {
-		cfg.Group = "wmrl-" + cfg.Name
-	}
+	cfg.Group = cmp.Or(cfg.Group, "wmrl-"+cfg.Name)
 	if cfg.Concurrency < 1 {
 		cfg.Concurrency = 1
 	}

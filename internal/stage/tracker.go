@@ -1,7 +1,7 @@
 package stage
 
 import (
-	"sort"
+	"slices"
 	"sync"
 )
 
@@ -117,26 +117,15 @@ func (ps *partState) commitPoint() (int64, int32) {
 	return low, epoch
 }
 
-// committable returns the commit points that moved since the last commit, in a stable order.
+// committable returns the commit points that moved since the last commit.
 func (t *tracker) committable(only map[string][]int32) map[string]map[int32]commitAt {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := map[string]map[int32]commitAt{}
-	keys := make([]tp, 0, len(t.parts))
-	for k := range t.parts {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].topic != keys[j].topic {
-			return keys[i].topic < keys[j].topic
-		}
-		return keys[i].partition < keys[j].partition
-	})
-	for _, k := range keys {
-		if only != nil && !contains(only[k.topic], k.partition) {
+	for k, ps := range t.parts {
+		if only != nil && !slices.Contains(only[k.topic], k.partition) {
 			continue
 		}
-		ps := t.parts[k]
 		at, epoch := ps.commitPoint()
 		if at < 0 || at == t.committed[k] {
 			continue
@@ -167,7 +156,7 @@ func (t *tracker) committedAt(c map[string]map[int32]commitAt) {
 func (t *tracker) inflight(only map[string][]int32) int {
 	n := 0
 	for k, ps := range t.parts {
-		if only == nil || contains(only[k.topic], k.partition) {
+		if only == nil || slices.Contains(only[k.topic], k.partition) {
 			n += len(ps.inflight)
 		}
 	}
@@ -199,13 +188,4 @@ func (t *tracker) revoke(revoked map[string][]int32) {
 type commitAt struct {
 	offset int64
 	epoch  int32
-}
-
-func contains(ps []int32, p int32) bool {
-	for _, q := range ps {
-		if q == p {
-			return true
-		}
-	}
-	return false
 }

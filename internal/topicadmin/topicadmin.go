@@ -7,7 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -160,11 +161,7 @@ func (m Mismatch) String() string {
 // --partitions: the layout must be consistent, whatever count it was created with).
 func Check(ctx context.Context, adm *kadm.Client, p Plan) ([]Mismatch, error) {
 	specs := p.Specs()
-	names := make([]string, len(specs))
-	for i, s := range specs {
-		names[i] = s.Topic
-	}
-	details, err := adm.ListTopics(ctx, names...)
+	details, err := adm.ListTopics(ctx, p.Names.All()...)
 	if err != nil {
 		return nil, fmt.Errorf("list topics: %w", err)
 	}
@@ -183,7 +180,7 @@ func Check(ctx context.Context, adm *kadm.Client, p Plan) ([]Mismatch, error) {
 		if got := int32(len(d.Partitions)); s.Partitions > 0 && got != s.Partitions {
 			out = append(out, Mismatch{Topic: s.Topic, Field: "partitions", Want: itoa(s.Partitions), Got: itoa(got)})
 		}
-		if rf := replication(d); s.Replication > 0 && rf != int(s.Replication) {
+		if rf := d.Partitions.NumReplicas(); s.Replication > 0 && rf != int(s.Replication) {
 			out = append(out, Mismatch{Topic: s.Topic, Field: "replication factor", Want: itoa(s.Replication), Got: itoa(rf)})
 		}
 	}
@@ -200,7 +197,7 @@ func Check(ctx context.Context, adm *kadm.Client, p Plan) ([]Mismatch, error) {
 		if err != nil {
 			continue
 		}
-		for _, k := range sortedKeys(s.Configs) {
+		for _, k := range slices.Sorted(maps.Keys(s.Configs)) {
 			want := s.Configs[k]
 			got := "(unset)"
 			for _, c := range rc.Configs {
@@ -265,7 +262,7 @@ func Describe(ctx context.Context, adm *kadm.Client, n topics.Names) ([]TopicInf
 		if d, ok := details[t]; ok && d.Err == nil {
 			infos[i].Exists = true
 			infos[i].Partitions = len(d.Partitions)
-			infos[i].Replication = replication(d)
+			infos[i].Replication = d.Partitions.NumReplicas()
 			existing = append(existing, t)
 		}
 	}
@@ -308,61 +305,29 @@ func Describe(ctx context.Context, adm *kadm.Client, n topics.Names) ([]TopicInf
 	return infos, nil
 }
 
-func replication(d kadm.TopicDetail) int {
-	for _, p := range d.Partitions {
-		return len(p.Replicas)
-	}
-	return 0
-}
-
 func itoa[T ~int | ~int16 | ~int32](v T) string { return strconv.Itoa(int(v)) }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-// CheckLayout is what a stage checks at start-up: that each of the topics it needs exists and
+// RequireLayout is what a stage checks at start-up: that each of the topics it needs exists and
 // that the co-partitioned ones among them share one partition count. Unlike Check it expects no
-// particular count or config, since a stage does not know the plan its operator chose.
-func CheckLayout(ctx context.Context, adm *kadm.Client, n topics.Names, need []string) ([]Mismatch, error) {
+// particular count or config, since a stage does not know the plan its operator chose. The error
+// names the first problem and the command that fixes it.
+func RequireLayout(ctx context.Context, adm *kadm.Client, n topics.Names, need []string) error {
 	// Only the topics the stage needs are described: a least-privilege principal may not see
 	// the others.
 	details, err := adm.ListTopics(ctx, need...)
 	if err != nil {
-		return nil, fmt.Errorf("list topics: %w", err)
+		return fmt.Errorf("list topics: %w", err)
 	}
-	var out []Mismatch
 	for _, t := range need {
 		d, ok := details[t]
 		if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
-			out = append(out, Mismatch{Topic: t, Field: "existence", Want: "exists", Got: "missing"})
-			continue
+			return fmt.Errorf("topic %s does not exist (run `wmrl topics create --topic-prefix %s`, or fix --topic-prefix)", t, n.EffectivePrefix())
 		}
 		if d.Err != nil {
-			return nil, fmt.Errorf("describe topic %s: %w", t, d.Err)
+			return fmt.Errorf("describe topic %s: %w", t, d.Err)
 		}
 	}
-	return append(out, coPartitioning(n, details)...), nil
-}
-
-// RequireLayout is CheckLayout as a start-up gate: nil when the layout holds, otherwise one error
-// naming the first problem and the command that fixes it.
-func RequireLayout(ctx context.Context, adm *kadm.Client, n topics.Names, need []string) error {
-	ms, err := CheckLayout(ctx, adm, n, need)
-	if err != nil {
-		return err
-	}
-	for _, m := range ms {
-		if m.Field == "existence" {
-			return fmt.Errorf("topic %s does not exist (run `wmrl topics create --topic-prefix %s`, or fix --topic-prefix)", m.Topic, n.EffectivePrefix())
-		}
-	}
-	if len(ms) > 0 {
+	if ms := coPartitioning(n, details); len(ms) > 0 {
 		return fmt.Errorf("%s (run `wmrl topics check`)", ms[0])
 	}
 	return nil

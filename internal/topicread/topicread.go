@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -19,24 +21,33 @@ type tp struct {
 	partition int32
 }
 
-// Partitions returns every partition of topic, each starting at the log start: the start map a
-// whole-topic read passes to ToEnd.
-func Partitions(ctx context.Context, opts []kgo.Opt, topic string) (map[string]map[int32]kgo.Offset, error) {
+// PartitionCount returns the number of partitions of topic; an error when it does not exist.
+func PartitionCount(ctx context.Context, opts []kgo.Opt, topic string) (int, error) {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("kafka client: %w", err)
+		return 0, fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
 	td, err := kadm.NewClient(cl).ListTopics(ctx, topic)
 	if err != nil {
-		return nil, fmt.Errorf("list topic %s: %w", topic, err)
+		return 0, fmt.Errorf("list topic %s: %w", topic, err)
 	}
 	d, ok := td[topic]
 	if !ok || d.Err != nil || len(d.Partitions) == 0 {
-		return nil, fmt.Errorf("topic %s not found (does it exist?): %w", topic, errors.Join(d.Err))
+		return 0, fmt.Errorf("topic %s not found (does it exist?): %w", topic, errors.Join(d.Err))
+	}
+	return len(d.Partitions), nil
+}
+
+// Partitions returns every partition of topic, each starting at the log start: the start map a
+// whole-topic read passes to ToEnd.
+func Partitions(ctx context.Context, opts []kgo.Opt, topic string) (map[string]map[int32]kgo.Offset, error) {
+	n, err := PartitionCount(ctx, opts, topic)
+	if err != nil {
+		return nil, err
 	}
 	start := map[string]map[int32]kgo.Offset{topic: {}}
-	for p := range d.Partitions {
+	for p := range int32(n) {
 		start[topic][p] = kgo.NewOffset().AtStart()
 	}
 	return start, nil
@@ -60,10 +71,7 @@ func ToEnd(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.O
 	}
 	adm := kadm.NewClient(admCl)
 	defer admCl.Close()
-	var names []string
-	for t := range start {
-		names = append(names, t)
-	}
+	names := slices.Collect(maps.Keys(start))
 	settleBy := time.Now().Add(settle)
 	ends := map[tp]int64{}
 	for {

@@ -159,9 +159,7 @@ func (p *Pace) tail(ctx context.Context) {
 			if len(ss) == 0 || step > ss[len(ss)-1].step {
 				p.starts[r.Partition] = append(ss, start{offset: r.Offset, step: step})
 			}
-			if step > p.maxSealed {
-				p.maxSealed = step
-			}
+			p.maxSealed = max(p.maxSealed, step)
 		})
 		p.mu.Unlock()
 	}
