@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -226,20 +227,11 @@ func (f *Follower) pollGroups(ctx context.Context, adm *kadm.Client) {
 			}
 			perTopic[l.Topic] += max(l.Lag, 0)
 		}
-		for _, topic := range sortedKeys(perTopic) {
+		for _, topic := range slices.Sorted(maps.Keys(perTopic)) {
 			out = append(out, GroupLag{Group: g.Group, Topic: topic, State: g.State, Members: len(g.Members), Lag: perTopic[topic]})
 		}
 	}
 	f.model.SetGroups(out)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func (f *Follower) pollRedis(ctx context.Context) {

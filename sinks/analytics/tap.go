@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -242,7 +244,7 @@ func (t *Tap) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	var errs []error
-	for _, run := range sortedRuns(t.runs) {
+	for _, run := range slices.Sorted(maps.Keys(t.runs)) {
 		if err := t.roll(ctx, run); err != nil {
 			errs = append(errs, err)
 		}
@@ -426,13 +428,4 @@ func (t *Tap) count(f func(*Stats)) {
 	t.mu.Lock()
 	f(&t.stats)
 	t.mu.Unlock()
-}
-
-func sortedRuns(m map[string]*segment) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
