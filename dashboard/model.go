@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"sort"
@@ -523,15 +524,8 @@ func (m *Model) State() State {
 	for _, d := range m.dlq {
 		st.DeadLetters = append(st.DeadLetters, *d)
 	}
-	sort.Slice(st.DeadLetters, func(i, j int) bool {
-		a, b := st.DeadLetters[i], st.DeadLetters[j]
-		if a.Prefix != b.Prefix {
-			return a.Prefix < b.Prefix
-		}
-		if a.Stage != b.Stage {
-			return a.Stage < b.Stage
-		}
-		return a.Reason < b.Reason
+	slices.SortFunc(st.DeadLetters, func(a, b DeadLetters) int {
+		return cmp.Or(cmp.Compare(a.Prefix, b.Prefix), cmp.Compare(a.Stage, b.Stage), cmp.Compare(a.Reason, b.Reason))
 	})
 	return st
 }

@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -351,12 +352,8 @@ func (t *Tap) roll(ctx context.Context, run string) error {
 		t.log.Info("wrote advantages", "file", name, "steps", len(seg.steps), "rows", n)
 	}
 	if len(seg.calib) > 0 {
-		sort.SliceStable(seg.calib, func(i, j int) bool {
-			a, b := seg.calib[i].row, seg.calib[j].row
-			if a.Step != b.Step {
-				return a.Step < b.Step
-			}
-			return a.Stream < b.Stream
+		slices.SortStableFunc(seg.calib, func(a, b calEntry) int {
+			return cmp.Or(cmp.Compare(a.row.Step, b.row.Step), cmp.Compare(a.row.Stream, b.row.Stream))
 		})
 		rows := make([]CalibrationRow, len(seg.calib))
 		for i, c := range seg.calib {
