@@ -31,9 +31,7 @@ func (st *Step) Summary() Summary {
 	var absSum, wSum float64
 	for i := range st.Rows {
 		r := &st.Rows[i]
-		if r.CalibrationVersion > s.CalibrationVersion {
-			s.CalibrationVersion = r.CalibrationVersion
-		}
+		s.CalibrationVersion = max(s.CalibrationVersion, r.CalibrationVersion)
 		if !r.Mask {
 			s.Masked++
 			continue
