@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"cmp"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -464,11 +465,7 @@ func (m *Model) Tick() {
 func (m *Model) RunKeys() []runKey {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]runKey, 0, len(m.runs))
-	for k := range m.runs {
-		out = append(out, k)
-	}
-	return out
+	return slices.Collect(maps.Keys(m.runs))
 }
 
 // SetRedis sets a run's Redis head.
