@@ -127,9 +127,9 @@ type armAgg struct {
 	seeds   int
 	results []sim.Result
 	// score, executions, gap (score − real-GRPO's in the same seed), raw and debiased calibration
-	// error, anchor weight: one estimate per point.
-	score, execs, gap, raw, cal, weight []sim.Estimate
-	weightCap                           float64
+	// error, anchor weight, debias shift: one estimate per point.
+	score, execs, gap, raw, cal, weight, shift []sim.Estimate
+	weightCap                                  float64
 }
 
 func aggregate(results []sim.Result) []armAgg {
@@ -161,7 +161,7 @@ func aggregate(results []sim.Result) []armAgg {
 			}
 		}
 		for v := range n {
-			var score, execs, gap, raw, cal, weight []float64
+			var score, execs, gap, raw, cal, weight, shift []float64
 			for _, r := range a.results {
 				if v > len(r.Steps) {
 					continue
@@ -170,7 +170,7 @@ func aggregate(results []sim.Result) []armAgg {
 				if v > 0 {
 					s := r.Steps[v-1]
 					sc, ex = s.Score, float64(s.Executions)
-					weight = append(weight, s.AnchorWeight)
+					weight, shift = append(weight, s.AnchorWeight), append(shift, s.DebiasShift)
 					if !math.IsNaN(s.RawMAE) {
 						raw, cal = append(raw, s.RawMAE), append(cal, s.CalibrationMAE)
 					}
@@ -186,6 +186,7 @@ func aggregate(results []sim.Result) []armAgg {
 			}
 			a.score, a.execs, a.gap = append(a.score, sim.NewEstimate(score)), append(a.execs, sim.NewEstimate(execs)), append(a.gap, sim.NewEstimate(gap))
 			a.raw, a.cal, a.weight = append(a.raw, sim.NewEstimate(raw)), append(a.cal, sim.NewEstimate(cal)), append(a.weight, sim.NewEstimate(weight))
+			a.shift = append(a.shift, sim.NewEstimate(shift))
 		}
 	}
 	return out
@@ -415,21 +416,14 @@ func calibrationPlot(r Report, arms []armAgg) (*figure, error) {
 			fit = append(fit, plotter.XY{X: m.X[j], Y: m.Y[j]})
 		}
 		fit = append(fit, plotter.XY{X: 1, Y: m.Y[len(m.Y)-1]})
-		l, err := plotter.NewLine(fit)
-		if err != nil {
-			return nil, err
-		}
 		t := 1.0
 		if len(maps) > 1 {
 			t = float64(i) / float64(len(maps)-1)
 		}
-		c := grey(uint8(170 - 170*t))
-		l.Color = c
-		l.Width = vg.Points(1.4 + 1.4*t)
-		p.Add(l)
 		label := fmt.Sprintf("map after step %d (refit %d)", m.Step, m.FitVersion)
-		p.Legend.Add(label, l)
-		p.record(label, "", c)
+		if err := p.addLine("", label, fit, grey(uint8(170-170*t)), vg.Points(1.4+1.4*t), nil); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }
