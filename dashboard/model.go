@@ -268,15 +268,10 @@ func (r *runModel) acc(step int64) *stepAcc {
 }
 
 // view joins the snapshots with what arrived for their steps.
-func (r *runModel) view() (steps []Step, maps []Map) {
-	order := make([]int64, 0, len(r.snaps))
-	for v := range r.snaps {
-		order = append(order, v)
-	}
-	slices.Sort(order)
-	steps, maps = []Step{}, []Map{}
+func (r *runModel) view() (steps []Step, fitted []Map) {
+	steps, fitted = []Step{}, []Map{}
 	prevWeight := 1.0
-	for _, v := range order {
+	for _, v := range slices.Sorted(maps.Keys(r.snaps)) {
 		si := r.snaps[v]
 		s := si.s
 		st := Step{Step: v, FitVersion: s.FitVersion, AnchorWeight: prevWeight, NextAnchorWeight: s.AnchorWeight,
@@ -303,11 +298,11 @@ func (r *runModel) view() (steps []Step, maps []Map) {
 		steps = append(steps, st)
 		// Snapshots carry the breakpoints only every few steps (a fitted map without them is
 		// not shown rather than shown as the identity; the follower reads it from Redis).
-		if n := len(maps); (n == 0 || maps[n-1].FitVersion != s.FitVersion) && (s.FitVersion == 0 || len(s.BreakX) > 0) {
-			maps = append(maps, Map{Step: v, FitVersion: s.FitVersion, X: orEmpty(s.BreakX), Y: orEmpty(s.BreakY)})
+		if n := len(fitted); (n == 0 || fitted[n-1].FitVersion != s.FitVersion) && (s.FitVersion == 0 || len(s.BreakX) > 0) {
+			fitted = append(fitted, Map{Step: v, FitVersion: s.FitVersion, X: orEmpty(s.BreakX), Y: orEmpty(s.BreakY)})
 		}
 	}
-	return steps, r.withRedisMaps(maps)
+	return steps, r.withRedisMaps(fitted)
 }
 
 // countTopic must be called with mu held.
