@@ -45,6 +45,10 @@ const (
 	FileStepsCSV    = "steps.csv"
 )
 
+// settingFloor labels the read-out floor's row of SimSettings; the calibration plot's caption
+// quotes its value.
+const settingFloor = "world model: read-out floor"
+
 // SimSettings are the task loop's settings as rows of the report's settings table.
 func SimSettings(c sim.Config) [][2]string {
 	wm := c.WorldModel
@@ -58,7 +62,7 @@ func SimSettings(c sim.Config) [][2]string {
 		{"world model: fraction of capacity", fmt.Sprint(wm.CapacityFraction)},
 		{"world model: weight of the in-sample score (optimism)", fmt.Sprint(wm.Optimism)},
 		{"world model: read-out", fmt.Sprintf("floor + (ceiling − floor) · raw^%g", wm.Gamma)},
-		{"world model: read-out floor", fmt.Sprint(wm.Floor)},
+		{settingFloor, fmt.Sprint(wm.Floor)},
 		{"world model: read-out ceiling", fmt.Sprint(wm.Ceil)},
 	}
 }
@@ -498,7 +502,7 @@ dl.defs dt{font-weight:600}dl.defs dd{margin:0}
 {{if gt .Seeds 1}}Values are mean ± 95% CI over {{.Seeds}} seeds (Student t).{{else}}One seed, so no confidence intervals.{{end}}
 An arm's colour is the same in every plot.</p>
 <table class="summary"><tr><th>arm</th><th>final</th><th>Δ real</th><th>reached</th><th>execs→tgt</th><th>exec s→tgt</th><th>speedup</th><th>execs</th></tr>
-{{range .Sums}}<tr><td><span class="sw" style="background:{{swatch .Arm}}"></span>{{.Arm}}</td><td>{{est .Final 3}}</td><td>{{est .FinalDelta 3}}</td><td>{{.Reached}}/{{.Seeds}}</td><td>{{est .ExecutionsToTarget 0}}</td><td>{{est .ExecSecondsToTarget 2}}</td><td>{{if and .Reached (not .Speedup.N)}}∞{{else}}{{est .Speedup 2}}{{end}}</td><td>{{est .Executions 0}}</td></tr>
+{{range .Sums}}<tr><td><span class="sw" style="background:{{swatch .Arm}}"></span>{{.Arm}}</td><td>{{est .Final 3}}</td><td>{{est .FinalDelta 3}}</td><td>{{.Reached}}/{{.Seeds}}</td><td>{{est .ExecutionsToTarget 0}}</td><td>{{est .ExecSecondsToTarget 2}}</td><td>{{.FormatSpeedup}}</td><td>{{est .Executions 0}}</td></tr>
 {{end}}</table>
 <dl class="defs">
 <dt>final</dt><dd>expected true score of the policy on the held-out problems after the last step</dd>
@@ -535,7 +539,7 @@ func renderHTML(b *bytes.Buffer, r Report, sums []sim.ArmSummary, arms []armAgg)
 	}
 	floor := "the read-out floor"
 	for _, row := range r.Settings {
-		if row[0] == "world model: read-out floor" {
+		if row[0] == settingFloor {
 			floor = row[1]
 		}
 	}
