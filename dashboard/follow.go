@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,9 +58,7 @@ func NewFollower(cfg Config) (*Follower, error) {
 	if len(cfg.KafkaOpts) == 0 {
 		return nil, fmt.Errorf("%w: no Kafka options (seed brokers)", ErrConfig)
 	}
-	if cfg.TopicPrefix == "" {
-		cfg.TopicPrefix = topics.DefaultPrefix
-	}
+	cfg.TopicPrefix = cmp.Or(cfg.TopicPrefix, topics.DefaultPrefix)
 	if cfg.RedisPrefix == nil {
 		cfg.RedisPrefix = func(string) string { return statestore.DefaultPrefix }
 	}

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"html/template"
 	"image/color"
@@ -76,9 +77,7 @@ func WriteReport(dir string, r Report) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("demo: report: %w", err)
 	}
-	if r.CalibrationArm == "" {
-		r.CalibrationArm = sim.ArmWMRL
-	}
+	r.CalibrationArm = cmp.Or(r.CalibrationArm, sim.ArmWMRL)
 	arms := aggregate(r.Results)
 	var files []string
 	for _, p := range reportPlots {

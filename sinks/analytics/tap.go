@@ -127,9 +127,7 @@ func New(cfg Config) (*Tap, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("analytics: no output directory")
 	}
-	if cfg.Group == "" {
-		cfg.Group = DefaultGroup
-	}
+	cfg.Group = cmp.Or(cfg.Group, DefaultGroup)
 	if cfg.RollSteps <= 0 {
 		cfg.RollSteps = DefaultRollSteps
 	}
@@ -139,19 +137,10 @@ func New(cfg Config) (*Tap, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("analytics: %w", err)
 	}
-	t := &Tap{cfg: cfg, advTopic: cfg.AdvantagesTopic, calTopic: cfg.CalibrationTopic, runs: make(map[string]*segment),
+	t := &Tap{cfg: cfg, advTopic: cmp.Or(cfg.AdvantagesTopic, cfg.Names.Advantages()),
+		calTopic: cmp.Or(cfg.CalibrationTopic, cfg.Names.Calibration()), runs: make(map[string]*segment),
 		asm: steps.NewAssembler(steps.AssemblerConfig{Run: cfg.RunID})}
-	if t.advTopic == "" {
-		t.advTopic = cfg.Names.Advantages()
-	}
-	if t.calTopic == "" {
-		t.calTopic = cfg.Names.Calibration()
-	}
-	t.log = cfg.Logger
-	if t.log == nil {
-		t.log = slog.Default()
-	}
-	t.log = t.log.With("component", "analytics", "group", cfg.Group)
+	t.log = cmp.Or(cfg.Logger, slog.Default()).With("component", "analytics", "group", cfg.Group)
 	dialer := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: cfg.TLS, SASLMechanism: cfg.SASL}
 	t.rcfg = kafka.ReaderConfig{
 		Brokers:        cfg.Brokers,
