@@ -395,9 +395,10 @@ func (m *Model) Snapshot(topic, prefix string, s topics.CalibrationSnapshot, ts 
 	m.bump()
 }
 
-func orEmpty(xs []float64) []float64 {
+// orEmpty is xs, or an empty slice for nil: State's lists are [] in JSON, never null.
+func orEmpty[T any](xs []T) []T {
 	if xs == nil {
-		return []float64{}
+		return []T{}
 	}
 	return xs
 }
@@ -481,20 +482,11 @@ func (m *Model) State() State {
 	defer m.mu.Unlock()
 	now := m.now()
 	st := State{Version: m.version, Updated: now, TopicPrefix: m.prefix,
-		Runs: []Run{}, Groups: slices.Clone(m.groups), Topics: []TopicRate{}, DeadLetters: []DeadLetters{}, Errors: slices.Clone(m.errs)}
-	if st.Groups == nil {
-		st.Groups = []GroupLag{}
-	}
-	if st.Errors == nil {
-		st.Errors = []string{}
-	}
+		Runs: []Run{}, Groups: orEmpty(slices.Clone(m.groups)), Topics: []TopicRate{}, DeadLetters: []DeadLetters{}, Errors: orEmpty(slices.Clone(m.errs))}
 	for _, r := range m.runs {
 		steps, maps := r.view()
 		run := Run{ID: r.key.id(), Prefix: r.key.prefix, Run: r.key.run, Stream: r.key.stream,
-			Steps: steps, Maps: spread(maps, MapsInState), Pairs: slices.Clone(r.pairs), Redis: r.redis}
-		if run.Pairs == nil {
-			run.Pairs = [][3]float64{}
-		}
+			Steps: steps, Maps: spread(maps, MapsInState), Pairs: orEmpty(slices.Clone(r.pairs)), Redis: r.redis}
 		st.Runs = append(st.Runs, run)
 	}
 	sort.Slice(st.Runs, func(i, j int) bool { return st.Runs[i].ID < st.Runs[j].ID })
@@ -538,11 +530,7 @@ func (m *Model) Maps(id string) ([]Map, bool) {
 // spread picks at most n maps evenly spread over ms, always the first and the last.
 func spread(ms []Map, n int) []Map {
 	if len(ms) <= n {
-		out := slices.Clone(ms)
-		if out == nil {
-			out = []Map{}
-		}
-		return out
+		return orEmpty(slices.Clone(ms))
 	}
 	out := make([]Map, 0, n)
 	for i := range n {
