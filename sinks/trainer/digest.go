@@ -96,12 +96,13 @@ func DigestPayloads(payloads [][]byte, run string) (DigestResult, error) {
 		run, group, rollout string
 		step                int64
 	}
-	seen := make(map[key]int)
-	var rows []topics.AdvantageRow
-	stepSet := make(map[struct {
+	type stepKey struct {
 		run  string
 		step int64
-	}]struct{})
+	}
+	seen := make(map[key]int)
+	var rows []topics.AdvantageRow
+	stepSet := make(map[stepKey]struct{})
 	var dups int64
 	for i, p := range payloads {
 		decoded, err := topics.DecodeAdvantages(p)
@@ -122,10 +123,7 @@ func DigestPayloads(payloads [][]byte, run string) (DigestResult, error) {
 			}
 			seen[k] = len(rows)
 			rows = append(rows, r)
-			stepSet[struct {
-				run  string
-				step int64
-			}{r.RunID, r.Step}] = struct{}{}
+			stepSet[stepKey{r.RunID, r.Step}] = struct{}{}
 		}
 	}
 	topics.SortRows(rows)
