@@ -1,11 +1,13 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -56,9 +58,7 @@ func NewFollower(cfg Config) (*Follower, error) {
 	if len(cfg.KafkaOpts) == 0 {
 		return nil, fmt.Errorf("%w: no Kafka options (seed brokers)", ErrConfig)
 	}
-	if cfg.TopicPrefix == "" {
-		cfg.TopicPrefix = topics.DefaultPrefix
-	}
+	cfg.TopicPrefix = cmp.Or(cfg.TopicPrefix, topics.DefaultPrefix)
 	if cfg.RedisPrefix == nil {
 		cfg.RedisPrefix = func(string) string { return statestore.DefaultPrefix }
 	}
@@ -226,20 +226,11 @@ func (f *Follower) pollGroups(ctx context.Context, adm *kadm.Client) {
 			}
 			perTopic[l.Topic] += max(l.Lag, 0)
 		}
-		for _, topic := range sortedKeys(perTopic) {
+		for _, topic := range slices.Sorted(maps.Keys(perTopic)) {
 			out = append(out, GroupLag{Group: g.Group, Topic: topic, State: g.State, Members: len(g.Members), Lag: perTopic[topic]})
 		}
 	}
 	f.model.SetGroups(out)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func (f *Follower) pollRedis(ctx context.Context) {

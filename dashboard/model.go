@@ -1,6 +1,8 @@
 package dashboard
 
 import (
+	"cmp"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -266,15 +268,10 @@ func (r *runModel) acc(step int64) *stepAcc {
 }
 
 // view joins the snapshots with what arrived for their steps.
-func (r *runModel) view() (steps []Step, maps []Map) {
-	order := make([]int64, 0, len(r.snaps))
-	for v := range r.snaps {
-		order = append(order, v)
-	}
-	slices.Sort(order)
-	steps, maps = []Step{}, []Map{}
+func (r *runModel) view() (steps []Step, fitted []Map) {
+	steps, fitted = []Step{}, []Map{}
 	prevWeight := 1.0
-	for _, v := range order {
+	for _, v := range slices.Sorted(maps.Keys(r.snaps)) {
 		si := r.snaps[v]
 		s := si.s
 		st := Step{Step: v, FitVersion: s.FitVersion, AnchorWeight: prevWeight, NextAnchorWeight: s.AnchorWeight,
@@ -301,11 +298,11 @@ func (r *runModel) view() (steps []Step, maps []Map) {
 		steps = append(steps, st)
 		// Snapshots carry the breakpoints only every few steps (a fitted map without them is
 		// not shown rather than shown as the identity; the follower reads it from Redis).
-		if n := len(maps); (n == 0 || maps[n-1].FitVersion != s.FitVersion) && (s.FitVersion == 0 || len(s.BreakX) > 0) {
-			maps = append(maps, Map{Step: v, FitVersion: s.FitVersion, X: orEmpty(s.BreakX), Y: orEmpty(s.BreakY)})
+		if n := len(fitted); (n == 0 || fitted[n-1].FitVersion != s.FitVersion) && (s.FitVersion == 0 || len(s.BreakX) > 0) {
+			fitted = append(fitted, Map{Step: v, FitVersion: s.FitVersion, X: orEmpty(s.BreakX), Y: orEmpty(s.BreakY)})
 		}
 	}
-	return steps, r.withRedisMaps(maps)
+	return steps, r.withRedisMaps(fitted)
 }
 
 // countTopic must be called with mu held.
@@ -398,9 +395,10 @@ func (m *Model) Snapshot(topic, prefix string, s topics.CalibrationSnapshot, ts 
 	m.bump()
 }
 
-func orEmpty(xs []float64) []float64 {
+// orEmpty is xs, or an empty slice for nil: State's lists are [] in JSON, never null.
+func orEmpty[T any](xs []T) []T {
 	if xs == nil {
-		return []float64{}
+		return []T{}
 	}
 	return xs
 }
@@ -463,11 +461,7 @@ func (m *Model) Tick() {
 func (m *Model) RunKeys() []runKey {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]runKey, 0, len(m.runs))
-	for k := range m.runs {
-		out = append(out, k)
-	}
-	return out
+	return slices.Collect(maps.Keys(m.runs))
 }
 
 // SetRedis sets a run's Redis head.
@@ -488,20 +482,11 @@ func (m *Model) State() State {
 	defer m.mu.Unlock()
 	now := m.now()
 	st := State{Version: m.version, Updated: now, TopicPrefix: m.prefix,
-		Runs: []Run{}, Groups: slices.Clone(m.groups), Topics: []TopicRate{}, DeadLetters: []DeadLetters{}, Errors: slices.Clone(m.errs)}
-	if st.Groups == nil {
-		st.Groups = []GroupLag{}
-	}
-	if st.Errors == nil {
-		st.Errors = []string{}
-	}
+		Runs: []Run{}, Groups: orEmpty(slices.Clone(m.groups)), Topics: []TopicRate{}, DeadLetters: []DeadLetters{}, Errors: orEmpty(slices.Clone(m.errs))}
 	for _, r := range m.runs {
 		steps, maps := r.view()
 		run := Run{ID: r.key.id(), Prefix: r.key.prefix, Run: r.key.run, Stream: r.key.stream,
-			Steps: steps, Maps: spread(maps, MapsInState), Pairs: slices.Clone(r.pairs), Redis: r.redis}
-		if run.Pairs == nil {
-			run.Pairs = [][3]float64{}
-		}
+			Steps: steps, Maps: spread(maps, MapsInState), Pairs: orEmpty(slices.Clone(r.pairs)), Redis: r.redis}
 		st.Runs = append(st.Runs, run)
 	}
 	sort.Slice(st.Runs, func(i, j int) bool { return st.Runs[i].ID < st.Runs[j].ID })
@@ -523,15 +508,8 @@ func (m *Model) State() State {
 	for _, d := range m.dlq {
 		st.DeadLetters = append(st.DeadLetters, *d)
 	}
-	sort.Slice(st.DeadLetters, func(i, j int) bool {
-		a, b := st.DeadLetters[i], st.DeadLetters[j]
-		if a.Prefix != b.Prefix {
-			return a.Prefix < b.Prefix
-		}
-		if a.Stage != b.Stage {
-			return a.Stage < b.Stage
-		}
-		return a.Reason < b.Reason
+	slices.SortFunc(st.DeadLetters, func(a, b DeadLetters) int {
+		return cmp.Or(cmp.Compare(a.Prefix, b.Prefix), cmp.Compare(a.Stage, b.Stage), cmp.Compare(a.Reason, b.Reason))
 	})
 	return st
 }
@@ -552,11 +530,7 @@ func (m *Model) Maps(id string) ([]Map, bool) {
 // spread picks at most n maps evenly spread over ms, always the first and the last.
 func spread(ms []Map, n int) []Map {
 	if len(ms) <= n {
-		out := slices.Clone(ms)
-		if out == nil {
-			out = []Map{}
-		}
-		return out
+		return orEmpty(slices.Clone(ms))
 	}
 	out := make([]Map, 0, n)
 	for i := range n {

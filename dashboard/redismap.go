@@ -1,9 +1,10 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/statestore"
@@ -64,11 +65,8 @@ func (r *runModel) withRedisMaps(maps []Map) []Map {
 			maps = append(maps, mp)
 		}
 	}
-	sort.SliceStable(maps, func(i, j int) bool {
-		if maps[i].Step != maps[j].Step {
-			return maps[i].Step < maps[j].Step
-		}
-		return maps[i].FitVersion < maps[j].FitVersion
+	slices.SortStableFunc(maps, func(a, b Map) int {
+		return cmp.Or(cmp.Compare(a.Step, b.Step), cmp.Compare(a.FitVersion, b.FitVersion))
 	})
 	return maps
 }

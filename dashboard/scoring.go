@@ -1,7 +1,9 @@
 package dashboard
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/wmrl/wmrl/topics"
@@ -96,11 +98,8 @@ func (m *Model) scoringState() []ScoringHealth {
 		}
 		out = append(out, h)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Prefix != out[j].Prefix {
-			return out[i].Prefix < out[j].Prefix
-		}
-		return out[i].Stage < out[j].Stage
+	slices.SortFunc(out, func(a, b ScoringHealth) int {
+		return cmp.Or(cmp.Compare(a.Prefix, b.Prefix), cmp.Compare(a.Stage, b.Stage))
 	})
 	return out
 }

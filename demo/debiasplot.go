@@ -1,9 +1,5 @@
 package demo
 
-import (
-	"github.com/wmrl/wmrl/sim"
-)
-
 // FileDebias is the report's plot of the debias shift per step.
 const FileDebias = "debias_shift.png"
 
@@ -19,21 +15,7 @@ func debiasPlot(_ Report, arms []armAgg) (*figure, error) {
 		if !debiases(a) {
 			continue
 		}
-		n := 0
-		for _, r := range a.results {
-			n = max(n, len(r.Steps))
-		}
-		xs, es := make([]float64, n), make([]sim.Estimate, n)
-		for v := range n {
-			var vals []float64
-			for _, r := range a.results {
-				if v < len(r.Steps) {
-					vals = append(vals, r.Steps[v].DebiasShift)
-				}
-			}
-			xs[v], es[v] = float64(v), sim.NewEstimate(vals)
-		}
-		if err := p.addArm(a.name, a.name, xs, es, false, bounds{0, 1e9}); err != nil {
+		if err := p.addArm(a.name, a.name, stepXs(len(a.shift)-1), a.shift[1:], false, bounds{0, 1e9}); err != nil {
 			return nil, err
 		}
 		drawn++

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -84,12 +85,8 @@ const (
 )
 
 func (c Config) withPrefixes() Config {
-	if c.TopicPrefix == "" {
-		c.TopicPrefix = DefaultTopicPrefix
-	}
-	if c.RedisPrefix == "" {
-		c.RedisPrefix = DefaultRedisPrefix
-	}
+	c.TopicPrefix = cmp.Or(c.TopicPrefix, DefaultTopicPrefix)
+	c.RedisPrefix = cmp.Or(c.RedisPrefix, DefaultRedisPrefix)
 	return c
 }
 

@@ -13,17 +13,14 @@ import (
 // stepTicks labels an axis of steps (or counts) with integers only.
 type stepTicks struct{}
 
-// addLine draws xys in colour c and records it as the arm's element (arm empty: a reference).
-func (f *figure) addLine(arm, name string, xys plotter.XYs, c color.NRGBA, dashed bool) error {
+// addLine draws xys in colour c, width w and dashes (nil: solid), and records it as the arm's
+// element (arm empty: a reference).
+func (f *figure) addLine(arm, name string, xys plotter.XYs, c color.NRGBA, w vg.Length, dashes []vg.Length) error {
 	l, err := plotter.NewLine(xys)
 	if err != nil {
 		return err
 	}
-	l.Color = c
-	l.Width = vg.Points(2)
-	if dashed {
-		l.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
-	}
+	l.Color, l.Width, l.Dashes = c, w, dashes
 	f.Add(l)
 	f.Legend.Add(name, l)
 	f.record(name, arm, c)
@@ -74,7 +71,11 @@ func (f *figure) addMeanBand(arm, name string, c color.NRGBA, xs []float64, es [
 	if len(xys) == 0 {
 		return nil
 	}
-	return f.addLine(arm, name, xys, c, dashed)
+	var dashes []vg.Length
+	if dashed {
+		dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+	}
+	return f.addLine(arm, name, xys, c, vg.Points(2), dashes)
 }
 
 // addArm draws an arm's mean line and band in the arm's colour.
@@ -85,17 +86,7 @@ func (f *figure) addArm(arm, name string, xs []float64, es []sim.Estimate, dashe
 // addRefLine draws a dotted reference line (a target, a cap, the identity): grey unless it
 // stands for an arm (real-GRPO's zero in the gap plot), then in the arm's colour.
 func (f *figure) addRefLine(arm, name string, xys plotter.XYs, c color.NRGBA) error {
-	l, err := plotter.NewLine(xys)
-	if err != nil {
-		return err
-	}
-	l.Color = c
-	l.Width = vg.Points(1.5)
-	l.Dashes = []vg.Length{vg.Points(2), vg.Points(3)}
-	f.Add(l)
-	f.Legend.Add(name, l)
-	f.record(name, arm, c)
-	return nil
+	return f.addLine(arm, name, xys, c, vg.Points(1.5), []vg.Length{vg.Points(2), vg.Points(3)})
 }
 
 // addHLine is addRefLine for a horizontal line at y from x0 to x1.

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"html/template"
 	"image/color"
@@ -45,6 +46,10 @@ const (
 	FileStepsCSV    = "steps.csv"
 )
 
+// settingFloor labels the read-out floor's row of SimSettings; the calibration plot's caption
+// quotes its value.
+const settingFloor = "world model: read-out floor"
+
 // SimSettings are the task loop's settings as rows of the report's settings table.
 func SimSettings(c sim.Config) [][2]string {
 	wm := c.WorldModel
@@ -58,7 +63,7 @@ func SimSettings(c sim.Config) [][2]string {
 		{"world model: fraction of capacity", fmt.Sprint(wm.CapacityFraction)},
 		{"world model: weight of the in-sample score (optimism)", fmt.Sprint(wm.Optimism)},
 		{"world model: read-out", fmt.Sprintf("floor + (ceiling − floor) · raw^%g", wm.Gamma)},
-		{"world model: read-out floor", fmt.Sprint(wm.Floor)},
+		{settingFloor, fmt.Sprint(wm.Floor)},
 		{"world model: read-out ceiling", fmt.Sprint(wm.Ceil)},
 	}
 }
@@ -72,9 +77,7 @@ func WriteReport(dir string, r Report) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("demo: report: %w", err)
 	}
-	if r.CalibrationArm == "" {
-		r.CalibrationArm = sim.ArmWMRL
-	}
+	r.CalibrationArm = cmp.Or(r.CalibrationArm, sim.ArmWMRL)
 	arms := aggregate(r.Results)
 	var files []string
 	for _, p := range reportPlots {
@@ -127,9 +130,9 @@ type armAgg struct {
 	seeds   int
 	results []sim.Result
 	// score, executions, gap (score − real-GRPO's in the same seed), raw and debiased calibration
-	// error, anchor weight: one estimate per point.
-	score, execs, gap, raw, cal, weight []sim.Estimate
-	weightCap                           float64
+	// error, anchor weight, debias shift: one estimate per point.
+	score, execs, gap, raw, cal, weight, shift []sim.Estimate
+	weightCap                                  float64
 }
 
 func aggregate(results []sim.Result) []armAgg {
@@ -161,7 +164,7 @@ func aggregate(results []sim.Result) []armAgg {
 			}
 		}
 		for v := range n {
-			var score, execs, gap, raw, cal, weight []float64
+			var score, execs, gap, raw, cal, weight, shift []float64
 			for _, r := range a.results {
 				if v > len(r.Steps) {
 					continue
@@ -170,7 +173,7 @@ func aggregate(results []sim.Result) []armAgg {
 				if v > 0 {
 					s := r.Steps[v-1]
 					sc, ex = s.Score, float64(s.Executions)
-					weight = append(weight, s.AnchorWeight)
+					weight, shift = append(weight, s.AnchorWeight), append(shift, s.DebiasShift)
 					if !math.IsNaN(s.RawMAE) {
 						raw, cal = append(raw, s.RawMAE), append(cal, s.CalibrationMAE)
 					}
@@ -186,6 +189,7 @@ func aggregate(results []sim.Result) []armAgg {
 			}
 			a.score, a.execs, a.gap = append(a.score, sim.NewEstimate(score)), append(a.execs, sim.NewEstimate(execs)), append(a.gap, sim.NewEstimate(gap))
 			a.raw, a.cal, a.weight = append(a.raw, sim.NewEstimate(raw)), append(a.cal, sim.NewEstimate(cal)), append(a.weight, sim.NewEstimate(weight))
+			a.shift = append(a.shift, sim.NewEstimate(shift))
 		}
 	}
 	return out
@@ -415,21 +419,14 @@ func calibrationPlot(r Report, arms []armAgg) (*figure, error) {
 			fit = append(fit, plotter.XY{X: m.X[j], Y: m.Y[j]})
 		}
 		fit = append(fit, plotter.XY{X: 1, Y: m.Y[len(m.Y)-1]})
-		l, err := plotter.NewLine(fit)
-		if err != nil {
-			return nil, err
-		}
 		t := 1.0
 		if len(maps) > 1 {
 			t = float64(i) / float64(len(maps)-1)
 		}
-		c := grey(uint8(170 - 170*t))
-		l.Color = c
-		l.Width = vg.Points(1.4 + 1.4*t)
-		p.Add(l)
 		label := fmt.Sprintf("map after step %d (refit %d)", m.Step, m.FitVersion)
-		p.Legend.Add(label, l)
-		p.record(label, "", c)
+		if err := p.addLine("", label, fit, grey(uint8(170-170*t)), vg.Points(1.4+1.4*t), nil); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }
@@ -504,7 +501,7 @@ dl.defs dt{font-weight:600}dl.defs dd{margin:0}
 {{if gt .Seeds 1}}Values are mean ± 95% CI over {{.Seeds}} seeds (Student t).{{else}}One seed, so no confidence intervals.{{end}}
 An arm's colour is the same in every plot.</p>
 <table class="summary"><tr><th>arm</th><th>final</th><th>Δ real</th><th>reached</th><th>execs→tgt</th><th>exec s→tgt</th><th>speedup</th><th>execs</th></tr>
-{{range .Sums}}<tr><td><span class="sw" style="background:{{swatch .Arm}}"></span>{{.Arm}}</td><td>{{est .Final 3}}</td><td>{{est .FinalDelta 3}}</td><td>{{.Reached}}/{{.Seeds}}</td><td>{{est .ExecutionsToTarget 0}}</td><td>{{est .ExecSecondsToTarget 2}}</td><td>{{if and .Reached (not .Speedup.N)}}∞{{else}}{{est .Speedup 2}}{{end}}</td><td>{{est .Executions 0}}</td></tr>
+{{range .Sums}}<tr><td><span class="sw" style="background:{{swatch .Arm}}"></span>{{.Arm}}</td><td>{{est .Final 3}}</td><td>{{est .FinalDelta 3}}</td><td>{{.Reached}}/{{.Seeds}}</td><td>{{est .ExecutionsToTarget 0}}</td><td>{{est .ExecSecondsToTarget 2}}</td><td>{{.FormatSpeedup}}</td><td>{{est .Executions 0}}</td></tr>
 {{end}}</table>
 <dl class="defs">
 <dt>final</dt><dd>expected true score of the policy on the held-out problems after the last step</dd>
@@ -541,7 +538,7 @@ func renderHTML(b *bytes.Buffer, r Report, sums []sim.ArmSummary, arms []armAgg)
 	}
 	floor := "the read-out floor"
 	for _, row := range r.Settings {
-		if row[0] == "world model: read-out floor" {
+		if row[0] == settingFloor {
 			floor = row[1]
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 
 	"github.com/wmrl/wmrl/correction"
@@ -165,7 +166,7 @@ func WriteCalibrationCSV(w io.Writer, cells []CalibrationCell) error {
 func CalibrationTable(w io.Writer, cells []CalibrationCell) error {
 	var ests []correction.AdvantageKind
 	for _, c := range cells {
-		if !containsKind(ests, c.Estimator) {
+		if !slices.Contains(ests, c.Estimator) {
 			ests = append(ests, c.Estimator)
 		}
 	}
@@ -195,13 +196,4 @@ func CalibrationTable(w io.Writer, cells []CalibrationCell) error {
 		}
 	}
 	return nil
-}
-
-func containsKind(ks []correction.AdvantageKind, k correction.AdvantageKind) bool {
-	for _, x := range ks {
-		if x == k {
-			return true
-		}
-	}
-	return false
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -83,10 +84,7 @@ func runCell(ctx context.Context, eval *task.EvalSet, sw Sweep, k int, targetFra
 	if err != nil {
 		return nil, nil, err
 	}
-	if targetFraction == 0 {
-		targetFraction = DefaultTargetFraction
-	}
-	return res, Summarize(res, targetFraction), nil
+	return res, Summarize(res, cmp.Or(targetFraction, DefaultTargetFraction)), nil
 }
 
 // GridHeader is the header of WriteErrorGridCSV. CIs are 95% half-widths

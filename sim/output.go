@@ -127,6 +127,15 @@ func WriteSummaryCSV(w io.Writer, sums []ArmSummary) error {
 	return writeCSV(w, SummaryHeader(sums), rows)
 }
 
+// FormatSpeedup is the speedup column of the summary tables: "mean ± ci", or ∞ when the arm
+// reached the target without executing (then no seed has a ratio).
+func (s ArmSummary) FormatSpeedup() string {
+	if s.Reached > 0 && s.Speedup.N == 0 {
+		return "∞"
+	}
+	return s.Speedup.Format(2)
+}
+
 // TableLegend defines every column of WriteTable, for a target of targetFraction × real-GRPO.
 func TableLegend(targetFraction float64) string {
 	return fmt.Sprintf(`columns (mean ± 95%% CI over seeds, Student t, where there are two or more values):
@@ -146,12 +155,8 @@ func WriteTable(w io.Writer, sums []ArmSummary, targetFraction float64) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "arm\tfinal\tΔ real\treached\texecs→tgt\texec s→tgt\tspeedup\texecs")
 	for _, s := range sums {
-		speed := s.Speedup.Format(2)
-		if s.Reached > 0 && s.Speedup.N == 0 {
-			speed = "∞"
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", s.Arm, s.Final.Format(3), s.FinalDelta.Format(3),
-			s.Reached, s.Seeds, s.ExecutionsToTarget.Format(0), s.ExecSecondsToTarget.Format(2), speed, s.Executions.Format(0))
+			s.Reached, s.Seeds, s.ExecutionsToTarget.Format(0), s.ExecSecondsToTarget.Format(2), s.FormatSpeedup(), s.Executions.Format(0))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("sim: table: %w", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 
 	"gonum.org/v1/gonum/floats"
@@ -69,10 +70,7 @@ func run(ctx context.Context, kind Kind, x *mat.Dense, y []float64, s Solution, 
 	if errors.Is(err, errDiverged) {
 		for i, e := range evals {
 			r, _ := e.Dims()
-			out[i] = make([]float64, r)
-			for j := range out[i] {
-				out[i][j] = math.NaN()
-			}
+			out[i] = slices.Repeat([]float64{math.NaN()}, r)
 		}
 		return out, nil
 	}
@@ -135,10 +133,7 @@ func fitRidge(z *mat.Dense, y []float64, lambda float64) (*linear, error) {
 	}
 	var g mat.SymDense
 	g.SymOuterK(1/float64(n), zc.T())
-	trace := 0.0
-	for j := range p {
-		trace += g.At(j, j)
-	}
+	trace := g.Trace()
 	var rhs mat.VecDense
 	rhs.MulVec(zc.T(), mat.NewVecDense(n, yc))
 	rhs.ScaleVec(1/float64(n), &rhs)
@@ -381,10 +376,7 @@ func fitBoost(ctx context.Context, kind Kind, z *mat.Dense, y []float64, reg, lr
 	} else {
 		m.base = mean
 	}
-	f := make([]float64, n)
-	for i := range f {
-		f[i] = m.base
-	}
+	f := slices.Repeat([]float64{m.base}, n)
 	g := make([]float64, n)
 	h := make([]float64, n)
 	var hg, hh [boostBins]float64

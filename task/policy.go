@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // Policy is a factorized softmax policy: one independent categorical
@@ -51,10 +52,7 @@ func (p *Policy) Logits(d int) []float64 {
 }
 
 func softmax(l []float64) []float64 {
-	m := math.Inf(-1)
-	for _, v := range l {
-		m = math.Max(m, v)
-	}
+	m := slices.Max(l)
 	out := make([]float64, len(l))
 	s := 0.0
 	for i, v := range l {

@@ -1,12 +1,15 @@
 package analytics
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -124,9 +127,7 @@ func New(cfg Config) (*Tap, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("analytics: no output directory")
 	}
-	if cfg.Group == "" {
-		cfg.Group = DefaultGroup
-	}
+	cfg.Group = cmp.Or(cfg.Group, DefaultGroup)
 	if cfg.RollSteps <= 0 {
 		cfg.RollSteps = DefaultRollSteps
 	}
@@ -136,19 +137,10 @@ func New(cfg Config) (*Tap, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("analytics: %w", err)
 	}
-	t := &Tap{cfg: cfg, advTopic: cfg.AdvantagesTopic, calTopic: cfg.CalibrationTopic, runs: make(map[string]*segment),
+	t := &Tap{cfg: cfg, advTopic: cmp.Or(cfg.AdvantagesTopic, cfg.Names.Advantages()),
+		calTopic: cmp.Or(cfg.CalibrationTopic, cfg.Names.Calibration()), runs: make(map[string]*segment),
 		asm: steps.NewAssembler(steps.AssemblerConfig{Run: cfg.RunID})}
-	if t.advTopic == "" {
-		t.advTopic = cfg.Names.Advantages()
-	}
-	if t.calTopic == "" {
-		t.calTopic = cfg.Names.Calibration()
-	}
-	t.log = cfg.Logger
-	if t.log == nil {
-		t.log = slog.Default()
-	}
-	t.log = t.log.With("component", "analytics", "group", cfg.Group)
+	t.log = cmp.Or(cfg.Logger, slog.Default()).With("component", "analytics", "group", cfg.Group)
 	dialer := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: cfg.TLS, SASLMechanism: cfg.SASL}
 	t.rcfg = kafka.ReaderConfig{
 		Brokers:        cfg.Brokers,
@@ -242,7 +234,7 @@ func (t *Tap) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	var errs []error
-	for _, run := range sortedRuns(t.runs) {
+	for _, run := range slices.Sorted(maps.Keys(t.runs)) {
 		if err := t.roll(ctx, run); err != nil {
 			errs = append(errs, err)
 		}
@@ -349,12 +341,8 @@ func (t *Tap) roll(ctx context.Context, run string) error {
 		t.log.Info("wrote advantages", "file", name, "steps", len(seg.steps), "rows", n)
 	}
 	if len(seg.calib) > 0 {
-		sort.SliceStable(seg.calib, func(i, j int) bool {
-			a, b := seg.calib[i].row, seg.calib[j].row
-			if a.Step != b.Step {
-				return a.Step < b.Step
-			}
-			return a.Stream < b.Stream
+		slices.SortStableFunc(seg.calib, func(a, b calEntry) int {
+			return cmp.Or(cmp.Compare(a.row.Step, b.row.Step), cmp.Compare(a.row.Stream, b.row.Stream))
 		})
 		rows := make([]CalibrationRow, len(seg.calib))
 		for i, c := range seg.calib {
@@ -426,13 +414,4 @@ func (t *Tap) count(f func(*Stats)) {
 	t.mu.Lock()
 	f(&t.stats)
 	t.mu.Unlock()
-}
-
-func sortedRuns(m map[string]*segment) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -133,9 +133,7 @@ func (f *txnFilter) scan(ctx context.Context, topic string, partition int, ps *p
 			if b.Attributes.Transactional() && open[b.ProducerID] {
 				ps.hide(span{first, last})
 			}
-			if last+1 > ps.scanned {
-				ps.scanned = last + 1
-			}
+			ps.scanned = max(ps.scanned, last+1)
 		default:
 			return fmt.Errorf("classify %s/%d: unsupported record set %T (message format before v2?)", topic, partition, rr)
 		}
@@ -149,9 +147,7 @@ func (ps *partScan) hide(s span) {
 		return
 	}
 	ps.hidden = append(ps.hidden, s)
-	if s.to+1 > ps.scanned {
-		ps.scanned = s.to + 1
-	}
+	ps.scanned = max(ps.scanned, s.to+1)
 }
 
 func batchRange(b *protocol.RecordBatch) (first, last int64, err error) {

@@ -3,7 +3,8 @@ package steps
 import (
 	"crypto/sha256"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -209,12 +210,12 @@ func (a *Assembler) deliver(run string, rs *runState) ([]*Step, []error) {
 	var out []*Step
 	var errs []error
 	for len(rs.ready) > 0 {
-		next := minKey(rs.ready)
-		if low, ok := minKeyOK(rs.open); ok && low < next {
+		next := slices.Min(slices.Collect(maps.Keys(rs.ready)))
+		if len(rs.open) > 0 && slices.Min(slices.Collect(maps.Keys(rs.open))) < next {
 			if len(rs.ready) <= a.cfg.MaxBufferedSteps {
 				break
 			}
-			for _, s := range sortedKeys(rs.open) {
+			for _, s := range slices.Sorted(maps.Keys(rs.open)) {
 				if s > next {
 					break
 				}
@@ -251,13 +252,13 @@ func (a *Assembler) deliver(run string, rs *runState) ([]*Step, []error) {
 // *RecordError wrapping ErrIncomplete; a bounded read uses it to refuse a partial result.
 func (a *Assembler) Incomplete() []error {
 	var errs []error
-	for _, run := range sortedKeys(a.runs) {
+	for _, run := range slices.Sorted(maps.Keys(a.runs)) {
 		rs := a.runs[run]
-		for _, s := range sortedKeys(rs.open) {
+		for _, s := range slices.Sorted(maps.Keys(rs.open)) {
 			p := rs.open[s]
 			errs = append(errs, &RecordError{Pos: p.first(), Run: run, Step: s, Err: fmt.Errorf("%d of %d chunks present: %w", p.have, p.n, ErrIncomplete)})
 		}
-		for _, s := range sortedKeys(rs.ready) {
+		for _, s := range slices.Sorted(maps.Keys(rs.ready)) {
 			p := rs.ready[s]
 			errs = append(errs, &RecordError{Pos: p.first(), Run: run, Step: s, Err: fmt.Errorf("complete but waiting behind an incomplete earlier step: %w", ErrIncomplete)})
 		}
@@ -393,29 +394,4 @@ func decodeChunk(rec *kgo.Record, run string, step int64) ([]topics.AdvantageRow
 		}
 	}
 	return rows, nil
-}
-
-func sortedKeys[K int64 | string, V any](m map[K]V) []K {
-	ks := make([]K, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
-	return ks
-}
-
-func minKeyOK[V any](m map[int64]V) (int64, bool) {
-	first := true
-	var lo int64
-	for k := range m {
-		if first || k < lo {
-			lo, first = k, false
-		}
-	}
-	return lo, !first
-}
-
-func minKey[V any](m map[int64]V) int64 {
-	k, _ := minKeyOK(m)
-	return k
 }

@@ -35,9 +35,7 @@ func (o *Offsets) part(topic string, partition int32) *partOffsets {
 // Consumed records that the consumer has read the record at p (held or not).
 func (o *Offsets) Consumed(p Pos) {
 	po := o.part(p.Topic, p.Partition)
-	if p.Offset+1 > po.next {
-		po.next = p.Offset + 1
-	}
+	po.next = max(po.next, p.Offset+1)
 }
 
 // Hold marks the record at p as still needed; it also counts as consumed.
@@ -73,9 +71,7 @@ func (o *Offsets) Committable() map[string]map[int32]int64 {
 	for k, p := range o.parts {
 		at := p.next
 		for off := range p.held {
-			if off < at {
-				at = off
-			}
+			at = min(at, off)
 		}
 		if at <= p.committed || at <= 0 {
 			continue

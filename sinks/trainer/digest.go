@@ -1,10 +1,11 @@
 package trainer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -70,11 +71,8 @@ func ReadTopicSteps(ctx context.Context, kafkaOpts []kgo.Opt, topic, run string)
 		}
 		return nil, asm.Stats(), fmt.Errorf("digest %s: %d bad records or incomplete steps: %w", topic, n, errors.Join(errs...))
 	}
-	sort.Slice(done, func(i, j int) bool {
-		if done[i].Run != done[j].Run {
-			return done[i].Run < done[j].Run
-		}
-		return done[i].Step < done[j].Step
+	slices.SortFunc(done, func(a, b *steps.Step) int {
+		return cmp.Or(cmp.Compare(a.Run, b.Run), cmp.Compare(a.Step, b.Step))
 	})
 	return done, asm.Stats(), nil
 }
@@ -98,12 +96,13 @@ func DigestPayloads(payloads [][]byte, run string) (DigestResult, error) {
 		run, group, rollout string
 		step                int64
 	}
-	seen := make(map[key]int)
-	var rows []topics.AdvantageRow
-	stepSet := make(map[struct {
+	type stepKey struct {
 		run  string
 		step int64
-	}]struct{})
+	}
+	seen := make(map[key]int)
+	var rows []topics.AdvantageRow
+	stepSet := make(map[stepKey]struct{})
 	var dups int64
 	for i, p := range payloads {
 		decoded, err := topics.DecodeAdvantages(p)
@@ -124,10 +123,7 @@ func DigestPayloads(payloads [][]byte, run string) (DigestResult, error) {
 			}
 			seen[k] = len(rows)
 			rows = append(rows, r)
-			stepSet[struct {
-				run  string
-				step int64
-			}{r.RunID, r.Step}] = struct{}{}
+			stepSet[stepKey{r.RunID, r.Step}] = struct{}{}
 		}
 	}
 	topics.SortRows(rows)

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,25 +64,17 @@ type Stream struct {
 // New joins the consumer group and starts fetching. A group without committed offsets starts
 // at the beginning of the topic, so a trainer never silently misses steps.
 func New(cfg Config) (*Stream, error) {
-	topic := cfg.Topic
-	if topic == "" {
-		topic = cfg.Names.Advantages()
-	}
-	if cfg.Group == "" {
-		cfg.Group = DefaultGroup
-	}
+	topic := cmp.Or(cfg.Topic, cfg.Names.Advantages())
+	cfg.Group = cmp.Or(cfg.Group, DefaultGroup)
 	if cfg.RunID != "" && !topics.ValidID(cfg.RunID) {
 		return nil, fmt.Errorf("trainer: run id %q is not a valid id", cfg.RunID)
 	}
 	s := &Stream{
-		cfg: cfg, topic: topic, log: cfg.Logger,
+		cfg: cfg, topic: topic,
 		asm:     steps.NewAssembler(steps.AssemblerConfig{Run: cfg.RunID, MaxBufferedSteps: cfg.MaxBufferedSteps}),
 		unacked: make(map[*Step]struct{}),
 	}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
-	s.log = s.log.With("component", "trainer", "topic", topic, "group", cfg.Group)
+	s.log = cmp.Or(cfg.Logger, slog.Default()).With("component", "trainer", "topic", topic, "group", cfg.Group)
 	opts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(topic),

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -31,9 +32,7 @@ func (st *Step) Summary() Summary {
 	var absSum, wSum float64
 	for i := range st.Rows {
 		r := &st.Rows[i]
-		if r.CalibrationVersion > s.CalibrationVersion {
-			s.CalibrationVersion = r.CalibrationVersion
-		}
+		s.CalibrationVersion = max(s.CalibrationVersion, r.CalibrationVersion)
 		if !r.Mask {
 			s.Masked++
 			continue
@@ -61,10 +60,7 @@ func WriteTable(w io.Writer, st *Step) error {
 	fmt.Fprintf(tw, "group\trollout\tsource\tpredicted\tcalibrated\texecuted\tused\tadvantage\tweight\tmask\n")
 	for i := range st.Rows {
 		r := &st.Rows[i]
-		src := string(r.Source)
-		if src == "" {
-			src = "-"
-		}
+		src := cmp.Or(string(r.Source), "-")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%t\n", r.GroupID, r.RolloutID, src,
 			optFloat(r.Predicted, r.PredictedOK), num(r.Calibrated), optFloat(r.Executed, r.ExecutedOK),
 			num(r.Used), num(r.Advantage), num(r.Weight), r.Mask)
