@@ -16,14 +16,8 @@ import (
 type RunEnd struct {
 	LastStep int64     // the run's last step
 	EndedAt  time.Time // when the end was recorded (the end-of-run record's timestamp)
-	Reason   string    // EndReasonMarker or EndReasonIdle
+	Reason   string    // topics.EndReasonMarker or topics.EndReasonIdle
 }
-
-// The reasons a run ends.
-const (
-	EndReasonMarker = "marker" // an end-of-run record (wmrl runs end, wmrl generate, close_run)
-	EndReasonIdle   = "idle"   // wmrl correct --run-idle-timeout published the record
-)
 
 // The fields of the EndKey hash.
 const (

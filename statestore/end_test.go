@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/topics"
 )
 
 func TestReadEnd(t *testing.T) {
@@ -21,7 +22,7 @@ func TestReadEnd(t *testing.T) {
 	if got, err := s.ReadEnd(ctx, "r1"); err != nil || got != nil {
 		t.Fatalf("run without an end: got %+v, %v; want nil, nil", got, err)
 	}
-	want := RunEnd{LastStep: 41, EndedAt: time.UnixMilli(1_765_000_000_123).UTC(), Reason: EndReasonIdle}
+	want := RunEnd{LastStep: 41, EndedAt: time.UnixMilli(1_765_000_000_123).UTC(), Reason: topics.EndReasonIdle}
 	if err := s.RecordEnd(ctx, "r1", want); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestExpireRun(t *testing.T) {
 	if _, err := s.Write(ctx, []Write{other}, map[string][]string{"o": {"s"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordEnd(ctx, "r", RunEnd{LastStep: 39, EndedAt: time.Now(), Reason: EndReasonMarker}); err != nil {
+	if err := s.RecordEnd(ctx, "r", RunEnd{LastStep: 39, EndedAt: time.Now(), Reason: topics.EndReasonMarker}); err != nil {
 		t.Fatal(err)
 	}
 	runKeys := func(run string) []string {

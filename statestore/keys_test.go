@@ -8,6 +8,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/wmrl/wmrl/topics"
 )
 
 // The key bytes, as doc.go lays them out, of what a write (Go and write.lua) and a recorded end
@@ -28,7 +29,7 @@ func TestKeyLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.RecordEnd(ctx, "r", RunEnd{LastStep: 39, EndedAt: time.UnixMilli(1), Reason: EndReasonIdle}); err != nil {
+	if err := s.RecordEnd(ctx, "r", RunEnd{LastStep: 39, EndedAt: time.UnixMilli(1), Reason: topics.EndReasonIdle}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{

@@ -66,7 +66,7 @@ func (r *RunSummary) StateBytes() int64 {
 }
 
 // ListRuns lists the runs under the store's prefix that have a streams set or an end hash (a
-// run that ended before any step was sealed has only the latter), sorted. Like Runs it scans
+// run that ended before any step was sealed has only the latter), sorted. It scans
 // the keyspace, on every master of a cluster: an operator's listing, not a hot path.
 func (s *Store) ListRuns(ctx context.Context) ([]string, error) {
 	// One SCAN for both kinds of key.

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/topics"
 )
 
 // TestRunsSummaries: ListRuns finds runs by their streams set or their end alone, not another
@@ -32,7 +33,7 @@ func TestRunsSummaries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	end := RunEnd{LastStep: 7, EndedAt: time.UnixMilli(1_765_000_000_000).UTC(), Reason: EndReasonIdle}
+	end := RunEnd{LastStep: 7, EndedAt: time.UnixMilli(1_765_000_000_000).UTC(), Reason: topics.EndReasonIdle}
 	if err := s.RecordEnd(ctx, "gone", end); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // tombstoned, so compaction drops the run from the changelog.
 const SchemaCalibrationEnd = "wmrl.calibration.end.v1"
 
-// The reasons a run ends (statestore.EndReasonMarker and EndReasonIdle are the same strings).
+// The reasons a run ends, on the changelog and in Redis (statestore.RunEnd).
 const (
 	EndReasonMarker = "marker" // an end-of-run record from a producer (runs end, generate, close_run)
 	EndReasonIdle   = "idle"   // wmrl correct --run-idle-timeout published the end-of-run record

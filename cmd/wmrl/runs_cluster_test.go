@@ -14,6 +14,7 @@ import (
 	"github.com/wmrl/wmrl/internal/conn"
 	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/statestore"
+	"github.com/wmrl/wmrl/topics"
 )
 
 // TestRunsListRedisCluster: on a real 3-master Redis Cluster (deploy/local/redis-ha.sh), where a
@@ -43,7 +44,7 @@ func TestRunsListRedisCluster(t *testing.T) {
 	}
 	writeSealed(t, s, sealedRun(t, "x", "code", 30), runs...)
 	ctx := context.Background()
-	end := statestore.RunEnd{LastStep: 29, EndedAt: time.Now().Add(-time.Minute), Reason: statestore.EndReasonMarker}
+	end := statestore.RunEnd{LastStep: 29, EndedAt: time.Now().Add(-time.Minute), Reason: topics.EndReasonMarker}
 	for _, run := range []string{"run-07", "only-end"} {
 		if err := s.RecordEnd(ctx, run, end); err != nil {
 			t.Fatal(err)

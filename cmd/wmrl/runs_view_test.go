@@ -143,8 +143,8 @@ func seedRunsView(t *testing.T, rdb *redis.Client, prefix string) *statestore.St
 	writeSealed(t, s, sealedRun(t, "live", "math", 25), "live", "done")
 	ctx := context.Background()
 	for run, e := range map[string]statestore.RunEnd{
-		"done":  {LastStep: 24, EndedAt: runsTestClock.Add(-90 * time.Minute), Reason: statestore.EndReasonMarker},
-		"early": {LastStep: 3, EndedAt: runsTestClock.Add(-5 * time.Second), Reason: statestore.EndReasonIdle},
+		"done":  {LastStep: 24, EndedAt: runsTestClock.Add(-90 * time.Minute), Reason: topics.EndReasonMarker},
+		"early": {LastStep: 3, EndedAt: runsTestClock.Add(-5 * time.Second), Reason: topics.EndReasonIdle},
 	} {
 		if err := s.RecordEnd(ctx, run, e); err != nil {
 			t.Fatal(err)

@@ -258,7 +258,7 @@ type decoded struct {
 	ok   bool // topic is an input topic
 	err  error
 	man  topics.StepManifest
-	run  string
+	run  string // the record's run id, of every kind
 	step int64
 	gid  string
 	id   string
@@ -274,6 +274,7 @@ func (e *engine) decode(rec *kgo.Record) decoded {
 	switch d.kind {
 	case kindStep:
 		d.man, d.err = topics.DecodeStep(rec.Value)
+		d.run = d.man.RunID
 	case kindPredicted:
 		p, err := topics.DecodePredicted(rec.Value)
 		if err != nil {
@@ -303,15 +304,11 @@ func (e *engine) decode(rec *kgo.Record) decoded {
 		d.run, d.step, d.gid, d.id, d.rw = x.RunID, x.Step, x.GroupID, x.RolloutID, rw
 	}
 	if d.err == nil {
-		run := d.run
-		if d.kind == kindStep {
-			run = d.man.RunID
-		}
 		// Records are partitioned by their key; one keyed otherwise may sit on a partition another
 		// instance owns, and a replay (which selects a run by key) would not see it.
-		if string(rec.Key) != run {
+		if string(rec.Key) != d.run {
 			d.err = &topics.FieldError{Record: "record", Field: "key", Value: string(rec.Key),
-				Reason: fmt.Sprintf("must equal run_id %q: records are partitioned by run", run), Err: topics.ErrInvalid}
+				Reason: fmt.Sprintf("must equal run_id %q: records are partitioned by run", d.run), Err: topics.ErrInvalid}
 		}
 	}
 	return d

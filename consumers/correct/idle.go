@@ -32,11 +32,7 @@ import (
 
 // touch notes an input record of a run: it is not idle.
 func (e *engine) touch(d decoded, now time.Time) {
-	run := d.run
-	if d.kind == kindStep {
-		run = d.man.RunID
-	}
-	if rb := e.runs[run]; rb != nil {
+	if rb := e.runs[d.run]; rb != nil {
 		rb.lastInput, rb.idleSent = now, false
 	}
 }

@@ -87,7 +87,7 @@ func TestConsumerLifecycleOnBroker(t *testing.T) {
 			return err == nil && e != nil
 		})
 		e, _ := store.ReadEnd(ctx, run)
-		if e.LastStep != last || e.Reason != statestore.EndReasonMarker || !e.EndedAt.Equal(endedAt.Truncate(time.Millisecond)) {
+		if e.LastStep != last || e.Reason != topics.EndReasonMarker || !e.EndedAt.Equal(endedAt.Truncate(time.Millisecond)) {
 			t.Fatalf("run %s: Redis end %+v, want step %d reason marker at %v", run, e, last, endedAt)
 		}
 		if ttl := rdb.PTTL(ctx, store.HeadKey(run, "stream0")).Val(); ttl <= 0 || ttl > retention {
@@ -223,7 +223,7 @@ func TestConsumerIdleEndOnBroker(t *testing.T) {
 	for {
 		e, err := store.ReadEnd(context.Background(), "i-0")
 		if err == nil && e != nil {
-			if e.Reason != statestore.EndReasonIdle || e.LastStep != 2 {
+			if e.Reason != topics.EndReasonIdle || e.LastStep != 2 {
 				t.Fatalf("Redis end %+v, want idle at step 2", e)
 			}
 			break

@@ -41,6 +41,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/wmrl/wmrl/internal/retry"
 )
 
 // Errors returned by New; callers (the CLI) can branch on them to print
@@ -416,27 +418,31 @@ func (j *Jail) jailSpec(dir string, files []File) jailSpec {
 	return s
 }
 
-// probeWaits are the pauses between start-up probes that failed with EAGAIN: the job uid is at
-// its RLIMIT_NPROC (the kernel counts every process of that uid on the host, other stages' and
-// other programs' included), which frees up as those processes exit, so a stage started next to
-// a burst of jobs waits for it rather than refusing to start.
-var probeWaits = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+// probePatience bounds the start-up probes that fail with EAGAIN: the job uid is at its
+// RLIMIT_NPROC (the kernel counts every process of that uid on the host, other stages' and other
+// programs' included), which frees up as those processes exit, so a stage started next to a burst
+// of jobs waits for it rather than refusing to start. The probes are spaced by retry.Backoff.
+var probePatience = 15 * time.Second
 
 // errProbeEAGAIN marks a probe whose bwrap could not clone: "Resource temporarily unavailable".
 var errProbeEAGAIN = errors.New("the job uid has no process to spare")
 
 func (j *Jail) probeBwrapPatiently() error {
-	for i := 0; ; i++ {
-		err := j.probeBwrap()
-		if !errors.Is(err, errProbeEAGAIN) {
-			return err
+	ctx, cancel := context.WithTimeout(context.Background(), probePatience)
+	defer cancel()
+	var last error
+	_, err := retry.Forever(ctx, retry.Backoff{Base: time.Second, Max: 8 * time.Second}.New(), func() error {
+		if last = j.probeBwrap(); last != nil && !errors.Is(last, errProbeEAGAIN) {
+			return retry.Permanent(last)
 		}
-		if i == len(probeWaits) {
-			return err
-		}
-		slog.Warn("sandbox: bwrap probe could not create a namespace (EAGAIN); trying again", "err", err, "wait", probeWaits[i])
-		time.Sleep(probeWaits[i])
+		return last
+	}, func(_ int, err error, wait time.Duration) {
+		j.cfg.Logger.Warn("sandbox: bwrap probe could not create a namespace (EAGAIN); trying again", "err", err, "wait", wait)
+	})
+	if err != nil && last != nil {
+		return last // the probe's own error, not the patience running out
 	}
+	return err
 }
 
 // probeBwrap runs /bin/true through exactly the wrapper real jobs use, because

@@ -18,8 +18,8 @@ func TestProbeJobUIDAtProcessLimit(t *testing.T) {
 		t.Skip("needs root: the test runs processes as another uid")
 	}
 	const uid, limit = 65521, 4
-	saved := probeWaits
-	t.Cleanup(func() { probeWaits = saved })
+	saved := probePatience
+	t.Cleanup(func() { probePatience = saved })
 	hold := func() []*exec.Cmd {
 		var cmds []*exec.Cmd
 		for range limit {
@@ -40,7 +40,7 @@ func TestProbeJobUIDAtProcessLimit(t *testing.T) {
 	}
 	cfg := Config{Limits: Limits{Processes: limit}, UseBwrap: true, RunAs: &RunAs{UID: uid, GID: uid}}
 
-	probeWaits = []time.Duration{10 * time.Millisecond}
+	probePatience = 10 * time.Millisecond
 	cmds := hold()
 	_, err := New(cfg, []string{"/bin/true"})
 	release(cmds)
@@ -53,7 +53,7 @@ func TestProbeJobUIDAtProcessLimit(t *testing.T) {
 		}
 	}
 
-	probeWaits = []time.Duration{time.Second, time.Second, time.Second}
+	probePatience = 5 * time.Second
 	cmds = hold()
 	time.AfterFunc(500*time.Millisecond, func() { release(cmds) })
 	if _, err := New(cfg, []string{"/bin/true"}); err != nil {
