@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -136,7 +137,37 @@ Linux, the process is non-dumpable (other processes of its uid cannot read its e
 	for _, fn := range commandFuncs {
 		root.AddCommand(fn(a))
 	}
+	requireKnownSubcommands(root)
 	return root
+}
+
+// requireKnownSubcommands makes every command group below the root (topics, runs, bench, …)
+// refuse an unknown subcommand: cobra prints such a group's help and exits 0 for `wmrl topics
+// crate`, so a typo in a script would pass as success. The root already refuses one. Without
+// an argument a group still prints its help.
+func requireKnownSubcommands(root *cobra.Command) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		if c == root || !c.HasSubCommands() || c.Runnable() {
+			return
+		}
+		c.Args = cobra.ArbitraryArgs
+		c.SuggestionsMinimumDistance = cmp.Or(c.SuggestionsMinimumDistance, 2) // cobra's own default, applied only on its path
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+			}
+			return &exitError{code: 2, err: fmt.Errorf("%s; see %s --help", msg, cmd.CommandPath())}
+		}
+	}
+	walk(root)
 }
 
 // preRun resolves every option (flag, env, file, default) before any command runs and starts

@@ -77,6 +77,8 @@ func TestStartupMistakes(t *testing.T) {
 			want: []string{"unknown flag: --model: it is an option of wmrl generate, wmrl worldmodel, not of wmrl train"}},
 		tc{name: "stray argument", args: []string{"train", "extra"}, code: 2,
 			want: []string{`unknown command "extra" for "wmrl train"`}},
+		tc{name: "misspelt subcommand of a group", args: []string{"topics", "crate"}, code: 2,
+			want: []string{`unknown command "crate" for "wmrl topics" (did you mean "create"?)`}},
 		tc{name: "zero deadline", args: []string{"train", "--startup-timeout", "0s"}, code: 2,
 			want: []string{"--startup-timeout 0s: want > 0"}},
 		tc{name: "version", args: []string{"--version"}, code: 0, want: []string{"wmrl version "}},

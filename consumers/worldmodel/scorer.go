@@ -2,7 +2,7 @@
 // endpoint (vLLM, SGLang, OpenAI) or a built-in Go predictor.
 //
 // A Scorer turns every input into exactly one Result, failures included, because downstream
-// stages decide step completeness from the presence of one record per rollout (DESIGN.md §3).
+// stages decide step completeness from the presence of one record per rollout (docs/stages.md).
 // Handler and NewStage run a Scorer as the world-model stage over the shared stage runtime
 // (internal/stage), which provides the bounded concurrency, out-of-order completion and
 // offset-safe commits.
