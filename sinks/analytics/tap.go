@@ -193,6 +193,15 @@ func (t *Tap) Run(ctx context.Context) error {
 	for {
 		fctx, stop := context.WithCancelCause(ctx)
 		t.stopFetch.Store(&stop)
+		select {
+		case r := <-t.refused: // refused between two fetches
+			stop(nil)
+			if err := t.skipBatch(ctx, r); err != nil {
+				return err
+			}
+			continue
+		default:
+		}
 		m, err := t.r.FetchMessage(fctx)
 		stop(nil)
 		if err != nil {
@@ -200,10 +209,7 @@ func (t *Tap) Run(ctx context.Context) error {
 				return t.shutdown()
 			}
 			if errors.Is(context.Cause(fctx), errRefused) {
-				if err := t.skipBatch(ctx, <-t.refused); err != nil {
-					return err
-				}
-				continue
+				continue // the refusal is in t.refused: the next round skips the batch
 			}
 			return fmt.Errorf("analytics: fetch: %w", err)
 		}
@@ -251,61 +257,64 @@ func (t *Tap) waitGroupEmpty(ctx context.Context) error {
 	}
 }
 
-// refuse hands a refused batch to Run (once: kafka-go logs it again at every retry until Run has
-// moved past it) and stops Run's fetch.
+// refuse hands a refused batch to Run (one at a time: kafka-go logs it again at every retry until
+// Run has moved past it) and stops Run's fetch.
 func (t *Tap) refuse(r refusal) {
 	select {
 	case t.refused <- r:
-		if stop := t.stopFetch.Load(); stop != nil {
-			(*stop)(errRefused)
-		}
 	default:
+	}
+	if stop := t.stopFetch.Load(); stop != nil {
+		(*stop)(errRefused)
 	}
 }
 
-// skipBatch moves past the refused batch r: it finds the batch's end, makes every buffered file
-// durable and commits (so nothing before the batch is lost), commits the batch's partition past
-// it, and starts a new reader there (kafka-go's group reader cannot seek). It counts and warns. An
-// incomplete step holding a record before the batch on its partition blocks the commit: the tap
-// then stops with the error rather than meet the batch again.
+// skipBatch moves past the refused batch r. kafka-go's group reader cannot seek, so the tap makes
+// every buffered file durable and commits, closes the reader (which stops its retries of the
+// batch and leaves the group), finds the batch's end, commits the partition past it as the
+// group's only member would, and starts a new reader there. It counts and warns. An incomplete
+// step holding a record before the batch on its partition blocks that commit: the tap then stops
+// with the error rather than meet the batch again.
 func (t *Tap) skipBatch(ctx context.Context, r refusal) error {
+	where := fmt.Sprintf("%s/%d@%d", r.topic, r.partition, r.offset)
 	lo, err := t.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
 		r.topic: {kafka.LastOffsetOf(r.partition)}}})
 	if err != nil {
-		return fmt.Errorf("analytics: refused batch at %s/%d@%d: %w", r.topic, r.partition, r.offset, err)
+		return fmt.Errorf("analytics: refused batch at %s: %w", where, err)
 	}
 	var high int64
 	for _, po := range lo.Topics[r.topic] {
 		if po.Partition == r.partition {
 			if po.Error != nil {
-				return fmt.Errorf("analytics: refused batch at %s/%d@%d: %w", r.topic, r.partition, r.offset, po.Error)
+				return fmt.Errorf("analytics: refused batch at %s: %w", where, po.Error)
 			}
 			high = po.LastOffset
 		}
-	}
-	end, err := t.filter.batchEnd(ctx, r.topic, r.partition, r.offset, high)
-	if err != nil {
-		return fmt.Errorf("analytics: refused batch: %w", err)
 	}
 	for _, run := range slices.Sorted(maps.Keys(t.runs)) {
 		if err := t.roll(ctx, run); err != nil {
 			return err
 		}
 	}
+	if err := t.r.Close(); err != nil {
+		return fmt.Errorf("analytics: reader: %w", err)
+	}
+	end, err := t.filter.batchEnd(ctx, r.topic, r.partition, r.offset, high)
+	if err != nil {
+		return fmt.Errorf("analytics: refused batch: %w", err)
+	}
 	t.filter.skipTo(r.topic, r.partition, end)
 	t.asm.Offsets().Consumed(steps.Pos{Topic: r.topic, Partition: int32(r.partition), Offset: end - 1})
-	if at, ok := t.asm.Offsets().Committable()[r.topic][int32(r.partition)]; ok && at < end {
+	offs := t.asm.Offsets().Committable()
+	if at := offs[r.topic][int32(r.partition)]; at < end {
 		return fmt.Errorf("analytics: %s/%d offsets %d..%d decompress past %d bytes, and an incomplete step holds offset %d before them: cannot commit past the batch", r.topic, r.partition, r.offset, end-1, t.cfg.MaxBatchBytes, at)
 	}
-	if err := t.commit(ctx); err != nil {
+	if err := t.commitAlone(ctx, offs); err != nil {
 		return err
 	}
 	t.count(func(s *Stats) { s.SkippedBatches++ })
 	t.log.Warn("record batch decompresses past the limit; skipped unread", "topic", r.topic, "partition", r.partition,
 		"first_offset", r.offset, "next_offset", end, "limit_bytes", t.cfg.MaxBatchBytes, "reason", topics.ReasonBatchTooLarge)
-	if err := t.r.Close(); err != nil {
-		return fmt.Errorf("analytics: reader: %w", err)
-	}
 	select { // a refusal the old reader logged again before it closed
 	case <-t.refused:
 	default:
@@ -315,6 +324,43 @@ func (t *Tap) skipBatch(ctx context.Context, r refusal) error {
 	t.r = kafka.NewReader(t.rcfg)
 	t.mu.Unlock()
 	return nil
+}
+
+// commitAlone commits offs for the tap's group while it has no member (its reader closed), as
+// generation -1 does; the group may take a moment to settle after the reader left it.
+func (t *Tap) commitAlone(ctx context.Context, offs map[string]map[int32]int64) error {
+	req := &kafka.OffsetCommitRequest{GroupID: t.cfg.Group, GenerationID: -1, Topics: map[string][]kafka.OffsetCommit{}}
+	for topic, ps := range offs {
+		for p, at := range ps {
+			req.Topics[topic] = append(req.Topics[topic], kafka.OffsetCommit{Partition: int(p), Offset: at})
+		}
+	}
+	var errs []error
+	for attempt := 0; attempt < 20; attempt++ {
+		resp, err := t.client.OffsetCommit(ctx, req)
+		errs = errs[:0]
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			for _, ps := range resp.Topics {
+				for _, p := range ps {
+					if p.Error != nil {
+						errs = append(errs, p.Error)
+					}
+				}
+			}
+		}
+		if len(errs) == 0 {
+			t.asm.Offsets().MarkCommitted(offs)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("analytics: commit past a refused batch: %w", errors.Join(errs...))
 }
 
 func (t *Tap) shutdown() error {
