@@ -143,7 +143,9 @@ MALFORMED = [
     ("chunked", post(b"2\r\n{}\r\n0\r\n\r\n", length=None, headers="Transfer-Encoding: chunked\r\n"), 411, "Length"),
     ("absurd Content-Length", post(b"{}", length=10**15), 413, "exceeds the 4096 byte limit"),
     ("absurd Content-Length, no token", post(b"{}", length=10**15, auth=False), 401, "token"),
-    ("Content-Length past 64 bits", post(b"{}", length=10**20), 400, "Content-Length"),
+    ("Content-Length past 64 bits", post(b"{}", length=10**20), 400, ""),
+    ("bad request line with the token", f"POST /?token={TOKEN} HTTP/9z\r\n\r\n".encode(), 400, "parse"),
+    ("a header line over 8 KiB after the token", post(b"{}", headers=f"X-Pad: {TOKEN * 3000}\r\n"), 431, "head"),
     ("a header line over 8 KiB", post(b"{}", headers=f"X-Pad: {'a' * 9000}\r\n"), 431, ""),
     ("100 header lines", post(b"{}", headers="".join(f"X-H{i}: v\r\n" for i in range(100))), 431, ""),
     ("deeply nested JSON", post(b"[" * 4000), 400, "nested too deeply"),
@@ -165,6 +167,7 @@ def test_reward_server_malformed_requests_get_their_status(
     assert got == status, body
     assert says in body.get("error", ""), body
     assert not [r for r in caplog.records if r.exc_info], "a malformed request must not log a traceback"
+    assert TOKEN not in caplog.text and TOKEN not in json.dumps(body), "the token must never be logged or echoed"
 
 
 @pytest.mark.parametrize("served", [{"body_timeout": 0.5}], indirect=True)

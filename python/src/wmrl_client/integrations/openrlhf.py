@@ -307,8 +307,9 @@ class _Protocol(web_protocol.RequestHandler):
             log.error("%s: internal error", request.remote, exc_info=exc)
             return _json_reply(500, {"error": "internal error"}, close=True)
         if isinstance(exc, LineTooLong) or (isinstance(exc, BadHttpMessage) and "Too many headers" in str(exc)):
-            status = 431
-        text = (message or str(exc) or "malformed request")[:200]
+            status, text = 431, "request head over the limits (a line or the number of lines)"
+        else:  # the parser's message quotes the request line or a header, which may hold the token
+            text = f"cannot parse the request ({type(exc).__name__})" if exc else "cannot parse the request"
         log.warning("%s: malformed request: %d %s", request.remote, status, text)
         return _json_reply(status, {"error": f"malformed request: {text}"}, close=True)
 
