@@ -214,15 +214,17 @@ func decodeJSON(b []byte, kind, want string, v any) error {
 			err = serr
 		}
 	}
-	return memberError(kind, t, err)
+	return memberError(b, kind, t, err)
 }
 
 var (
 	// strictJSON are the options of every record's decode. json v2 already matches member names
-	// case-sensitively and refuses duplicate names; it is told to refuse unknown members too.
-	// Invalid UTF-8 in a string becomes U+FFFD, as encoding/json (the encoder) and the Python
-	// client (python/src/wmrl_client/_json.py) make it, rather than failing the record.
-	strictJSON = jsonv2.JoinOptions(jsonv2.RejectUnknownMembers(true), jsontext.AllowInvalidUTF8(true))
+	// case-sensitively, refuses duplicate names and refuses invalid UTF-8 in a string (raw bytes or
+	// a lone surrogate escape); it is told to refuse unknown members too. Invalid UTF-8 is refused,
+	// not rewritten to U+FFFD: a rewritten meta value would be executed as text nobody sent, so
+	// the record is dead-lettered naming the field (`meta.task`), as the Python client does
+	// (python/src/wmrl_client/_json.py).
+	strictJSON = jsonv2.JoinOptions(jsonv2.RejectUnknownMembers(true))
 	// strictNullJSON adds the one rule json v2 lacks, null only for optional (pointer, slice,
 	// map) fields: v2 reads null as the zero value of any type. The check costs a call per
 	// value, so only records that contain "null" at all take it.
@@ -349,12 +351,21 @@ func unexpectedEOF(err error) error {
 
 // memberError maps the error of a decode into t, of a document scanJSON accepts, to the
 // *FieldError of rule 4.
-func memberError(kind string, t reflect.Type, err error) error {
+func memberError(b []byte, kind string, t reflect.Type, err error) error {
 	var syn *jsontext.SyntacticError
 	var sem *jsonv2.SemanticError
 	switch {
 	case errors.As(err, &syn) && errors.Is(syn.Err, jsontext.ErrDuplicateName):
 		return &FieldError{Record: kind, Field: fieldPath(t, syn.JSONPointer), Reason: "duplicate key"}
+	case errors.As(err, &syn):
+		// scanJSON passed the syntax with invalid UTF-8 allowed, so this is a string's UTF-8: raw
+		// bytes or a surrogate escape (jsontext has no sentinel for the latter). The pointer names
+		// the member whose value it is, or the object whose key it is.
+		path := fieldPath(t, syn.JSONPointer)
+		if key, ok := nameAt(b, syn.ByteOffset); ok {
+			return &FieldError{Record: kind, Field: strings.TrimPrefix(path+"."+key, "."), Reason: "key not valid UTF-8", Err: ErrMalformed}
+		}
+		return &FieldError{Record: kind, Field: path, Reason: "not valid UTF-8", Err: ErrMalformed}
 	case !errors.As(err, &sem):
 		return malformed("json", fmt.Errorf("%s record: %w", kind, err))
 	}
@@ -374,6 +385,23 @@ func memberError(kind string, t reflect.Type, err error) error {
 		return &FieldError{Record: kind, Field: path, Reason: fmt.Sprintf("wrong type: got %s, want %s", kindName(sem.JSONKind), jsonTypeName(sem.GoType)), Err: ErrMalformed}
 	}
 	return malformed("json", fmt.Errorf("%s record: %w", kind, err))
+}
+
+// nameAt reports the member name (invalid UTF-8 shown as U+FFFD) whose string token holds byte
+// off of b, a document scanJSON accepts; ok is false when that token is a value.
+func nameAt(b []byte, off int64) (name string, ok bool) {
+	dec := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	for {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return "", false
+		}
+		if dec.InputOffset() <= off {
+			continue
+		}
+		kind, n := dec.StackIndex(dec.StackDepth())
+		return tok.String(), tok.Kind() == '"' && kind == '{' && n%2 == 1
+	}
 }
 
 // fieldPath turns the JSON pointer of a member of t (`/groups/2/size`) into the field path of a

@@ -43,31 +43,32 @@ func FuzzDecodeJSONMatchesStdlib(f *testing.F) {
 	})
 }
 
-// Invalid UTF-8 in a string, raw or as a lone surrogate escape, becomes U+FFFD byte by byte as in
-// encoding/json and the Python client (test_decode_null_optional_fields_and_lone_surrogate): the
-// record is not refused.
-func TestDecodeReplacesInvalidUTF8(t *testing.T) {
+// Invalid UTF-8 in a string, raw or as a lone surrogate escape, is refused naming the field
+// (a key's fault names its object), as the Python client refuses it
+// (test_decode_refuses_invalid_utf8): never rewritten to U+FFFD and processed.
+func TestDecodeRefusesInvalidUTF8(t *testing.T) {
 	enc, err := EncodeRollout(sampleRollout())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tests := []struct{ prompt, want string }{
-		{"a\xffb", "a\ufffdb"},
-		{"\xe2\x9c", "\ufffd\ufffd"},
-		{`\ud800x`, "\ufffdx"},
-		{`\udc00\ud800`, "\ufffd\ufffd"},
-		{`\ud83d\ude00`, "\U0001F600"},
+	tests := []struct{ old, new, reason string }{
+		{`"fit the <data> & report"`, "\"a\xffb\"", "invalid-field:prompt"},
+		{`"fit the <data> & report"`, "\"\xe2\x9c\"", "invalid-field:prompt"},
+		{`"fit the <data> & report"`, `"\ud800x"`, "invalid-field:prompt"},
+		{`"fit the <data> & report"`, `"\udc00\ud800"`, "invalid-field:prompt"},
+		{`"task":"t17"`, "\"task\":\"t\xff17\"", "invalid-field:meta.task"},
+		{`"task":"t17"`, `"task":"t\ud80017"`, "invalid-field:meta.task"},
+		{`"task":"t17"`, "\"t\xffk\":\"t17\"", "invalid-field:meta.t\ufffdk"},
+		{`"step":3`, "\"s\xfftep\":3", "invalid-field:s\ufffdtep"},
+		{`"policy_version":"ckpt-3"`, "\"policy_version\":\"ckpt\xc0\xaf3\"", "invalid-field:policy_version"},
+		{`"fit the <data> & report"`, `"\ud83d\ude00"`, ""}, // a valid pair is a valid rune
 	}
 	for _, tt := range tests {
-		b := bytes.Replace(enc, []byte(`"fit the <data> & report"`), []byte(`"`+tt.prompt+`"`), 1)
-		r, err := DecodeRollout(b)
-		if err != nil || r.Prompt != tt.want {
-			t.Errorf("prompt %q: got %q, %v; want %q", tt.prompt, r.Prompt, err, tt.want)
+		b := bytes.Replace(enc, []byte(tt.old), []byte(tt.new), 1)
+		_, err := DecodeRollout(b)
+		if got := Reason(err); got != tt.reason {
+			t.Errorf("%q: Reason %q (%v), want %q", tt.new, got, err, tt.reason)
 		}
 		stdlibAgrees[Rollout](t, b, "rollout", SchemaRollout)
-	}
-	b := bytes.Replace(enc, []byte(`"task":"t17"`), []byte("\"t\xffk\":\"t17\""), 1)
-	if r, err := DecodeRollout(b); err != nil || r.Meta["t\ufffdk"] != "t17" {
-		t.Errorf("meta key with invalid UTF-8: %v, %v", r.Meta, err)
 	}
 }

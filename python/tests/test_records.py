@@ -265,11 +265,53 @@ def test_client_has_no_codec_for_stage_records(schema: str) -> None:
         encode_record(PredictedReward())  # type: ignore[arg-type]
 
 
-def test_decode_null_optional_fields_and_lone_surrogate() -> None:
-    raw = encode_record(rollout()).replace(b'"created_at"', b'"meta":null,"prompt":"\\ud800x","created_at"')
+def test_decode_null_optional_fields() -> None:
+    raw = encode_record(rollout()).replace(b'"created_at"', b'"meta":null,"prompt":"\\ud83d\\ude00x","created_at"')
     r = decode_record("wmrl.rollout.v1", raw)
     assert isinstance(r, Rollout)
-    assert r.meta == {} and r.prompt == "\ufffdx"
+    assert r.meta == {} and r.prompt == "\U0001f600x"  # a valid surrogate pair is one rune
+
+
+# The cases of Go's TestDecodeRefusesInvalidUTF8: invalid UTF-8, raw or as a lone surrogate escape,
+# is refused naming its field (a key's fault names the key), never rewritten to U+FFFD.
+INVALID_UTF8 = [
+    (b'"prompt":"a\xffb"', "invalid-field:prompt"),
+    (b'"prompt":"\xe2\x9c"', "invalid-field:prompt"),
+    (b'"prompt":"\\ud800x"', "invalid-field:prompt"),
+    (b'"prompt":"\\udc00\\ud800"', "invalid-field:prompt"),
+    (b'"meta":{"task":"t\xff17"}', "invalid-field:meta.task"),
+    (b'"meta":{"task":"t\\ud80017"}', "invalid-field:meta.task"),
+    (b'"meta":{"t\xffk":"t17"}', "invalid-field:meta.t\ufffdk"),
+    (b'"s\xfftep":3', "invalid-field:s\ufffdtep"),
+]
+
+
+@pytest.mark.parametrize(("member", "want"), INVALID_UTF8)
+def test_decode_refuses_invalid_utf8(member: bytes, want: str) -> None:
+    raw = encode_record(rollout()).replace(b'"created_at"', member + b',"created_at"')
+    if member.startswith(b'"s'):
+        raw = raw.replace(b'"step":0,', b"")
+    with pytest.raises(FieldError) as ei:
+        decode_record("wmrl.rollout.v1", raw)
+    assert reason(ei.value) == want
+
+
+@pytest.mark.parametrize(
+    ("record", "field"),
+    [
+        (rollout(prompt="p\udcff"), "prompt"),
+        (rollout(artifact="x = '\ud800'"), "artifact"),
+        (rollout(meta={"task": "t\udc80"}), "meta.task"),
+        (rollout(meta={"t\udc80": "v"}), "meta"),
+    ],
+    ids=["prompt", "artifact", "meta value", "meta key"],
+)
+def test_encode_refuses_lone_surrogates(record: Rollout, field: str) -> None:
+    """A str with a lone surrogate (surrogateescape-decoded bytes, a \\ud800 escape) has no UTF-8:
+    the client refuses to write it, naming the field, where Go's encoder would write U+FFFD."""
+    with pytest.raises(FieldError) as ei:
+        encode_record(record)
+    assert reason(ei.value) == f"invalid-field:{field}" and "UTF-8" in str(ei.value)
 
 
 def test_valid_id() -> None:

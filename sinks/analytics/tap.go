@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -72,7 +73,10 @@ type Config struct {
 	// GroupWait bounds how long Run waits for other members to leave Group before failing
 	// with ErrGroupInUse (default DefaultGroupWait).
 	GroupWait time.Duration
-	Logger    *slog.Logger
+	// MaxBatchBytes is the decompressed size past which a record batch is refused and skipped
+	// unread (default topics.MaxBatchBytes(topics.MaxAdvantageBytes); see batchlimit.go).
+	MaxBatchBytes int
+	Logger        *slog.Logger
 }
 
 // Stats counts what the tap has done.
@@ -84,6 +88,8 @@ type Stats struct {
 	Calibration int64 // calibration snapshots written
 	Files       int64 // files closed
 	Skipped     int64 // undecodable records skipped
+	// SkippedBatches counts record batches refused unread: they decompress past MaxBatchBytes.
+	SkippedBatches int64
 }
 
 // Tap consumes the advantages and calibration topics and writes Parquet files.
@@ -103,6 +109,10 @@ type Tap struct {
 	// the group changed under the tap.
 	joins int64
 	stats Stats
+	// refused carries the batches kafka-go's Reader refused (refusalLogger) to Run; stopFetch
+	// cancels the FetchMessage that waits meanwhile.
+	refused   chan refusal
+	stopFetch atomic.Pointer[context.CancelCauseFunc]
 }
 
 // segment is what a run has buffered for its next pair of files.
@@ -134,12 +144,14 @@ func New(cfg Config) (*Tap, error) {
 	if cfg.GroupWait <= 0 {
 		cfg.GroupWait = DefaultGroupWait
 	}
+	cfg.MaxBatchBytes = cmp.Or(cfg.MaxBatchBytes, topics.MaxBatchBytes(topics.MaxAdvantageBytes))
+	limitBatches(cfg.MaxBatchBytes)
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("analytics: %w", err)
 	}
 	t := &Tap{cfg: cfg, advTopic: cmp.Or(cfg.AdvantagesTopic, cfg.Names.Advantages()),
 		calTopic: cmp.Or(cfg.CalibrationTopic, cfg.Names.Calibration()), runs: make(map[string]*segment),
-		asm: steps.NewAssembler(steps.AssemblerConfig{Run: cfg.RunID})}
+		asm: steps.NewAssembler(steps.AssemblerConfig{Run: cfg.RunID}), refused: make(chan refusal, 1)}
 	t.log = cmp.Or(cfg.Logger, slog.Default()).With("component", "analytics", "group", cfg.Group)
 	dialer := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: cfg.TLS, SASLMechanism: cfg.SASL}
 	t.rcfg = kafka.ReaderConfig{
@@ -152,7 +164,7 @@ func New(cfg Config) (*Tap, error) {
 		SessionTimeout: sessionTimeout,
 		Dialer:         dialer,
 		// CommitInterval 0: CommitMessages commits synchronously, after the file is durable.
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) { t.log.Warn(fmt.Sprintf(msg, args...)) }),
+		ErrorLogger: refusalLogger(func(msg string) { t.log.Warn(msg) }, t.refuse),
 	}
 	transport := &kafka.Transport{TLS: cfg.TLS, SASL: cfg.SASL}
 	t.client = &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: transport}
@@ -177,12 +189,27 @@ func (t *Tap) Run(ctx context.Context) error {
 	t.mu.Lock()
 	t.r = kafka.NewReader(t.rcfg)
 	t.mu.Unlock()
-	defer t.r.Close()
+	defer func() { t.r.Close() }()
 	for {
-		m, err := t.r.FetchMessage(ctx)
+		fctx, stop := context.WithCancelCause(ctx)
+		t.stopFetch.Store(&stop)
+		select {
+		case r := <-t.refused: // refused between two fetches
+			stop(nil)
+			if err := t.skipBatch(ctx, r); err != nil {
+				return err
+			}
+			continue
+		default:
+		}
+		m, err := t.r.FetchMessage(fctx)
+		stop(nil)
 		if err != nil {
 			if ctx.Err() != nil {
 				return t.shutdown()
+			}
+			if errors.Is(context.Cause(fctx), errRefused) {
+				continue // the refusal is in t.refused: the next round skips the batch
 			}
 			return fmt.Errorf("analytics: fetch: %w", err)
 		}
@@ -228,6 +255,112 @@ func (t *Tap) waitGroupEmpty(ctx context.Context) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// refuse hands a refused batch to Run (one at a time: kafka-go logs it again at every retry until
+// Run has moved past it) and stops Run's fetch.
+func (t *Tap) refuse(r refusal) {
+	select {
+	case t.refused <- r:
+	default:
+	}
+	if stop := t.stopFetch.Load(); stop != nil {
+		(*stop)(errRefused)
+	}
+}
+
+// skipBatch moves past the refused batch r. kafka-go's group reader cannot seek, so the tap makes
+// every buffered file durable and commits, closes the reader (which stops its retries of the
+// batch and leaves the group), finds the batch's end, commits the partition past it as the
+// group's only member would, and starts a new reader there. It counts and warns. An incomplete
+// step holding a record before the batch on its partition blocks that commit: the tap then stops
+// with the error rather than meet the batch again.
+func (t *Tap) skipBatch(ctx context.Context, r refusal) error {
+	where := fmt.Sprintf("%s/%d@%d", r.topic, r.partition, r.offset)
+	lo, err := t.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
+		r.topic: {kafka.LastOffsetOf(r.partition)}}})
+	if err != nil {
+		return fmt.Errorf("analytics: refused batch at %s: %w", where, err)
+	}
+	var high int64
+	for _, po := range lo.Topics[r.topic] {
+		if po.Partition == r.partition {
+			if po.Error != nil {
+				return fmt.Errorf("analytics: refused batch at %s: %w", where, po.Error)
+			}
+			high = po.LastOffset
+		}
+	}
+	for _, run := range slices.Sorted(maps.Keys(t.runs)) {
+		if err := t.roll(ctx, run); err != nil {
+			return err
+		}
+	}
+	if err := t.r.Close(); err != nil {
+		return fmt.Errorf("analytics: reader: %w", err)
+	}
+	end, err := t.filter.batchEnd(ctx, r.topic, r.partition, r.offset, high)
+	if err != nil {
+		return fmt.Errorf("analytics: refused batch: %w", err)
+	}
+	t.filter.skipTo(r.topic, r.partition, end)
+	t.asm.Offsets().Consumed(steps.Pos{Topic: r.topic, Partition: int32(r.partition), Offset: end - 1})
+	offs := t.asm.Offsets().Committable()
+	if at := offs[r.topic][int32(r.partition)]; at < end {
+		return fmt.Errorf("analytics: %s/%d offsets %d..%d decompress past %d bytes, and an incomplete step holds offset %d before them: cannot commit past the batch", r.topic, r.partition, r.offset, end-1, t.cfg.MaxBatchBytes, at)
+	}
+	if err := t.commitAlone(ctx, offs); err != nil {
+		return err
+	}
+	t.count(func(s *Stats) { s.SkippedBatches++ })
+	t.log.Warn("record batch decompresses past the limit; skipped unread", "topic", r.topic, "partition", r.partition,
+		"first_offset", r.offset, "next_offset", end, "limit_bytes", t.cfg.MaxBatchBytes, "reason", topics.ReasonBatchTooLarge)
+	select { // a refusal the old reader logged again before it closed
+	case <-t.refused:
+	default:
+	}
+	t.mu.Lock()
+	t.joins = 0 // the new reader's join is the tap's own, not another member's
+	t.r = kafka.NewReader(t.rcfg)
+	t.mu.Unlock()
+	return nil
+}
+
+// commitAlone commits offs for the tap's group while it has no member (its reader closed), as
+// generation -1 does; the group may take a moment to settle after the reader left it.
+func (t *Tap) commitAlone(ctx context.Context, offs map[string]map[int32]int64) error {
+	req := &kafka.OffsetCommitRequest{GroupID: t.cfg.Group, GenerationID: -1, Topics: map[string][]kafka.OffsetCommit{}}
+	for topic, ps := range offs {
+		for p, at := range ps {
+			req.Topics[topic] = append(req.Topics[topic], kafka.OffsetCommit{Partition: int(p), Offset: at})
+		}
+	}
+	var errs []error
+	for attempt := 0; attempt < 20; attempt++ {
+		resp, err := t.client.OffsetCommit(ctx, req)
+		errs = errs[:0]
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			for _, ps := range resp.Topics {
+				for _, p := range ps {
+					if p.Error != nil {
+						errs = append(errs, p.Error)
+					}
+				}
+			}
+		}
+		if len(errs) == 0 {
+			t.asm.Offsets().MarkCommitted(offs)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("analytics: commit past a refused batch: %w", errors.Join(errs...))
 }
 
 func (t *Tap) shutdown() error {

@@ -72,6 +72,15 @@ func (c Containment) String() string {
 	return string(c)
 }
 
+// weakness is what containment c leaves open, "" when it is not a weak fallback; the start-up
+// log's weak field and its guarantees line say it alike.
+func (c Containment) weakness() string {
+	if c == ContainmentProcessGroup {
+		return "only the process group is killed, a setsid escapee outlives its job"
+	}
+	return ""
+}
+
 // guarantees is the one-line summary logged at start-up.
 func (c Containment) guarantees() string {
 	switch c {
@@ -80,7 +89,7 @@ func (c Containment) guarantees() string {
 	case ContainmentPIDNamespace:
 		return "every descendant is killed when the job's init (the program, PID 1) exits or times out; memory is only RLIMIT_AS per process"
 	case ContainmentProcessGroup:
-		return "WEAK: only the process group is killed, a setsid escapee outlives its job; memory is only RLIMIT_AS per process"
+		return "WEAK: " + c.weakness() + "; memory is only RLIMIT_AS per process"
 	}
 	return "unknown"
 }

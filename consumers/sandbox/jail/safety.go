@@ -66,6 +66,9 @@ func (j *Jail) LogContainment() {
 	}
 	level, jail := slog.LevelInfo, "off"
 	weakOrOpen := append(slices.Clone(j.weak), openings(j.cfg)...)
+	if w := j.contain.kind.weakness(); w != "" { // else weak=none at INFO beside a WEAK guarantees line
+		weakOrOpen = append(weakOrOpen, "containment "+j.contain.kind.String()+": "+w)
+	}
 	if len(weakOrOpen) > 0 {
 		level = slog.LevelWarn
 	}

@@ -3,7 +3,9 @@
 Decoding follows Go's ``topics.decodeJSON`` step by step (size, syntax, depth, schema first, then
 exact field names, duplicate keys and JSON types in document order, then a string's content: RFC 3339
 times, base64), so both languages refuse the same documents with the same reason. Invalid UTF-8 in a
-string becomes U+FFFD on both sides (Go: json v2 with AllowInvalidUTF8), never an error. Encoding
+string (raw bytes or a lone surrogate escape) is a fault of its field on both sides, ``meta.task`` (a
+key's fault names the key, its bad bytes shown as U+FFFD), never rewritten; the encoder refuses a
+string holding a lone surrogate the same way (``check_utf8``). Encoding
 reproduces ``encoding/json`` with HTML escaping off byte for byte (field order, ``omitempty``, float
 and time formatting), which ``topics/python_contract_test.go`` checks by re-encoding what Python wrote.
 """
@@ -22,7 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 from . import contract as c
-from .errors import MALFORMED, FieldError, MalformedError, SchemaVersionError, TooLargeError
+from .errors import INVALID, MALFORMED, FieldError, MalformedError, SchemaVersionError, TooLargeError
 
 # Field kinds, named after the Go types they stand for.
 STR = "string"
@@ -98,8 +100,12 @@ def _no_constant(name: str) -> Any:
 _INT_RE = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A lone surrogate: from an invalid byte (decoded with surrogateescape) or a \\ud800-style escape."""
+
+
 def _parse(b: bytes, kind: str) -> Any:
-    text = b.decode("utf-8", "replace")
+    text = b.decode("utf-8", "surrogateescape")  # invalid bytes stay visible to _Scan as surrogates
     try:
         return json.loads(
             text,
@@ -113,10 +119,8 @@ def _parse(b: bytes, kind: str) -> Any:
 
 
 def _fix_str(s: str) -> str:
-    """Lone surrogates (from escapes like \\ud800) become U+FFFD, as Go's decoder does."""
-    if any("\ud800" <= ch <= "\udfff" for ch in s):
-        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in s)
-    return s
+    """Lone surrogates become U+FFFD, as Go's encoder makes invalid UTF-8 (go_string quotes for messages)."""
+    return _SURROGATE.sub("\ufffd", s)
 
 
 def _describe(v: Any) -> str:
@@ -166,9 +170,9 @@ class _Scan:
         self.schema_seen = False
         self.schema_mistyped = False
 
-    def key_fail(self, path: str, why: str) -> None:
+    def key_fail(self, path: str, why: str, cause: str = INVALID) -> None:
         if self.key_err is None:
-            self.key_err = FieldError(self.kind, path, None, why)
+            self.key_err = FieldError(self.kind, path, None, why, cause)
 
     def depth(self, v: Any, depth: int, path: str) -> None:
         """Any object or array nested deeper than MAX_JSON_DEPTH makes the document malformed."""
@@ -180,6 +184,9 @@ class _Scan:
                 self.depth(x, depth + 1, path)
 
     def value(self, v: Any, kind: str | None, path: str, elem: Spec | None) -> None:
+        if isinstance(v, str) and not isinstance(v, _Num) and _SURROGATE.search(v):
+            self.key_fail(path, "not valid UTF-8", MALFORMED)  # Go's tokenizer sees it before the type
+            return
         if kind is not None and not _fits(v, kind):
             if self.key_err is None:
                 self.key_err = FieldError(
@@ -211,6 +218,8 @@ class _Scan:
         seen: set[str] = set()
         for key, v in pairs:
             kpath = f"{path}.{key}" if path else key
+            if _SURROGATE.search(key):
+                self.key_fail(_SURROGATE.sub("\ufffd", kpath), "key not valid UTF-8", MALFORMED)
             if key in seen:
                 self.key_fail(kpath, "duplicate key")
             seen.add(key)
@@ -258,7 +267,7 @@ def _convert(v: Any, f: Field, record: str) -> Any:
     """Turn a scanned JSON value (already type-checked) into the Python value of the field."""
     k = f.kind
     if k == STR:
-        return _fix_str(v)
+        return v
     if k in (INT, UINT):
         return int(v)
     if k == FLOAT:
@@ -282,7 +291,7 @@ def _convert(v: Any, f: Field, record: str) -> Any:
         except (binascii.Error, ValueError) as e:
             raise FieldError(record, f.name, None, f"not valid base64: {e}", MALFORMED) from None
     if k == STR_MAP:
-        return {} if v is None else {_fix_str(key): _fix_str(x) for key, x in v}
+        return {} if v is None else {key: x for key, x in v}
     if k == FLOAT_LIST:
         return [] if v is None else [float(x) for x in v]
     if k == STRUCT_LIST:
@@ -426,8 +435,32 @@ def encode_obj(values: Any, spec: Spec) -> str:
     return "{" + ",".join(parts) + "}"
 
 
+def check_utf8(values: Any, spec: Spec, prefix: str = "") -> str | None:
+    """The path of the first string field (``meta.task``; ``meta`` for a key) holding a lone
+    surrogate, which has no UTF-8 encoding, or None. Go would write it as U+FFFD: refused instead."""
+    for f in spec.fields:
+        v, p = getattr(values, f.name), prefix + f.name
+        if f.kind == STR and _SURROGATE.search(v):
+            return p
+        if f.kind == STR_MAP and v:
+            for key in v:
+                if _SURROGATE.search(key):
+                    return p
+                if _SURROGATE.search(v[key]):
+                    return f"{p}.{key}"
+        if f.kind == STRUCT_LIST and v:
+            assert f.elem is not None
+            for i, x in enumerate(v):
+                if (bad := check_utf8(x, f.elem, f"{p}[{i}].")) is not None:
+                    return bad
+    return None
+
+
 def encode(values: Any, spec: Spec, kind: str) -> bytes:
-    """Encode and apply the record size limit (Go: MaxRecordBytes → ErrTooLarge)."""
+    """Encode and apply the record size limit (Go: MaxRecordBytes → ErrTooLarge); a string that is
+    not valid UTF-8 is a FieldError naming it."""
+    if (bad := check_utf8(values, spec)) is not None:
+        raise FieldError(f"encode {kind}", _fix_str(bad), None, "not valid UTF-8 (a lone surrogate)", MALFORMED)
     b = encode_obj(values, spec).encode("utf-8")
     if len(b) > c.MAX_RECORD_BYTES:
         raise TooLargeError(f"encode {kind}: {len(b)} bytes exceeds the {c.MAX_RECORD_BYTES} byte record limit")

@@ -53,6 +53,10 @@ CONTENT_TYPE_BINARY: Final = "application/octet-stream"
 # Arrow schema-metadata key carrying the schema id (topics/arrow.go).
 ARROW_SCHEMA_KEY: Final = "wmrl-schema"
 MAX_ADVANTAGE_BYTES: Final = 16 << 20
+# topics.MaxBatchBytes(MaxAdvantageBytes) (topics/batch.go): the decompressed size past which a
+# reader of the advantages topic refuses a record batch.
+MAX_BATCH_BYTES: Final = max(2 * MAX_ADVANTAGE_BYTES, 8 << 20)
+REASON_BATCH_TOO_LARGE: Final = "batch-too-large"  # topics.ReasonBatchTooLarge
 
 # Limits (topics/validate.go, topics/codec.go).
 SCORE_MIN: Final = 0.0

@@ -97,6 +97,7 @@ class StreamStats:
     skipped_invalid: int = 0
     duplicate_chunks: int = 0
     abandoned_steps: int = 0
+    skipped_batches: int = 0
     masked_rows: int = 0
     steps: int = 0
     rows: int = 0
@@ -176,6 +177,11 @@ class AdvantageStream:
             }
         )
         conf.setdefault("auto.offset.reset", auto_offset_reset)
+        # librdkafka decompresses a record batch into at most receive.message.max.bytes (it must
+        # exceed fetch.max.bytes by 512) and reports a batch past it as _BAD_COMPRESSION, again at
+        # every fetch: _skip_batch moves past it. The default (100 MB) would let one batch cost that.
+        conf.setdefault("fetch.max.bytes", c.MAX_BATCH_BYTES)
+        conf.setdefault("receive.message.max.bytes", int(str(conf["fetch.max.bytes"])) + 512)
         conf.setdefault("logger", LIBRDKAFKA_LOGGER)
         if async_commit:
             conf.setdefault("on_commit", _log_commit_errors)
@@ -348,6 +354,9 @@ class AdvantageStream:
 
             if err.code() == KafkaError._PARTITION_EOF:
                 return []
+            if err.code() == KafkaError._BAD_COMPRESSION:
+                self._skip_batch((m.topic(), m.partition()), m.offset(), err)
+                return []
             if err.fatal() or not err.retriable():
                 raise KafkaException(err)
             log.warning("wmrl_client: consumer error (retrying): %s", err)
@@ -373,6 +382,55 @@ class AdvantageStream:
         finally:
             self._seen_end[tp] = max(self._seen_end.get(tp, 0), off + 1)
         return steps
+
+    def _skip_batch(self, tp: TopicPartition, base: int, err: Any) -> None:
+        """Move past the record batch at offset base that librdkafka refuses to decompress
+        (_BAD_COMPRESSION: it decompresses past receive.message.max.bytes, a decompression bomb, or
+        is corrupt). librdkafka names only the batch's first offset and fetches it again forever,
+        so the end is found by bisection: a fetch from an offset inside the batch meets the same
+        refusal, one from past it a record (or nothing). log2(records) fetches, each decompressing
+        at most receive.message.max.bytes; the batch is skipped unread, counted in
+        stats.skipped_batches and logged at warning, and commits go past it like past a record of
+        another run. The client writes no dead letter (a trainer's principal may not write the
+        DLQ); the Go stages dead-letter such batches by reference."""
+        from confluent_kafka import KafkaError
+        from confluent_kafka import TopicPartition as KTP
+
+        if base < self._seen_end.get(tp, -1):
+            return  # a refusal queued before the skip below
+        _, high = self._consumer.get_watermark_offsets(KTP(tp[0], tp[1]), timeout=10)
+
+        def inside(x: int) -> bool:
+            self._consumer.seek(KTP(tp[0], tp[1], x))
+            deadline = time.monotonic() + 5  # a refusal comes with the first fetch
+            while time.monotonic() < deadline:
+                for m in self._consumer.consume(num_messages=self._batch_size, timeout=0.5):
+                    if (m.topic(), m.partition()) != tp:
+                        self._backlog.append(m)
+                        continue
+                    e = m.error()
+                    if e is not None and e.code() == KafkaError._BAD_COMPRESSION and m.offset() == base:
+                        return True
+                    if e is not None or (m.offset() or 0) >= x:
+                        return False  # a record past the batch, the partition's end or the next refusal
+            return False  # nothing readable from x on: past the batch
+
+        lo, hi = base + 1, max(high or 0, base + 1)
+        while lo < hi:  # the least offset past the batch
+            mid = (lo + hi) // 2
+            if inside(mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        self._consumer.seek(KTP(tp[0], tp[1], lo))
+        self._seen_end[tp] = max(self._seen_end.get(tp, 0), lo)
+        self.stats.skipped_batches += 1
+        limit = self.config.get("receive.message.max.bytes")
+        log.warning(
+            "wmrl_client: %s[%d] offsets %d..%d: record batch refused (%s; receive.message.max.bytes %s); "
+            "skipped unread (reason %s)",
+            tp[0], tp[1], base, lo - 1, err.str(), limit, c.REASON_BATCH_TOO_LARGE,
+        )  # fmt: skip
 
     def _chunk(self, m: Any, tp: TopicPartition, off: int, value: bytes, where: str) -> list[Step]:
         h = header_map(m.headers())

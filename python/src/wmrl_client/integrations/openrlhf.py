@@ -27,10 +27,17 @@ sample), and each request is answered with its own samples' rewards::
   a malformed request **400** — OpenRLHF logs each and trains that sample without a reward.
 * ``--mode batch`` keeps the older shape, where one request holds whole groups and becomes one
   step (400 when it does not).
-* Hostile edges: bodies over ``--max-body-bytes`` (default 8 MiB) are refused with 413 before they
-  are read; with ``--token-file`` (or WMRL_RM_TOKEN) every request must carry the token, as
-  ``Authorization: Bearer <token>`` or, because OpenRLHF only takes a URL, ``?token=<token>`` in
-  ``--remote_rm_url`` (query strings are never logged).
+* Hostile edges (the server is aiohttp's, with the bounds of ``Limits``): a connection has
+  ``--header-timeout`` (10 s) to send a request's head and ``--body-timeout`` (30 s) to send an
+  authorized body; at ``--max-connections`` (4096) a new connection closes the oldest one that has
+  not sent a request, so half-open connections cannot keep a client out. A bad request line or
+  header, or deeply nested JSON, is answered 400, a head over 8 KiB a line or 64 lines 431, a POST
+  without a Content-Length 411, a body over ``--max-body-bytes`` (default 8 MiB) 413 before it is
+  read, a compressed body 415: each logged as one line, never a traceback. With ``--token-file``
+  (or WMRL_RM_TOKEN) every request must carry the token, as ``Authorization: Bearer <token>`` or,
+  because OpenRLHF only takes a URL, ``?token=<token>`` in ``--remote_rm_url``; it is checked once
+  the head is in, before any of the body is read (401 and the connection closes). Query strings
+  are never logged.
 
 ``reward_func`` is the same for OpenRLHF's reward-function file mode (``--remote_rm_url <path of
 this file>``; OpenRLHF loads the file by path, so it imports wmrl_client absolutely). Its grouper
@@ -44,18 +51,25 @@ WMRL_GROUP_SIZE, WMRL_GROUPS_PER_STEP, WMRL_ANCHOR_FRACTION and WMRL_START_STEP.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import hmac
 import json
 import logging
 import os
+import socket
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+
+from aiohttp import web, web_protocol
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp.web_request import BaseRequest
 
 from wmrl_client.errors import StepTimeoutError, WmrlError
 from wmrl_client.integrations._batch import BatchScorer, fill_masked, task_meta
@@ -144,26 +158,49 @@ def reply_of(results: Sequence[SampleResult]) -> dict[str, Any]:
     }
 
 
-def answer_samples(
-    grouper: Grouper, request: Mapping[str, Any], timeout: float | None = DEFAULT_TIMEOUT
-) -> dict[str, Any]:
-    """The reply to one request, each sample scored in its group through the grouper."""
+def _submit_samples(grouper: Grouper, request: Mapping[str, Any]) -> list[Future[SampleResult]]:
+    """File each sample of a request with the grouper (ValueError when the request is malformed)."""
     responses, prompts, labels = parse_request(request)
     keys, extra = extensions(request, len(responses))
     metas = [{**x, **label_meta(lb)} for lb, x in zip(labels, extra, strict=True)]
     keys = keys if keys is not None else prompts
-    futs: list[Future[SampleResult]] = [
-        grouper.submit(k, r, prompt=p, meta=m) for k, r, p, m in zip(keys, responses, prompts, metas, strict=True)
-    ]
+    return [grouper.submit(k, r, prompt=p, meta=m) for k, r, p, m in zip(keys, responses, prompts, metas, strict=True)]
+
+
+def _step_timeout(grouper: Grouper, futs: list[Future[SampleResult]], timeout: float | None) -> StepTimeoutError:
+    grouper.withdraw(futs)  # OpenRLHF retries: the retry must not meet this copy in the group
+    return StepTimeoutError(
+        f"no wmrl reward within {timeout:g}s for {len(futs)} sample(s) (pending: {grouper.pending}; a group "
+        f"completes when its {grouper.group_size} samples are in)"
+    )
+
+
+def answer_samples(
+    grouper: Grouper, request: Mapping[str, Any], timeout: float | None = DEFAULT_TIMEOUT
+) -> dict[str, Any]:
+    """The reply to one request, each sample scored in its group through the grouper."""
+    futs = _submit_samples(grouper, request)
     deadline = None if timeout is None else time.monotonic() + timeout
     try:  # one deadline for the request, however many samples it holds
         results = [f.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic())) for f in futs]
     except FutureTimeout:
-        grouper.withdraw(futs)  # OpenRLHF retries: the retry must not meet this copy in the group
-        raise StepTimeoutError(
-            f"no wmrl reward within {timeout:g}s for {len(futs)} sample(s) (pending: {grouper.pending}; a group "
-            f"completes when its {grouper.group_size} samples are in)"
-        ) from None
+        raise _step_timeout(grouper, futs, timeout) from None
+    return reply_of(results)
+
+
+async def answer_samples_async(
+    grouper: Grouper, request: Mapping[str, Any], timeout: float | None = DEFAULT_TIMEOUT
+) -> dict[str, Any]:
+    """answer_samples for the server's event loop: the wait for the step holds no thread."""
+    futs = _submit_samples(grouper, request)
+    try:
+        async with asyncio.timeout(timeout):
+            results = [await asyncio.wrap_future(f) for f in futs]
+    except TimeoutError:
+        raise _step_timeout(grouper, futs, timeout) from None
+    except asyncio.CancelledError:  # the server is stopping
+        grouper.withdraw(futs)
+        raise
     return reply_of(results)
 
 
@@ -223,6 +260,186 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
     }
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one client may cost the server: every wait has a deadline and every buffer a size.
+
+    ``header_timeout`` bounds the wait for a request's head, from the connection's start (and after
+    each response on a kept-alive connection); ``body_timeout`` the read of an authorized body. At
+    ``max_connections`` a new connection closes the oldest one still waiting for its head, or is
+    itself closed when every connection is busy with a request: half-open connections cannot keep a
+    token holder out, whatever their number. A head over ``max_field_bytes`` per line or
+    ``max_headers`` lines is answered 431."""
+
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    max_connections: int = 4096
+    max_body: int = DEFAULT_MAX_BODY
+    max_field_bytes: int = 8190
+    max_headers: int = 64
+
+
+class _Reply(Exception):
+    """An HTTP error answer (status, message) raised inside the request handler."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _json_reply(status: int, body: dict[str, Any], *, close: bool = False) -> web.Response:
+    resp = web.json_response(body, status=status)
+    if close:  # refused before its body was read: never linger reading an unread body
+        resp.force_close()
+    return resp
+
+
+class _Protocol(web_protocol.RequestHandler):
+    """aiohttp's connection handler, answering parse errors (bad request line, bad or absurd
+    headers, a head over the limits) as JSON with one WARNING line instead of a traceback."""
+
+    def handle_error(
+        self, request: BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:
+            raise ConnectionError("response already started: cannot send the error")
+        if status == 500:
+            log.error("%s: internal error", request.remote, exc_info=exc)
+            return _json_reply(500, {"error": "internal error"}, close=True)
+        if isinstance(exc, LineTooLong) or (isinstance(exc, BadHttpMessage) and "Too many headers" in str(exc)):
+            status, text = 431, "request head over the limits (a line or the number of lines)"
+        else:  # the parser's message quotes the request line or a header, which may hold the token
+            text = f"cannot parse the request ({type(exc).__name__})" if exc else "cannot parse the request"
+        log.warning("%s: malformed request: %d %s", request.remote, status, text)
+        return _json_reply(status, {"error": f"malformed request: {text}"}, close=True)
+
+
+class _CappedServer(web.Server):
+    """aiohttp's low-level server with a connection cap (see Limits)."""
+
+    def __init__(self, handler: Any, *, max_connections: int, busy: set[Any], **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self._protocol_kwargs = kwargs
+        self._cap = max_connections
+        self._busy = busy
+        self.evicted = 0
+
+    def __call__(self) -> web_protocol.RequestHandler:
+        return _Protocol(self, loop=asyncio.get_running_loop(), **self._protocol_kwargs)
+
+    def connection_made(self, handler: web_protocol.RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        live = [h for h in self.connections if h.transport is not None]
+        if len(live) <= self._cap:
+            return
+        victim = next((h for h in live if h not in self._busy), handler)  # oldest first: dict order
+        victim.force_close()
+        self.evicted += 1
+        if self.evicted & (self.evicted - 1) == 0:  # 1, 2, 4, 8, …: a flood does not flood the log
+            log.warning("connection cap %d reached: closed a connection that had sent no request (%d so far)",
+                        self._cap, self.evicted)  # fmt: skip
+
+
+class RewardServer:
+    """The reward HTTP server on aiohttp, with socketserver's interface: ``serve_forever()`` runs it
+    (in the calling thread, on its own event loop), ``shutdown()`` stops it from another thread,
+    ``server_close()`` releases the socket, ``server_address`` is the bound address."""
+
+    def __init__(self, handle: Any, host: str, port: int, limits: Limits) -> None:
+        self.limits = limits
+        self._handle = handle
+        self.socket = socket.create_server((host, port), backlog=1024)  # OpenRLHF's actors connect at once
+        self.server_address: tuple[Any, ...] = self.socket.getsockname()
+        self._mu = threading.Lock()
+        self._stopping = False
+        self._wake: Any = None
+        self._done = threading.Event()
+
+    def serve_forever(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        finally:
+            self._done.set()
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        with self._mu:
+            if self._stopping:
+                return
+            self._wake = lambda: loop.call_soon_threadsafe(stop.set)
+        busy: set[Any] = set()
+
+        async def handler(request: BaseRequest) -> web.StreamResponse:
+            busy.add(request.protocol)
+            try:
+                resp: web.StreamResponse = await self._handle(request)
+            finally:
+                busy.discard(request.protocol)
+            log.log(logging.INFO if resp.status < 400 else logging.WARNING, "%s %s %s -> %d",
+                    request.remote, request.method, request.path, resp.status)  # fmt: skip
+            return resp
+
+        lim = self.limits
+        srv = _CappedServer(handler, max_connections=lim.max_connections, busy=busy,
+                            keepalive_timeout=lim.header_timeout, max_field_size=lim.max_field_bytes,
+                            max_line_size=lim.max_field_bytes, max_headers=lim.max_headers,
+                            auto_decompress=False, access_log=None)  # fmt: skip
+        listener = await loop.create_server(srv, sock=self.socket)
+        try:
+            await stop.wait()
+        finally:
+            listener.close()
+            await srv.shutdown(1.0)
+
+    def shutdown(self) -> None:
+        """Stop serve_forever and wait for it (a no-op before it started)."""
+        with self._mu:
+            self._stopping = True
+            wake = self._wake
+        if wake is not None:
+            wake()
+            self._done.wait()
+
+    def server_close(self) -> None:
+        self.socket.close()
+
+
+def _authorized(request: BaseRequest, want: bytes) -> bool:
+    auth = request.headers.get("Authorization", "")
+    got = auth[7:] if auth.startswith("Bearer ") else request.query.get("token", "")
+    return hmac.compare_digest(got.encode(), want)
+
+
+async def _read_json(request: BaseRequest, lim: Limits) -> dict[str, Any]:
+    """The request's JSON object, read under the body limits (an error status as _Reply)."""
+    if request.method != "POST":
+        raise _Reply(405, f"method {request.method} not allowed: POST the JSON request")
+    if request.headers.get("Content-Encoding", "identity") != "identity":
+        raise _Reply(415, "Content-Encoding is not supported: send the JSON uncompressed")
+    n = request.content_length
+    if n is None:
+        raise _Reply(411, "a Content-Length is required")
+    if n > lim.max_body:
+        raise _Reply(413, f"body of {n} bytes exceeds the {lim.max_body} byte limit")
+    try:
+        async with asyncio.timeout(lim.body_timeout):
+            body = await request.content.readexactly(n)
+    except TimeoutError:
+        raise _Reply(408, f"body of {n} bytes not received within {lim.body_timeout:g}s") from None
+    except asyncio.IncompleteReadError:
+        raise _Reply(400, f"body ended before its {n} bytes") from None
+    try:
+        req = json.loads(body or b"null")
+    except RecursionError:
+        raise _Reply(400, "request body: JSON nested too deeply") from None
+    except ValueError as e:
+        raise _Reply(400, f"request body: not JSON: {e}") from None
+    if not isinstance(req, dict):
+        raise _Reply(400, "request body: want a JSON object")
+    return req
+
+
 def make_server(
     scorer: Grouper | BatchScorer,
     host: str = "127.0.0.1",
@@ -231,70 +448,37 @@ def make_server(
     timeout: float | None = DEFAULT_TIMEOUT,
     max_body: int = DEFAULT_MAX_BODY,
     token: str | None = None,
-) -> ThreadingHTTPServer:
+    limits: Limits | None = None,
+) -> RewardServer:
     """An HTTP server answering POST (any path) with the reward reply; serve_forever() runs it.
 
     A Grouper answers per sample (OpenRLHF 0.11), a BatchScorer per request of whole groups.
-    ``token`` requires ``Authorization: Bearer <token>`` or ``?token=<token>``; ``max_body``
-    bounds the body read (413 above it, 411 without a Content-Length)."""
+    ``token`` requires ``Authorization: Bearer <token>`` or ``?token=<token>``, checked before any
+    of the body is read (401, and the connection closes); ``max_body`` bounds the body (413 above
+    it, 411 without a Content-Length); ``limits`` the rest (Limits)."""
     want = token.encode() if token else None
+    lim = dataclasses.replace(limits or Limits(), max_body=max_body)
+    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="wmrl-rm")  # batch mode's blocking steps
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-            if want is not None and not self._authorized():
-                self._reply(401, {"error": "missing or wrong token"})
-                return
-            length = self.headers.get("Content-Length")
-            if length is None or not length.isdigit():
-                self._reply(411, {"error": "a Content-Length is required"})
-                return
-            if int(length) > max_body:
-                self._reply(413, {"error": f"body of {length} bytes exceeds the {max_body} byte limit"})
-                return
-            try:
-                req = json.loads(self.rfile.read(int(length)) or b"null")
-                if not isinstance(req, dict):
-                    raise ValueError("request body: want a JSON object")
-                if isinstance(scorer, Grouper):
-                    self._reply(200, answer_samples(scorer, req, timeout))
-                else:
-                    self._reply(200, answer(scorer, req))
-            except StepTimeoutError as e:
-                self._reply(504, {"error": str(e)})
-            except UngradedError as e:
-                self._reply(422, {"error": str(e)})
-            except (ValueError, WmrlError) as e:
-                self._reply(400, {"error": str(e)})
+    async def handle(request: BaseRequest) -> web.StreamResponse:
+        if want is not None and not _authorized(request, want):
+            return _json_reply(401, {"error": "missing or wrong token"}, close=True)
+        try:
+            req = await _read_json(request, lim)
+            if isinstance(scorer, Grouper):
+                return _json_reply(200, await answer_samples_async(scorer, req, timeout))
+            loop = asyncio.get_running_loop()
+            return _json_reply(200, await loop.run_in_executor(pool, answer, scorer, req))
+        except _Reply as e:
+            return _json_reply(e.status, {"error": str(e)}, close=e.status != 400)
+        except StepTimeoutError as e:
+            return _json_reply(504, {"error": str(e)})
+        except UngradedError as e:
+            return _json_reply(422, {"error": str(e)})
+        except (ValueError, WmrlError) as e:
+            return _json_reply(400, {"error": str(e)})
 
-        def _authorized(self) -> bool:
-            auth = self.headers.get("Authorization", "")
-            query = parse_qs(urlsplit(self.path).query).get("token") or [""]
-            got = auth[7:] if auth.startswith("Bearer ") else query[0]
-            return want is not None and hmac.compare_digest(got.encode(), want)
-
-        def _reply(self, code: int, body: dict[str, Any]) -> None:
-            out = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(out)))
-            if code in (411, 413):
-                self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(out)
-
-        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-            # The request line without its query string: a ?token= never reaches the log.
-            level = logging.INFO if str(code).startswith("2") else logging.WARNING
-            log.log(level, "%s %s %s -> %s", self.address_string(), self.command, urlsplit(self.path).path, code)
-
-        def log_message(self, fmt: str, *args: Any) -> None:
-            log.info("%s " + fmt, self.address_string(), *args)
-
-    class Server(ThreadingHTTPServer):
-        request_queue_size = 1024  # OpenRLHF's actors connect all at once; the default backlog is 5
-        daemon_threads = True
-
-    return Server((host, port), Handler)
+    return RewardServer(handle, host, port, lim)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -315,6 +499,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--start-step", type=int, default=0, help="wmrl step of the first request (resume)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds a request waits for its step")
     ap.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY)
+    ap.add_argument("--header-timeout", type=float, default=Limits.header_timeout,
+                    help="seconds a connection may take to send a request's head")  # fmt: skip
+    ap.add_argument("--body-timeout", type=float, default=Limits.body_timeout,
+                    help="seconds an authorized request may take to send its body")  # fmt: skip
+    ap.add_argument("--max-connections", type=int, default=Limits.max_connections,
+                    help="open connections at most (the oldest idle one is closed for a new one)")  # fmt: skip
     ap.add_argument("--token-file", default=None, help="file holding the bearer token (default: WMRL_RM_TOKEN)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=5000)
@@ -339,7 +529,10 @@ def main(argv: list[str] | None = None) -> None:
                          flush_after=args.flush_after, start_step=args.start_step, timeout=args.timeout)  # fmt: skip
     else:
         scorer = BatchScorer(client, group_size=args.group_size, start_step=args.start_step, timeout=args.timeout)
-    srv = make_server(scorer, args.host, args.port, timeout=args.timeout, max_body=args.max_body_bytes, token=token)
+    limits = Limits(header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                    max_connections=args.max_connections)  # fmt: skip
+    srv = make_server(scorer, args.host, args.port, timeout=args.timeout, max_body=args.max_body_bytes, token=token,
+                      limits=limits)  # fmt: skip
     log.info("serving OpenRLHF reward requests (%s mode%s) on http://%s:%d/ for run %s", args.mode,
              ", token required" if token else "", args.host, srv.server_address[1], args.run)  # fmt: skip
     try:
