@@ -56,6 +56,9 @@ func (j *Jail) budgets() (procs, memory string, shared []string) {
 		procs = fmt.Sprintf("RLIMIT_NPROC %d of one uid shared by every slot", l.Processes)
 		shared = append(shared, "slots share one process budget (RLIMIT_NPROC of one uid, no pids cgroup): a fork bomb in one slot makes the other slots' forks fail (give each slot a uid with --run-as-range, or run where a pids cgroup per job is available)")
 	}
+	if l.Processes != 0 && !j.contain.pidsCgroup() {
+		shared = append(shared, "no pids cgroup per job: a fork refused at RLIMIT_NPROC leaves no trace outside the job, so a job starved by its process limit is graded by what it prints instead of recorded as an error")
+	}
 	switch {
 	case l.MemoryBytes == 0:
 		memory = "unlimited"
