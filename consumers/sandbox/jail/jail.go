@@ -475,7 +475,7 @@ func (j *Jail) refused(o Outcome) string {
 	if j.cfg.UseBwrap && !o.Signaled && o.ExitCode == 1 {
 		// bwrap's own errors come before the job runs, as its only output.
 		first, _, _ := strings.Cut(string(o.Stderr), "\n")
-		if strings.HasPrefix(first, "bwrap: ") && strings.Contains(first, syscall.EAGAIN.Error()) {
+		if strings.HasPrefix(first, "bwrap: ") && strings.Contains(strings.ToLower(first), syscall.EAGAIN.Error()) {
 			return "the jail could not be created for want of a process: " + first
 		}
 	}
