@@ -10,9 +10,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 )
 
 // The budget attacks of the hostile suite (issue 34, item 4): one job must not
@@ -240,4 +243,55 @@ func judgeRaiseLimits(res Result, limit uint64) (hostileOutcome, string) {
 		return outcomeAllowed, detail
 	}
 	return outcomeBlocked, detail
+}
+
+// Without the jail and without a pids cgroup, RLIMIT_NPROC is per uid: one uid
+// for every slot lets the bomb starve its neighbour (the suite's pidns and
+// pgroup columns), a uid per slot (--run-as-range) does not.
+func TestHostileJobsRunAsRange(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("--run-as-range needs a root stage")
+	}
+	if testing.Short() {
+		t.Skip("hostile: -short")
+	}
+	binDir := hostileDir(t, 0)
+	bin := filepath.Join(binDir, "hostile")
+	copyFile(t, helperPath(t), bin)
+	jobs := hostileDir(t, 0)
+	r := jail.UIDRange{First: 100100, Last: 100101}
+	for _, tc := range []struct {
+		name  string
+		cfg   func(*CommandConfig)
+		starv hostileOutcome
+	}{
+		{"one uid", func(*CommandConfig) {}, outcomeAllowed},
+		{"uid per slot", func(c *CommandConfig) { c.RunAs, c.RunAsRange = nil, &r }, outcomeBlocked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultCommandConfig()
+			cfg.Argv = []string{bin, "run", PlaceholderArtifact}
+			cfg.Env = map[string]string{helperEnv: "1"}
+			cfg.TempDir, cfg.Timeout = jobs, 30*time.Second
+			cfg.Containment, cfg.UseBwrap, cfg.AllowWeakContainment = jail.ContainmentPIDNamespace, false, true
+			tc.cfg(&cfg)
+			e, err := NewCommandExecutor(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			procs := ownProcs()
+			run, err := runNeighbours(e)
+			waitProcsBelow(procs + 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, detail := judgeNeighbours("starve-neighbour", run)
+			if got != tc.starv {
+				t.Fatalf("starve-neighbour %s, want %s: %s", got, tc.starv, detail)
+			}
+			if tc.starv == outcomeBlocked && (run.honest.Status != StatusOK || run.honest.Score != hostileHonestScore) {
+				t.Fatalf("honest job %s %v, want ok %v", run.honest.Status, run.honest.Score, hostileHonestScore)
+			}
+		})
+	}
 }
