@@ -236,7 +236,9 @@ func judgeRaiseLimits(res Result, limit uint64) (hostileOutcome, string) {
 			forks, _ = strconv.Atoi(strings.Fields(v)[0])
 		}
 	}
-	if forks < 0 {
+	// Every job has a finite hard rlimit (CPU, file size), so a run that tried
+	// shows at least one refused raise.
+	if forks < 0 || !strings.Contains(tail, ": operation not permitted") {
 		return hostileOutcome("did not run"), detail
 	}
 	if strings.Contains(tail, "RAISED ") || uint64(forks) > limit {
@@ -294,4 +296,25 @@ func TestHostileJobsRunAsRange(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A job whose forks the kernel refused at its pids limit printed a valid
+// score line ({"score": 0}) and exited 0; it is recorded as an infrastructure error with
+// the reason, never as that score.
+func TestHostileJobsPidsLimitIsError(t *testing.T) {
+	if err := jail.Probe(jail.ContainmentCgroup); err != nil {
+		t.Skipf("no job cgroups here: %v", err)
+	}
+	_, marker := markerEnv(t)
+	e := helperExec(t, marker, func(c *CommandConfig) {
+		c.Containment, c.Limits.Processes = jail.ContainmentCgroup, 32
+	})
+	// The bomb, not raise-limits: helperExec's job runs as the stage, which
+	// for a root stage may write its own pids.max.
+	r := e.Execute(context.Background(), Job{Artifact: []byte("attack bomb-hold 30")})
+	const want = "host refused a resource: process limit: the kernel refused "
+	if r.Status != StatusError || !strings.HasPrefix(r.Reason, want) || !strings.HasSuffix(r.Reason, "at the job's pids limit of 32") {
+		t.Fatalf("got %s %v %q (stderr %q), want status error, reason %q…", r.Status, r.Score, r.Reason, lastLines(r.StderrTail, 3), want)
+	}
+	assertNoLeftovers(t, marker)
 }
