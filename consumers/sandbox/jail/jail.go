@@ -12,6 +12,12 @@
 //   - rlimits are applied by wrapping the command in prlimit(1) (util-linux),
 //     which sets them on itself and execs, so they hold from the first
 //     instruction of untrusted code; see prlimitPrefix for the alternatives.
+//     In the jail prlimit runs inside the job's user namespace, so that
+//     RLIMIT_NPROC is the job's own count (see Jail.command).
+//   - Each slot's budget is its own: a pids and memory cgroup per job where
+//     the host allows it, else RLIMIT_NPROC in the job's user namespace, or a
+//     uid per slot (Config.RunAsRange); a budget the slots share is named at
+//     start-up. A job the host refused a resource is Outcome.Refused.
 //   - A job's processes are held by a Containment chosen at start-up (see
 //     its doc): a cgroup per job where the host allows it, else a PID
 //     namespace, else only a process group. The cgroup and the namespace are
