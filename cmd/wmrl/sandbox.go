@@ -23,6 +23,7 @@ type sandboxOptions struct {
 	a                                                              *app
 	backend, artifactName, onTimeout                               string
 	addressSpace, memory, fileSize, runAs, containment, jobDirSize string
+	runAsRange                                                     string
 	argv                                                           []string
 	env                                                            map[string]string
 	cfg                                                            sandbox.CommandConfig
@@ -70,10 +71,11 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.StringVar(&o.memory, "memory", "4GiB", "memory of the whole job: a cgroup limit (OOM kill reported as such) under --containment cgroup, else RLIMIT_AS per process (0: none)")
 	f.StringVar(&o.addressSpace, "address-space", "0", "RLIMIT_AS per process on top of --memory, e.g. 4GiB (0: none; breaks programs that reserve address space)")
 	f.StringVar(&o.containment, "containment", "auto", "how a job's processes are held together: cgroup, pidns, pgroup, or auto (the strongest available; naming one that is unavailable is a start-up error)")
-	f.Uint64Var(&cfg.Limits.Processes, "max-procs", defaults.Processes, "RLIMIT_NPROC (per UID; enforced only with --run-as, not for root)")
+	f.Uint64Var(&cfg.Limits.Processes, "max-procs", defaults.Processes, "processes (threads included) of one job: its pids cgroup limit where it has one, else RLIMIT_NPROC, counted in the job's own user namespace in the jail (Linux 5.14+) and per uid without it")
 	f.StringVar(&o.fileSize, "file-size", "1GiB", "RLIMIT_FSIZE, largest file the program may write (0: inherit)")
 	f.BoolVar(&cfg.UseBwrap, "bwrap", base.UseBwrap, "run each job in the jail (bubblewrap: user namespace, no capabilities, own PID namespace and /proc, no network, read-only minimal root, private size-limited tmpfs); --bwrap=false needs --allow-weak-containment")
 	f.StringVar(&o.runAs, "run-as", "", "run the program as UID:GID (requires root; default for a root stage: 65534:65534)")
+	f.StringVar(&o.runAsRange, "run-as-range", "", "run slot i's jobs as uid=gid FIRST+i, e.g. 100000-100063 (requires root, at least --slots uids, none of them 0, 65534 or the stage's): each slot's RLIMIT_NPROC is its own where no pids cgroup per job holds the budget")
 	f.BoolVar(&cfg.AllowNetwork, "allow-network", false, "give jobs the host's network (services on 127.0.0.1 become reachable; logged at WARN)")
 	f.BoolVar(&cfg.AllowWeakContainment, "allow-weak-containment", false, "start even if the containment is weaker than the jail (no bwrap, jobs as the stage's uid or root); the weaknesses are logged")
 	f.StringVar(&o.jobDirSize, "job-dir-size", strconv.FormatUint(base.JobDirBytes>>20, 10)+"MiB", "size of each private tmpfs of the jail (the job directory, /tmp, /dev/shm): the job's disk quota, counted as memory")
@@ -121,6 +123,16 @@ func (o *sandboxOptions) run(cmd *cobra.Command, _ []string) error {
 		if cfg.RunAs, err = parseRunAs(o.runAs); err != nil {
 			return err
 		}
+	}
+	if o.runAsRange != "" {
+		r, err := jail.ParseUIDRange(o.runAsRange)
+		if err != nil {
+			return err
+		}
+		if r.Size() < o.slots {
+			return fmt.Errorf("--run-as-range %s: %d uids for --slots %d (one uid per slot)", r, r.Size(), o.slots)
+		}
+		cfg.RunAsRange = &r
 	}
 	cfg.Env = o.env
 	cfg.Logger = a.log

@@ -86,6 +86,10 @@ func TestStartupMistakes(t *testing.T) {
 			want: []string{"no jail (--bwrap=false)", "refusing to start (set --allow-weak-containment to run anyway)"}},
 		tc{name: "sandbox job as root", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--run-as", "0:0"}), code: 2,
 			want: []string{"jobs run as root", "--allow-weak-containment"}},
+		tc{name: "sandbox uid range holding nobody", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--run-as-range", "65530-65540"}), code: 2,
+			want: []string{"--run-as-range 65530-65540: holds 65534 (nobody)"}},
+		tc{name: "sandbox uid range smaller than the pool", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--run-as-range", "100000-100001", "--slots", "4"}), code: 2,
+			want: []string{"--run-as-range 100000-100001: 2 uids for --slots 4 (one uid per slot)"}},
 		tc{name: "sandbox credentials into the job", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--env-allow", "WMRL_SASL_PASSWORD"}), code: 2,
 			want: []string{"WMRL_SASL_PASSWORD is the stage's own setting"}},
 	)

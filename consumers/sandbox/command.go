@@ -153,6 +153,10 @@ func (e *CommandExecutor) LogContainment() { e.jail.LogContainment() }
 // Config returns the effective configuration (defaults applied).
 func (e *CommandExecutor) Config() CommandConfig { return e.cfg }
 
+// MaxSlots is the most pool slots the executor serves (jail.Jail.MaxSlots;
+// 0: any number). NewPool checks it.
+func (e *CommandExecutor) MaxSlots() int { return e.jail.MaxSlots() }
+
 // Execute runs job and always returns a Result; the job directory is removed
 // and the process group killed before it returns.
 func (e *CommandExecutor) Execute(ctx context.Context, job Job) Result {
@@ -183,7 +187,7 @@ func (e *CommandExecutor) Execute(ctx context.Context, job Job) Result {
 		return Result{Status: StatusError, Reason: err.Error(), ExitCode: -1}
 	}
 	out := e.jail.Run(ctx, jail.Job{Dir: dir, Files: jobFiles(job, name), Argv: argv, Env: env,
-		Timeout: e.cfg.Timeout, StdoutMax: e.cfg.StdoutLimit, StderrMax: e.cfg.StderrTail})
+		Timeout: e.cfg.Timeout, StdoutMax: e.cfg.StdoutLimit, StderrMax: e.cfg.StderrTail, Slot: job.Slot})
 	if out.CellErr != nil {
 		e.cfg.Logger.Warn("sandbox: containment cleanup", "rollout", job.RolloutID, "err", out.CellErr)
 	}
@@ -265,6 +269,12 @@ func (e *CommandExecutor) classify(o jail.Outcome) Result {
 		// often hangs waiting for it, and the memory is the real cause.
 		r.Status, r.oom = StatusError, true
 		r.Reason = fmt.Sprintf("out of memory: job exceeded its memory limit of %d bytes (%d process(es) OOM-killed)", e.cfg.Limits.MemoryBytes, o.OOMKills)
+	case o.Refused != "":
+		// The host, not the rollout, decided this outcome: whatever the job
+		// printed is no grade (an honest grader whose subprocesses could not
+		// start reports a failing score). Before the timeout: a job that
+		// cannot fork often hangs.
+		r.Status, r.Reason = StatusError, "host refused a resource: "+o.Refused
 	case o.TimedOut:
 		r.Status, r.Reason = StatusTimeout, fmt.Sprintf("wall-clock timeout after %s: %s killed", e.cfg.Timeout, e.jail.KillScope())
 	case o.CPULimitHit:

@@ -52,6 +52,9 @@ type Job struct {
 	Rollout []byte
 	// Meta is the rollout's meta, for {meta.KEY} placeholders.
 	Meta map[string]string
+	// Slot is the pool slot running the job, set by Pool.Submit: the
+	// executor may give each slot its own budget (a uid per slot).
+	Slot int
 }
 
 // Result is the outcome of one execution. Score is meaningful only when

@@ -129,6 +129,8 @@ echo "forks=$ok" >&2`, hostileForks)
 			}
 			fmt.Fprintf(os.Stderr, "connect %s: %v\n", port, err)
 		}
+	case "bomb-hold", "honest-forks", "raise-limits":
+		return hostileBudgetAttack(args) // hostile_budget_linux_test.go
 	default:
 		fmt.Fprintln(os.Stderr, "attack: unknown", args[0])
 		return 100

@@ -52,6 +52,17 @@ var hostileAttacks = []struct{ name, what string }{
 	{"forkbomb", fmt.Sprintf("fork bomb (%d processes alive at once)", hostileForks)},
 	{"fill-disk", fmt.Sprintf("fill the disk (%d MiB into each writable place)", hostileFillMiB)},
 	{"network", "connect to a service on the host's 127.0.0.1 (Kafka, Redis)"},
+	// hostile_budget_linux_test.go:
+	{"starve-neighbour", fmt.Sprintf("fork bomb in one slot changes the exact score of an honest job in the other slot (%d subprocesses)", hostileHonestForks)},
+	{"bomb-scored", "the fork bomb, refused processes at its limit, is graded instead of recorded as status error (host refused a resource)"},
+	{"raise-limits", "raise its own limits (its cgroup's `pids.max`/`memory.max`, an rlimit above the hard limit) and hold more processes than `--max-procs`"},
+}
+
+// hostileDefaultWeak are the default-flag cells that are documented weaknesses
+// of a stage set-up rather than failures, with why; the suite asserts them as
+// **allowed** so that a change either way is noticed.
+var hostileDefaultWeak = map[string]map[string]string{
+	"non-root": {"bomb-scored": "no pids cgroup without delegation: a fork refused by RLIMIT_NPROC inside the job leaves no trace the host can read (named in the start-up containment line)"},
 }
 
 // hostileMode is one column: how the stage's executor is configured.
@@ -137,8 +148,13 @@ func TestHostileJobs(t *testing.T) {
 			t.Logf("%s / %s: %s", r.User, m, why)
 		}
 		for _, a := range hostileAttacks {
-			if got := r.Cells[a.name]["default"]; got != outcomeBlocked {
-				t.Errorf("%s, default flags: attack %s %s", r.User, a.name, got)
+			want := outcomeBlocked
+			if why, ok := hostileDefaultWeak[r.User][a.name]; ok {
+				want = outcomeAllowed
+				t.Logf("%s, default flags: attack %s is a documented weakness: %s", r.User, a.name, why)
+			}
+			if got := r.Cells[a.name]["default"]; got != want {
+				t.Errorf("%s, default flags: attack %s %s, want %s", r.User, a.name, got, want)
 			}
 		}
 	}
@@ -292,8 +308,27 @@ func runHostileSuite(logf func(string, ...any), fx hostileFixture, user string) 
 			}
 			continue
 		}
+		var neighbours *neighbourRun
 		for _, a := range hostileAttacks {
-			o, detail := runAttack(e, fx, a.name, port, accepted)
+			var o hostileOutcome
+			var detail string
+			switch a.name {
+			case "starve-neighbour", "bomb-scored":
+				// One run of the pair, judged by both rows.
+				if neighbours == nil {
+					procs := ownProcs()
+					run, err := runNeighbours(e)
+					if err != nil {
+						logf("%s %s neighbours: %v", user, m.name, err)
+					}
+					reapZombieChildren()
+					waitProcsBelow(procs + 2)
+					neighbours = &run
+				}
+				o, detail = judgeNeighbours(a.name, *neighbours)
+			default:
+				o, detail = runAttack(e, fx, a.name, port, accepted)
+			}
 			reapZombieChildren()
 			logf("%s %s %s: %s (%s)", user, m.name, a.name, o, detail)
 			r.Cells[a.name][m.name] = o
@@ -350,6 +385,9 @@ func runAttack(e *CommandExecutor, fx hostileFixture, attack, port string, accep
 	// then they count against the uid's RLIMIT_NPROC for the next attack.
 	defer waitProcsBelow(procs + 2)
 	res := e.Execute(context.Background(), Job{Artifact: []byte(strings.Join(args, " "))})
+	if attack == "raise-limits" {
+		return judgeRaiseLimits(res, e.cfg.Limits.Processes)
+	}
 	tail := res.StderrTail
 	detail := fmt.Sprintf("%s %s: %s", res.Status, res.Reason, lastLines(tail, 3))
 	if !strings.Contains(tail, "attack-ran "+attack) {

@@ -16,14 +16,20 @@ func WithLogger(l *slog.Logger) PoolOption { return func(p *Pool) { p.log = l } 
 
 // Pool runs jobs on a fixed number of exclusive slots: at most one job per
 // slot at a time, because sandbox execution is the expensive, exclusive
-// resource the anchor stream is budgeted by (DESIGN §1).
+// resource the anchor stream is budgeted by (DESIGN §1). Each job is told its
+// slot (Job.Slot), so that an executor can give every slot a budget of its own
+// (jail.Config.RunAsRange: a uid per slot).
 type Pool struct {
-	exec  Executor
-	slots chan struct{}
-	log   *slog.Logger
+	exec Executor
+	// free holds the indices of the free slots.
+	free chan int
+	log  *slog.Logger
 	// metrics are always updated; instrument registers them.
 	metrics *poolMetrics
 }
+
+// slotLimited is an executor that can serve only so many slots (0: any).
+type slotLimited interface{ MaxSlots() int }
 
 // NewPool creates a pool of slots exclusive slots in front of exec.
 func NewPool(exec Executor, slots int, opts ...PoolOption) (*Pool, error) {
@@ -33,7 +39,13 @@ func NewPool(exec Executor, slots int, opts ...PoolOption) (*Pool, error) {
 	if slots < 1 {
 		return nil, fmt.Errorf("%w: pool needs at least one slot, got %d", ErrConfig, slots)
 	}
-	p := &Pool{exec: exec, slots: make(chan struct{}, slots), log: slog.Default(), metrics: newPoolMetrics(slots)}
+	if l, ok := exec.(slotLimited); ok && l.MaxSlots() > 0 && slots > l.MaxSlots() {
+		return nil, fmt.Errorf("%w: %d slots, but the executor has a uid for %d (--run-as-range)", ErrConfig, slots, l.MaxSlots())
+	}
+	p := &Pool{exec: exec, free: make(chan int, slots), log: slog.Default(), metrics: newPoolMetrics(slots)}
+	for i := range slots {
+		p.free <- i
+	}
 	for _, o := range opts {
 		o(p)
 	}
@@ -41,7 +53,7 @@ func NewPool(exec Executor, slots int, opts ...PoolOption) (*Pool, error) {
 }
 
 // Slots returns the number of slots.
-func (p *Pool) Slots() int { return cap(p.slots) }
+func (p *Pool) Slots() int { return cap(p.free) }
 
 // Submit waits for a free slot, runs job on it and returns its result. The
 // error is non-nil only if ctx ended before a slot was free; the job was then
@@ -49,7 +61,7 @@ func (p *Pool) Slots() int { return cap(p.slots) }
 // executor (reported as StatusError).
 func (p *Pool) Submit(ctx context.Context, job Job) (res Result, err error) {
 	select {
-	case p.slots <- struct{}{}:
+	case job.Slot = <-p.free:
 	case <-ctx.Done():
 		return Result{}, fmt.Errorf("sandbox: waiting for a slot: %w", context.Cause(ctx))
 	}
@@ -62,7 +74,7 @@ func (p *Pool) Submit(ctx context.Context, job Job) (res Result, err error) {
 		}
 		p.metrics.done(res, time.Since(start))
 		p.metrics.busy.Dec()
-		<-p.slots
+		p.free <- job.Slot
 	}()
 	return p.exec.Execute(ctx, job), nil
 }

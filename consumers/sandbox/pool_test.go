@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -158,5 +159,66 @@ func TestNewPoolErrors(t *testing.T) {
 	}
 	if _, err := NewPool(funcExecutor(nil), 0); !errors.Is(err, ErrConfig) {
 		t.Errorf("zero slots: %v", err)
+	}
+}
+
+// Each running job is told its slot: an index below Slots that no other
+// running job holds, which is what lets an executor give a slot its own uid.
+func TestPoolHandsOutSlotIndices(t *testing.T) {
+	const slots, jobs = 3, 30
+	var mu sync.Mutex
+	held := map[int]bool{}
+	seen := map[int]bool{}
+	exec := funcExecutor(func(ctx context.Context, job Job) Result {
+		mu.Lock()
+		if job.Slot < 0 || job.Slot >= slots || held[job.Slot] {
+			mu.Unlock()
+			return Result{Status: StatusError, Reason: fmt.Sprintf("slot %d out of range or already running a job", job.Slot)}
+		}
+		held[job.Slot], seen[job.Slot] = true, true
+		mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+		mu.Lock()
+		held[job.Slot] = false
+		mu.Unlock()
+		return Result{Status: StatusOK}
+	})
+	p, err := NewPool(exec, slots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range jobs {
+		wg.Go(func() {
+			if r, err := p.Submit(context.Background(), Job{Slot: 99}); err != nil || r.Status != StatusOK {
+				t.Errorf("%+v, %v", r, err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != slots {
+		t.Errorf("slots used %v, want all %d", seen, slots)
+	}
+}
+
+// slotsExecutor serves at most n slots (a uid range of n uids).
+type slotsExecutor struct {
+	funcExecutor
+	n int
+}
+
+func (e slotsExecutor) MaxSlots() int { return e.n }
+
+// A pool larger than the executor's uid range is refused at start-up.
+func TestNewPoolMoreSlotsThanUIDs(t *testing.T) {
+	e := slotsExecutor{n: 2}
+	if _, err := NewPool(e, 3); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "3 slots, but the executor has a uid for 2") {
+		t.Errorf("3 slots on 2 uids: %v", err)
+	}
+	if _, err := NewPool(e, 2); err != nil {
+		t.Errorf("2 slots on 2 uids: %v", err)
+	}
+	if _, err := NewPool(slotsExecutor{n: 0}, 8); err != nil {
+		t.Errorf("no range: %v", err)
 	}
 }

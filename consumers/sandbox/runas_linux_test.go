@@ -40,7 +40,8 @@ echo "{\"score\": $ok}"`
 				ScoreMax: 100,
 				// No jail: RLIMIT_NPROC alone is under test. The job dir's
 				// parents must be traversable by nobody.
-				Config: jail.Config{Limits: tc.limits, RunAs: &jail.RunAs{UID: 65534, GID: 65534},
+				// pgroup: a pids cgroup would take the place of RLIMIT_NPROC.
+				Config: jail.Config{Limits: tc.limits, RunAs: &jail.RunAs{UID: 65534, GID: 65534}, Containment: jail.ContainmentProcessGroup,
 					AllowWeakContainment: true, TempDir: os.TempDir()},
 			})
 			if err != nil {

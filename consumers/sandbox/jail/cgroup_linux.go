@@ -257,6 +257,7 @@ type cgroupJob struct {
 	v1Home []string // the matching directories the thread returns to
 	memory string   // directory whose OOM counter is read
 	v2mem  bool
+	pids   string // directory whose pids.events counts the forks refused at pids.max; "" if none
 }
 
 // newJob creates the job's cgroups with the limits applied.
@@ -275,6 +276,9 @@ func (h *cgroupHost) newJob(l Limits) (*cgroupJob, error) {
 		}
 		if h.v2Memory {
 			j.memory, j.v2mem = j.v2, true
+			if h.v2Pids {
+				j.pids = j.v2
+			}
 			if err := writeLimits(j.v2, l, v2Files); err != nil {
 				return fail(err)
 			}
@@ -297,8 +301,11 @@ func (h *cgroupHost) newJob(l Limits) (*cgroupJob, error) {
 			return fail(err)
 		}
 		j.v1, j.v1Home = append(j.v1, dir), append(j.v1Home, v1.home)
-		if v1.home == h.v1Memory {
+		switch v1.home {
+		case h.v1Memory:
 			j.memory = dir
+		case h.v1Pids:
+			j.pids = dir
 		}
 		if err := writeLimits(dir, l, v1.files); err != nil {
 			return fail(err)
@@ -438,13 +445,31 @@ func (j *cgroupJob) oomKills() int {
 	if j.v2mem {
 		file = "memory.events"
 	}
-	b, err := os.ReadFile(filepath.Join(j.memory, file))
+	return readCounter(filepath.Join(j.memory, file), "oom_kill ")
+}
+
+// pidsRefused is the number of forks the kernel refused the job because its
+// cgroup was at pids.max: the "max" line of pids.events (v1 and v2).
+func (j *cgroupJob) pidsRefused() int {
+	if j.pids == "" {
+		return 0
+	}
+	return readCounter(filepath.Join(j.pids, "pids.events"), "max ")
+}
+
+// hasPids reports whether the job has a pids cgroup (Limits.Processes is then
+// its pids.max, observable through pidsRefused).
+func (h *cgroupHost) hasPids() bool { return h.v2Memory && h.v2Pids || h.v1Pids != "" }
+
+// readCounter reads the value of the line "<prefix>N" of a cgroup's flat-keyed file (0 if absent).
+func readCounter(file, prefix string) int {
+	b, err := os.ReadFile(file)
 	if err != nil {
 		return 0
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
 			n, _ := strconv.Atoi(strings.TrimSpace(v))
 			return n
 		}

@@ -20,6 +20,10 @@ type containment struct {
 // limit (otherwise it falls back to RLIMIT_AS).
 func (c *containment) memoryCgroup() bool { return c.kind == ContainmentCgroup }
 
+// pidsCgroup reports whether Limits.Processes is each job's own pids cgroup
+// limit, whose refusals pids.events counts (otherwise it is RLIMIT_NPROC).
+func (c *containment) pidsCgroup() bool { return c.kind == ContainmentCgroup && c.cg.hasPids() }
+
 // killScope names what a timeout kills, for Reason.
 func (c *containment) killScope() string {
 	switch c.kind {
@@ -148,6 +152,7 @@ type jobCell interface {
 	enter(attr *syscall.SysProcAttr) (leave func() error, err error)
 	kill(pid int)
 	oomKills() int
+	pidsRefused() int
 	release() error
 }
 
@@ -156,6 +161,7 @@ type pgroupCell struct{}
 func (pgroupCell) enter(*syscall.SysProcAttr) (func() error, error) { return nil, nil }
 func (pgroupCell) kill(pid int)                                     { killGroup(pid) }
 func (pgroupCell) oomKills() int                                    { return 0 }
+func (pgroupCell) pidsRefused() int                                 { return 0 }
 func (pgroupCell) release() error                                   { return nil }
 
 // pidnsCell makes the child the init of a new PID namespace: killing it (or
@@ -166,9 +172,10 @@ func (pidnsCell) enter(attr *syscall.SysProcAttr) (func() error, error) {
 	attr.Cloneflags |= syscall.CLONE_NEWPID
 	return nil, nil
 }
-func (pidnsCell) kill(pid int)   { killGroup(pid) }
-func (pidnsCell) oomKills() int  { return 0 }
-func (pidnsCell) release() error { return nil }
+func (pidnsCell) kill(pid int)     { killGroup(pid) }
+func (pidnsCell) oomKills() int    { return 0 }
+func (pidnsCell) pidsRefused() int { return 0 }
+func (pidnsCell) release() error   { return nil }
 
 type cgroupCell struct{ j *cgroupJob }
 
@@ -177,5 +184,6 @@ func (c cgroupCell) kill(pid int) {
 	killGroup(pid)
 	c.j.kill()
 }
-func (c cgroupCell) oomKills() int  { return c.j.oomKills() }
-func (c cgroupCell) release() error { return c.j.remove() }
+func (c cgroupCell) oomKills() int    { return c.j.oomKills() }
+func (c cgroupCell) pidsRefused() int { return c.j.pidsRefused() }
+func (c cgroupCell) release() error   { return c.j.remove() }

@@ -12,6 +12,12 @@
 //   - rlimits are applied by wrapping the command in prlimit(1) (util-linux),
 //     which sets them on itself and execs, so they hold from the first
 //     instruction of untrusted code; see prlimitPrefix for the alternatives.
+//     In the jail prlimit runs inside the job's user namespace, so that
+//     RLIMIT_NPROC is the job's own count (see Jail.command).
+//   - Each slot's budget is its own: a pids and memory cgroup per job where
+//     the host allows it, else RLIMIT_NPROC in the job's user namespace, or a
+//     uid per slot (Config.RunAsRange); a budget the slots share is named at
+//     start-up. A job the host refused a resource is Outcome.Refused.
 //   - A job's processes are held by a Containment chosen at start-up (see
 //     its doc): a cgroup per job where the host allows it, else a PID
 //     namespace, else only a process group. The cgroup and the namespace are
@@ -38,6 +44,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -86,19 +93,29 @@ type Limits struct {
 	// containment: allocations past it fail (ENOMEM), so a memory hog
 	// typically exits non-zero or aborts.
 	AddressSpaceBytes uint64
-	// Processes is RLIMIT_NPROC, which the kernel counts per real UID and
-	// does not enforce for root, so alone it only bites together with RunAs.
-	// Under ContainmentCgroup it is also the job's pids limit.
+	// Processes bounds the job's processes (threads included). Where the
+	// job has a pids cgroup it is that cgroup's pids.max, and a fork refused
+	// there is reported (Outcome.Refused). Otherwise it is RLIMIT_NPROC,
+	// which the kernel does not enforce for root and counts per real uid —
+	// per user namespace since Linux 5.14, which is why the jail applies it
+	// inside its user namespace: each job then has a count of its own. Without
+	// the jail it is per uid, shared by every slot unless RunAsRange gives
+	// each slot a uid.
 	Processes uint64
 	// FileSizeBytes is RLIMIT_FSIZE: writing past it delivers SIGXFSZ.
 	FileSizeBytes uint64
 }
 
 // rlimits are the limits prlimit(1) applies: MemoryBytes becomes RLIMIT_AS
-// when no memory cgroup enforces it.
-func (l Limits) rlimits(memoryCgroup bool) Limits {
+// when no memory cgroup enforces it, and Processes is left to the pids cgroup
+// where there is one (a per-job limit whose refusals are counted, unlike
+// RLIMIT_NPROC's).
+func (l Limits) rlimits(memoryCgroup, pidsCgroup bool) Limits {
 	if !memoryCgroup && l.AddressSpaceBytes == 0 {
 		l.AddressSpaceBytes = l.MemoryBytes
+	}
+	if pidsCgroup {
+		l.Processes = 0
 	}
 	l.MemoryBytes = 0
 	return l
@@ -123,6 +140,65 @@ func DefaultLimits() Limits {
 // RunAs is the unprivileged identity the child runs as.
 type RunAs struct{ UID, GID uint32 }
 
+// UIDRange is a range of uids, First to Last inclusive, one per pool slot:
+// slot i's jobs run as uid and gid First+i, so a uid's RLIMIT_NPROC is one
+// slot's process budget where no pids cgroup per job holds it.
+type UIDRange struct{ First, Last uint32 }
+
+// maxUIDRange bounds a range: the start-up check visits every uid.
+const maxUIDRange = 1 << 16
+
+// Size is the number of uids, so the most slots the range serves.
+func (r UIDRange) Size() int { return int(r.Last-r.First) + 1 }
+
+func (r UIDRange) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last) }
+
+// ErrRunAsRange is wrapped by a bad --run-as-range.
+var ErrRunAsRange = fmt.Errorf("%w: --run-as-range", ErrConfig)
+
+// ParseUIDRange parses "FIRST-LAST" and checks it (see UIDRange.check).
+func ParseUIDRange(s string) (UIDRange, error) {
+	a, b, ok := strings.Cut(strings.TrimSpace(s), "-")
+	first, err1 := strconv.ParseUint(a, 10, 32)
+	last, err2 := strconv.ParseUint(b, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return UIDRange{}, fmt.Errorf("%w %q: want FIRST-LAST (uids, e.g. 100000-100063)", ErrRunAsRange, s)
+	}
+	r := UIDRange{First: uint32(first), Last: uint32(last)}
+	return r, r.check()
+}
+
+// check refuses a range that is empty, too large, or holds a uid that is not
+// the jobs' alone: root, nobody (DefaultRunAs, shared with other programs),
+// the invalid uid (uint32 max) or the stage's own uid.
+func (r UIDRange) check() error {
+	euid := uint32(os.Geteuid())
+	switch {
+	case r.First > r.Last:
+		return fmt.Errorf("%w %s: first uid above last", ErrRunAsRange, r)
+	case r.Size() > maxUIDRange:
+		return fmt.Errorf("%w %s: %d uids, at most %d", ErrRunAsRange, r, r.Size(), maxUIDRange)
+	case r.First == 0:
+		return fmt.Errorf("%w %s: holds root", ErrRunAsRange, r)
+	case r.First <= DefaultRunAs.UID && DefaultRunAs.UID <= r.Last:
+		return fmt.Errorf("%w %s: holds %d (nobody), which other programs share", ErrRunAsRange, r, DefaultRunAs.UID)
+	case r.Last == ^uint32(0):
+		return fmt.Errorf("%w %s: holds %d, the invalid uid", ErrRunAsRange, r, r.Last)
+	case r.First <= euid && euid <= r.Last:
+		return fmt.Errorf("%w %s: holds the stage's own uid %d", ErrRunAsRange, r, euid)
+	}
+	return nil
+}
+
+// uid is slot's identity.
+func (r UIDRange) uid(slot int) (*RunAs, error) {
+	if slot < 0 || slot >= r.Size() {
+		return nil, fmt.Errorf("%w %s: slot %d has no uid (%d uids for slots 0–%d)", ErrRunAsRange, r, slot, r.Size(), r.Size()-1)
+	}
+	id := r.First + uint32(slot)
+	return &RunAs{UID: id, GID: id}, nil
+}
+
 // DefaultRunAs is the identity of a root stage's jobs when RunAs is nil:
 // nobody, so a job owns no file on the host and RLIMIT_NPROC binds it.
 // Give the sandbox a uid of its own with RunAs where the host has one.
@@ -142,6 +218,11 @@ type Config struct {
 	// runs as root; a non-root stage's jobs get a user namespace of their
 	// own in the jail instead. The stage's own uid (or 0) is weak.
 	RunAs *RunAs
+	// RunAsRange runs slot i's jobs as uid and gid First+i instead of RunAs
+	// (requires root; exclusive with RunAs), so that RLIMIT_NPROC is each
+	// slot's own where no pids cgroup per job bounds it (Job.Slot names the
+	// slot; the pool must have at most Size slots).
+	RunAsRange *UIDRange
 	// UseBwrap runs the child in the jail (bubblewrap, see jailArgs): a
 	// user namespace without capabilities, its own PID namespace and /proc,
 	// no network unless AllowNetwork, a read-only minimal view of the host
@@ -218,7 +299,17 @@ func New(cfg Config, argv []string) (*Jail, error) {
 	if cfg.JobDirBytes == 0 {
 		cfg.JobDirBytes = DefaultJobDirBytes
 	}
-	if cfg.RunAs == nil && os.Geteuid() == 0 {
+	if cfg.RunAsRange != nil {
+		switch err := cfg.RunAsRange.check(); {
+		case err != nil:
+			return nil, err
+		case cfg.RunAs != nil:
+			return nil, fmt.Errorf("%w: --run-as and --run-as-range both given", ErrConfig)
+		case os.Geteuid() != 0:
+			return nil, fmt.Errorf("%w %s: running jobs as other uids needs a root stage", ErrRunAsRange, cfg.RunAsRange)
+		}
+	}
+	if cfg.RunAs == nil && cfg.RunAsRange == nil && os.Geteuid() == 0 {
 		ra := DefaultRunAs
 		cfg.RunAs = &ra
 	}
@@ -228,7 +319,7 @@ func New(cfg Config, argv []string) (*Jail, error) {
 		return nil, err
 	}
 	j.cfg.Containment = j.contain.kind
-	if rl := cfg.Limits.rlimits(j.contain.memoryCgroup()); rl.any() {
+	if rl := cfg.Limits.rlimits(j.contain.memoryCgroup(), j.contain.pidsCgroup()); rl.any() {
 		if j.prefix, err = prlimitPrefix(cfg.PrlimitPath, rl); err != nil {
 			return nil, err
 		}
@@ -238,8 +329,10 @@ func New(cfg Config, argv []string) (*Jail, error) {
 			return nil, err
 		}
 		reapJailOrphans() // reaper_linux.go: each job leaves an orphaned jail init
-		j.readOnly = jailReadOnlyPaths(cfg.ReadOnlyPaths, argv)
-		if err := checkReachable(append(slices.Clone(j.readOnly), absArgs(argv)...), j.cfg.RunAs); err != nil {
+		// prlimit runs inside the jail (see command), so its binary is bound too.
+		inJail := append(slices.Clone(argv), j.prefix...)
+		j.readOnly = jailReadOnlyPaths(cfg.ReadOnlyPaths, inJail)
+		if err := j.checkReachable(append(slices.Clone(j.readOnly), absArgs(inJail)...)); err != nil {
 			return nil, err
 		}
 		if err := j.probeBwrapPatiently(); err != nil {
@@ -252,6 +345,51 @@ func New(cfg Config, argv []string) (*Jail, error) {
 		return nil, fmt.Errorf("%w: %s; refusing to start (set --allow-weak-containment to run anyway)", ErrWeakContainment, strings.Join(j.weak, "; "))
 	}
 	return j, nil
+}
+
+// checkReachable checks paths for every uid a job may run as.
+func (j *Jail) checkReachable(paths []string) error {
+	r := j.cfg.RunAsRange
+	if r == nil {
+		return checkReachable(paths, j.cfg.RunAs)
+	}
+	for slot := range r.Size() {
+		ra, _ := r.uid(slot)
+		if err := checkReachable(paths, ra); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runAs is the identity of slot's jobs (nil: the stage's uid, in the jail's user namespace).
+func (j *Jail) runAs(slot int) (*RunAs, error) {
+	if j.cfg.RunAsRange != nil {
+		return j.cfg.RunAsRange.uid(slot)
+	}
+	return j.cfg.RunAs, nil
+}
+
+// MaxSlots is the most pool slots the jail can give a uid of their own
+// (RunAsRange's size), 0 when any number can share RunAs.
+func (j *Jail) MaxSlots() int {
+	if j.cfg.RunAsRange == nil {
+		return 0
+	}
+	return j.cfg.RunAsRange.Size()
+}
+
+// command is the job's whole command line. In the jail the prlimit wrapper
+// runs inside bubblewrap, once the job's user namespace exists: the kernel
+// (since Linux 5.14) counts RLIMIT_NPROC per user namespace and uid, so the
+// job's process limit is its own count there. Put in front of bwrap, as it
+// once was, the limit was checked against every process of the uid on the
+// host, and a fork bomb in one slot made the other slots' forks fail.
+func (j *Jail) command(dir string, files []File, argv []string) []string {
+	if !j.cfg.UseBwrap {
+		return append(slices.Clone(j.prefix), argv...)
+	}
+	return append(append(jailArgs(j.jailSpec(dir, files)), j.prefix...), argv...)
 }
 
 // Config returns the effective configuration (defaults applied, the
@@ -284,17 +422,23 @@ type Job struct {
 	Timeout time.Duration
 	// StdoutMax and StderrMax are the bytes of each stream kept (the tail).
 	StdoutMax, StderrMax int
+	// Slot is the pool slot the job runs in, which picks its uid under
+	// Config.RunAsRange.
+	Slot int
 }
 
 // Run runs job contained and always returns its Outcome.
 func (j *Jail) Run(ctx context.Context, job Job) Outcome {
 	setupFailed := func(err error) Outcome { return Outcome{SetupErr: err, ExitCode: -1} }
-	if err := j.prepareDir(job.Dir, job.Files); err != nil {
+	ra, err := j.runAs(job.Slot)
+	if err != nil {
+		return setupFailed(err)
+	}
+	if err := j.prepareDir(job.Dir, job.Files, ra); err != nil {
 		return setupFailed(err)
 	}
 	var fds []*os.File
 	if j.cfg.UseBwrap {
-		var err error
 		if fds, err = openJobFiles(job.Dir, job.Files); err != nil {
 			return setupFailed(err)
 		}
@@ -304,17 +448,13 @@ func (j *Jail) Run(ctx context.Context, job Job) Outcome {
 	if err != nil {
 		return setupFailed(err)
 	}
-	argv := slices.Clone(j.prefix)
-	if j.cfg.UseBwrap {
-		argv = append(argv, jailArgs(j.jailSpec(job.Dir, job.Files))...)
-	}
 	o := runProcess(ctx, runSpec{
 		cell:      cell,
 		files:     fds,
-		argv:      append(argv, job.Argv...),
+		argv:      j.command(job.Dir, job.Files, job.Argv),
 		dir:       j.startDir(job.Dir),
 		env:       job.Env,
-		runAs:     j.cfg.RunAs,
+		runAs:     ra,
 		timeout:   job.Timeout,
 		stdoutMax: job.StdoutMax,
 		stderrMax: job.StderrMax,
@@ -325,7 +465,27 @@ func (j *Jail) Run(ctx context.Context, job Job) Outcome {
 		o.Signal, o.Signaled = bwrapSignal(o.ExitCode)
 	}
 	o.CPULimitHit = o.Signaled && j.cpuLimitHit(o.Signal, o.CPU)
+	o.Refused = j.refused(o)
 	return o
+}
+
+// refused says how the host refused the job a resource, from what the host
+// side can see: forks refused at the job's pids cgroup limit, or bubblewrap
+// failing to create the jail for want of a process (EAGAIN: the job uid at
+// its RLIMIT_NPROC on the host). A fork refused by RLIMIT_NPROC inside the
+// job leaves no trace outside it, so without a pids cgroup it is not seen.
+func (j *Jail) refused(o Outcome) string {
+	if o.PidsRefused > 0 {
+		return fmt.Sprintf("process limit: the kernel refused %d fork(s) at the job's pids limit of %d", o.PidsRefused, j.cfg.Limits.Processes)
+	}
+	if j.cfg.UseBwrap && !o.Signaled && o.ExitCode == 1 {
+		// bwrap's own errors come before the job runs, as its only output.
+		first, _, _ := strings.Cut(string(o.Stderr), "\n")
+		if strings.HasPrefix(first, "bwrap: ") && strings.Contains(strings.ToLower(first), syscall.EAGAIN.Error()) {
+			return "the jail could not be created for want of a process: " + first
+		}
+	}
+	return ""
 }
 
 // cpuLimitHit attributes a signal death to RLIMIT_CPU: SIGXCPU is only sent
@@ -342,20 +502,20 @@ func (j *Jail) cpuLimitHit(sig syscall.Signal, cpu time.Duration) bool {
 // MkdirTemp). Without the jail the job works there, so it is chowned to
 // RunAs; in the jail the files are copied into the job's own tmpfs from
 // descriptors (openJobFiles) and the host directory stays the stage's.
-func (j *Jail) prepareDir(dir string, files []File) error {
+func (j *Jail) prepareDir(dir string, files []File, ra *RunAs) error {
 	for _, f := range files {
 		// 0700 for the artifact: it may be executed directly ({artifact} as argv[0]).
 		if err := os.WriteFile(filepath.Join(dir, f.Name), f.Data, f.Mode); err != nil {
 			return fmt.Errorf("sandbox: write %s: %w", f.Name, err)
 		}
 	}
-	if j.cfg.RunAs != nil && !j.cfg.UseBwrap {
+	if ra != nil && !j.cfg.UseBwrap {
 		paths := []string{dir}
 		for _, f := range files {
 			paths = append(paths, filepath.Join(dir, f.Name))
 		}
 		for _, p := range paths {
-			if err := os.Chown(p, int(j.cfg.RunAs.UID), int(j.cfg.RunAs.GID)); err != nil {
+			if err := os.Chown(p, int(ra.UID), int(ra.GID)); err != nil {
 				return fmt.Errorf("sandbox: chown job dir: %w", err)
 			}
 		}
@@ -459,7 +619,13 @@ func (j *Jail) probeBwrap() error {
 	}
 	defer os.RemoveAll(dir)
 	files := []File{{Name: "probe", Data: []byte("probe"), Mode: 0o600}}
-	if err := j.prepareDir(dir, files); err != nil {
+	// Slot 0's uid: a RunAsRange's uids differ only in number, and
+	// checkReachable has checked each.
+	ra, err := j.runAs(0)
+	if err != nil {
+		return err
+	}
+	if err := j.prepareDir(dir, files, ra); err != nil {
 		return fmt.Errorf("%w: probe dir: %w", ErrBwrapUnusable, err)
 	}
 	fds, err := openJobFiles(dir, files)
@@ -467,7 +633,6 @@ func (j *Jail) probeBwrap() error {
 		return fmt.Errorf("%w: probe dir: %w", ErrBwrapUnusable, err)
 	}
 	defer closeAll(fds)
-	argv := append(slices.Clone(j.prefix), jailArgs(j.jailSpec(dir, files))...)
 	cell, err := j.contain.newCell(j.cfg.Limits)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrBwrapUnusable, err)
@@ -475,10 +640,10 @@ func (j *Jail) probeBwrap() error {
 	o := runProcess(context.Background(), runSpec{
 		cell:      cell,
 		files:     fds,
-		argv:      append(argv, truePath),
+		argv:      j.command(dir, files, []string{truePath}),
 		dir:       j.startDir(dir),
 		env:       []string{"HOME=" + dir, "PATH=" + DefaultPath, "TMPDIR=" + dir},
-		runAs:     j.cfg.RunAs,
+		runAs:     ra,
 		timeout:   10 * time.Second,
 		stdoutMax: 4 << 10,
 		stderrMax: 4 << 10,
@@ -498,13 +663,14 @@ func (j *Jail) probeBwrap() error {
 		return nil
 	}
 	uid, id := "the stage's uid", os.Getuid()
-	if j.cfg.RunAs != nil {
-		uid, id = fmt.Sprintf("uid %d", j.cfg.RunAs.UID), int(j.cfg.RunAs.UID)
+	if ra != nil {
+		uid, id = fmt.Sprintf("uid %d", ra.UID), int(ra.UID)
 	}
 	stderr := strings.TrimSpace(strings.ToValidUTF8(string(o.Stderr), "\uFFFD"))
-	if strings.Contains(stderr, "Resource temporarily unavailable") {
-		return fmt.Errorf("%w: probe %q as %s: %s: %s: %w (it has %s processes on this host, RLIMIT_NPROC --max-procs is %d; give the jobs a uid of their own with --run-as)",
-			ErrBwrapUnusable, j.cfg.BwrapPath, uid, what, stderr, errProbeEAGAIN, countUIDProcs(id), j.cfg.Limits.Processes)
+	if strings.Contains(stderr, "Resource temporarily unavailable") || errors.Is(o.StartErr, syscall.EAGAIN) {
+		// The jail's bwrap runs under the stage's RLIMIT_NPROC (the job's own applies inside it).
+		return fmt.Errorf("%w: probe %q as %s: %s: %s: %w (it has %s processes on this host, and the stage's RLIMIT_NPROC, which the jail inherits, is %s; give the jobs uids of their own with --run-as or --run-as-range)",
+			ErrBwrapUnusable, j.cfg.BwrapPath, uid, what, stderr, errProbeEAGAIN, countUIDProcs(id), stageNproc())
 	}
 	return fmt.Errorf("%w: probe %q as %s: %s: %s (the jail needs user namespaces for that uid; see docs/security.md)",
 		ErrBwrapUnusable, j.cfg.BwrapPath, uid, what, stderr)

@@ -47,4 +47,12 @@ type Outcome struct {
 	PipeHeld bool
 	OOMKills int   // processes the kernel OOM-killed in the job's cgroup
 	CellErr  error // the containment could not be cleaned up
+	// PidsRefused counts the forks the kernel refused the job at its pids
+	// cgroup's limit (pids.events "max").
+	PidsRefused int
+	// Refused says how the host refused the job a resource it needed (its
+	// process limit was hit, or the jail could not be created for want of a
+	// process), "" when it did not: such a job is an infrastructure error
+	// whose output is no grade.
+	Refused string
 }

@@ -160,6 +160,7 @@ func runProcess(ctx context.Context, s runSpec) (o Outcome) {
 		<-drained
 	}
 	o.OOMKills = cell.oomKills()
+	o.PidsRefused = cell.pidsRefused()
 	o.Stdout = stdout.Bytes()
 	o.Stderr = stderr.Bytes()
 	return o

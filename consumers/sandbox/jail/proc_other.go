@@ -27,6 +27,9 @@ type containment struct {
 
 func detectContainment(Containment, bool) (*containment, error) { return nil, ErrUnsupported }
 func (*containment) memoryCgroup() bool                         { return false }
+func (*containment) pidsCgroup() bool                           { return false }
+func perUserNSNproc() bool                                      { return false }
+func stageNproc() string                                        { return "?" }
 func (*containment) killScope() string                          { return "" }
 func (*containment) newCell(Limits) (jobCell, error)            { return nil, ErrUnsupported }
 

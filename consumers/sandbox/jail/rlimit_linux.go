@@ -3,6 +3,10 @@ package jail
 import (
 	"fmt"
 	"os/exec"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // prlimitPrefix returns the argv prefix that applies l to the child.
@@ -40,4 +44,41 @@ func prlimitPrefix(path string, l Limits) ([]string, error) {
 		args = append(args, fmt.Sprintf("--fsize=%d", l.FileSizeBytes))
 	}
 	return append(args, "--"), nil
+}
+
+// perUserNSNproc reports whether the kernel counts RLIMIT_NPROC per user
+// namespace (Linux 5.14 and later, "ucounts" rlimits): then a limit set
+// inside the jail's user namespace is the job's own.
+func perUserNSNproc() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	return kernelAtLeast(unix.ByteSliceToString(u.Release[:]), 5, 14)
+}
+
+// kernelAtLeast compares a release string ("6.1.0-18-amd64") with major.minor.
+func kernelAtLeast(release string, major, minor int) bool {
+	parts := strings.SplitN(release, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+// stageNproc is this process's RLIMIT_NPROC, which the jail's bwrap inherits.
+func stageNproc() string {
+	var r unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NPROC, &r) != nil {
+		return "?"
+	}
+	if r.Cur == unix.RLIM_INFINITY {
+		return "unlimited"
+	}
+	return strconv.FormatUint(r.Cur, 10)
 }

@@ -29,10 +29,46 @@ func weaknesses(cfg Config) []string {
 		w = append(w, "jobs run as root (--run-as 0:…)")
 	case cfg.RunAs != nil && int(cfg.RunAs.UID) == euid:
 		w = append(w, "jobs run with the stage's own uid (--run-as)")
-	case cfg.RunAs == nil && !cfg.UseBwrap:
+	case cfg.RunAs == nil && cfg.RunAsRange == nil && !cfg.UseBwrap:
 		w = append(w, "jobs run with the stage's own uid (no --run-as and no jail user namespace)")
 	}
 	return w
+}
+
+// budgets says where each job's process and memory budget comes from, and
+// lists as shared what one job can take from the jobs in other slots. A
+// shared budget is logged with the weaknesses but does not stop the stage:
+// a non-root stage without delegated cgroups has no per-job memory limit to
+// give, and that is a set-up the jail supports.
+func (j *Jail) budgets() (procs, memory string, shared []string) {
+	l := j.cfg.Limits
+	switch {
+	case l.Processes == 0:
+		procs = "unlimited"
+		shared = append(shared, "no process limit (--max-procs 0): a fork bomb in one slot takes the host's processes from every other slot")
+	case j.contain.pidsCgroup():
+		procs = fmt.Sprintf("pids cgroup per job, %d processes", l.Processes)
+	case j.cfg.UseBwrap && perUserNSNproc():
+		procs = fmt.Sprintf("RLIMIT_NPROC %d counted in each job's own user namespace", l.Processes)
+	case j.cfg.RunAsRange != nil:
+		procs = fmt.Sprintf("RLIMIT_NPROC %d per slot uid (--run-as-range %s)", l.Processes, j.cfg.RunAsRange)
+	default:
+		procs = fmt.Sprintf("RLIMIT_NPROC %d of one uid shared by every slot", l.Processes)
+		shared = append(shared, "slots share one process budget (RLIMIT_NPROC of one uid, no pids cgroup): a fork bomb in one slot makes the other slots' forks fail (give each slot a uid with --run-as-range, or run where a pids cgroup per job is available)")
+	}
+	if l.Processes != 0 && !j.contain.pidsCgroup() {
+		shared = append(shared, "no pids cgroup per job: a fork refused at RLIMIT_NPROC leaves no trace outside the job, so a job starved by its process limit is graded by what it prints instead of recorded as an error")
+	}
+	switch {
+	case l.MemoryBytes == 0:
+		memory = "unlimited"
+	case j.contain.memoryCgroup():
+		memory = "memory cgroup per job"
+	default:
+		memory = "RLIMIT_AS per process only"
+		shared = append(shared, "slots share the host's memory (no memory cgroup per job, RLIMIT_AS bounds each process, not the job): run as root or in a delegated cgroup for a per-job limit")
+	}
+	return procs, memory, shared
 }
 
 // openings are what the configuration deliberately opens on top of the jail
@@ -54,7 +90,7 @@ func (j *Jail) LogContainment() {
 	if l.MemoryBytes != 0 && j.contain.memoryCgroup() {
 		memory = append(memory, fmt.Sprintf("cgroup limit %d bytes for the whole job", l.MemoryBytes))
 	}
-	if as := l.rlimits(j.contain.memoryCgroup()).AddressSpaceBytes; as != 0 {
+	if as := l.rlimits(j.contain.memoryCgroup(), j.contain.pidsCgroup()).AddressSpaceBytes; as != 0 {
 		what := "as configured"
 		if l.AddressSpaceBytes == 0 {
 			what = "last-resort fallback for MemoryBytes: bounds address space, not memory used"
@@ -65,7 +101,8 @@ func (j *Jail) LogContainment() {
 		memory = append(memory, "unlimited")
 	}
 	level, jail := slog.LevelInfo, "off"
-	weakOrOpen := append(slices.Clone(j.weak), openings(j.cfg)...)
+	procs, _, shared := j.budgets()
+	weakOrOpen := append(append(slices.Clone(j.weak), shared...), openings(j.cfg)...)
 	if w := j.contain.kind.weakness(); w != "" { // else weak=none at INFO beside a WEAK guarantees line
 		weakOrOpen = append(weakOrOpen, "containment "+j.contain.kind.String()+": "+w)
 	}
@@ -76,7 +113,10 @@ func (j *Jail) LogContainment() {
 		jail = fmt.Sprintf("bwrap: user namespace, no capabilities, own PID namespace and /proc, network %s, %d-byte private tmpfs job dir, /tmp, /dev/shm", map[bool]string{true: "shared", false: "none"}[j.cfg.AllowNetwork], j.cfg.JobDirBytes)
 	}
 	uid := "user namespace of the stage's uid"
-	if j.cfg.RunAs != nil {
+	switch {
+	case j.cfg.RunAsRange != nil:
+		uid = "one per slot, uid=gid in " + j.cfg.RunAsRange.String()
+	case j.cfg.RunAs != nil:
 		uid = fmt.Sprintf("%d:%d", j.cfg.RunAs.UID, j.cfg.RunAs.GID)
 	}
 	weak := "none"
@@ -85,6 +125,6 @@ func (j *Jail) LogContainment() {
 	}
 	j.cfg.Logger.Log(context.Background(), level, "sandbox: containment",
 		"containment", j.contain.kind.String(), "requested", requested.String(),
-		"detail", j.contain.detail, "jail", jail, "job_uid", uid, "weak", weak, "memory", strings.Join(memory, "; "),
+		"detail", j.contain.detail, "jail", jail, "job_uid", uid, "weak", weak, "memory", strings.Join(memory, "; "), "processes", procs,
 		"guarantees", j.contain.kind.guarantees())
 }
