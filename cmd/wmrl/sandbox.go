@@ -23,6 +23,7 @@ type sandboxOptions struct {
 	a                                                              *app
 	backend, artifactName, onTimeout                               string
 	addressSpace, memory, fileSize, runAs, containment, jobDirSize string
+	jailProc                                                       string
 	argv                                                           []string
 	env                                                            map[string]string
 	cfg                                                            sandbox.CommandConfig
@@ -73,6 +74,7 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.Uint64Var(&cfg.Limits.Processes, "max-procs", defaults.Processes, "RLIMIT_NPROC (per UID; enforced only with --run-as, not for root)")
 	f.StringVar(&o.fileSize, "file-size", "1GiB", "RLIMIT_FSIZE, largest file the program may write (0: inherit)")
 	f.BoolVar(&cfg.UseBwrap, "bwrap", base.UseBwrap, "run each job in the jail (bubblewrap: user namespace, no capabilities, own PID namespace and /proc, no network, read-only minimal root, private size-limited tmpfs); --bwrap=false needs --allow-weak-containment")
+	f.StringVar(&o.jailProc, "jail-proc", string(jail.ProcPrivate), "the jail's /proc: private (a fresh /proc of the job's PID namespace) or none (no /proc; for a pod with procMount: Default, whose masked /proc the kernel refuses to mount again)")
 	f.StringVar(&o.runAs, "run-as", "", "run the program as UID:GID (requires root; default for a root stage: 65534:65534)")
 	f.BoolVar(&cfg.AllowNetwork, "allow-network", false, "give jobs the host's network (services on 127.0.0.1 become reachable; logged at WARN)")
 	f.BoolVar(&cfg.AllowWeakContainment, "allow-weak-containment", false, "start even if the containment is weaker than the jail (no bwrap, jobs as the stage's uid or root); the weaknesses are logged")
@@ -104,6 +106,9 @@ func (o *sandboxOptions) run(cmd *cobra.Command, _ []string) error {
 	}
 	if cfg.Containment, err = jail.ParseContainment(o.containment); err != nil {
 		return fmt.Errorf("--containment: %w", err)
+	}
+	if cfg.Proc, err = jail.ParseProcMode(o.jailProc); err != nil {
+		return fmt.Errorf("--jail-proc: %w", err)
 	}
 	if cfg.Limits.AddressSpaceBytes, err = parseBytes(o.addressSpace); err != nil {
 		return fmt.Errorf("--address-space: %w", err)
