@@ -8,6 +8,7 @@
 //
 //	go run . -chart ../wmrl                        # default values
 //	go run . -chart ../wmrl -f ../wmrl/ci/production-values.yaml
+//	go run . -seccomp-profile ../wmrl/files/wmrl-sandbox-seccomp.json   # regenerate the profile
 //
 // It is its own module so the main wmrl module does not depend on Helm or Kubernetes.
 package main
@@ -35,7 +36,20 @@ func main() {
 	show := flag.Bool("print", false, "also print the rendered manifests (like helm template)")
 	flag.Var(&values, "f", "values file (repeatable; later files win)")
 	compose := flag.String("compose", "", "instead: check this Compose file with every profile (like docker compose config)")
+	seccompOut := flag.String("seccomp-profile", "", "instead: write the sandbox pod's seccomp profile to this file (the chart's files/wmrl-sandbox-seccomp.json)")
 	flag.Parse()
+
+	if *seccompOut != "" {
+		b, err := SandboxSeccompProfile()
+		if err == nil {
+			err = os.WriteFile(*seccompOut, b, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "seccomp-profile:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	if *compose != "" {
 		profiles, problems, err := CheckCompose(context.Background(), *compose)
