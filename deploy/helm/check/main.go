@@ -4,7 +4,9 @@
 // (Strimzi KafkaTopic and KafkaUser, KEDA ScaledObject and TriggerAuthentication,
 // prometheus-operator ServiceMonitor) against the vendored CRD schemas in testdata/crds, and the
 // whole rendering against rules that join objects (selectors, ports, references, ACL
-// operations, the topic layout wmrl expects).
+// operations, the topic layout wmrl expects), and evaluates every pod against the Pod Security
+// Standards (baseline and restricted, with Kubernetes' own pod-security admission library): a pod
+// below baseline fails the check.
 //
 //	go run . -chart ../wmrl                        # default values
 //	go run . -chart ../wmrl -f ../wmrl/ci/production-values.yaml
@@ -20,6 +22,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"k8s.io/pod-security-admission/api"
 )
 
 type fileList []string
@@ -100,4 +104,22 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("k8s-check: %s: %d manifests valid (%s)\n", label, len(ms), strings.Join(kinds, ", "))
+	pls, err := PodSecurityLevels(ms)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "k8s-check:", err)
+		os.Exit(1)
+	}
+	var levels []string
+	below := false
+	for _, p := range pls {
+		levels = append(levels, fmt.Sprintf("%s/%s %s", p.Manifest.Obj["kind"], name(p.Manifest), p.Level))
+		if p.Level == api.LevelPrivileged {
+			below = true
+			fmt.Fprintf(os.Stderr, "k8s-check: %s is below Pod Security baseline: %s\n", p.Manifest, p.Short)
+		}
+	}
+	fmt.Printf("k8s-check: %s: Pod Security: %s\n", label, strings.Join(levels, ", "))
+	if below {
+		os.Exit(1)
+	}
 }

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"k8s.io/pod-security-admission/api"
 )
+
+// seccompFile is the sandbox pod's seccomp profile as the chart ships it.
+const seccompFile = "../wmrl/files/wmrl-sandbox-seccomp.json"
 
 // podSecurityRow is one row of the Pod Security table of docs/security.md: a mode of the chart,
 // the values file that selects it, and the levels its sandbox pod and every other pod pass.
@@ -133,4 +139,65 @@ func TestPodSecurityRefusesUnconfined(t *testing.T) {
 		return
 	}
 	t.Fatal("no sandbox pod rendered")
+}
+
+// TestSandboxPodWiring checks what the levels above rest on, per mode: the sandbox pod's
+// Localhost profile is the node file or the one the Security Profiles Operator writes for the
+// rendered SeccompProfile (whose spec is the chart's profile file), jobs get --jail-proc to match
+// procMount, and runtimeClassName reaches the sandbox pod only.
+func TestSandboxPodWiring(t *testing.T) {
+	profile, err := os.ReadFile(seccompFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantSpec any
+	if err := json.Unmarshal(profile, &wantSpec); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		set, localhost, jailProc, procMount, runtimeClass string
+		operator                                          bool
+	}{
+		{"default", "wmrl/sandbox-seccomp.json", "--jail-proc=none", "Default", "", false},
+		{"production", "operator/wmrl-sandbox.json", "--jail-proc=none", "Default", "", true},
+		{"runtimeclass", "wmrl/sandbox-seccomp.json", "--jail-proc=none", "Default", "gvisor", false},
+		{"private-proc", "wmrl/sandbox-seccomp.json", "--jail-proc=private", "Unmasked", "", false},
+	} {
+		t.Run(c.set, func(t *testing.T) {
+			profiles := 0
+			for _, m := range render(t, valueSets[c.set]) {
+				if m.Obj["kind"] == "SeccompProfile" {
+					profiles++
+					if name(m) != "wmrl-sandbox" || !reflect.DeepEqual(m.Obj["spec"], wantSpec) {
+						t.Errorf("%s: want name wmrl-sandbox and the spec of %s", m, seccompFile)
+					}
+				}
+				pod, _ := dig(m.Obj, "spec", "template", "spec").(map[string]any)
+				if pod == nil {
+					continue
+				}
+				rc, _ := pod["runtimeClassName"].(string)
+				if name(m) != "wmrl-sandbox" {
+					if rc != "" {
+						t.Errorf("%s: runtimeClassName %q on a pod other than the sandbox", m, rc)
+					}
+					continue
+				}
+				sp := dig(pod, "securityContext", "seccompProfile")
+				if dig(sp, "type") != "Localhost" || dig(sp, "localhostProfile") != c.localhost {
+					t.Errorf("seccompProfile %v, want Localhost %s", sp, c.localhost)
+				}
+				ctr := container(m.Obj)
+				if !slices.Contains(toStrings(ctr["args"]), c.jailProc) || dig(ctr, "securityContext", "procMount") != c.procMount {
+					t.Errorf("args %v, procMount %v: want %s with %s", ctr["args"], dig(ctr, "securityContext", "procMount"), c.jailProc, c.procMount)
+				}
+				if rc != c.runtimeClass {
+					t.Errorf("runtimeClassName %q, want %q", rc, c.runtimeClass)
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[c.operator]; profiles != want {
+				t.Errorf("%d SeccompProfiles rendered, want %d", profiles, want)
+			}
+		})
+	}
 }

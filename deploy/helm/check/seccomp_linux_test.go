@@ -8,8 +8,6 @@ import (
 	"testing"
 )
 
-const seccompFile = "../wmrl/files/wmrl-sandbox-seccomp.json"
-
 // TestSeccompProfileCurrent keeps the chart's seccomp profile equal to what SandboxSeccompProfile
 // derives from the runtime default (a moby/profiles upgrade or a change to jailSyscalls shows up
 // here), and checks what it is: an allow-list (anything unnamed is refused with EPERM) on the
