@@ -32,7 +32,11 @@ var profileArches = map[string]specs.Arch{"amd64": specs.ArchX86_64, "arm64": sp
 // plain rules (a kubelet profile file and the Security Profiles Operator's SeccompProfile have no
 // conditional rules, and no defaultErrnoRet in the CRD), plus jailSyscalls. It is the JSON of files/wmrl-sandbox-seccomp.json;
 // TestSeccompProfileCurrent keeps the file equal to it.
-func SandboxSeccompProfile() ([]byte, error) {
+func SandboxSeccompProfile() ([]byte, error) { return flattenedDefault(jailSyscalls) }
+
+// flattenedDefault is the runtime default as SandboxSeccompProfile describes it, with extra
+// allowed unconditionally (replacing the default's rules for those calls).
+func flattenedDefault(extra []string) ([]byte, error) {
 	def := seccomp.DefaultProfile()
 	// The SeccompProfile CRD has no defaultErrnoRet; EPERM is what runtimes return without one.
 	if def.DefaultErrnoRet != nil && *def.DefaultErrnoRet != uint(unix.EPERM) {
@@ -64,15 +68,15 @@ func SandboxSeccompProfile() ([]byte, error) {
 		if !included(s.Includes) || excluded(s.Excludes) {
 			continue
 		}
-		names := slices.DeleteFunc(slices.Clone(s.Names), func(n string) bool { return slices.Contains(jailSyscalls, n) })
+		names := slices.DeleteFunc(slices.Clone(s.Names), func(n string) bool { return slices.Contains(extra, n) })
 		if len(names) == 0 {
-			continue // clone restricted to no namespace flags, clone3 with ENOSYS: replaced below
+			continue // e.g. clone without namespace flags, clone3 with ENOSYS: replaced below
 		}
 		r := s.LinuxSyscall
 		r.Names = names
 		out.Syscalls = append(out.Syscalls, r)
 	}
-	out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{Names: jailSyscalls, Action: specs.ActAllow})
+	out.Syscalls = append(out.Syscalls, specs.LinuxSyscall{Names: extra, Action: specs.ActAllow})
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
