@@ -206,6 +206,8 @@ func TestValuesSchema(t *testing.T) {
 		{"no partitions", "strimzi:\n  topics:\n    partitions: 0\n", "partitions"},
 		{"flag with dashes", "stages:\n  sandbox:\n    args:\n      --slots: 2\n", "--slots"},
 		{"broker without port", "kafka:\n  bootstrapServers: [kafka]\n", "bootstrapServers"},
+		{"unknown jail /proc mode", "stages:\n  sandbox:\n    jail:\n      proc: host\n", "proc"},
+		{"misspelt seccomp option", "stages:\n  sandbox:\n    jail:\n      seccompProfile:\n        operater: true\n", "operater"},
 	})
 }
 
