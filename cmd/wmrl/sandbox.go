@@ -43,8 +43,8 @@ func newSandboxCmd(a *app) *cobra.Command {
 		Long: `Consume the rollouts topic; non-anchor rollouts are skipped (consumed and committed, no output);
 every anchor rollout gets exactly one executed-reward record. Each job runs --argv (no shell; {artifact}
 is the path of the rollout's artifact file, {dir} its private directory) in the jail (--bwrap, on by
-default: bubblewrap with a user namespace and no capabilities, its own PID namespace and /proc, no
-network unless --allow-network, a read-only minimal view of the host, and size-limited private tmpfs
+default: bubblewrap with a user namespace and no capabilities, its own PID namespace and /proc (none
+with --jail-proc=none), no network unless --allow-network, a read-only minimal view of the host, and size-limited private tmpfs
 for {dir}, /tmp and /dev/shm), as an unprivileged uid (a root stage's jobs run as 65534 unless
 --run-as says otherwise), contained per --containment with rlimits (via prlimit) and a wall-clock
 --timeout that kills the whole job. Anything weaker (--bwrap=false, --run-as with the stage's uid or

@@ -237,7 +237,6 @@ func New(cfg Config, argv []string) (*Jail, error) {
 	if cfg.KillGrace < 0 {
 		return nil, fmt.Errorf("%w: negative kill grace", ErrConfig)
 	}
-	var err error
 	if cfg.KillGrace == 0 {
 		cfg.KillGrace = DefaultKillGrace
 	}
@@ -250,6 +249,7 @@ func New(cfg Config, argv []string) (*Jail, error) {
 	if cfg.JobDirBytes == 0 {
 		cfg.JobDirBytes = DefaultJobDirBytes
 	}
+	var err error
 	if cfg.Proc, err = ParseProcMode(string(cfg.Proc)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
