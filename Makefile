@@ -174,6 +174,8 @@ k8s-check:
 	$(K8S_CHECK) test -count=1 ./...
 	$(K8S_CHECK) run . -chart ../wmrl
 	$(K8S_CHECK) run . -chart ../wmrl -f ../wmrl/ci/production-values.yaml
+	$(K8S_CHECK) run . -chart ../wmrl -f ../wmrl/ci/runtimeclass-values.yaml
+	$(K8S_CHECK) run . -chart ../wmrl -f ../wmrl/ci/private-proc-values.yaml
 	$(K8S_CHECK) run . -compose ../../../docker-compose.yml
 
 # Runs every Go fuzz target briefly (FUZZTIME each), to catch decoders that

@@ -23,7 +23,7 @@ type sandboxOptions struct {
 	a                                                              *app
 	backend, artifactName, onTimeout                               string
 	addressSpace, memory, fileSize, runAs, containment, jobDirSize string
-	runAsRange                                                     string
+	runAsRange, jailProc                                           string
 	argv                                                           []string
 	env                                                            map[string]string
 	cfg                                                            sandbox.CommandConfig
@@ -43,8 +43,8 @@ func newSandboxCmd(a *app) *cobra.Command {
 		Long: `Consume the rollouts topic; non-anchor rollouts are skipped (consumed and committed, no output);
 every anchor rollout gets exactly one executed-reward record. Each job runs --argv (no shell; {artifact}
 is the path of the rollout's artifact file, {dir} its private directory) in the jail (--bwrap, on by
-default: bubblewrap with a user namespace and no capabilities, its own PID namespace and /proc, no
-network unless --allow-network, a read-only minimal view of the host, and size-limited private tmpfs
+default: bubblewrap with a user namespace and no capabilities, its own PID namespace and /proc (none
+with --jail-proc=none), no network unless --allow-network, a read-only minimal view of the host, and size-limited private tmpfs
 for {dir}, /tmp and /dev/shm), as an unprivileged uid (a root stage's jobs run as 65534 unless
 --run-as says otherwise), contained per --containment with rlimits (via prlimit) and a wall-clock
 --timeout that kills the whole job. Anything weaker (--bwrap=false, --run-as with the stage's uid or
@@ -74,6 +74,7 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.Uint64Var(&cfg.Limits.Processes, "max-procs", defaults.Processes, "processes (threads included) of one job: its pids cgroup limit where it has one, else RLIMIT_NPROC, counted in the job's own user namespace in the jail (Linux 5.14+) and per uid without it")
 	f.StringVar(&o.fileSize, "file-size", "1GiB", "RLIMIT_FSIZE, largest file the program may write (0: inherit)")
 	f.BoolVar(&cfg.UseBwrap, "bwrap", base.UseBwrap, "run each job in the jail (bubblewrap: user namespace, no capabilities, own PID namespace and /proc, no network, read-only minimal root, private size-limited tmpfs); --bwrap=false needs --allow-weak-containment")
+	f.StringVar(&o.jailProc, "jail-proc", string(jail.ProcPrivate), "the jail's /proc: private (a fresh /proc of the job's PID namespace) or none (no /proc; for a pod with procMount: Default, whose masked /proc the kernel refuses to mount again)")
 	f.StringVar(&o.runAs, "run-as", "", "run the program as UID:GID (requires root; default for a root stage: 65534:65534)")
 	f.StringVar(&o.runAsRange, "run-as-range", "", "run slot i's jobs as uid=gid FIRST+i, e.g. 100000-100063 (requires root, at least --slots uids, none of them 0, 65534 or the stage's): each slot's RLIMIT_NPROC is its own where no pids cgroup per job holds the budget")
 	f.BoolVar(&cfg.AllowNetwork, "allow-network", false, "give jobs the host's network (services on 127.0.0.1 become reachable; logged at WARN)")
@@ -106,6 +107,9 @@ func (o *sandboxOptions) run(cmd *cobra.Command, _ []string) error {
 	}
 	if cfg.Containment, err = jail.ParseContainment(o.containment); err != nil {
 		return fmt.Errorf("--containment: %w", err)
+	}
+	if cfg.Proc, err = jail.ParseProcMode(o.jailProc); err != nil {
+		return fmt.Errorf("--jail-proc: %w", err)
 	}
 	if cfg.Limits.AddressSpaceBytes, err = parseBytes(o.addressSpace); err != nil {
 		return fmt.Errorf("--address-space: %w", err)

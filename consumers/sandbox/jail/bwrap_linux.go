@@ -49,13 +49,14 @@ type jailSpec struct {
 	tmpfsBytes   uint64
 	allowNetwork bool
 	readOnly     []string // extra host paths visible read-only
+	noProc       bool     // no /proc in the jail (ProcNone)
 }
 
 // jailArgs is the bubblewrap command line of the jail: a user namespace
 // with every capability dropped (so even a root stage's job has no
 // privilege over anything, and `mount -o remount` fails), its own PID
-// namespace with its own /proc (the host's processes and their environments
-// are invisible), no network unless allowNetwork, IPC and UTS namespaces,
+// namespace with its own /proc, or none with ProcNone (the host's processes
+// and their environments are invisible), no network unless allowNetwork, IPC and UTS namespaces,
 // a read-only root holding only jailSystemPaths, jailEtcFiles and the
 // configured extras (no /sys, so no cgroupfs to escape through; no /home,
 // /root, /var or repository), and three size-limited private tmpfs: the job
@@ -80,8 +81,10 @@ func jailArgs(s jailSpec) []string {
 	for _, p := range jailEtcFiles {
 		args = append(args, "--ro-bind-try", p, p)
 	}
+	if !s.noProc {
+		args = append(args, "--proc", "/proc")
+	}
 	args = append(args,
-		"--proc", "/proc",
 		"--dev", "/dev",
 		"--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
 		"--remount-ro", "/dev",

@@ -242,6 +242,11 @@ type Config struct {
 	// directory, /tmp, /dev/shm; default DefaultJobDirBytes). tmpfs pages
 	// are memory: under a memory cgroup they count towards MemoryBytes.
 	JobDirBytes uint64
+	// Proc is the /proc of the jail (default ProcPrivate). ProcNone is for
+	// a stage whose own /proc has masked paths, as every container's has
+	// unless its pod asks for procMount: Unmasked (which Pod Security
+	// baseline forbids): the kernel then refuses a new proc mount.
+	Proc ProcMode
 	// ReadOnlyPaths are extra host paths the jailed job sees read-only
 	// (data, a virtualenv). The directory of every absolute argv element
 	// is added automatically.
@@ -259,6 +264,32 @@ type Config struct {
 	// CgroupV1Only makes containment detection ignore the cgroup2 mount.
 	// Only tests set it, to run the cgroup v1 paths on a host with both.
 	CgroupV1Only bool
+}
+
+// ProcMode is what the jail mounts at /proc.
+type ProcMode string
+
+const (
+	// ProcPrivate mounts a fresh /proc of the job's own PID namespace: the
+	// job sees its own processes only.
+	ProcPrivate ProcMode = "private"
+	// ProcNone leaves /proc out of the jail: the job sees no process at all,
+	// and programs that read /proc (ps, /proc/self/fd, /proc/cpuinfo) fail.
+	ProcNone ProcMode = "none"
+)
+
+// ErrUnknownProcMode is returned by ParseProcMode.
+var ErrUnknownProcMode = errors.New("sandbox: unknown jail /proc mode")
+
+// ParseProcMode parses "private" (or "") and "none".
+func ParseProcMode(s string) (ProcMode, error) {
+	switch m := ProcMode(strings.ToLower(strings.TrimSpace(s))); m {
+	case "", ProcPrivate:
+		return ProcPrivate, nil
+	case ProcNone:
+		return m, nil
+	}
+	return "", fmt.Errorf("%w %q: want private or none", ErrUnknownProcMode, s)
 }
 
 // Jail runs programs contained as its Config says. It is safe for
@@ -309,12 +340,15 @@ func New(cfg Config, argv []string) (*Jail, error) {
 			return nil, fmt.Errorf("%w %s: running jobs as other uids needs a root stage", ErrRunAsRange, cfg.RunAsRange)
 		}
 	}
+	var err error
+	if cfg.Proc, err = ParseProcMode(string(cfg.Proc)); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	if cfg.RunAs == nil && cfg.RunAsRange == nil && os.Geteuid() == 0 {
 		ra := DefaultRunAs
 		cfg.RunAs = &ra
 	}
 	j := &Jail{cfg: cfg, requested: cfg.Containment}
-	var err error
 	if j.contain, err = detectContainment(cfg.Containment, cfg.CgroupV1Only); err != nil {
 		return nil, err
 	}
@@ -571,7 +605,7 @@ func (j *Jail) startDir(dir string) string {
 // jailSpec is the jail of a job working in dir.
 func (j *Jail) jailSpec(dir string, files []File) jailSpec {
 	s := jailSpec{bwrap: j.cfg.BwrapPath, dir: dir, tmpfsBytes: j.cfg.JobDirBytes,
-		allowNetwork: j.cfg.AllowNetwork, readOnly: j.readOnly}
+		allowNetwork: j.cfg.AllowNetwork, readOnly: j.readOnly, noProc: j.cfg.Proc == ProcNone}
 	for _, f := range files {
 		s.files, s.modes = append(s.files, f.Name), append(s.modes, f.Mode)
 	}

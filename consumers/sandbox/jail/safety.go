@@ -110,7 +110,8 @@ func (j *Jail) LogContainment() {
 		level = slog.LevelWarn
 	}
 	if j.cfg.UseBwrap {
-		jail = fmt.Sprintf("bwrap: user namespace, no capabilities, own PID namespace and /proc, network %s, %d-byte private tmpfs job dir, /tmp, /dev/shm", map[bool]string{true: "shared", false: "none"}[j.cfg.AllowNetwork], j.cfg.JobDirBytes)
+		proc := map[ProcMode]string{ProcPrivate: "own PID namespace and /proc", ProcNone: "own PID namespace, no /proc"}[j.cfg.Proc]
+		jail = fmt.Sprintf("bwrap: user namespace, no capabilities, %s, network %s, %d-byte private tmpfs job dir, /tmp, /dev/shm", proc, map[bool]string{true: "shared", false: "none"}[j.cfg.AllowNetwork], j.cfg.JobDirBytes)
 	}
 	uid := "user namespace of the stage's uid"
 	switch {

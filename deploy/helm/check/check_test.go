@@ -10,8 +10,10 @@ import (
 const chartDir = "../wmrl"
 
 var valueSets = map[string][]string{
-	"default":    nil,
-	"production": {"../wmrl/ci/production-values.yaml"},
+	"default":      nil,
+	"production":   {"../wmrl/ci/production-values.yaml"},
+	"runtimeclass": {"../wmrl/ci/runtimeclass-values.yaml"},
+	"private-proc": {"../wmrl/ci/private-proc-values.yaml"},
 }
 
 func render(t *testing.T, values []string) []Manifest {
@@ -32,7 +34,7 @@ func validator(t *testing.T) *Validator {
 	return v
 }
 
-// TestChartValid renders both value sets and expects every manifest valid, with the kinds each
+// TestChartValid renders every value set and expects every manifest valid, with the kinds each
 // set is meant to produce actually present (so a template that silently renders nothing fails).
 func TestChartValid(t *testing.T) {
 	want := map[string]map[string]int{
@@ -44,7 +46,10 @@ func TestChartValid(t *testing.T) {
 			"apps/v1 Deployment": 3, "apps/v1 StatefulSet": 2, "batch/v1 Job": 1, "kafka.strimzi.io/v1 KafkaTopic": 7,
 			"kafka.strimzi.io/v1 KafkaUser": 8, "keda.sh/v1alpha1 ScaledObject": 2, "keda.sh/v1alpha1 TriggerAuthentication": 1,
 			"monitoring.coreos.com/v1 ServiceMonitor": 1, "networking.k8s.io/v1 NetworkPolicy": 1,
+			"security-profiles-operator.x-k8s.io/v1beta1 SeccompProfile": 1,
 		},
+		"runtimeclass": {"apps/v1 Deployment": 2, "apps/v1 StatefulSet": 2},
+		"private-proc": {"apps/v1 Deployment": 2, "apps/v1 StatefulSet": 2},
 	}
 	v := validator(t)
 	for name, files := range valueSets {
@@ -201,6 +206,8 @@ func TestValuesSchema(t *testing.T) {
 		{"no partitions", "strimzi:\n  topics:\n    partitions: 0\n", "partitions"},
 		{"flag with dashes", "stages:\n  sandbox:\n    args:\n      --slots: 2\n", "--slots"},
 		{"broker without port", "kafka:\n  bootstrapServers: [kafka]\n", "bootstrapServers"},
+		{"unknown jail /proc mode", "stages:\n  sandbox:\n    jail:\n      proc: host\n", "proc"},
+		{"misspelt seccomp option", "stages:\n  sandbox:\n    jail:\n      seccompProfile:\n        operater: true\n", "operater"},
 	})
 }
 

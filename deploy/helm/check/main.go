@@ -4,10 +4,13 @@
 // (Strimzi KafkaTopic and KafkaUser, KEDA ScaledObject and TriggerAuthentication,
 // prometheus-operator ServiceMonitor) against the vendored CRD schemas in testdata/crds, and the
 // whole rendering against rules that join objects (selectors, ports, references, ACL
-// operations, the topic layout wmrl expects).
+// operations, the topic layout wmrl expects), and evaluates every pod against the Pod Security
+// Standards (baseline and restricted, with Kubernetes' own pod-security admission library): a pod
+// below baseline fails the check.
 //
 //	go run . -chart ../wmrl                        # default values
 //	go run . -chart ../wmrl -f ../wmrl/ci/production-values.yaml
+//	go run . -seccomp-profile ../wmrl/files/wmrl-sandbox-seccomp.json   # regenerate the profile
 //
 // It is its own module so the main wmrl module does not depend on Helm or Kubernetes.
 package main
@@ -19,6 +22,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"k8s.io/pod-security-admission/api"
 )
 
 type fileList []string
@@ -35,7 +40,20 @@ func main() {
 	show := flag.Bool("print", false, "also print the rendered manifests (like helm template)")
 	flag.Var(&values, "f", "values file (repeatable; later files win)")
 	compose := flag.String("compose", "", "instead: check this Compose file with every profile (like docker compose config)")
+	seccompOut := flag.String("seccomp-profile", "", "instead: write the sandbox pod's seccomp profile to this file (the chart's files/wmrl-sandbox-seccomp.json)")
 	flag.Parse()
+
+	if *seccompOut != "" {
+		b, err := SandboxSeccompProfile()
+		if err == nil {
+			err = os.WriteFile(*seccompOut, b, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "seccomp-profile:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	if *compose != "" {
 		profiles, problems, err := CheckCompose(context.Background(), *compose)
@@ -86,4 +104,22 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("k8s-check: %s: %d manifests valid (%s)\n", label, len(ms), strings.Join(kinds, ", "))
+	pls, err := PodSecurityLevels(ms)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "k8s-check:", err)
+		os.Exit(1)
+	}
+	var levels []string
+	below := false
+	for _, p := range pls {
+		levels = append(levels, fmt.Sprintf("%s/%s %s", p.Manifest.Obj["kind"], name(p.Manifest), p.Level))
+		if p.Level == api.LevelPrivileged {
+			below = true
+			fmt.Fprintf(os.Stderr, "k8s-check: %s is below Pod Security baseline: %s\n", p.Manifest, p.Short)
+		}
+	}
+	fmt.Printf("k8s-check: %s: Pod Security: %s\n", label, strings.Join(levels, ", "))
+	if below {
+		os.Exit(1)
+	}
 }

@@ -17,6 +17,9 @@ spec:
   hostUsers: {{ .hostUsers }}
   {{- end }}
   {{- end }}
+  {{- with $v.runtimeClassName }}
+  runtimeClassName: {{ . }}
+  {{- end }}
   terminationGracePeriodSeconds: {{ default 45 $v.terminationGracePeriodSeconds }}
   {{- with .restartPolicy }}
   restartPolicy: {{ . }}
