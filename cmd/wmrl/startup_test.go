@@ -82,6 +82,8 @@ func TestStartupMistakes(t *testing.T) {
 		tc{name: "version", args: []string{"--version"}, code: 0, want: []string{"wmrl version "}},
 		tc{name: "sandbox without the jail", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--bwrap=false"}), code: 2,
 			want: []string{"no jail (--bwrap=false)", "refusing to start (set --allow-weak-containment to run anyway)"}},
+		tc{name: "sandbox without the seccomp filter", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--seccomp=false"}), code: 2,
+			want: []string{"no seccomp filter (--seccomp=false)", "refusing to start (set --allow-weak-containment to run anyway)"}},
 		tc{name: "sandbox job as root", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--run-as", "0:0"}), code: 2,
 			want: []string{"jobs run as root", "--allow-weak-containment"}},
 		tc{name: "sandbox credentials into the job", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--env-allow", "WMRL_SASL_PASSWORD"}), code: 2,

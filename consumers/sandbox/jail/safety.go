@@ -18,10 +18,21 @@ var ErrWeakContainment = errors.New("sandbox: containment weaker than the jail")
 
 // weaknesses lists what makes cfg (defaults applied) weaker than the jail,
 // as the start-up log and error say it.
-func weaknesses(cfg Config) []string {
+// seccompErr is why the filter could not be installed (nil if it was or
+// was not asked for).
+func weaknesses(cfg Config, seccompErr error) []string {
 	var w []string
 	if !cfg.UseBwrap {
 		w = append(w, "no jail (--bwrap=false): the job sees the host's /proc (every process's environment of its uid), file system and network, and writes outside its directory without a quota")
+	}
+	const reach = "the job reaches every system call (io_uring, the keyrings, nested user namespaces on a host that allows them, bpf, other ABIs)"
+	switch {
+	case cfg.NoSeccomp:
+		w = append(w, "no seccomp filter (--seccomp=false): "+reach)
+	case !cfg.UseBwrap:
+		w = append(w, "no seccomp filter (bwrap installs it, and the jail is off): "+reach)
+	case seccompErr != nil:
+		w = append(w, fmt.Sprintf("no seccomp filter (it cannot be installed here: %v): %s", seccompErr, reach))
 	}
 	euid := os.Geteuid()
 	switch {
@@ -70,7 +81,11 @@ func (j *Jail) LogContainment() {
 		level = slog.LevelWarn
 	}
 	if j.cfg.UseBwrap {
-		jail = fmt.Sprintf("bwrap: user namespace, no capabilities, own PID namespace and /proc, network %s, %d-byte private tmpfs job dir, /tmp, /dev/shm", map[bool]string{true: "shared", false: "none"}[j.cfg.AllowNetwork], j.cfg.JobDirBytes)
+		jail = fmt.Sprintf("bwrap: user namespace (no nested ones), no capabilities, own PID namespace and /proc, network %s, %d-byte private tmpfs job dir, /tmp, /dev/shm", map[bool]string{true: "shared", false: "none"}[j.cfg.AllowNetwork], j.cfg.JobDirBytes)
+	}
+	filter := "off"
+	if j.seccomp != nil {
+		filter = j.seccomp.String()
 	}
 	uid := "user namespace of the stage's uid"
 	if j.cfg.RunAs != nil {
@@ -82,6 +97,6 @@ func (j *Jail) LogContainment() {
 	}
 	j.cfg.Logger.Log(context.Background(), level, "sandbox: containment",
 		"containment", j.contain.kind.String(), "requested", requested.String(),
-		"detail", j.contain.detail, "jail", jail, "job_uid", uid, "weak", weak, "memory", strings.Join(memory, "; "),
+		"detail", j.contain.detail, "jail", jail, "seccomp", filter, "job_uid", uid, "weak", weak, "memory", strings.Join(memory, "; "),
 		"guarantees", j.contain.kind.guarantees())
 }
