@@ -130,6 +130,9 @@ echo "forks=$ok" >&2`, hostileForks)
 			fmt.Fprintf(os.Stderr, "connect %s: %v\n", port, err)
 		}
 	default:
+		if code, ok := hostileKernelJob(args); ok {
+			return code
+		}
 		fmt.Fprintln(os.Stderr, "attack: unknown", args[0])
 		return 100
 	}
