@@ -272,7 +272,7 @@ func New(cfg Config, argv []string) (*Jail, error) {
 			if err2 := j.probeBwrapPatiently(); err2 != nil {
 				return nil, err
 			}
-			j.seccompErr = fmt.Errorf("%s: %w", filter, err)
+			j.seccompErr = fmt.Errorf("bwrap could not install the filter (sha256:%s): %w", filter.digest(), err)
 		}
 	}
 	// Checked last, so that a plain configuration error is reported as such.

@@ -50,9 +50,10 @@ var seccompDenied = []string{
 // cannot read, and libc falls back to clone on ENOSYS.
 var seccompNoSys = []string{"clone3"}
 
-// seccompNamespaceFlags are clone's namespace flags; Docker's profile
-// allows clone only without them for a process lacking CAP_SYS_ADMIN, and
-// TestSeccompPolicy checks that this still holds.
+// seccompNamespaceFlags are clone's namespace flags. The policy has no rule
+// of its own for them: Docker's profile allows clone only without them for
+// a process lacking CAP_SYS_ADMIN, and TestSeccompProgram checks that every
+// one of them is still denied.
 const seccompNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER |
 	unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
 
