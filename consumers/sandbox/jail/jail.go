@@ -262,7 +262,7 @@ func New(cfg Config, argv []string) (*Jail, error) {
 			j.seccomp, j.seccompErr = buildSeccomp()
 		}
 		if err := j.probeBwrapPatiently(); err != nil {
-			if j.seccomp == nil {
+			if j.seccomp == nil || errors.Is(err, errProbeEAGAIN) {
 				return nil, err
 			}
 			// Is it the filter bwrap cannot install? Then the jail without

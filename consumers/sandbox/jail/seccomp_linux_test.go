@@ -202,7 +202,7 @@ func TestSeccompInJail(t *testing.T) {
 	}
 	run := func(cfg Config) string {
 		t.Helper()
-		cfg.Limits, cfg.UseBwrap = DefaultLimits(), true
+		cfg.Limits, cfg.UseBwrap, cfg.RunAs = DefaultLimits(), true, privateRunAs()
 		cfg.Logger = slog.New(slog.DiscardHandler)
 		j, err := New(cfg, []string{python})
 		if err != nil {
@@ -249,7 +249,7 @@ func TestSeccompInJail(t *testing.T) {
 // without --allow-weak-containment, and the containment line names the
 // policy or says it is off.
 func TestSeccompContainmentLine(t *testing.T) {
-	_, err := New(Config{Limits: DefaultLimits(), UseBwrap: true, NoSeccomp: true}, []string{"/bin/true"})
+	_, err := New(Config{Limits: DefaultLimits(), UseBwrap: true, NoSeccomp: true, RunAs: privateRunAs()}, []string{"/bin/true"})
 	if !errors.Is(err, ErrWeakContainment) || !strings.Contains(err.Error(), "--seccomp=false") {
 		t.Errorf("filter off without --allow-weak-containment: %v", err)
 	}
@@ -261,7 +261,7 @@ func TestSeccompContainmentLine(t *testing.T) {
 		{Config{NoSeccomp: true, AllowWeakContainment: true}, []string{"seccomp=off", "no seccomp filter (--seccomp=false)"}},
 	} {
 		var buf bytes.Buffer
-		tc.cfg.Limits, tc.cfg.UseBwrap = DefaultLimits(), true
+		tc.cfg.Limits, tc.cfg.UseBwrap, tc.cfg.RunAs = DefaultLimits(), true, privateRunAs()
 		tc.cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
 		j, err := New(tc.cfg, []string{"/bin/true"})
 		if err != nil {
@@ -274,6 +274,16 @@ func TestSeccompContainmentLine(t *testing.T) {
 			}
 		}
 	}
+}
+
+// privateRunAs is a job uid of this package's tests alone for a root test
+// run (nil otherwise): RLIMIT_NPROC counts every process of a uid on the
+// host, and 65534's budget is shared with every other sandbox on it.
+func privateRunAs() *RunAs {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	return &RunAs{UID: 65519, GID: 65519}
 }
 
 func runtimeArch(t *testing.T) string {
@@ -307,7 +317,7 @@ func TestInheritedDescriptorClosedOnExec(t *testing.T) {
 		{UseBwrap: true},
 		{Containment: ContainmentProcessGroup, AllowWeakContainment: true},
 	} {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger, cfg.RunAs = slog.New(slog.DiscardHandler), privateRunAs()
 		j, err := New(cfg, []string{"/bin/sh"})
 		if err != nil {
 			t.Fatal(err)
