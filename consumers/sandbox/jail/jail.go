@@ -27,6 +27,10 @@
 //     and size-limited tmpfs as the only writable places. Without it, or
 //     with jobs under the stage's uid or root, New refuses to
 //     start unless AllowWeakContainment is set (ErrWeakContainment).
+//   - Every jailed job runs under a seccomp filter (seccomp_linux.go) that
+//     bwrap installs last, and in a user namespace that cannot nest
+//     (--disable-userns); descriptors the stage inherited are marked
+//     close-on-exec at New (fds_linux.go), so only 0–2 reach a job.
 package jail
 
 import (
@@ -200,7 +204,7 @@ type Jail struct {
 	weak     []string
 	readOnly []string
 	// seccomp is the filter every job gets (nil: none); seccompErr says
-	// why it could not be installed when Seccomp asked for it.
+	// why it could not be installed (when NoSeccomp is not set).
 	seccomp    *seccompFilter
 	seccompErr error
 }

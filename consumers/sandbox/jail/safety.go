@@ -11,15 +11,14 @@ import (
 )
 
 // ErrWeakContainment is returned by New when the
-// configuration is weaker than the jail (no bubblewrap, or jobs under the
-// stage's uid or root) and AllowWeakContainment is not set. The message
+// configuration is weaker than the jail (no bubblewrap, no seccomp filter,
+// or jobs under the stage's uid or root) and AllowWeakContainment is not set. The message
 // names every weakness in one line.
 var ErrWeakContainment = errors.New("sandbox: containment weaker than the jail")
 
 // weaknesses lists what makes cfg (defaults applied) weaker than the jail,
-// as the start-up log and error say it.
-// seccompErr is why the filter could not be installed (nil if it was or
-// was not asked for).
+// as the start-up log and error say it; seccompErr is why the filter could
+// not be installed (nil if it was, or was not asked for).
 func weaknesses(cfg Config, seccompErr error) []string {
 	var w []string
 	if !cfg.UseBwrap {
