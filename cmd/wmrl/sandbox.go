@@ -29,6 +29,7 @@ type sandboxOptions struct {
 	cfg                                                            sandbox.CommandConfig
 	slots, handlers                                                int
 	stage                                                          stageFlags
+	seccomp                                                        bool
 }
 
 func newSandboxCmd(a *app) *cobra.Command {
@@ -47,8 +48,8 @@ default: bubblewrap with a user namespace and no capabilities, its own PID names
 with --jail-proc=none), no network unless --allow-network, a read-only minimal view of the host, and size-limited private tmpfs
 for {dir}, /tmp and /dev/shm), as an unprivileged uid (a root stage's jobs run as 65534 unless
 --run-as says otherwise), contained per --containment with rlimits (via prlimit) and a wall-clock
---timeout that kills the whole job. Anything weaker (--bwrap=false, --run-as with the stage's uid or
-root) is refused at start-up unless --allow-weak-containment is given; --allow-network is logged. The program
+--timeout that kills the whole job, under a seccomp filter (--seccomp, on by default). Anything weaker
+(--bwrap=false, --seccomp=false, --run-as with the stage's uid or root) is refused at start-up unless --allow-weak-containment is given; --allow-network is logged. The program
 reports on stdout: its last non-empty line must be a JSON object {"score": <number in [0,1]>}; the
 job finds the rollout record (its task: meta, prompt) in {dir}/rollout.json, and {meta.KEY} in
 --argv/--env is the rollout's meta value (a missing key fails the job with status error); the
@@ -75,6 +76,7 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.StringVar(&o.fileSize, "file-size", "1GiB", "RLIMIT_FSIZE, largest file the program may write (0: inherit)")
 	f.BoolVar(&cfg.UseBwrap, "bwrap", base.UseBwrap, "run each job in the jail (bubblewrap: user namespace, no capabilities, own PID namespace and /proc, no network, read-only minimal root, private size-limited tmpfs); --bwrap=false needs --allow-weak-containment")
 	f.StringVar(&o.jailProc, "jail-proc", string(jail.ProcPrivate), "the jail's /proc: private (a fresh /proc of the job's PID namespace) or none (no /proc; for a pod with procMount: Default, whose masked /proc the kernel refuses to mount again)")
+	f.BoolVar(&o.seccomp, "seccomp", true, "install the jail's system-call filter on every job (Docker's default profile plus io_uring, the keyrings, namespaces, bpf, perf_event_open and userfaultfd denied; the native ABI only); --seccomp=false needs --allow-weak-containment")
 	f.StringVar(&o.runAs, "run-as", "", "run the program as UID:GID (requires root; default for a root stage: 65534:65534)")
 	f.StringVar(&o.runAsRange, "run-as-range", "", "run slot i's jobs as uid=gid FIRST+i, e.g. 100000-100063 (requires root, at least --slots uids, none of them 0, 65534 or the stage's): each slot's RLIMIT_NPROC is its own where no pids cgroup per job holds the budget")
 	f.BoolVar(&cfg.AllowNetwork, "allow-network", false, "give jobs the host's network (services on 127.0.0.1 become reachable; logged at WARN)")
@@ -102,6 +104,7 @@ func (o *sandboxOptions) run(cmd *cobra.Command, _ []string) error {
 	if cfg.Argv, err = parseArgv(o.argv); err != nil {
 		return err
 	}
+	cfg.NoSeccomp = !o.seccomp
 	if cfg.Limits.MemoryBytes, err = parseBytes(o.memory); err != nil {
 		return fmt.Errorf("--memory: %w", err)
 	}

@@ -84,6 +84,8 @@ func TestStartupMistakes(t *testing.T) {
 		tc{name: "version", args: []string{"--version"}, code: 0, want: []string{"wmrl version "}},
 		tc{name: "sandbox without the jail", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--bwrap=false"}), code: 2,
 			want: []string{"no jail (--bwrap=false)", "refusing to start (set --allow-weak-containment to run anyway)"}},
+		tc{name: "sandbox without the seccomp filter", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--seccomp=false"}), code: 2,
+			want: []string{"no seccomp filter (--seccomp=false)", "refusing to start (set --allow-weak-containment to run anyway)"}},
 		tc{name: "sandbox job as root", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--run-as", "0:0"}), code: 2,
 			want: []string{"jobs run as root", "--allow-weak-containment"}},
 		tc{name: "sandbox uid range holding nobody", args: cat([]string{"sandbox"}, stage["sandbox"], live, []string{"--run-as-range", "65530-65540"}), code: 2,

@@ -132,6 +132,9 @@ echo "forks=$ok" >&2`, hostileForks)
 	case "bomb-hold", "honest-forks", "raise-limits":
 		return hostileBudgetAttack(args) // hostile_budget_linux_test.go
 	default:
+		if code, ok := hostileKernelJob(args); ok {
+			return code
+		}
 		fmt.Fprintln(os.Stderr, "attack: unknown", args[0])
 		return 100
 	}

@@ -130,6 +130,7 @@ func TestHostileJobs(t *testing.T) {
 	binDir := hostileDir(t, os.Geteuid())
 	bin := filepath.Join(binDir, "hostile")
 	copyFile(t, helperPath(t), bin)
+	buildABIHelper(t, binDir)
 
 	// Each stage is the test binary re-executed with the secret in its
 	// initial environment (what /proc/PID/environ shows), under its uid.
@@ -271,6 +272,10 @@ func runHostileStage(t *testing.T, bin, secret string, uid int, delegated bool) 
 // hostileStageMain is the stage: TestMain calls it in the re-executed
 // binary. It runs the suite and prints the table as JSON on stdout.
 func hostileStageMain(base string) int {
+	if err := hostileStageLaunch(base); err != nil {
+		fmt.Fprintln(os.Stderr, "launch:", err)
+		return 1
+	}
 	bin, _ := os.Executable()
 	fx, err := fixtureIn(base, bin, os.Getenv(hostileSecretEnv))
 	if err != nil {
@@ -384,6 +389,9 @@ func runAttack(e *CommandExecutor, fx hostileFixture, attack, port string, accep
 	// Killed processes are reaped by the host's init asynchronously; until
 	// then they count against the uid's RLIMIT_NPROC for the next attack.
 	defer waitProcsBelow(procs + 2)
+	if o, detail, ok := runKernelAttack(e, fx, attack); ok {
+		return o, detail
+	}
 	res := e.Execute(context.Background(), Job{Artifact: []byte(strings.Join(args, " "))})
 	if attack == "raise-limits" {
 		return judgeRaiseLimits(res, e.cfg.Limits.Processes)

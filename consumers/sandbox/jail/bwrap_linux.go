@@ -50,6 +50,7 @@ type jailSpec struct {
 	allowNetwork bool
 	readOnly     []string // extra host paths visible read-only
 	noProc       bool     // no /proc in the jail (ProcNone)
+	seccompFD    int      // the filter's descriptor (after the files), 0 for none
 }
 
 // jailArgs is the bubblewrap command line of the jail: a user namespace
@@ -63,14 +64,20 @@ type jailSpec struct {
 // directory, /tmp and /dev/shm. / and /dev are remounted read-only, so the
 // tmpfs are the only writable places and their size is the job's disk
 // quota. --die-with-parent ties the jail to the bwrap monitor the executor
-// kills; --new-session stops TIOCSTI injection.
+// kills; --new-session stops TIOCSTI injection. --disable-userns stops the
+// job from making a user namespace of its own (which would give it
+// capabilities over new mounts); --seccomp installs the system-call filter
+// (seccomp_linux.go) as bwrap's last step before exec.
 func jailArgs(s jailSpec) []string {
 	size := strconv.FormatUint(s.tmpfsBytes, 10)
 	args := []string{
 		s.bwrap,
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--cap-drop", "ALL",
-		"--die-with-parent", "--new-session",
+		"--die-with-parent", "--new-session", "--disable-userns",
+	}
+	if s.seccompFD != 0 {
+		args = append(args, "--seccomp", strconv.Itoa(s.seccompFD))
 	}
 	if !s.allowNetwork {
 		args = append(args, "--unshare-net")

@@ -33,6 +33,10 @@
 //     and size-limited tmpfs as the only writable places. Without it, or
 //     with jobs under the stage's uid or root, New refuses to
 //     start unless AllowWeakContainment is set (ErrWeakContainment).
+//   - Every jailed job runs under a seccomp filter (seccomp_linux.go) that
+//     bwrap installs last, and in a user namespace that cannot nest
+//     (--disable-userns); descriptors the stage inherited are marked
+//     close-on-exec at New (fds_linux.go), so only 0–2 reach a job.
 package jail
 
 import (
@@ -229,6 +233,13 @@ type Config struct {
 	// and size-limited private tmpfs as the only writable places. Without
 	// it New refuses unless AllowWeakContainment is set.
 	UseBwrap bool
+	// NoSeccomp turns off the system-call filter every jailed job gets
+	// (seccomp_linux.go: Docker's default profile plus io_uring, the
+	// keyrings, namespaces, bpf, perf_event_open and userfaultfd denied, the
+	// native ABI only). The filter is on by default (the zero value) and
+	// needs UseBwrap, which installs it; off, or not installable here, it is
+	// a weakness (ErrWeakContainment).
+	NoSeccomp bool
 	// AllowNetwork keeps the host's network in the jail (default: only a
 	// private loopback, so nothing on the host's 127.0.0.1 is reachable).
 	// Asked for by name, it is not refused, but logged at WARN.
@@ -304,6 +315,10 @@ type Jail struct {
 	// when it is not); it is logged at start-up.
 	weak     []string
 	readOnly []string
+	// seccomp is the filter every job gets (nil: none); seccompErr says
+	// why it could not be installed (when NoSeccomp is not set).
+	seccomp    *seccompFilter
+	seccompErr error
 }
 
 // New applies defaults and checks that the requested isolation is actually
@@ -349,6 +364,11 @@ func New(cfg Config, argv []string) (*Jail, error) {
 		cfg.RunAs = &ra
 	}
 	j := &Jail{cfg: cfg, requested: cfg.Containment}
+	// Nothing the stage inherited reaches a job: descriptors its launcher
+	// left open without close-on-exec would pass through every exec.
+	if err := closeInheritedOnExec(); err != nil {
+		return nil, err
+	}
 	if j.contain, err = detectContainment(cfg.Containment, cfg.CgroupV1Only); err != nil {
 		return nil, err
 	}
@@ -369,12 +389,25 @@ func New(cfg Config, argv []string) (*Jail, error) {
 		if err := j.checkReachable(append(slices.Clone(j.readOnly), absArgs(inJail)...)); err != nil {
 			return nil, err
 		}
+		if !cfg.NoSeccomp {
+			j.seccomp, j.seccompErr = buildSeccomp()
+		}
 		if err := j.probeBwrapPatiently(); err != nil {
-			return nil, err
+			if j.seccomp == nil || errors.Is(err, errProbeEAGAIN) {
+				return nil, err
+			}
+			// Is it the filter bwrap cannot install? Then the jail without
+			// it is a weakness, not a failure.
+			filter := j.seccomp
+			j.seccomp = nil
+			if err2 := j.probeBwrapPatiently(); err2 != nil {
+				return nil, err
+			}
+			j.seccompErr = fmt.Errorf("bwrap could not install the filter (sha256:%s): %w", filter.digest(), err)
 		}
 	}
 	// Checked last, so that a plain configuration error is reported as such.
-	j.weak = weaknesses(j.cfg)
+	j.weak = weaknesses(j.cfg, j.seccompErr)
 	if len(j.weak) > 0 && !cfg.AllowWeakContainment {
 		return nil, fmt.Errorf("%w: %s; refusing to start (set --allow-weak-containment to run anyway)", ErrWeakContainment, strings.Join(j.weak, "; "))
 	}
@@ -473,7 +506,7 @@ func (j *Jail) Run(ctx context.Context, job Job) Outcome {
 	}
 	var fds []*os.File
 	if j.cfg.UseBwrap {
-		if fds, err = openJobFiles(job.Dir, job.Files); err != nil {
+		if fds, err = j.jailFiles(job.Dir, job.Files); err != nil {
 			return setupFailed(err)
 		}
 		defer closeAll(fds)
@@ -571,6 +604,21 @@ func openJobFiles(dir string, files []File) ([]*os.File, error) {
 	return fds, nil
 }
 
+// jailFiles are the descriptors bwrap gets from jailFD on: the job's files,
+// then the seccomp filter (jailSpec numbers them the same way).
+func (j *Jail) jailFiles(dir string, files []File) ([]*os.File, error) {
+	fds, err := openJobFiles(dir, files)
+	if err != nil || j.seccomp == nil {
+		return fds, err
+	}
+	f, err := j.seccomp.file()
+	if err != nil {
+		closeAll(fds)
+		return nil, err
+	}
+	return append(fds, f), nil
+}
+
 func closeAll(fs []*os.File) {
 	for _, f := range fs {
 		f.Close()
@@ -608,6 +656,9 @@ func (j *Jail) jailSpec(dir string, files []File) jailSpec {
 		allowNetwork: j.cfg.AllowNetwork, readOnly: j.readOnly, noProc: j.cfg.Proc == ProcNone}
 	for _, f := range files {
 		s.files, s.modes = append(s.files, f.Name), append(s.modes, f.Mode)
+	}
+	if j.seccomp != nil {
+		s.seccompFD = jailFD + len(files)
 	}
 	return s
 }
@@ -662,7 +713,7 @@ func (j *Jail) probeBwrap() error {
 	if err := j.prepareDir(dir, files, ra); err != nil {
 		return fmt.Errorf("%w: probe dir: %w", ErrBwrapUnusable, err)
 	}
-	fds, err := openJobFiles(dir, files)
+	fds, err := j.jailFiles(dir, files)
 	if err != nil {
 		return fmt.Errorf("%w: probe dir: %w", ErrBwrapUnusable, err)
 	}

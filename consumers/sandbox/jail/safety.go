@@ -11,17 +11,27 @@ import (
 )
 
 // ErrWeakContainment is returned by New when the
-// configuration is weaker than the jail (no bubblewrap, or jobs under the
-// stage's uid or root) and AllowWeakContainment is not set. The message
+// configuration is weaker than the jail (no bubblewrap, no seccomp filter,
+// or jobs under the stage's uid or root) and AllowWeakContainment is not set. The message
 // names every weakness in one line.
 var ErrWeakContainment = errors.New("sandbox: containment weaker than the jail")
 
 // weaknesses lists what makes cfg (defaults applied) weaker than the jail,
-// as the start-up log and error say it.
-func weaknesses(cfg Config) []string {
+// as the start-up log and error say it; seccompErr is why the filter could
+// not be installed (nil if it was, or was not asked for).
+func weaknesses(cfg Config, seccompErr error) []string {
 	var w []string
 	if !cfg.UseBwrap {
 		w = append(w, "no jail (--bwrap=false): the job sees the host's /proc (every process's environment of its uid), file system and network, and writes outside its directory without a quota")
+	}
+	const reach = "the job reaches every system call (io_uring, the keyrings, nested user namespaces on a host that allows them, bpf, other ABIs)"
+	switch {
+	case cfg.NoSeccomp:
+		w = append(w, "no seccomp filter (--seccomp=false): "+reach)
+	case !cfg.UseBwrap:
+		w = append(w, "no seccomp filter (bwrap installs it, and the jail is off): "+reach)
+	case seccompErr != nil:
+		w = append(w, fmt.Sprintf("no seccomp filter (it cannot be installed here: %v): %s", seccompErr, reach))
 	}
 	euid := os.Geteuid()
 	switch {
@@ -111,7 +121,11 @@ func (j *Jail) LogContainment() {
 	}
 	if j.cfg.UseBwrap {
 		proc := map[ProcMode]string{ProcPrivate: "own PID namespace and /proc", ProcNone: "own PID namespace, no /proc"}[j.cfg.Proc]
-		jail = fmt.Sprintf("bwrap: user namespace, no capabilities, %s, network %s, %d-byte private tmpfs job dir, /tmp, /dev/shm", proc, map[bool]string{true: "shared", false: "none"}[j.cfg.AllowNetwork], j.cfg.JobDirBytes)
+		jail = fmt.Sprintf("bwrap: user namespace (no nested ones), no capabilities, %s, network %s, %d-byte private tmpfs job dir, /tmp, /dev/shm", proc, map[bool]string{true: "shared", false: "none"}[j.cfg.AllowNetwork], j.cfg.JobDirBytes)
+	}
+	filter := "off"
+	if j.seccomp != nil {
+		filter = j.seccomp.String()
 	}
 	uid := "user namespace of the stage's uid"
 	switch {
@@ -126,6 +140,6 @@ func (j *Jail) LogContainment() {
 	}
 	j.cfg.Logger.Log(context.Background(), level, "sandbox: containment",
 		"containment", j.contain.kind.String(), "requested", requested.String(),
-		"detail", j.contain.detail, "jail", jail, "job_uid", uid, "weak", weak, "memory", strings.Join(memory, "; "), "processes", procs,
+		"detail", j.contain.detail, "jail", jail, "seccomp", filter, "job_uid", uid, "weak", weak, "memory", strings.Join(memory, "; "), "processes", procs,
 		"guarantees", j.contain.kind.guarantees())
 }
