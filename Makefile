@@ -50,7 +50,7 @@ test-go:
 	@# ThreadSanitizer cannot run under RLIMIT_AS, so the sandbox's memory-limit cases, its
 	@# exact pool timing and the hostile-job suite (as root and as an unprivileged stage, whose
 	@# table docs/security.md must equal) run once more without -race.
-	$(GO) test -count=1 -timeout 5m -run 'TestCommand|TestPool|TestHostileJobs' ./consumers/sandbox
+	$(GO) test -count=1 -timeout 20m -run 'TestCommand|TestPool|TestHostileJobs' ./consumers/sandbox
 	@# The dashboard in headless Chromium during a demo run (built without -race: see the test).
 	@# Needs Debian's chromium; a missing one fails here (WMRL_REQUIRE_SERVICES=1). Screenshots
 	@# go to $(LOCAL_DIR)/test-artifacts.
