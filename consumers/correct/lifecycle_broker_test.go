@@ -68,7 +68,7 @@ func TestConsumerLifecycleOnBroker(t *testing.T) {
 	endedAt := time.Now().UTC()
 	var ends []*kgo.Record
 	for _, run := range []string{"l-0", "l-1"} {
-		r, err := names.StepRecord(topics.EndOfRunMarker(run, last, endedAt))
+		r, err := names.EndRequestRecord(run, last, endedAt)
 		if err != nil {
 			t.Fatal(err)
 		}
