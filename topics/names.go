@@ -34,8 +34,8 @@ func NewNames(prefix string) Names {
 // EffectivePrefix is the prefix in use: a zero Names means the default topics.
 func (n Names) EffectivePrefix() string { return cmp.Or(n.Prefix, DefaultPrefix) }
 
-func (n Names) Rollouts() string    { return n.EffectivePrefix() + SuffixRollouts }
-func (n Names) Steps() string       { return n.EffectivePrefix() + SuffixSteps }
+func (n Names) Rollouts() string { return n.EffectivePrefix() + SuffixRollouts }
+func (n Names) Steps() string    { return n.EffectivePrefix() + SuffixSteps }
 
 // Runs is the run-control topic: end-of-run requests of trainers and operators (EndRequestRecord).
 // It is a topic of its own so that who may end a run is an ACL of its own: the principals that
