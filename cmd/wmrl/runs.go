@@ -98,7 +98,7 @@ func (o *runsEndOptions) run(cmd *cobra.Command, args []string) error {
 	}
 	names := a.conn.Names()
 	if err := a.requireTopics(kopts, names.Runs()); err != nil {
-		return err
+		return fmt.Errorf("%w%s", err, endDeniedHint(err))
 	}
 	rec, err := names.EndRequestRecord(run, last, time.Now().UTC())
 	if err != nil {
