@@ -59,9 +59,10 @@ run that must go on needs a new run id.
 
 --last-step names the last step. Without it, the last step sealed in Redis (the state 'wmrl correct'
 writes under --redis-prefix) is used: the run ends where it stands. A record naming a step
-before one already sealed, or before a manifest already published, or for a run without a
-manifest before it, or more than the per-run pending-steps limit of 'wmrl correct' beyond the
-highest step the run has shown, is dead-lettered as a conflict and ends nothing. 'wmrl generate' publishes the record itself when its input ends.`,
+before one already sealed, or for a run without a manifest before it, or more than the per-run
+pending-steps limit of 'wmrl correct' beyond the highest step the run has shown, is
+dead-lettered as a conflict and ends nothing; manifests of later steps not yet sealed are
+dead-lettered run_ended. 'wmrl generate' publishes the request itself when its input ends.`,
 		Args: cobra.ExactArgs(1),
 		RunE: o.run,
 	}

@@ -42,11 +42,14 @@ import (
 // sealed, and it receives them again as duplicates) or starts a new run id. Rewards of steps
 // beyond the last one that arrived before the marker (topics interleave freely) are
 // dead-lettered with the same reason when the marker arrives, so the set of dead letters does not
-// depend on that interleaving. A marker contradicting the run (no manifest of the run before it,
-// a manifest of a later step already buffered, the run already sealed beyond it, a second marker
-// with another step, or a last step beyond the highest step the run has shown plus
-// Limits.PendingStepsPerRun, which would hold the partition's commit back for steps that may
-// never come) is dead-lettered as a conflict and pins nothing.
+// depend on that interleaving. The same holds for manifests of later steps buffered before the
+// marker: the end takes effect where correct relays it, so a manifest another client published
+// between the request and the relay precedes it on the steps partition, and the end (which only
+// trainers and operators may request) wins. A marker contradicting the run (no manifest of the
+// run before it, the run already sealed beyond it, a second marker with another step, or a last
+// step beyond the highest step the run has shown plus Limits.PendingStepsPerRun, which would hold
+// the partition's commit back for steps that may never come) is dead-lettered as a conflict and
+// pins nothing.
 //
 // The end is recorded on the calibration changelog when the run retires, so a consumer that
 // rebuilds (a restart, a rebalance) knows the run ended and does not install it; after
@@ -223,14 +226,9 @@ func (e *engine) addEnd(rec *kgo.Record, m topics.StepManifest) {
 		e.deadLetter(rec, kindStep, conflict("end-of-run record of run %s names step %d as the last, but step %d is already sealed", m.RunID, m.Step, rb.sealed))
 		return
 	}
-	for v, b := range rb.steps {
-		if v > m.Step && b.manifest != nil && !idle {
-			e.deadLetter(rec, kindStep, conflict("end-of-run record of run %s names step %d as the last, but a manifest of step %d came before it", m.RunID, m.Step, v))
-			return
-		}
-	}
-	// Records of later steps that came before the marker: dead-lettered as those after it will
-	// be. Only an idle end finds manifests among them (a producer's end was refused above).
+	// Records of later steps that came before the marker (manifests included: an end takes effect
+	// where correct relays it, so another client's manifest published meanwhile may precede it):
+	// dead-lettered as those after it will be.
 	for _, v := range slices.Sorted(maps.Keys(rb.steps)) {
 		if v <= m.Step {
 			continue
