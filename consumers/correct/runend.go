@@ -103,8 +103,9 @@ func fromTransaction(rec *kgo.Record) bool { return rec.Attrs.IsTransactional() 
 const resultRelayed = "relayed"
 
 // relayEnd takes a record of the run-control topic: a valid end request is queued for the steps
-// topic (on the request's partition number: the topics are co-partitioned and both keyed by run)
-// and produced in the next transaction, which commits the request's offset too. A request that is
+// topic as the canonical end-of-run record (on the request's partition number: the topics are
+// co-partitioned and both keyed by run) and produced in the next transaction, which commits the
+// request's offset too. A request that is
 // not an end-of-run record, is keyed by another run or claims the idle reason is dead-lettered.
 // Whether the end is plausible for the run is judged when the relayed record is read back
 // (addEnd), in the order of the steps partition, as a replay judges it.
@@ -127,14 +128,16 @@ func (e *engine) relayEnd(rec *kgo.Record) {
 		e.deadLetter(rec, kindStep, err)
 		return
 	}
-	hs := make([]kgo.RecordHeader, 0, len(rec.Headers)+1)
-	for _, h := range rec.Headers {
-		if h.Key != topics.HeaderEndRequest {
-			hs = append(hs, h)
-		}
+	// Re-encoded rather than copied: the relay is the canonical record, small whatever headers or
+	// padding the request carried, so the steps topic cannot refuse it and abort the transaction.
+	r, err := e.names.StepRecord(topics.EndOfRunMarker(m.RunID, m.Step, m.CreatedAt))
+	if err != nil {
+		e.deadLetter(rec, kindStep, err)
+		return
 	}
-	hs = append(hs, topics.Header(topics.HeaderEndRequest, fmt.Sprintf("%s/%d/%d", rec.Topic, rec.Partition, rec.Offset)))
-	e.pendRelay = append(e.pendRelay, &kgo.Record{Topic: e.names.Steps(), Partition: rec.Partition, Key: rec.Key, Value: rec.Value, Headers: hs})
+	r.Partition = rec.Partition
+	r.Headers = append(r.Headers, topics.Header(topics.HeaderEndRequest, fmt.Sprintf("%s/%d/%d", rec.Topic, rec.Partition, rec.Offset)))
+	e.pendRelay = append(e.pendRelay, r)
 	e.m.records.WithLabelValues(topics.SuffixRuns, resultRelayed).Inc()
 }
 

@@ -294,6 +294,10 @@ func TestEngineRelayEnd(t *testing.T) {
 		reason string // "" relays
 	}{
 		{"end request", req(t, "r", nil), ""},
+		// Extra headers are not carried over: the relay is the canonical record.
+		{"end request with headers", req(t, "r", func(r *kgo.Record) {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: "x-pad", Value: make([]byte, 4096)})
+		}), ""},
 		{"idle claimed", req(t, "r", func(r *kgo.Record) {
 			r.Headers = append(r.Headers, topics.Header(topics.HeaderEndReason, topics.EndReasonIdle))
 		}), reasonEndUnauthorized},
@@ -315,6 +319,9 @@ func TestEngineRelayEnd(t *testing.T) {
 				t.Fatalf("relayed %d, dead letters %v; want one relayed", len(relayed), got)
 			}
 			r := relayed[0]
+			if _, ok := topics.HeaderValue(r.Headers, "x-pad"); ok {
+				t.Fatal("the relay carries the request's extra header")
+			}
 			src, _ := topics.HeaderValue(r.Headers, topics.HeaderEndRequest)
 			if r.Topic != testNames.Steps() || r.Partition != 2 || string(r.Key) != "r" || string(r.Value) != string(tc.rec.Value) ||
 				src != testNames.Runs()+"/2/17" {
