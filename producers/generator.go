@@ -252,15 +252,18 @@ func (g *Generator) Publish(ctx context.Context, b StepBatch) (Stats, error) {
 	return st, nil
 }
 
-// EndRun publishes the run's end-of-run record (topics.EndOfRunMarker) naming the last step this
-// generator published, and waits for the broker's acknowledgement. The correction consumer retires
-// the run once that step is sealed and dead-letters later steps (reason run_ended). It fails with
-// ErrNoSteps when nothing was published: the end of a run without steps names no last step.
+// EndRun publishes the run's end-of-run request (topics.Names.EndRequestRecord, on the run-control
+// topic) naming the last step this generator published, after that step's manifest was
+// acknowledged, and waits for the broker's acknowledgement. The correction consumer relays it
+// onto the steps topic, retires the run once that step is sealed and dead-letters later steps
+// (reason run_ended). The principal needs Write on the run-control topic, which the chart's
+// generator does not have (docs/security.md). It fails with ErrNoSteps when nothing was
+// published: the end of a run without steps names no last step.
 func (g *Generator) EndRun(ctx context.Context) (int64, error) {
 	if !g.started {
 		return 0, ErrNoSteps
 	}
-	rec, err := g.cfg.Names.StepRecord(topics.EndOfRunMarker(g.cfg.RunID, g.last, g.cfg.Now()))
+	rec, err := g.cfg.Names.EndRequestRecord(g.cfg.RunID, g.last, g.cfg.Now())
 	if err != nil {
 		return 0, fmt.Errorf("producers: end of run: %w", err)
 	}

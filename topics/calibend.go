@@ -20,13 +20,18 @@ const SchemaCalibrationEnd = "wmrl.calibration.end.v1"
 
 // The reasons a run ends, on the changelog and in Redis (statestore.RunEnd).
 const (
-	EndReasonMarker = "marker" // an end-of-run record from a producer (runs end, generate, close_run)
+	EndReasonMarker = "marker" // an end request on the run-control topic (runs end, generate, close_run), relayed by correct
 	EndReasonIdle   = "idle"   // wmrl correct --run-idle-timeout published the end-of-run record
 )
 
 // HeaderEndReason marks an end-of-run record on the steps topic that `wmrl correct` published
-// itself (value EndReasonIdle); a producer's end-of-run record carries none.
+// itself (value EndReasonIdle); a relayed request carries none. `wmrl correct` honours it only
+// on a record of a transactional batch (its own), and refuses an end request that carries it.
 const HeaderEndReason = "wmrl-end-reason"
+
+// HeaderEndRequest names, on an end-of-run record `wmrl correct` relayed onto the steps topic,
+// the request it relays ("<topic>/<partition>/<offset>" of the run-control topic), for tracing.
+const HeaderEndRequest = "wmrl-end-request"
 
 // endMagic opens an end record's value.
 const endMagic = "WMRLCEN\x00"

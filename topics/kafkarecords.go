@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -24,6 +25,19 @@ func (n Names) StepRecord(m StepManifest) (*kgo.Record, error) {
 		return nil, err
 	}
 	return keyedRecord(n.Steps(), SchemaStep, m.RunID, m.Step, "", b), nil
+}
+
+// EndRequestRecord encodes the end-of-run record of run (EndOfRunMarker) as a request on the
+// run-control topic (Runs), keyed by run_id. `wmrl correct` relays a valid request onto the run's
+// steps partition inside its transaction; only a relayed end ends the run (consumers/correct
+// runend.go), so only principals that may write the run-control topic can end runs.
+func (n Names) EndRequestRecord(run string, lastStep int64, at time.Time) (*kgo.Record, error) {
+	m := EndOfRunMarker(run, lastStep, at)
+	b, err := EncodeStep(m)
+	if err != nil {
+		return nil, err
+	}
+	return keyedRecord(n.Runs(), SchemaStep, m.RunID, m.Step, "", b), nil
 }
 
 // PredictedRecord encodes p as a record for the predicted-rewards topic, keyed by run_id.

@@ -10,6 +10,7 @@ const DefaultPrefix = "wmrl."
 const (
 	SuffixRollouts    = "rollouts.v1"
 	SuffixSteps       = "steps.v1"
+	SuffixRuns        = "runs.v1"
 	SuffixPredicted   = "rewards.predicted.v1"
 	SuffixExecuted    = "rewards.executed.v1"
 	SuffixAdvantages  = "advantages.v1"
@@ -33,8 +34,14 @@ func NewNames(prefix string) Names {
 // EffectivePrefix is the prefix in use: a zero Names means the default topics.
 func (n Names) EffectivePrefix() string { return cmp.Or(n.Prefix, DefaultPrefix) }
 
-func (n Names) Rollouts() string    { return n.EffectivePrefix() + SuffixRollouts }
-func (n Names) Steps() string       { return n.EffectivePrefix() + SuffixSteps }
+func (n Names) Rollouts() string { return n.EffectivePrefix() + SuffixRollouts }
+func (n Names) Steps() string    { return n.EffectivePrefix() + SuffixSteps }
+
+// Runs is the run-control topic: end-of-run requests of trainers and operators (EndRequestRecord).
+// It is a topic of its own so that who may end a run is an ACL of its own: the principals that
+// write steps (a generator) need not be the ones that may end runs (docs/security.md).
+func (n Names) Runs() string { return n.EffectivePrefix() + SuffixRuns }
+
 func (n Names) Predicted() string   { return n.EffectivePrefix() + SuffixPredicted }
 func (n Names) Executed() string    { return n.EffectivePrefix() + SuffixExecuted }
 func (n Names) Advantages() string  { return n.EffectivePrefix() + SuffixAdvantages }
@@ -43,11 +50,11 @@ func (n Names) DLQ() string         { return n.EffectivePrefix() + SuffixDLQ }
 
 // All lists every topic in a stable order.
 func (n Names) All() []string {
-	return []string{n.Rollouts(), n.Steps(), n.Predicted(), n.Executed(), n.Advantages(), n.Calibration(), n.DLQ()}
+	return []string{n.Rollouts(), n.Steps(), n.Runs(), n.Predicted(), n.Executed(), n.Advantages(), n.Calibration(), n.DLQ()}
 }
 
 // CoPartitioned lists the topics that must share one partition count: the correction consumer
 // joins them by run_id, so a run must land on the same partition number in each.
 func (n Names) CoPartitioned() []string {
-	return []string{n.Rollouts(), n.Steps(), n.Predicted(), n.Executed(), n.Advantages(), n.Calibration()}
+	return []string{n.Rollouts(), n.Steps(), n.Runs(), n.Predicted(), n.Executed(), n.Advantages(), n.Calibration()}
 }

@@ -38,16 +38,19 @@ type stageGrant struct {
 // stageGrants is the ACL table under test.
 func stageGrants(n topics.Names, groups map[string]string, txnPrefix string) map[string]stageGrant {
 	return map[string]stageGrant{
+		// The generator writes steps but may not end runs: no run-control topic.
 		"generate":   {write: []string{n.Rollouts(), n.Steps()}},
 		"worldmodel": {read: []string{n.Rollouts()}, write: []string{n.Predicted(), n.DLQ()}, group: groups["worldmodel"]},
 		"sandbox":    {read: []string{n.Rollouts()}, write: []string{n.Executed(), n.DLQ()}, group: groups["sandbox"]},
 		"correct": {
-			read:  []string{n.Steps(), n.Predicted(), n.Executed(), n.Calibration()},
-			write: []string{n.Advantages(), n.Calibration(), n.DLQ()},
+			// Steps: relayed end requests and idle ends, in its transactions.
+			read:  []string{n.Steps(), n.Runs(), n.Predicted(), n.Executed(), n.Calibration()},
+			write: []string{n.Steps(), n.Advantages(), n.Calibration(), n.DLQ()},
 			group: groups["correct"], txnPrefix: txnPrefix,
 		},
-		// digest and train both read the advantages; train also commits offsets in its group.
-		"train": {read: []string{n.Advantages()}, group: groups["train"]},
+		// digest and train both read the advantages; train also commits offsets in its group. The
+		// trainer ends its runs: Write on the run-control topic.
+		"train": {read: []string{n.Advantages()}, write: []string{n.Runs()}, group: groups["train"]},
 	}
 }
 
@@ -244,8 +247,9 @@ func TestSecureStagesLeastPrivilege(t *testing.T) {
 	rollouts := e2eWorkload(t)
 	input := filepath.Join(s.dir, "rollouts.jsonl")
 	writeE2EInput(t, input, rollouts)
+	// The generator may not end the run (no Write on the run-control topic): the trainer does.
 	h["generate"].run(2*time.Minute, 0, "generate", "--backend", "jsonl", "--input", input,
-		"--run", e2eRun, "--anchor-fraction", strconv.FormatFloat(e2eAnchor, 'g', -1, 64))
+		"--run", e2eRun, "--anchor-fraction", strconv.FormatFloat(e2eAnchor, 'g', -1, 64), "--end-run=false")
 
 	wm := startE2EWorldModel(t)
 	argv := e2eScoreArgv(t)
@@ -263,6 +267,7 @@ func TestSecureStagesLeastPrivilege(t *testing.T) {
 
 	// The forgeries and trespasses, while the stages still run.
 	s.checkDenied(t, tenant)
+	s.checkRunEnds(t, h)
 
 	for _, p := range procs {
 		p.terminate(30 * time.Second)
@@ -376,6 +381,208 @@ func (s *secureEnv) checkDenied(t *testing.T, tenant string) {
 			t.Errorf("%s/%d end offset %d before the forgery attempts, %d after", o.Topic, o.Partition, o.Offset, a.Offset)
 		}
 	})
+}
+
+// checkRunEnds tries to end the sealed run e2eRun as each principal (docs/security.md, "Who may end
+// a run"): the generator is refused by the broker on the run-control topic and with a
+// transactional producer, and its end-of-run record written straight onto the steps topic is
+// dead-lettered end_unauthorized; the trainer's forged idle request is dead-lettered
+// end_unauthorized and its request naming step 2^62 is a conflict past which the steps
+// partition's committed offset moves; meanwhile the run stays active. Then the trainer's `wmrl
+// runs end` ends it: its end reaches the calibration changelog.
+func (s *secureEnv) checkRunEnds(t *testing.T, h map[string]*e2eHarness) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	last := strconv.Itoa(e2eSteps - 1)
+	at := time.Now().UTC()
+
+	// 1. The generator: `wmrl runs end` is refused by the broker.
+	_, errOut, code := h["generate"].try(time.Minute, "runs", "end", e2eRun, "--last-step", last)
+	if code == 0 || !strings.Contains(errOut, "TOPIC_AUTHORIZATION_FAILED") || !strings.Contains(errOut, "may not end runs") {
+		t.Errorf("the generator's runs end: exit %d, stderr %q; want TOPIC_AUTHORIZATION_FAILED and the rule", code, errOut)
+	}
+	// 2. The generator with a transactional producer (which would make its marker look like
+	// correct's): refused, under its own id and under correct's prefix.
+	marker, err := s.names.StepRecord(topics.EndOfRunMarker(e2eRun, e2eSteps-1, at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{s.prefix + "generate-end", s.txnPrefix + "forged"} {
+		cl := s.clientAs("wmrl-generate", kgo.TransactionalID(id))
+		perr := cl.BeginTransaction()
+		if perr == nil {
+			pctx, pcancel := context.WithTimeout(ctx, 20*time.Second)
+			perr = cl.ProduceSync(pctx, marker).FirstErr()
+			pcancel()
+		}
+		if !errors.Is(perr, kerr.TransactionalIDAuthorizationFailed) {
+			t.Errorf("the generator's transactional end-of-run record under %s: got %v, want %v", id, perr, kerr.TransactionalIDAuthorizationFailed)
+		}
+		cl.Close()
+	}
+	// 3. The generator's marker straight onto the steps topic (it may write steps).
+	produce := func(cl *kgo.Client, r *kgo.Record) {
+		t.Helper()
+		pctx, pcancel := context.WithTimeout(ctx, 20*time.Second)
+		defer pcancel()
+		if err := cl.ProduceSync(pctx, r).FirstErr(); err != nil {
+			t.Fatalf("produce to %s: %v", r.Topic, err)
+		}
+	}
+	produce(s.clientAs("wmrl-generate"), marker)
+	// 4. The trainer (mutual TLS): a forged idle request and one naming step 2^62.
+	trainer, err := kgo.NewClient(kgo.SeedBrokers(s.broker.MTLS), kgo.DialTLSConfig(s.broker.Certs.TLS(s.broker.Certs.CA, true)),
+		kgo.RequestRetries(2), kgo.RetryTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer trainer.Close()
+	idle, err := s.names.EndRequestRecord(e2eRun, e2eSteps-1, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle.Headers = append(idle.Headers, topics.Header(topics.HeaderEndReason, topics.EndReasonIdle))
+	produce(trainer, idle)
+	huge, err := s.names.EndRequestRecord(e2eRun, 1<<62, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(trainer, huge)
+
+	want := map[string]string{ // "<source topic> <reason>" of each expected dead letter
+		"generator's marker": s.names.Steps() + " end_unauthorized",
+		"trainer's idle":     s.names.Runs() + " end_unauthorized",
+		"trainer's 2^62":     s.names.Steps() + " conflict",
+	}
+	var hugeOffset int64 = -1
+	dls := map[string]int{}
+	s.consumeUntil(ctx, t, s.names.DLQ(), func(r *kgo.Record) bool {
+		d, err := topics.ParseDeadLetter(r)
+		if err != nil || string(d.Key) != e2eRun {
+			return false
+		}
+		dls[d.SourceTopic+" "+d.Reason]++
+		if m, err := topics.DecodeStep(d.Value); err == nil && d.Reason == "conflict" && m.Step == 1<<62 {
+			hugeOffset = d.SourceOffset
+		}
+		for _, w := range want {
+			if dls[w] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("dead letters of run %s: %v", e2eRun, dls)
+	// The run is still active: no end of it on the calibration changelog.
+	if s.runEnded(t) {
+		t.Fatalf("run %s ended after the refused ends", e2eRun)
+	}
+	// Nothing pins the steps partition: correct's committed offset passes the 2^62 record.
+	part := topics.PartitionFor(e2eRun, 2)
+	adm := s.broker.Admin(t)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		offs, err := adm.FetchOffsets(ctx, s.groups["correct"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := offs.Lookup(s.names.Steps(), part)
+		if o.At > hugeOffset {
+			t.Logf("steps/%d committed at %d, past the 2^62 end at %d", part, o.At, hugeOffset)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("steps/%d committed offset %d, not past the 2^62 end-of-run record at %d", part, o.At, hugeOffset)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// 5. The trainer ends the run.
+	if out := h["train"].run(time.Minute, 0, "runs", "end", e2eRun, "--last-step", last); !strings.Contains(out, "ended after step "+last) {
+		t.Fatalf("the trainer's runs end printed %q", out)
+	}
+	deadline = time.Now().Add(time.Minute)
+	for !s.runEnded(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s not ended a minute after the trainer's runs end", e2eRun)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// consumeUntil reads topic read_committed from its start as the super user until done returns
+// true for a record (failing the test at ctx's end).
+func (s *secureEnv) consumeUntil(ctx context.Context, t *testing.T, topic string, done func(*kgo.Record) bool) {
+	t.Helper()
+	cl, err := kgo.NewClient(append(s.broker.AdminOpts(), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%s: the awaited records did not come: %v", topic, ctx.Err())
+		}
+		for _, r := range fs.Records() {
+			if done(r) {
+				return
+			}
+		}
+	}
+}
+
+// runEnded reports whether the calibration changelog records the end of e2eRun.
+func (s *secureEnv) runEnded(t *testing.T) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := kgo.NewClient(s.broker.AdminOpts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, s.names.Calibration())
+	cl.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := map[int32]kgo.Offset{}
+	open := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			start[o.Partition], open[o.Partition] = kgo.NewOffset().AtStart(), o.Offset
+		}
+	})
+	if len(open) == 0 {
+		return false
+	}
+	rd, err := kgo.NewClient(append(s.broker.AdminOpts(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.names.Calibration(): start}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	ended := false
+	for len(open) > 0 {
+		fs := rd.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s: %v", s.names.Calibration(), ctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := open[r.Partition]; ok && r.Offset+1 >= end {
+				delete(open, r.Partition)
+			}
+			if r.Attrs.IsControl() || string(r.Key) != string(topics.CalibrationEndKey(e2eRun)) || !topics.IsCalibrationEnd(r) {
+				return
+			}
+			if e, err := topics.DecodeCalibrationEnd(r.Value); err == nil && e.RunID == e2eRun {
+				ended = true
+			}
+		})
+	}
+	return ended
 }
 
 // startE2EWorldModel serves e2eWorldModel until the test ends and returns its base URL.

@@ -72,10 +72,12 @@ wmrl_generate_paused, wmrl_generate_steps_ahead, wmrl_generate_pauses_total and
 wmrl_generate_paused_seconds_total.
 
 End of run: when the input ends (not on a signal or an error), generate publishes the run's
-end-of-run record naming the last step it published; 'wmrl correct' then retires the run once
-that step is sealed and dead-letters records of later steps (reason run_ended). Pass
---end-run=false when another generate invocation continues the same run ('wmrl runs end' ends it
-later).`,
+end-of-run request on the run-control topic (<prefix>runs.v1) naming the last step it published;
+'wmrl correct' relays it onto the steps topic, retires the run once that step is sealed and
+dead-letters records of later steps (reason run_ended). This needs Write on the run-control
+topic, which a generator's principal does not have where ACLs apply (docs/security.md: only
+trainers and operators may end runs): there pass --end-run=false and end the run with 'wmrl runs
+end'. Pass --end-run=false also when another generate invocation continues the same run.`,
 		Args: cobra.NoArgs,
 		RunE: o.run,
 	}
@@ -178,7 +180,7 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 		case errors.Is(eerr, producers.ErrNoSteps):
 			a.log.Warn("no step published: no end-of-run record")
 		case eerr != nil:
-			return eerr
+			return fmt.Errorf("%w%s", eerr, endDeniedHint(eerr))
 		default:
 			fmt.Fprintf(a.stdout, "run %s ended after step %d\n", o.runID, last)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/statestore"
@@ -39,10 +40,14 @@ func newRunsEndCmd(a *app) *cobra.Command {
 		Use: "end RUN",
 		Example: `  wmrl runs end r1 --last-step 499
   wmrl runs end r1 --redis redis://redis:6379/0 --redis-prefix lab`,
-		Short: "Publish a run's end-of-run record: 'wmrl correct' retires it after its last step",
-		Long: `end publishes the end-of-run record of RUN on the steps topic (a step manifest with
-"end_of_run": true whose step is the run's last step), keyed by the run like its manifests, so its
-place among them is fixed and a replay sees the end where the live consumer did.
+		Short: "Request a run's end: 'wmrl correct' retires it after its last step",
+		Long: `end publishes the end-of-run request of RUN on the run-control topic (<prefix>runs.v1: a
+step manifest with "end_of_run": true whose step is the run's last step), keyed by the run.
+'wmrl correct' relays it onto the run's steps partition inside its transaction, so its place
+among the run's manifests is fixed and a replay sees the end where the live consumer did. Only
+principals that may write the run-control topic (trainers, operators; not the generator) can end
+a run (docs/security.md); an end-of-run record written straight onto the steps topic is
+dead-lettered (end_unauthorized) and ends nothing.
 
 'wmrl correct' retires the run once the last step is sealed: its state leaves memory, its
 per-run metric series are deleted, and its end is recorded on the calibration changelog and in
@@ -54,8 +59,10 @@ run that must go on needs a new run id.
 
 --last-step names the last step. Without it, the last step sealed in Redis (the state 'wmrl correct'
 writes under --redis-prefix) is used: the run ends where it stands. A record naming a step
-before one already sealed, or before a manifest already published, or for a run without a
-manifest before it, is dead-lettered as a conflict and ends nothing. 'wmrl generate' publishes the record itself when its input ends.`,
+before one already sealed, or for a run without a manifest before it, or more than the per-run
+pending-steps limit of 'wmrl correct' beyond the highest step the run has shown, is
+dead-lettered as a conflict and ends nothing; manifests of later steps not yet sealed are
+dead-lettered run_ended. 'wmrl generate' publishes the request itself when its input ends.`,
 		Args: cobra.ExactArgs(1),
 		RunE: o.run,
 	}
@@ -91,10 +98,10 @@ func (o *runsEndOptions) run(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	names := a.conn.Names()
-	if err := a.requireTopics(kopts, names.Steps()); err != nil {
-		return err
+	if err := a.requireTopics(kopts, names.Runs()); err != nil {
+		return fmt.Errorf("%w%s", err, endDeniedHint(err))
 	}
-	rec, err := names.StepRecord(topics.EndOfRunMarker(run, last, time.Now().UTC()))
+	rec, err := names.EndRequestRecord(run, last, time.Now().UTC())
 	if err != nil {
 		return err
 	}
@@ -104,7 +111,7 @@ func (o *runsEndOptions) run(cmd *cobra.Command, args []string) error {
 	}
 	defer cl.Close()
 	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		return fmt.Errorf("produce the end-of-run record of run %s: %w", run, err)
+		return fmt.Errorf("produce the end-of-run request of run %s to %s: %w%s", run, names.Runs(), err, endDeniedHint(err))
 	}
 	fmt.Fprintf(a.stdout, "run %s ended after step %d\n", run, last)
 	return nil
@@ -135,4 +142,13 @@ func (o *runsEndOptions) sealedInRedis(ctx context.Context, run string) (int64, 
 		return 0, fmt.Errorf("run %s under prefix %q: %w; name the run's last step with --last-step", run, o.redisPrefix, errNoSealedStep)
 	}
 	return last, nil
+}
+
+// endDeniedHint explains a refused end request: the principal may not write the run-control
+// topic, which is by design for a generator (docs/security.md, "Who may end a run").
+func endDeniedHint(err error) string {
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		return " (this principal may not end runs: only trainers and operators may write the run-control topic; see docs/security.md)"
+	}
+	return ""
 }

@@ -20,8 +20,9 @@ import (
 	"github.com/wmrl/wmrl/topics"
 )
 
-// On the real broker: `wmrl generate` publishes the end-of-run record naming its last step when
-// its input ends, `wmrl runs end RUN --last-step N` publishes one for N, and without --last-step
+// On the real broker: `wmrl generate` publishes the end-of-run request naming its last step on the
+// run-control topic when its input ends, `wmrl runs end RUN --last-step N` publishes one for N
+// there, and without --last-step
 // a run that Redis holds no state of is refused with a message naming the flag.
 func TestRunsEndOnBroker(t *testing.T) {
 	brokers := testenv.Kafka(t)
@@ -70,16 +71,21 @@ func TestRunsEndOnBroker(t *testing.T) {
 		t.Fatalf("runs end from Redis printed %q", out)
 	}
 
+	// The ends are requests on the run-control topic ('wmrl correct' relays them onto the steps
+	// topic); the steps topic holds the manifests alone.
 	ends := map[string]int64{}
 	manifests := map[string]int{}
-	for _, r := range readSteps(t, brokers, names.Steps(), 2+2+1+1+1) {
+	for _, r := range append(readSteps(t, brokers, names.Steps(), 2+2), readSteps(t, brokers, names.Runs(), 1+1+1)...) {
 		m, err := topics.DecodeStep(r.Value)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.EndOfRun {
+		switch {
+		case m.EndOfRun && r.Topic == names.Runs() && string(r.Key) == m.RunID:
 			ends[m.RunID] = m.Step
-		} else {
+		case m.EndOfRun:
+			t.Errorf("end-of-run record of run %s on %s (key %q), want it on %s keyed by the run", m.RunID, r.Topic, r.Key, names.Runs())
+		default:
 			manifests[m.RunID]++
 		}
 	}

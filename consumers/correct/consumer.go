@@ -85,7 +85,10 @@ func (p outputPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 	return kgo.ManualPartitioner().ForTopic(t)
 }
 
-func (c *Consumer) inputs() []string { return inputTopics(c.cfg.Names) }
+// inputs are the topics the consumer subscribes to: the engine's inputs and the run-control
+// topic, whose end requests it relays onto the steps topic (runend.go; a replay reads the relayed
+// records on the steps topic and so not this topic).
+func (c *Consumer) inputs() []string { return append(inputTopics(c.cfg.Names), c.cfg.Names.Runs()) }
 
 // Run consumes until ctx is cancelled (then it finishes the current transaction and leaves the
 // group) or a non-retryable error occurs (fenced by another instance with the same

@@ -8,7 +8,8 @@
 //
 // The consumer reads wmrl.steps.v1, wmrl.rewards.predicted.v1 and wmrl.rewards.executed.v1 in one
 // consumer group with the range balancer, which gives a member the same partition numbers of all
-// three topics (they are co-partitioned by run_id). A step v of a run is complete when its
+// three topics (they are co-partitioned by run_id), and the run-control topic wmrl.runs.v1, whose
+// end requests it relays onto the steps topic (runend.go). A step v of a run is complete when its
 // manifest is buffered, every group has Size predicted rewards and every anchor group also has
 // Size executed rewards for the same rollout ids. Rollout ids come from the reward records.
 //
@@ -37,7 +38,9 @@
 // instead of an abort loop.
 //
 // A run ends with its end-of-run record on the steps topic (topics.StepManifest.EndOfRun, naming
-// the run's last step): once its last step is sealed the run leaves memory, its per-run metric
+// the run's last step), honoured only from correct's own transactions: end requests arrive on the
+// run-control topic (which only trainers and operators may write) and are relayed onto the steps
+// topic in the transaction (runend.go). Once its last step is sealed the run leaves memory, its per-run metric
 // series are deleted after the commit (wmrl_correct_active_runs counts the runs held), later
 // records of steps beyond the end are dead-lettered with reason run_ended and re-reads of sealed
 // steps dropped as sealed_duplicate. Runs do not resume after their end; runend.go says why. The

@@ -163,6 +163,11 @@ type engine struct {
 	pendEnds  []*endedRun
 	pendTombs []*endedRun
 	pendIdle  []*kgo.Record // idle end-of-run records for the steps topic (idle.go)
+	pendRelay []*kgo.Record // end requests relayed onto the steps topic (runend.go)
+	// relayed tells an end-of-run record on the steps topic that this consumer wrote (an idle end
+	// or a relayed request) from one anybody who may write steps wrote: see runend.go. It is
+	// fromTransaction, a field only so that engine tests can feed hand-built records.
+	relayed func(*kgo.Record) bool
 	// scratch holds one sealScratch per sealing goroutine.
 	scratch []*sealScratch
 }
@@ -189,6 +194,7 @@ func newEngine(corr *correction.Corrector, names topics.Names, maxStaleness int6
 		runs:         map[string]*runBuf{},
 		dlq:          map[tp][]deadLetter{},
 		ended:        map[string]*endedRun{},
+		relayed:      fromTransaction,
 
 		undeliverable: map[tp]map[int64]int{},
 	}
@@ -200,7 +206,7 @@ func (e *engine) reset() {
 	e.dlq = map[tp][]deadLetter{}
 	// A reset precedes a rebuild from the changelog, which brings back the ends it recorded; one
 	// it lacks (an aborted transaction) the re-read input ends again.
-	e.ended, e.retired, e.pendEnds, e.pendTombs, e.pendIdle = map[string]*endedRun{}, nil, nil, nil, nil
+	e.ended, e.retired, e.pendEnds, e.pendTombs, e.pendIdle, e.pendRelay = map[string]*endedRun{}, nil, nil, nil, nil, nil
 	e.nSteps, e.nGroups, e.dlqBytes = 0, 0, 0
 }
 
@@ -320,6 +326,8 @@ func (e *engine) add(rec *kgo.Record, now time.Time) { e.apply(e.decode(rec), no
 // apply folds a decoded record into the buffers; records must be applied in input order.
 func (e *engine) apply(d decoded, now time.Time) {
 	switch {
+	case !d.ok && d.rec.Topic == e.names.Runs():
+		e.relayEnd(d.rec)
 	case !d.ok:
 		e.m.records.WithLabelValues(d.rec.Topic, resultForeign).Inc()
 	case d.err != nil:

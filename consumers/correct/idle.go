@@ -16,11 +16,12 @@ import (
 //
 // A run with no input record for the timeout is ended by the instance owning it: it publishes the
 // run's end-of-run record on the steps topic, on the run's partition, with header
-// wmrl-end-reason: idle, inside its next transaction. The end is therefore on the input topics,
+// wmrl-end-reason: idle, inside its next transaction (the header is honoured only on a record of a
+// transactional batch, i.e. correct's own: runend.go). The end is therefore on the input topics,
 // and a replay sees it exactly where the live consumer read it back; until it is read back
 // nothing changes. The record names the run's last sealed step; buffered incomplete steps beyond
-// it (a trainer that died mid-step) are dead-lettered run_ended when it arrives, where a
-// producer's marker would be a conflict (runend.go addEnd). A duplicate (an instance that crashed
+// it (a trainer that died mid-step) are dead-lettered run_ended when it arrives, as for a relayed
+// end (runend.go addEnd). A duplicate (an instance that crashed
 // after the commit and decides again) is a duplicate of the buffered end, or a sealed duplicate
 // of the retired run: harmless. A run that sealed a later step between the decision and the
 // record's arrival (input resumed) ignores it (result idle_end_ignored) and lives on.

@@ -10,8 +10,7 @@ import (
 
 // An idle run is ended by the end-of-run record the engine queues: it names the last sealed step,
 // goes to the steps topic on the run's partition with reason idle, and, read back, dead-letters
-// the step the trainer left incomplete (manifest included) as run_ended, where a producer's marker
-// would be a conflict; a second copy is harmless; a replay of the input topics with the record in
+// the step the trainer left incomplete (manifest included) as run_ended; a second copy is harmless; a replay of the input topics with the record in
 // place gives the live rows; and a run that sealed on after the decision ignores it.
 func TestEngineIdleEnd(t *testing.T) {
 	steps := synth(t, SynthConfig{Runs: 1, Steps: 3, Groups: 2, GroupSize: 2, AnchorEvery: 1, Seed: 9})

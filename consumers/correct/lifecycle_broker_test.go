@@ -68,7 +68,7 @@ func TestConsumerLifecycleOnBroker(t *testing.T) {
 	endedAt := time.Now().UTC()
 	var ends []*kgo.Record
 	for _, run := range []string{"l-0", "l-1"} {
-		r, err := names.StepRecord(topics.EndOfRunMarker(run, last, endedAt))
+		r, err := names.EndRequestRecord(run, last, endedAt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,9 +82,10 @@ func TestConsumerLifecycleOnBroker(t *testing.T) {
 		t.Fatalf("state bytes %v with three runs, %v after two ended: want a drop", bytes3, bytes1)
 	}
 	for _, run := range []string{"l-0", "l-1"} {
-		waitFor(reg, "the end in Redis", 10*time.Second, func() bool {
+		// The end and its keys' TTL are two Redis calls (writeEnds): wait for both.
+		waitFor(reg, "the end and its TTL in Redis", 10*time.Second, func() bool {
 			e, err := store.ReadEnd(ctx, run)
-			return err == nil && e != nil
+			return err == nil && e != nil && rdb.PTTL(ctx, store.HeadKey(run, "stream0")).Val() > 0
 		})
 		e, _ := store.ReadEnd(ctx, run)
 		if e.LastStep != last || e.Reason != topics.EndReasonMarker || !e.EndedAt.Equal(endedAt.Truncate(time.Millisecond)) {

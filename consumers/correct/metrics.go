@@ -88,7 +88,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	s := &series{reg: reg}
 	m := &metrics{
 		records: s.counterVec("wmrl_correct_records_total",
-			"Input records by topic and result: buffered, duplicate (identical to a buffered one), sealed_duplicate (step already sealed), dead_letter.",
+			"Input records by topic and result: buffered, duplicate (identical to a buffered one), sealed_duplicate (step already sealed), dead_letter; relayed for end requests of the run-control topic.",
 			"topic", "result"),
 		deadLetters:  s.counterVec("wmrl_correct_dead_letters_total", "Dead letters in committed transactions, by DLQ reason.", "reason"),
 		sealedSteps:  s.counter("wmrl_correct_steps_sealed_total", "Steps sealed in committed transactions."),

@@ -137,6 +137,7 @@ func (e *engine) takeChangelog() (changelogOut, error) {
 	idle := e.takeIdle()
 	out.recs = append(out.recs, idle...)
 	out.idle = len(idle)
+	out.recs = append(out.recs, e.takeRelayed()...)
 	return out, nil
 }
 

@@ -12,10 +12,21 @@ import (
 	"github.com/wmrl/wmrl/topics"
 )
 
-// A run ends with its end-of-run record (topics.StepManifest.EndOfRun, written by `wmrl runs
-// end` and by `wmrl generate` when its input ends): Step names the run's last step. The record
-// travels on the steps topic among the run's manifests, so where it falls in the run's input is
-// fixed and a replay sees it where the live consumer did.
+// A run ends with its end-of-run record (topics.StepManifest.EndOfRun): Step names the run's
+// last step. Who may end a run is an ACL (docs/security.md, "Who may end a run"): trainers and
+// operators (`wmrl runs end`, `wmrl generate`'s end, the Python client's close_run) publish an end
+// *request* on the run-control topic (topics.Names.Runs), which the generator's principal may not
+// write; this consumer relays each valid request onto the run's steps partition inside its
+// transaction (relayEnd), which also commits the request's offset, so each request is relayed
+// exactly once. Only an end-of-run record of a transactional batch is honoured on the steps
+// topic: only this consumer's principal holds a transactional-id ACL, so such a record is a
+// relayed request or this consumer's own idle end (idle.go), never one a principal that merely
+// writes steps produced. Any other is dead-lettered (reason end_unauthorized) and pins nothing.
+//
+// The relayed record travels on the steps topic among the run's manifests, so where it falls in
+// the run's input is fixed and a replay, which reads the steps topic and not the run-control
+// topic, sees it where the live consumer did. A requester that publishes its request after its
+// last manifest was acknowledged (all of ours do) has that manifest before the relayed record.
 //
 // Once the marker is buffered and the last step is sealed, the run is retired: its states and
 // buffers leave memory and its per-run metric series are deleted after the transaction that
@@ -31,9 +42,14 @@ import (
 // sealed, and it receives them again as duplicates) or starts a new run id. Rewards of steps
 // beyond the last one that arrived before the marker (topics interleave freely) are
 // dead-lettered with the same reason when the marker arrives, so the set of dead letters does not
-// depend on that interleaving. A marker contradicting the run (no manifest of the run before it,
-// a manifest of a later step already buffered, the run already sealed beyond it, or a second
-// marker with another step) is dead-lettered as a conflict.
+// depend on that interleaving. The same holds for manifests of later steps buffered before the
+// marker: the end takes effect where correct relays it, so a manifest another client published
+// between the request and the relay precedes it on the steps partition, and the end (which only
+// trainers and operators may request) wins. A marker contradicting the run (no manifest of the
+// run before it, the run already sealed beyond it, a second marker with another step, or a last
+// step beyond the highest step the run has shown plus Limits.PendingStepsPerRun, which would hold
+// the partition's commit back for steps that may never come) is dead-lettered as a conflict and
+// pins nothing.
 //
 // The end is recorded on the calibration changelog when the run retires, so a consumer that
 // rebuilds (a restart, a rebalance) knows the run ended and does not install it; after
@@ -61,6 +77,88 @@ func (e *runEndedError) Error() string {
 
 func (e *runEndedError) DLQReason() string { return reasonRunEnded }
 
+// reasonEndUnauthorized is the dead-letter reason of an end-of-run record this consumer did not
+// write (not in a transactional batch) and of an end request claiming the idle reason.
+const reasonEndUnauthorized = "end_unauthorized"
+
+// endUnauthorizedError refuses an end-of-run record from a principal that may not end runs.
+type endUnauthorizedError struct {
+	run, why string
+}
+
+func (e *endUnauthorizedError) Error() string {
+	return fmt.Sprintf("end-of-run record of run %s refused: %s", e.run, e.why)
+}
+
+func (e *endUnauthorizedError) DLQReason() string { return reasonEndUnauthorized }
+
+// fromTransaction reports whether rec came in a transactional batch. The broker accepts a
+// transactional produce only from a principal with Write on the request's transactional id
+// (TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise), and of the principals that may write the
+// steps topic only correct's has one (docs/security.md), so on the steps topic this identifies
+// correct's own records. The attribute is in the stored batch, so a replay sees the same.
+func fromTransaction(rec *kgo.Record) bool { return rec.Attrs.IsTransactional() }
+
+// resultRelayed counts end requests of the run-control topic queued for relaying.
+const resultRelayed = "relayed"
+
+// relayEnd takes a record of the run-control topic: a valid end request is queued for the steps
+// topic as the canonical end-of-run record (on the request's partition number: the topics are
+// co-partitioned and both keyed by run) and produced in the next transaction, which commits the
+// request's offset too. A request that is
+// not an end-of-run record, is keyed by another run or claims the idle reason is dead-lettered.
+// Whether the end is plausible for the run is judged when the relayed record is read back
+// (addEnd), in the order of the steps partition, as a replay judges it.
+func (e *engine) relayEnd(rec *kgo.Record) {
+	m, err := topics.DecodeStep(rec.Value)
+	switch {
+	case err != nil:
+	case !m.EndOfRun:
+		err = &topics.FieldError{Record: "end request", Field: "end_of_run", Value: "false",
+			Reason: "the run-control topic takes end-of-run records only", Err: topics.ErrInvalid}
+	case string(rec.Key) != m.RunID:
+		err = &topics.FieldError{Record: "end request", Field: "key", Value: string(rec.Key),
+			Reason: fmt.Sprintf("must equal run_id %q: records are partitioned by run", m.RunID), Err: topics.ErrInvalid}
+	default:
+		if v, ok := topics.HeaderValue(rec.Headers, topics.HeaderEndReason); ok {
+			err = &endUnauthorizedError{run: m.RunID, why: fmt.Sprintf("an end request may not carry %s: %q (only wmrl correct ends a run as idle)", topics.HeaderEndReason, v)}
+		}
+	}
+	if err != nil {
+		e.deadLetter(rec, kindStep, err)
+		return
+	}
+	// Re-encoded rather than copied: the relay is the canonical record, small whatever headers or
+	// padding the request carried, so the steps topic cannot refuse it and abort the transaction.
+	r, err := e.names.StepRecord(topics.EndOfRunMarker(m.RunID, m.Step, m.CreatedAt))
+	if err != nil {
+		e.deadLetter(rec, kindStep, err)
+		return
+	}
+	r.Partition = rec.Partition
+	r.Headers = append(r.Headers, topics.Header(topics.HeaderEndRequest, fmt.Sprintf("%s/%d/%d", rec.Topic, rec.Partition, rec.Offset)))
+	e.pendRelay = append(e.pendRelay, r)
+	e.m.records.WithLabelValues("runs", resultRelayed).Inc() // its dead letters count under "steps"
+}
+
+// takeRelayed returns the relayed end requests queued since the last call.
+func (e *engine) takeRelayed() []*kgo.Record {
+	out := e.pendRelay
+	e.pendRelay = nil
+	return out
+}
+
+// highestShown is the highest step run rb has shown: sealed, or with a buffered manifest.
+func (rb *runBuf) highestShown() int64 {
+	h := rb.sealed
+	for v, b := range rb.steps {
+		if b.manifest != nil && v > h {
+			h = v
+		}
+	}
+	return h
+}
+
 // runEnd is a run's buffered end-of-run record.
 type runEnd struct {
 	last   int64
@@ -87,6 +185,11 @@ func (e *engine) endedRecord(rec *kgo.Record, k kind, run string, step int64) bo
 // (reason idle, idle.go) never is a conflict: it ends a run where it stands or, if the run has
 // moved on or ended since, is ignored.
 func (e *engine) addEnd(rec *kgo.Record, m topics.StepManifest) {
+	if !e.relayed(rec) {
+		e.deadLetter(rec, kindStep, &endUnauthorizedError{run: m.RunID,
+			why: fmt.Sprintf("not written by wmrl correct (not in a transactional batch); publish the end on %s (wmrl runs end)", e.names.Runs())})
+		return
+	}
 	idle := endReason(rec) == topics.EndReasonIdle
 	// A marker for a run without a manifest before it (a typo in `wmrl runs end`, a run keyed
 	// elsewhere) would wait for steps that never come and hold the partition's commit back for
@@ -105,7 +208,13 @@ func (e *engine) addEnd(rec *kgo.Record, m topics.StepManifest) {
 		e.deadLetter(rec, kindStep, err)
 		return
 	}
-	switch {
+	window := int64(e.limits.PendingStepsPerRun)
+	switch h := rb.highestShown(); {
+	case m.Step > h && m.Step-h > window:
+		// Subtraction, not h+window: a step near 2^63 must not overflow into plausibility.
+		e.deadLetter(rec, kindStep, conflict("end-of-run record of run %s names step %d as the last, more than %d steps (the pending-steps limit per run) beyond the highest step %d the run has shown",
+			m.RunID, m.Step, window, h))
+		return
 	case rb.end != nil && rb.end.last == m.Step:
 		e.m.record(kindStep, resultDuplicate)
 		return
@@ -120,14 +229,9 @@ func (e *engine) addEnd(rec *kgo.Record, m topics.StepManifest) {
 		e.deadLetter(rec, kindStep, conflict("end-of-run record of run %s names step %d as the last, but step %d is already sealed", m.RunID, m.Step, rb.sealed))
 		return
 	}
-	for v, b := range rb.steps {
-		if v > m.Step && b.manifest != nil && !idle {
-			e.deadLetter(rec, kindStep, conflict("end-of-run record of run %s names step %d as the last, but a manifest of step %d came before it", m.RunID, m.Step, v))
-			return
-		}
-	}
-	// Records of later steps that came before the marker: dead-lettered as those after it will
-	// be. Only an idle end finds manifests among them (a producer's end was refused above).
+	// Records of later steps that came before the marker (manifests included: an end takes effect
+	// where correct relays it, so another client's manifest published meanwhile may precede it):
+	// dead-lettered as those after it will be.
 	for _, v := range slices.Sorted(maps.Keys(rb.steps)) {
 		if v <= m.Step {
 			continue

@@ -148,37 +148,64 @@ func rowsOfRun(rows []topics.AdvantageRow, run string) []topics.AdvantageRow {
 // End-of-run records that contradict the run are conflicts and end nothing.
 func TestEngineRunEndConflicts(t *testing.T) {
 	steps := synth(t, SynthConfig{Runs: 1, Steps: 4, Groups: 2, GroupSize: 2, AnchorEvery: 1, Seed: 5})
+	idleEnd := func(run string, last int64) *kgo.Record {
+		r := endRecord(t, run, last)
+		r.Headers = append(r.Headers, topics.Header(topics.HeaderEndReason, topics.EndReasonIdle))
+		return r
+	}
 	for _, tc := range []struct {
 		name    string
 		records func() []*kgo.Record
 		reasons map[string]int
 		active  int
+		// strict judges the records by their batch attributes, as the consumer does: hand-built
+		// ones are not transactional, so not written by correct.
+		strict bool
 	}{
+		{"marker not written by correct", func() []*kgo.Record {
+			return append(flatten(steps[:2]), endRecord(t, "run-0", 1), steps[2].Manifest)
+		}, map[string]int{reasonEndUnauthorized: 1}, 1, true},
+		{"forged idle marker", func() []*kgo.Record {
+			return append(flatten(steps[:2]), steps[3].Manifest, idleEnd("run-0", 1))
+		}, map[string]int{reasonEndUnauthorized: 1}, 1, true},
+		{"last step 2^62", func() []*kgo.Record {
+			return append(flatten(steps[:2]), endRecord(t, "run-0", 1<<62))
+		}, map[string]int{"conflict": 1}, 1, false},
+		{"last step beyond the pending-steps window", func() []*kgo.Record {
+			return append(flatten(steps[:2]), endRecord(t, "run-0", 1+DefaultPendingStepsPerRun+1))
+		}, map[string]int{"conflict": 1}, 1, false},
+		{"last step at the edge of the window", func() []*kgo.Record {
+			return append(flatten(steps[:2]), endRecord(t, "run-0", 1+DefaultPendingStepsPerRun))
+		}, map[string]int{}, 1, false},
 		{"last step already passed", func() []*kgo.Record {
 			return append(flatten(steps[:3]), endRecord(t, "run-0", 1))
-		}, map[string]int{"conflict": 1}, 1},
+		}, map[string]int{"conflict": 1}, 1, false},
+		// The end wins: the manifest published between request and relay is run_ended.
 		{"a later manifest came first", func() []*kgo.Record {
 			return append(append(flatten(steps[:2]), steps[3].Manifest), endRecord(t, "run-0", 1))
-		}, map[string]int{"conflict": 1}, 1},
+		}, map[string]int{reasonRunEnded: 1}, 0, false},
 		{"second marker with another step", func() []*kgo.Record {
 			return append(flatten(steps[:1]), endRecord(t, "run-0", 2), endRecord(t, "run-0", 3))
-		}, map[string]int{"conflict": 1}, 1},
+		}, map[string]int{"conflict": 1}, 1, false},
 		{"same marker twice", func() []*kgo.Record {
 			return append(flatten(steps[:2]), endRecord(t, "run-0", 1), endRecord(t, "run-0", 1))
-		}, map[string]int{}, 0},
+		}, map[string]int{}, 0, false},
 		{"marker before its last step is complete, rewards beyond it", func() []*kgo.Record {
 			recs := append([]*kgo.Record{steps[0].Manifest}, steps[1].Rewards...)
 			return append(append(recs, endRecord(t, "run-0", 0)), steps[0].Rewards...)
-		}, map[string]int{reasonRunEnded: len(steps[1].Rewards)}, 0},
+		}, map[string]int{reasonRunEnded: len(steps[1].Rewards)}, 0, false},
 		{"marker for a run without a manifest", func() []*kgo.Record {
 			return append(slices.Clone(steps[0].Rewards), endRecord(t, "run-0", 0))
-		}, map[string]int{"conflict": 1}, 1},
+		}, map[string]int{"conflict": 1}, 1, false},
 		{"marker for an unknown run", func() []*kgo.Record {
 			return []*kgo.Record{endRecord(t, "nobody", 3)}
-		}, map[string]int{"conflict": 1}, 0},
+		}, map[string]int{"conflict": 1}, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFeeder(testEngine(t, correction.DefaultConfig()))
+			if tc.strict {
+				f.e.relayed = fromTransaction
+			}
 			for _, r := range tc.records() {
 				f.add(r)
 				f.seal(t)
@@ -188,6 +215,12 @@ func TestEngineRunEndConflicts(t *testing.T) {
 			}
 			if n := f.e.activeRuns(); n != tc.active {
 				t.Fatalf("%d active runs, want %d", n, tc.active)
+			}
+			// A refused marker ends nothing, so it holds no offset back.
+			for id, rb := range f.e.runs {
+				if rb.end != nil && tc.name != "second marker with another step" && len(tc.reasons) > 0 {
+					t.Fatalf("run %s holds the refused end-of-run record of step %d", id, rb.end.last)
+				}
 			}
 		})
 	}
@@ -232,4 +265,68 @@ func seriesCount(c prometheus.Collector) int {
 		n++
 	}
 	return n
+}
+
+// The run-control topic's end requests are queued for the steps topic on the request's partition,
+// value and key unchanged and the request named in a header; an idle claim, a manifest that is no
+// end and a request keyed by another run are dead letters and relay nothing.
+func TestEngineRelayEnd(t *testing.T) {
+	req := func(t *testing.T, run string, mod func(*kgo.Record)) *kgo.Record {
+		r, err := testNames.EndRequestRecord(run, 3, time.Unix(1_700_000_000, 0).UTC())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Partition, r.Offset = 2, 17
+		if mod != nil {
+			mod(r)
+		}
+		return r
+	}
+	notEnd, err := testNames.StepRecord(topics.StepManifest{Schema: topics.SchemaStep, RunID: "r", Step: 3,
+		Groups: []topics.GroupManifest{{GroupID: "g", Size: 1, Stream: "default"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notEnd.Topic = testNames.Runs()
+	for _, tc := range []struct {
+		name   string
+		rec    *kgo.Record
+		reason string // "" relays
+	}{
+		{"end request", req(t, "r", nil), ""},
+		// Extra headers are not carried over: the relay is the canonical record.
+		{"end request with headers", req(t, "r", func(r *kgo.Record) {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: "x-pad", Value: make([]byte, 4096)})
+		}), ""},
+		{"idle claimed", req(t, "r", func(r *kgo.Record) {
+			r.Headers = append(r.Headers, topics.Header(topics.HeaderEndReason, topics.EndReasonIdle))
+		}), reasonEndUnauthorized},
+		{"not an end", notEnd, "invalid-field:end_of_run"},
+		{"keyed by another run", req(t, "r", func(r *kgo.Record) { r.Key = []byte("other") }), "invalid-field:key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := testEngine(t, correction.DefaultConfig())
+			e.add(tc.rec, time.Now())
+			relayed := e.takeRelayed()
+			got := reasonsOf(drainDeadLetters(t, e))
+			if tc.reason != "" {
+				if len(relayed) != 0 || !mapsEqual(got, map[string]int{tc.reason: 1}) {
+					t.Fatalf("relayed %d, dead letters %v; want none relayed and one %s", len(relayed), got, tc.reason)
+				}
+				return
+			}
+			if len(got) != 0 || len(relayed) != 1 {
+				t.Fatalf("relayed %d, dead letters %v; want one relayed", len(relayed), got)
+			}
+			r := relayed[0]
+			if _, ok := topics.HeaderValue(r.Headers, "x-pad"); ok {
+				t.Fatal("the relay carries the request's extra header")
+			}
+			src, _ := topics.HeaderValue(r.Headers, topics.HeaderEndRequest)
+			if r.Topic != testNames.Steps() || r.Partition != 2 || string(r.Key) != "r" || string(r.Value) != string(tc.rec.Value) ||
+				src != testNames.Runs()+"/2/17" {
+				t.Fatalf("relayed %s/%d key %q request %q, want the steps topic, partition 2, key r, request %s/2/17", r.Topic, r.Partition, r.Key, src, testNames.Runs())
+			}
+		})
+	}
 }

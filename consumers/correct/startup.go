@@ -30,7 +30,7 @@ func (c *Consumer) checkTopics(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	n := c.cfg.Names
-	need := append(inputTopics(n), n.Advantages(), n.Calibration(), n.DLQ())
+	need := append(inputTopics(n), n.Runs(), n.Advantages(), n.Calibration(), n.DLQ())
 	if err := topicadmin.RequireLayout(ctx, kadm.NewClient(cl), n, need); err != nil {
 		return fmt.Errorf("correct: %w", err)
 	}

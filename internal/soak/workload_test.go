@@ -117,7 +117,7 @@ func (w *fleet) produce() {
 				continue
 			}
 			run := runID(s.n)
-			end, err := w.h.names.StepRecord(topics.EndOfRunMarker(run, int64(sh.steps-1), time.Unix(1_700_000_000, 0).UTC()))
+			end, err := w.h.names.EndRequestRecord(run, int64(sh.steps-1), time.Unix(1_700_000_000, 0).UTC())
 			if err != nil {
 				w.fail(err)
 				return

@@ -12,10 +12,11 @@ from wmrl_client import RunEndedError, decode_record, reason
 
 
 def ends(producer: Any) -> list[tuple[str, bytes, int, bool, int]]:
-    """(topic, key, step, end_of_run, groups) of every steps-topic record the producer sent."""
+    """(topic, key, step, end_of_run, groups) of every steps- and run-control-topic record the
+    producer sent."""
     out = []
     for m in producer.produced:
-        if m["topic"].endswith("steps.v1"):
+        if m["topic"].endswith(("steps.v1", "runs.v1")):
             rec = decode_record("wmrl.step.v1", m["value"])
             out.append((m["topic"], m["key"], rec.step, rec.end_of_run, len(rec.groups)))
     return out
@@ -31,7 +32,7 @@ def test_close_run_publishes_the_end_once_keyed_like_the_manifests(fakes: Any) -
     assert client.close_run() is first  # twice: a no-op
     sent = ends(producers[-1])
     assert sent == [("wmrl.steps.v1", RUN.encode(), 3, False, 1), ("wmrl.steps.v1", RUN.encode(), 1, False, 1),
-                    ("wmrl.steps.v1", RUN.encode(), 3, True, 0)]  # fmt: skip
+                    ("wmrl.runs.v1", RUN.encode(), 3, True, 0)]  # fmt: skip
     headers = dict(producers[-1].produced[-1]["headers"])
     assert headers["wmrl-run"] == RUN.encode() and headers["wmrl-step"] == b"3"
     with pytest.raises(RunEndedError, match="ended after step 3") as ei:

@@ -39,11 +39,11 @@ func validator(t *testing.T) *Validator {
 func TestChartValid(t *testing.T) {
 	want := map[string]map[string]int{
 		"default": {
-			"apps/v1 Deployment": 2, "apps/v1 StatefulSet": 2, "kafka.strimzi.io/v1 KafkaTopic": 7,
+			"apps/v1 Deployment": 2, "apps/v1 StatefulSet": 2, "kafka.strimzi.io/v1 KafkaTopic": 8,
 			"kafka.strimzi.io/v1 KafkaUser": 7, "policy/v1 PodDisruptionBudget": 4, "v1 Service": 4,
 		},
 		"production": {
-			"apps/v1 Deployment": 3, "apps/v1 StatefulSet": 2, "batch/v1 Job": 1, "kafka.strimzi.io/v1 KafkaTopic": 7,
+			"apps/v1 Deployment": 3, "apps/v1 StatefulSet": 2, "batch/v1 Job": 1, "kafka.strimzi.io/v1 KafkaTopic": 8,
 			"kafka.strimzi.io/v1 KafkaUser": 8, "keda.sh/v1alpha1 ScaledObject": 2, "keda.sh/v1alpha1 TriggerAuthentication": 1,
 			"monitoring.coreos.com/v1 ServiceMonitor": 1, "networking.k8s.io/v1 NetworkPolicy": 1,
 			"security-profiles-operator.x-k8s.io/v1beta1 SeccompProfile": 1,

@@ -77,6 +77,8 @@ MAX_JSON_DEPTH: Final = 16
 DEFAULT_PREFIX: Final = "wmrl."
 SUFFIX_ROLLOUTS: Final = "rollouts.v1"
 SUFFIX_STEPS: Final = "steps.v1"
+# The run-control topic: end-of-run requests, which ``wmrl correct`` relays onto the steps topic.
+SUFFIX_RUNS: Final = "runs.v1"
 SUFFIX_PREDICTED: Final = "rewards.predicted.v1"
 SUFFIX_EXECUTED: Final = "rewards.executed.v1"
 SUFFIX_ADVANTAGES: Final = "advantages.v1"

@@ -91,6 +91,9 @@ class RolloutProducer:
         self._producer = producer_factory(conf)
         self.rollouts_topic = c.topic_name(c.SUFFIX_ROLLOUTS, opts.topic_prefix)
         self.steps_topic = c.topic_name(c.SUFFIX_STEPS, opts.topic_prefix)
+        # End-of-run records go to the run-control topic, which only trainers and operators may
+        # write; wmrl correct relays them onto the steps topic (Go's topics.Names.EndRequestRecord).
+        self.runs_topic = c.topic_name(c.SUFFIX_RUNS, opts.topic_prefix)
         self.stats = PublishStats()
         self._errors: list[tuple[str, str, str]] = []
         self._closed = False
@@ -117,7 +120,7 @@ class RolloutProducer:
         if isinstance(record, Rollout):
             topic, stream = self.rollouts_topic, record.stream
         elif isinstance(record, StepManifest):
-            topic, stream = self.steps_topic, ""
+            topic, stream = (self.runs_topic if record.end_of_run else self.steps_topic), ""
         else:
             raise TypeError(f"RolloutProducer publishes Rollout and StepManifest, not {type(record).__name__}")
         value = encode_record(record)

@@ -286,9 +286,12 @@ class RewardClient:
         """End the run: publish its end-of-run record and wait until the broker has it.
 
         The record is a step manifest with ``end_of_run`` set whose step is the run's last step:
-        ``last_step``, or by default the largest step this client published. It goes to the steps
-        topic keyed by the run id like the run's manifests, so it falls after them and a replay
-        sees the end where the live consumer did. ``wmrl correct`` retires the run once that step
+        ``last_step``, or by default the largest step this client published. It goes to the
+        run-control topic (``<prefix>runs.v1``) keyed by the run id, after the run's manifests
+        were acknowledged; ``wmrl correct`` relays it onto the run's steps partition, so it falls
+        after them and a replay sees the end where the live consumer did. The client's principal
+        needs Write on the run-control topic (docs/security.md: only trainers and operators may
+        end runs). ``wmrl correct`` retires the run once that step
         is sealed and dead-letters records of later steps (reason ``run_ended``); the run does not
         resume, and a run that must go on needs a new run id.
 

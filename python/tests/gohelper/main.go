@@ -280,7 +280,7 @@ func verifyRollouts(args []string) error {
 	names := topics.NewNames(c.prefix)
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(c.seeds()...),
-		kgo.ConsumeTopics(names.Rollouts(), names.Steps()),
+		kgo.ConsumeTopics(names.Rollouts(), names.Steps(), names.Runs()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 	)
@@ -322,12 +322,27 @@ func verifyRollouts(args []string) error {
 				}
 				stepsPartition = r.Partition
 				if err == nil && st.EndOfRun {
-					if res.EndOfRun != nil {
-						err = fmt.Errorf("a second end-of-run record (step %d after %d)", st.Step, *res.EndOfRun)
-					}
+					err = fmt.Errorf("an end-of-run record (step %d) on the steps topic: it belongs on %s", st.Step, names.Runs())
+				}
+				res.Steps++
+			case names.Runs():
+				// The end request: on the run-control topic, on the partition number of the run's
+				// steps (wmrl correct relays it there), encoded as Go's EndRequestRecord.
+				var st topics.StepManifest
+				if st, err = topics.DecodeStep(r.Value); err == nil {
+					want, err = names.EndRequestRecord(st.RunID, st.Step, st.CreatedAt)
+				}
+				if err == nil && !st.EndOfRun {
+					err = fmt.Errorf("step %d on the run-control topic is no end-of-run record", st.Step)
+				}
+				if err == nil && stepsPartition >= 0 && r.Partition != stepsPartition {
+					err = fmt.Errorf("end request on partition %d, the run's steps on %d", r.Partition, stepsPartition)
+				}
+				if err == nil && res.EndOfRun != nil {
+					err = fmt.Errorf("a second end-of-run record (step %d after %d)", st.Step, *res.EndOfRun)
+				}
+				if err == nil {
 					res.EndOfRun = &st.Step
-				} else {
-					res.Steps++
 				}
 			}
 			if err == nil {
