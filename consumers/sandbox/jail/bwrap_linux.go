@@ -51,6 +51,7 @@ type jailSpec struct {
 	readOnly     []string // extra host paths visible read-only
 	noProc       bool     // no /proc in the jail (ProcNone)
 	seccompFD    int      // the filter's descriptor (after the files), 0 for none
+	usernsOpen   bool     // without --disable-userns (see Jail.usernsOpen)
 }
 
 // jailArgs is the bubblewrap command line of the jail: a user namespace
@@ -74,7 +75,10 @@ func jailArgs(s jailSpec) []string {
 		s.bwrap,
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--cap-drop", "ALL",
-		"--die-with-parent", "--new-session", "--disable-userns",
+		"--die-with-parent", "--new-session",
+	}
+	if !s.usernsOpen {
+		args = append(args, "--disable-userns")
 	}
 	if s.seccompFD != 0 {
 		args = append(args, "--seccomp", strconv.Itoa(s.seccompFD))

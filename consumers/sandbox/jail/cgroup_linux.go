@@ -458,8 +458,8 @@ func (j *cgroupJob) pidsRefused() int {
 }
 
 // hasPids reports whether the job has a pids cgroup (Limits.Processes is then
-// its pids.max, observable through pidsRefused).
-func (h *cgroupHost) hasPids() bool { return h.v2Memory && h.v2Pids || h.v1Pids != "" }
+// its pids.max, observable through pidsRefused); false without a cgroup host.
+func (h *cgroupHost) hasPids() bool { return h != nil && (h.v2Memory && h.v2Pids || h.v1Pids != "") }
 
 // readCounter reads the value of the line "<prefix>N" of a cgroup's flat-keyed file (0 if absent).
 func readCounter(file, prefix string) int {

@@ -319,6 +319,12 @@ type Jail struct {
 	// why it could not be installed (when NoSeccomp is not set).
 	seccomp    *seccompFilter
 	seccompErr error
+	// usernsOpen is set when bwrap cannot pass --disable-userns here: it
+	// writes /proc/sys/user/max_user_namespaces inside the job's user
+	// namespace, which a read-only /proc/sys (a pod's masked /proc) refuses.
+	// The seccomp filter still denies nested namespaces (unshare, setns,
+	// clone with CLONE_NEW*); without it, this is a weakness.
+	usernsOpen bool
 }
 
 // New applies defaults and checks that the requested isolation is actually
@@ -392,7 +398,12 @@ func New(cfg Config, argv []string) (*Jail, error) {
 		if !cfg.NoSeccomp {
 			j.seccomp, j.seccompErr = buildSeccomp()
 		}
-		if err := j.probeBwrapPatiently(); err != nil {
+		err := j.probeBwrapPatiently()
+		if err != nil && strings.Contains(err.Error(), "max_user_namespaces") {
+			j.usernsOpen = true
+			err = j.probeBwrapPatiently()
+		}
+		if err != nil {
 			if j.seccomp == nil || errors.Is(err, errProbeEAGAIN) {
 				return nil, err
 			}
@@ -408,6 +419,9 @@ func New(cfg Config, argv []string) (*Jail, error) {
 	}
 	// Checked last, so that a plain configuration error is reported as such.
 	j.weak = weaknesses(j.cfg, j.seccompErr)
+	if j.usernsOpen && j.seccomp == nil {
+		j.weak = append(j.weak, "nested user namespaces allowed: bwrap cannot apply --disable-userns here (read-only /proc/sys) and there is no seccomp filter to deny them")
+	}
 	if len(j.weak) > 0 && !cfg.AllowWeakContainment {
 		return nil, fmt.Errorf("%w: %s; refusing to start (set --allow-weak-containment to run anyway)", ErrWeakContainment, strings.Join(j.weak, "; "))
 	}
@@ -660,6 +674,7 @@ func (j *Jail) jailSpec(dir string, files []File) jailSpec {
 	if j.seccomp != nil {
 		s.seccompFD = jailFD + len(files)
 	}
+	s.usernsOpen = j.usernsOpen
 	return s
 }
 

@@ -121,7 +121,16 @@ func (j *Jail) LogContainment() {
 	}
 	if j.cfg.UseBwrap {
 		proc := map[ProcMode]string{ProcPrivate: "own PID namespace and /proc", ProcNone: "own PID namespace, no /proc"}[j.cfg.Proc]
-		jail = fmt.Sprintf("bwrap: user namespace (no nested ones), no capabilities, %s, network %s, %d-byte private tmpfs job dir, /tmp, /dev/shm", proc, map[bool]string{true: "shared", false: "none"}[j.cfg.AllowNetwork], j.cfg.JobDirBytes)
+		nested := "no nested ones: --disable-userns and the filter"
+		switch {
+		case j.usernsOpen && j.seccomp == nil:
+			nested = "nested ones allowed: --disable-userns needs a writable /proc/sys and there is no filter"
+		case j.usernsOpen:
+			nested = "no nested ones: the filter only, --disable-userns needs a writable /proc/sys"
+		case j.seccomp == nil:
+			nested = "no nested ones: --disable-userns"
+		}
+		jail = fmt.Sprintf("bwrap: user namespace (%s), no capabilities, %s, network %s, %d-byte private tmpfs job dir, /tmp, /dev/shm", nested, proc, map[bool]string{true: "shared", false: "none"}[j.cfg.AllowNetwork], j.cfg.JobDirBytes)
 	}
 	filter := "off"
 	if j.seccomp != nil {
