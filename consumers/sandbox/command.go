@@ -219,6 +219,9 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 	if err := e.checkPlaceholders("--argv", "--env", cfg.Argv, cfg.Env, true); err != nil {
 		return nil, err
 	}
+	if err := e.checkPlaceholders("--grade-argv", "--grade-env", cfg.GradeArgv, cfg.GradeEnv, false); err != nil {
+		return nil, err
+	}
 	fixed, err := allowedEnv(cfg.EnvAllow)
 	if err != nil {
 		return nil, err
@@ -233,9 +236,6 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 		return nil, err
 	}
 	if twoStep {
-		if err := e.checkPlaceholders("--grade-argv", "--grade-env", cfg.GradeArgv, cfg.GradeEnv, false); err != nil {
-			return nil, err
-		}
 		grade := cfg.Config
 		grade.ReadOnlyPaths = slices.Concat(cfg.ReadOnlyPaths, cfg.GradeReadOnlyPaths)
 		if e.grade, err = newStep("grade step", grade, cfg.GradeArgv, cfg.GradeEnv, nil, cfg.GradeTimeout, 0); err != nil {

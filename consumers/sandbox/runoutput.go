@@ -34,12 +34,12 @@ func runOutputs(stream []byte) (files []jail.File, problems []string) {
 			problems = append(problems, fmt.Sprintf("the run step's outputs are unreadable after %d file(s) (more than the run output limit, or not written by the collector): %v", len(files), err))
 			break
 		}
-		dest, ok := gradeName(h.Name)
-		if !ok || (h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeDir) {
-			dropped++
-			continue
-		}
 		if h.Typeflag == tar.TypeDir {
+			continue // made as the files under it need it
+		}
+		dest, ok := gradeName(h.Name)
+		if !ok || h.Typeflag != tar.TypeReg {
+			dropped++
 			continue
 		}
 		if !claim(taken, dest) {
