@@ -1,8 +1,15 @@
 package main
 
 import (
+	"errors"
+	"log/slog"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/wmrl/wmrl/consumers/sandbox"
 )
 
 func TestParseBytes(t *testing.T) {
@@ -50,7 +57,7 @@ func TestParseArgv(t *testing.T) {
 		{[]string{""}, nil, false},
 	}
 	for _, tt := range tests {
-		got, err := parseArgv(tt.in)
+		got, err := parseArgv("--argv", tt.in)
 		if (err == nil) != tt.ok || !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("parseArgv(%q) = %q, %v; want %q ok=%v", tt.in, got, err, tt.want, tt.ok)
 		}
@@ -65,5 +72,84 @@ func TestParseRunAs(t *testing.T) {
 		if _, err := parseRunAs(bad); err == nil {
 			t.Errorf("parseRunAs(%q) succeeded", bad)
 		}
+	}
+}
+
+// The sandbox's step flags: a grade step unless --single-step-no-private says there is none, the
+// run step never handed private data, each step its own read-only paths and environment.
+func TestSandboxStepFlags(t *testing.T) {
+	const run, grade = `--argv=["/bin/cat", "{artifact}"]`, `--grade-argv=["/bin/sh", "-c", "echo", "{dir}"]`
+	tests := []struct {
+		name  string
+		args  []string
+		check func(sandbox.CommandConfig) bool
+		err   string // substring of the error; "" for none
+	}{
+		{"two steps", []string{run, grade, "--input-meta", "task", "--input-meta", "lang", "--run-ro-bind", "/srv/public", "--grade-ro-bind", "/srv/private",
+			"--ro-bind", "/opt/venv", "--grade-env", "K={meta.label}", "--env", "T={meta.task}", "--grade-timeout", "5s", "--run-output-size", "1MiB"},
+			func(c sandbox.CommandConfig) bool {
+				return slices.Equal(c.Argv, []string{"/bin/cat", "{artifact}"}) && slices.Equal(c.GradeArgv, []string{"/bin/sh", "-c", "echo", "{dir}"}) &&
+					slices.Equal(c.InputMeta, []string{"task", "lang"}) && slices.Equal(c.RunReadOnlyPaths, []string{"/srv/public"}) &&
+					slices.Equal(c.GradeReadOnlyPaths, []string{"/srv/private"}) && slices.Equal(c.ReadOnlyPaths, []string{"/opt/venv"}) &&
+					c.GradeEnv["K"] == "{meta.label}" && c.Env["T"] == "{meta.task}" && c.GradeTimeout == 5*time.Second && c.RunOutputLimit == 1<<20
+			}, ""},
+		{"defaults", []string{run, grade}, func(c sandbox.CommandConfig) bool {
+			return c.Timeout == sandbox.DefaultTimeout && c.GradeTimeout == sandbox.DefaultGradeTimeout && c.RunOutputLimit == sandbox.DefaultRunOutputLimit &&
+				len(c.InputMeta) == 0 && c.UseBwrap
+		}, ""},
+		{"single step by name", []string{run, "--single-step-no-private"}, func(c sandbox.CommandConfig) bool { return len(c.GradeArgv) == 0 }, ""},
+		{"no grade step", []string{run}, nil, "--grade-argv is required"},
+		{"both", []string{run, grade, "--single-step-no-private"}, nil, "exclude each other"},
+		{"grade flags without a grade step", []string{run, "--single-step-no-private", "--grade-ro-bind", "/srv/private"}, nil, "need --grade-argv"},
+		{"empty grade argv", []string{run, "--grade-argv", "[]"}, nil, "--grade-argv is required: the step's command"},
+		{"bad run output size", []string{run, grade, "--run-output-size", "0"}, nil, "--run-output-size 0: want a size above 0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &sandboxOptions{a: &app{log: slog.New(slog.DiscardHandler)}}
+			if err := o.command().ParseFlags(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := o.commandConfig()
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || !tc.check(cfg) {
+				t.Fatalf("err = %v, config %+v", err, cfg)
+			}
+		})
+	}
+}
+
+// What the executor refuses from the flags: a private meta key in the run step (or the single
+// step), the artifact in the grade step.
+func TestSandboxStepFlagsRefused(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want error
+	}{
+		{"label in the run step", []string{"--argv", "/bin/echo", "--argv", "{meta.label}", "--grade-argv", "/bin/true"}, sandbox.ErrPrivateData},
+		{"label in the run step's env", []string{"--argv", "/bin/true", "--env", "L={meta.label}", "--grade-argv", "/bin/true"}, sandbox.ErrPrivateData},
+		{"label in the single step", []string{"--argv", "/bin/echo", "--argv", "{meta.label}", "--single-step-no-private"}, sandbox.ErrPrivateData},
+		{"artifact in the grade step", []string{"--argv", "/bin/true", "--grade-argv", "/bin/cat", "--grade-argv", "{artifact}"}, sandbox.ErrConfig},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &sandboxOptions{a: &app{log: slog.New(slog.DiscardHandler)}}
+			if err := o.command().ParseFlags(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := o.commandConfig()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sandbox.NewCommandExecutor(cfg); !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
 	}
 }

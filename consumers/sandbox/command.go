@@ -190,7 +190,7 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 	if twoStep && cfg.GradeArgv[0] == "" {
 		return nil, fmt.Errorf("%w: empty grade argv", ErrConfig)
 	}
-	if !twoStep && (len(cfg.GradeEnv) > 0 || len(cfg.GradeReadOnlyPaths) > 0 || cfg.GradeTimeout > 0 && cfg.GradeTimeout != DefaultGradeTimeout) {
+	if !twoStep && (len(cfg.GradeEnv) > 0 || len(cfg.GradeReadOnlyPaths) > 0) {
 		return nil, fmt.Errorf("%w: grade-step settings without a grade command (GradeArgv)", ErrConfig)
 	}
 	if cfg.Timeout < 0 || cfg.GradeTimeout < 0 || cfg.StderrTail < 0 || cfg.StdoutLimit < 0 || cfg.RunOutputLimit < 0 || cfg.KillGrace < 0 {
