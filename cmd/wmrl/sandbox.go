@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -152,6 +153,9 @@ func (o *sandboxOptions) commandConfig() (sandbox.CommandConfig, error) {
 	var err error
 	if cfg.Argv, err = parseArgv("--argv", o.argv); err != nil {
 		return cfg, err
+	}
+	if slices.Equal(o.gradeArgv, []string{""}) {
+		o.gradeArgv = nil // an empty WMRL_GRADE_ARGV (docker-compose.yml's default) is unset
 	}
 	switch {
 	case len(o.gradeArgv) > 0 && o.singleStep:
