@@ -94,7 +94,8 @@ type CommandConfig struct {
 	// construction unless it contains a placeholder.
 	Argv []string
 	// GradeArgv is the grade step's command: {dir} and any {meta.KEY}, no
-	// {artifact}. Empty selects the single-step mode.
+	// {artifact} (the grade step gets no artifact file; rollout.json may
+	// carry an inline one as data). Empty selects the single-step mode.
 	GradeArgv []string
 	// InputMeta names the meta keys the run step may see ({meta.KEY});
 	// every other key is private and reaches only the grade step.

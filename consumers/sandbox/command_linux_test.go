@@ -363,6 +363,8 @@ func TestCommandExecutorStepsSee(t *testing.T) {
 		{"grade step has private meta", []string{"true"}, see("test {meta.label} = 7"), 1},
 		{"grade step has no artifact", []string{"true"}, see("ls -R {dir} | grep -q solution.py"), 0},
 		{"grade step has run stdout and exit status", []string{"/bin/sh", "-c", "echo forty-two; exit 3"}, see("grep -qx forty-two {dir}/run/stdout && grep -qx 3 {dir}/run/exit_status"), 1},
+		{"grade step gets at most 1024 output files and the reason", []string{"/bin/sh", "-c", "cd {dir}/out && i=0 && while [ $i -lt 1100 ]; do echo $i > f$i; i=$((i+1)); done"},
+			see("test $(ls {dir}/run/out | wc -l) = 1024 && grep -q 'more than 1024 files' {dir}/run/error"), 1},
 		{"grade step has the output directory", []string{"/bin/sh", "-c", "mkdir -p {dir}/out/a && echo x > {dir}/out/a/b"}, see("grep -qx x {dir}/run/out/a/b && test ! -w {dir}/run/out/a/b -o $(id -u) = 0"), 1},
 	}
 	for _, tc := range tests {
