@@ -1,9 +1,11 @@
 package sandbox
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,15 +224,14 @@ func TestHostileJobsGrade(t *testing.T) {
 	if _, err := os.Stat(taskPython); err != nil {
 		t.Skipf("the code task is Python: %v", err)
 	}
-	stages := []struct {
-		user string
-		uid  int
-	}{{"root", 0}, {"non-root", hostileStageUID}}
+	type stageAs struct {
+		user      string
+		uid       int
+		delegated bool // in cgroups delegated to uid (delegateCgroups)
+	}
+	stages := []stageAs{{"root", 0, false}, {"non-root", hostileStageUID, false}, {"non-root, delegated cgroup", hostileStageUID, true}}
 	if os.Geteuid() != 0 {
-		stages = []struct {
-			user string
-			uid  int
-		}{{"non-root", os.Geteuid()}}
+		stages = []stageAs{{"non-root", os.Geteuid(), false}}
 	}
 	for _, st := range stages {
 		t.Run(st.user, func(t *testing.T) {
@@ -247,7 +248,13 @@ func TestHostileJobsGrade(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				results = runGradeStage(t, base, st.uid)
+				var enter func(int) error
+				if st.delegated {
+					if enter = delegateCgroups(t, st.uid); enter == nil {
+						t.Skip("no cgroups to delegate on this host")
+					}
+				}
+				results = runGradeStage(t, base, st.uid, enter)
 			}
 			checkGradeAttacks(t, results, secret)
 		})
@@ -292,17 +299,38 @@ func fmtScore(s *float64) string {
 }
 
 // runGradeStage re-executes the test binary as uid (the unprivileged stage)
-// and reads its results.
-func runGradeStage(t *testing.T, base string, uid int) []gradeAttackResult {
+// and reads its results; with enter, the stage waits on stdin until enter
+// has moved it into its delegated cgroups.
+func runGradeStage(t *testing.T, base string, uid int, enter func(int) error) []gradeAttackResult {
 	t.Helper()
 	bin := filepath.Join(base, "stage")
 	copyFile(t, helperPath(t), bin)
 	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Env = []string{gradeStageEnv + "=" + base, "PATH=" + jail.DefaultPath, "HOME=" + base, "TMPDIR=" + os.TempDir()}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var start io.WriteCloser
+	if enter != nil {
+		cmd.Env = append(cmd.Env, hostileWaitEnv+"=1")
+		var err error
+		if start, err = cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if enter != nil {
+		if err := enter(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			t.Fatal(err)
+		}
+		_, _ = start.Write([]byte("go\n"))
+		start.Close()
+	}
+	err := cmd.Wait()
+	out := []byte(stdout.String())
 	if err != nil {
 		t.Fatalf("stage as uid %d: %v\n%s", uid, err, stderr.String())
 	}
@@ -316,6 +344,10 @@ func runGradeStage(t *testing.T, base string, uid int) []gradeAttackResult {
 // gradeStageMain is the unprivileged stage: TestMain calls it in the
 // re-executed binary, which prints the attacks' records as JSON.
 func gradeStageMain(base string) int {
+	if os.Getenv(hostileWaitEnv) != "" {
+		// Wait until the test has moved this process into its cgroups.
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	}
 	tasks := filepath.Join(base, "tasks")
 	secret, err := os.ReadFile(filepath.Join(tasks, "code", "private", "add", "secret.txt"))
 	if err == nil {
