@@ -156,9 +156,9 @@ type step struct {
 	name string // "run step", "grade step", "" for the single step
 	jail *jail.Jail
 	argv []string // argv[0] resolved; placeholders unexpanded
-	// env is the step's fixed environment before expansion; EnvAllow
-	// values are read once at construction (the stage may scrub its own
-	// environment later).
+	// env are the step's fixed variables, placeholders unexpanded; fixed
+	// the EnvAllow values, read once at construction (the stage may scrub
+	// its own environment later).
 	env     map[string]string
 	fixed   map[string]string
 	timeout time.Duration
@@ -242,10 +242,51 @@ func NewCommandExecutor(cfg CommandConfig) (*CommandExecutor, error) {
 		if e.grade, err = newStep("grade step", grade, cfg.GradeArgv, cfg.GradeEnv, nil, cfg.GradeTimeout, 0); err != nil {
 			return nil, err
 		}
+		if err := privateApart(e.run.jail.ReadOnlyPaths(), append(argvDirs(e.grade.argv), cfg.GradeReadOnlyPaths...)); err != nil {
+			return nil, err
+		}
 	}
 	e.cfg.Config = e.run.jail.Config()
 	e.cfg.ReadOnlyPaths = cfg.ReadOnlyPaths
 	return e, nil
+}
+
+// privateApart refuses a run step that would see the grade step's private
+// paths: one of the run step's read-only paths (the shared ones included)
+// is such a path or a directory above it — a task whose harness and grader
+// share a directory, a --ro-bind of the task root.
+func privateApart(run, private []string) error {
+	canon := func(p string) string {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return r
+		}
+		return filepath.Clean(p)
+	}
+	for _, g := range private {
+		g := canon(g)
+		for _, r := range run {
+			r := canon(r)
+			if g == r || strings.HasPrefix(g, strings.TrimSuffix(r, "/")+"/") {
+				return fmt.Errorf("%w: %w: the run step sees %s (read-only), which holds the grade step's private %s; keep a task's public and private files in separate directories (--run-ro-bind, --grade-ro-bind, and the directories of absolute --argv and --grade-argv paths; --ro-bind is both steps')", ErrConfig, ErrPrivateData, r, g)
+			}
+		}
+	}
+	return nil
+}
+
+// argvDirs are the directories of the files an argv names by absolute path
+// (placeholders aside): the jail binds them into that step.
+func argvDirs(argv []string) []string {
+	var dirs []string
+	for _, a := range argv {
+		if !filepath.IsAbs(a) || strings.Contains(a, "{") {
+			continue
+		}
+		if st, err := os.Stat(a); err == nil && !st.IsDir() {
+			dirs = append(dirs, filepath.Dir(a))
+		}
+	}
+	return dirs
 }
 
 // checkPlaceholders rejects malformed placeholders and, for the run step,

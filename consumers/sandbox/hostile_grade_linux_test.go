@@ -30,6 +30,10 @@ import (
 // TestHostileJobsGrade; its value is the fixture directory.
 const gradeStageEnv = "WMRL_TEST_GRADE_STAGE"
 
+// gradeStageUID is the unprivileged stage's uid: not hostileStageUID, whose
+// RLIMIT_NPROC the containment suite's fork bombs exhaust.
+const gradeStageUID = hostileStageUID + 1
+
 // gradeHonest solves three of the four cases of task "add" (it gets negative
 // numbers wrong): its honest grade is 0.75, and every attack below keeps it.
 const gradeHonest = "a, b = map(int, input().split())\nprint(a + b if a >= 0 else 0)\n"
@@ -43,9 +47,9 @@ type gradeAttack struct {
 	name     string
 	artifact string // Python; PRIVATE_DIR is the private task directory, SECRET_PREFIX the secret's prefix
 	want     float64
-	// control runs the attack with the private directory bound into the
-	// run step too (a misconfiguration), to show the attack finds what it
-	// can see.
+	// control runs the attack with a copy of the private directory bound
+	// into the run step too (a misconfiguration), to show the attack finds
+	// what it can see.
 	control bool
 }
 
@@ -166,7 +170,9 @@ func runGradeAttacks(tasks, jobs, secret string) ([]gradeAttackResult, error) {
 		cfg := codeTaskConfig(tasks)
 		cfg.TempDir = jobs
 		if control {
-			cfg.ReadOnlyPaths = []string{private} // both steps: the misconfiguration
+			// A copy of the private directory bound into both steps: the misconfiguration
+			// NewCommandExecutor refuses for the private directory itself (privateApart).
+			cfg.ReadOnlyPaths = []string{filepath.Join(tasks, "leaked")}
 		}
 		e, err := NewCommandExecutor(cfg)
 		if err != nil {
@@ -202,7 +208,8 @@ func runGradeAttacks(tasks, jobs, secret string) ([]gradeAttackResult, error) {
 }
 
 // gradeFixture copies the tasks into base (readable by every uid) and plants
-// the secret: the rollouts' label, and a file among the hidden tests.
+// the secret: the rollouts' label, and a file among the hidden tests (and in
+// the control's copy of them, tasks/leaked).
 func gradeFixture(t *testing.T, base string) (tasks, jobs, secret string) {
 	t.Helper()
 	tasks, jobs = filepath.Join(base, "tasks"), filepath.Join(base, "jobs")
@@ -214,6 +221,8 @@ func gradeFixture(t *testing.T, base string) (tasks, jobs, secret string) {
 	if err := os.Mkdir(jobs, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The control's copy of the private directory (gradeAttack.control).
+	copyTree(t, filepath.Join(tasks, "code", "private"), filepath.Join(tasks, "leaked"))
 	return tasks, jobs, secret
 }
 
@@ -229,7 +238,7 @@ func TestHostileJobsGrade(t *testing.T) {
 		uid       int
 		delegated bool // in cgroups delegated to uid (delegateCgroups)
 	}
-	stages := []stageAs{{"root", 0, false}, {"non-root", hostileStageUID, false}, {"non-root, delegated cgroup", hostileStageUID, true}}
+	stages := []stageAs{{"root", 0, false}, {"non-root", gradeStageUID, false}, {"non-root, delegated cgroup", gradeStageUID, true}}
 	if os.Geteuid() != 0 {
 		stages = []stageAs{{"non-root", os.Geteuid(), false}}
 	}
@@ -271,7 +280,7 @@ func checkGradeAttacks(t *testing.T, results []gradeAttackResult, secret string)
 		a := gradeAttacks[i]
 		name := a.name
 		if a.control {
-			name += " (control: private directory bound into the run step)"
+			name += " (control: a copy of the private directory bound into the run step)"
 		}
 		if r.Status != topics.StatusOK || r.Score == nil || *r.Score != a.want {
 			t.Errorf("%s: %s score %v (%s), want ok %v; stderr:\n%s", name, r.Status, fmtScore(r.Score), r.Reason, a.want, r.Stderr)

@@ -136,6 +136,46 @@ func TestTaskExamples(t *testing.T) {
 	}
 }
 
+// A task whose private files the run step would see is refused at start-up:
+// the run step's read-only paths (the shared ones included) must not hold the
+// grade step's.
+func TestTaskPrivateApart(t *testing.T) {
+	tasks := taskFixture(t, os.Geteuid())
+	private := filepath.Join(tasks, "code", "private")
+	tests := []struct {
+		name string
+		mut  func(*CommandConfig)
+		want error
+	}{
+		{"public and private apart", func(*CommandConfig) {}, nil},
+		{"grader next to the harness", func(c *CommandConfig) {
+			c.GradeArgv[2] = filepath.Join(tasks, "code", "public", "harness.py")
+		}, ErrPrivateData},
+		{"task root bound into both steps", func(c *CommandConfig) { c.ReadOnlyPaths = []string{filepath.Join(tasks, "code")} }, ErrPrivateData},
+		{"task root bound into the run step", func(c *CommandConfig) { c.RunReadOnlyPaths = []string{tasks} }, ErrPrivateData},
+		{"private data bound into the run step", func(c *CommandConfig) {
+			c.RunReadOnlyPaths = []string{private}
+		}, ErrPrivateData},
+		{"private data through a symlink", func(c *CommandConfig) {
+			link := filepath.Join(tasks, "link")
+			if err := os.Symlink(filepath.Join(tasks, "code"), link); err != nil {
+				t.Fatal(err)
+			}
+			c.RunReadOnlyPaths = []string{link}
+		}, ErrPrivateData},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := codeTaskConfig(tasks)
+			tc.mut(&cfg)
+			_, err := NewCommandExecutor(cfg)
+			if !errors.Is(err, tc.want) || (tc.want != nil && !errors.Is(err, ErrConfig)) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
 // copyTree copies a directory of small files, readable by every uid.
 func copyTree(t *testing.T, from, to string) {
 	t.Helper()

@@ -258,6 +258,11 @@ func New(cfg Config, argv []string) (*Jail, error) {
 // detected containment in Containment).
 func (j *Jail) Config() Config { return j.cfg }
 
+// ReadOnlyPaths are the extra host paths a job sees read-only in the jail
+// (Config.ReadOnlyPaths and the directories of absolute argv paths; none
+// without UseBwrap, where the job sees the host).
+func (j *Jail) ReadOnlyPaths() []string { return slices.Clone(j.readOnly) }
+
 // KillScope names what a timeout kills, for a result's reason.
 func (j *Jail) KillScope() string { return j.contain.killScope() }
 
