@@ -105,7 +105,9 @@ type CommandConfig struct {
 	// harness) and private task data (tests, expected outputs). The
 	// embedded Config.ReadOnlyPaths are bound into both (a virtualenv);
 	// the directories of absolute Argv paths go to the run step, those of
-	// GradeArgv to the grade step.
+	// GradeArgv to the grade step. A run step that would see a grade
+	// step's path (the same directory or one above it) is refused
+	// (ErrPrivateData).
 	RunReadOnlyPaths, GradeReadOnlyPaths []string
 	// Timeout is the wall-clock budget of the run step (the single step)
 	// per job (default 600 s); on expiry every process of the step the
