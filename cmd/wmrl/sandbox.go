@@ -41,11 +41,9 @@ func (o *sandboxOptions) command() *cobra.Command {
 	defaults := base.Limits
 	cmd := &cobra.Command{
 		Use: "sandbox",
-		Example: `  wmrl sandbox --argv /bin/cat --argv {artifact} \
-    --grade-argv '["/usr/bin/python3", "-I", "/opt/task/math/grade.py", "{dir}"]'
-  wmrl sandbox --input-meta task --artifact-name solution.py \
-    --argv '["/usr/bin/python3", "-I", "/opt/task/public/harness.py", "{artifact}", "/opt/task/public/{meta.task}/cases", "{dir}/out"]' \
-    --grade-argv '["/usr/bin/python3", "-I", "/opt/task/private/grade.py", "{dir}/run", "/opt/task/private/{meta.task}"]'`,
+		Example: `  wmrl sandbox --argv /bin/cat --argv {artifact} --grade-argv '["/usr/bin/python3", "-I", "/opt/task/math/grade.py", "{dir}"]'
+  wmrl sandbox --input-meta task --argv '["/usr/bin/python3", "-I", "/opt/task/public/harness.py", "{artifact}", "/opt/task/public/{meta.task}/cases", "{dir}/out"]' --grade-argv '["/usr/bin/python3", "-I", "/opt/task/private/grade.py", "{dir}/run", "/opt/task/private/{meta.task}"]' --artifact-name solution.py
+  wmrl sandbox --single-step-no-private --argv '["/opt/task/score", "{artifact}"]' --slots 8 --timeout 600s`,
 		Short: "Execute anchor rollouts in a pool of exclusive slots into rewards.executed",
 		Long: `Consume the rollouts topic; non-anchor rollouts are skipped (consumed and committed, no output);
 every anchor rollout gets exactly one executed-reward record, from two steps, each in its own jail
