@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/wmrl/wmrl/consumers/sandbox/jail"
@@ -56,6 +57,9 @@ func runOutputs(stream []byte) (files []jail.File, problems []string) {
 			break
 		}
 		files = append(files, jail.File{Name: dest, Data: data, Mode: 0o444})
+	}
+	if !slices.ContainsFunc(files, func(f jail.File) bool { return f.Name == GradeExitFile }) && len(problems) == 0 {
+		problems = append(problems, "the run step's collector reported no exit status: it did not run to its end (killed?)")
 	}
 	if dropped > 0 {
 		problems = append(problems, fmt.Sprintf("%d entr(ies) of the run step's outputs dropped: not a regular file under %s/, or a name already taken", dropped, RunOutDir))

@@ -51,16 +51,17 @@ func TestRunOutputs(t *testing.T) {
 	}{
 		{"collector's layout", tarOf(t, ".wmrl-run/stdout=42\n", ".wmrl-run/exit=0\n", "out/", "out/case/a.stdout=5"),
 			[]string{"run/stdout=42\n", "run/exit_status=0\n", "run/out/case/a.stdout=5"}, ""},
-		{"leading ./", tarOf(t, "./out/x=1"), []string{"run/out/x=1"}, ""},
-		{"outside out/ and traversal dropped", tarOf(t, "rollout.json=fake", "out/../rollout.json=fake", "../x=1", "/etc/passwd=1", "out/./x=1", ".wmrl-run/other=1", "out/ok=1"),
-			[]string{"run/out/ok=1"}, "6 entr(ies) of the run step's outputs dropped"},
+		{"leading ./", tarOf(t, ".wmrl-run/exit=0", "./out/x=1"), []string{"run/exit_status=0", "run/out/x=1"}, ""},
+		{"outside out/ and traversal dropped", tarOf(t, ".wmrl-run/exit=0", "rollout.json=fake", "out/../rollout.json=fake", "../x=1", "/etc/passwd=1", "out/./x=1", ".wmrl-run/other=1", "out/ok=1"),
+			[]string{"run/exit_status=0", "run/out/ok=1"}, "6 entr(ies) of the run step's outputs dropped"},
 		{"symlink dropped", tarOf(t, "out/link=->/etc/passwd", "out/ok=1"), []string{"run/out/ok=1"}, "1 entr(ies)"},
 		{"duplicate keeps the first", tarOf(t, ".wmrl-run/stdout=honest", ".wmrl-run/stdout=forged"), []string{"run/stdout=honest"}, "1 entr(ies)"},
 		{"file then directory of the same name", tarOf(t, "out/a=1", "out/a/b=2"), []string{"run/out/a=1"}, "1 entr(ies)"},
 		{"directory then file of the same name", tarOf(t, "out/a/b=2", "out/a=1"), []string{"run/out/a/b=2"}, "1 entr(ies)"},
 		{"cut from the front", tarOf(t, "out/a="+strings.Repeat("x", 3000))[1024:], nil, "unreadable after 0 file(s)"},
 		{"not a tar", []byte(`{"score": 1}`), nil, "unreadable"},
-		{"empty", nil, nil, ""},
+		{"collector killed", nil, nil, "reported no exit status"},
+		{"no exit status", tarOf(t, ".wmrl-run/stdout=42"), []string{"run/stdout=42"}, "reported no exit status"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
