@@ -371,8 +371,8 @@ func (e *CommandExecutor) LogContainment() {
 		return
 	}
 	e.cfg.Logger.Info("sandbox: two steps per rollout, each in its own jail",
-		"run_sees", fmt.Sprintf("the artifact, meta keys %v, read-only %v", e.cfg.InputMeta, e.run.jail.Config().ReadOnlyPaths),
-		"grade_sees", fmt.Sprintf("the run step's stdout, exit status and %s/ (read-only), %s with every meta key, read-only %v", RunOutDir, RolloutFile, e.grade.jail.Config().ReadOnlyPaths))
+		"run_sees", fmt.Sprintf("the artifact, meta keys %v, read-only %v", e.cfg.InputMeta, e.run.jail.ReadOnlyPaths()),
+		"grade_sees", fmt.Sprintf("the run step's stdout, exit status and %s/ (read-only), %s with every meta key, read-only %v", RunOutDir, RolloutFile, e.grade.jail.ReadOnlyPaths()))
 }
 
 // Config returns the effective configuration (defaults applied).
