@@ -48,8 +48,9 @@ test-go:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 	@# ThreadSanitizer cannot run under RLIMIT_AS, so the sandbox's memory-limit cases, its
-	@# exact pool timing and the hostile-job suite (as root and as an unprivileged stage, whose
-	@# table docs/security.md must equal) run once more without -race.
+	@# exact pool timing and the hostile-job suites (as root and as an unprivileged stage: the
+	@# containment table docs/security.md must equal, and the grade-forging attacks of
+	@# TestHostileJobsGrade) run once more without -race.
 	$(GO) test -count=1 -timeout 20m -run 'TestCommand|TestPool|TestHostileJobs' ./consumers/sandbox
 	@# The dashboard in headless Chromium during a demo run (built without -race: see the test).
 	@# Needs Debian's chromium; a missing one fails here (WMRL_REQUIRE_SERVICES=1). Screenshots

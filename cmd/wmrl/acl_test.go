@@ -256,7 +256,7 @@ func TestSecureStagesLeastPrivilege(t *testing.T) {
 	procs := []*e2eProc{
 		h["worldmodel"].start("worldmodel", "worldmodel", "--backend", "openai", "--base-url", wm+"/v1",
 			"--model", "m", "--concurrency", "4", "--group", s.groups["worldmodel"], "--metrics-addr", "127.0.0.1:0"),
-		h["sandbox"].start("sandbox", "sandbox", "--argv", argv, "--slots", "2", "--timeout", "5s",
+		h["sandbox"].start("sandbox", "sandbox", "--single-step-no-private", "--argv", argv, "--slots", "2", "--timeout", "5s",
 			"--group", s.groups["sandbox"], "--metrics-addr", "127.0.0.1:0"),
 		h["correct"].start("correct", "correct", "--transactional-id", s.txnPrefix+"0",
 			"--group", s.groups["correct"], "--redis-prefix", "acl", "--metrics-addr", "127.0.0.1:0"),

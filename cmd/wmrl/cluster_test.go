@@ -150,7 +150,7 @@ func TestClusterFailover(t *testing.T) {
 	procs := []*e2eProc{
 		h.start("worldmodel", "worldmodel", "--backend", "openai", "--base-url", wm+"/v1", "--model", "m",
 			"--concurrency", "4", "--group", prefix+"worldmodel", "--metrics-addr", "127.0.0.1:0"),
-		h.start("sandbox", "sandbox", "--argv", argv, "--slots", "2", "--timeout", "20s",
+		h.start("sandbox", "sandbox", "--single-step-no-private", "--argv", argv, "--slots", "2", "--timeout", "20s",
 			"--group", prefix+"sandbox", "--metrics-addr", "127.0.0.1:0"),
 		h.start("correct", "correct", "--transactional-id", prefix+"correct-0", "--group", prefix+"correct",
 			"--redis-prefix", "cluster", "--metrics-addr", "127.0.0.1:0"),

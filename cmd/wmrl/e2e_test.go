@@ -102,7 +102,7 @@ func TestE2E(t *testing.T) {
 	argv := e2eScoreArgv(t)
 	wmProc := h.start("worldmodel", "worldmodel", "--backend", "openai", "--base-url", wm.URL+"/v1",
 		"--model", "m", "--concurrency", "4", "--metrics-addr", "127.0.0.1:0", "--group", groups["worldmodel"])
-	sbProc := h.start("sandbox", "sandbox", "--argv", argv, "--slots", "2", "--timeout", "10s",
+	sbProc := h.start("sandbox", "sandbox", "--single-step-no-private", "--argv", argv, "--slots", "2", "--timeout", "10s",
 		"--metrics-addr", "127.0.0.1:0", "--group", groups["sandbox"])
 	corrProc := h.start("correct", "correct", "--metrics-addr", "127.0.0.1:0", "--transactional-id", unique+"-txn",
 		"--group", groups["correct"], "--redis-prefix", unique)

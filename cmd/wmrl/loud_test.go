@@ -86,7 +86,7 @@ func TestScoringFailuresAreLoud(t *testing.T) {
 	}
 	start := time.Now()
 	html := a.start("worldmodel non-JSON", cat([]string{"worldmodel", "--base-url", htmlJudge.URL + "/v1"}, wmFlags, stageFlags(a, "worldmodel"))...)
-	sb := a.start("sandbox missing script", cat([]string{"sandbox", "--argv", string(argv), "--slots", "2", "--timeout", "10s"}, stageFlags(a, "sandbox"))...)
+	sb := a.start("sandbox missing script", cat([]string{"sandbox", "--single-step-no-private", "--argv", string(argv), "--slots", "2", "--timeout", "10s"}, stageFlags(a, "sandbox"))...)
 	corr := a.start("correct", "correct", "--metrics-addr", "127.0.0.1:0", "--transactional-id", unique+"-txn",
 		"--group", unique+"-a-correct", "--redis-prefix", unique+"-a")
 

@@ -50,7 +50,7 @@ func TestPoisonRolloutStages(t *testing.T) {
 	argv := e2eScoreArgv(t)
 	wmProc := h.start("worldmodel", "worldmodel", "--backend", "openai", "--base-url", wm.URL+"/v1", "--model", "m",
 		"--metrics-addr", "127.0.0.1:0", "--group", groups["worldmodel"])
-	sbProc := h.start("sandbox", "sandbox", "--argv", argv, "--slots", "1", "--timeout", "10s",
+	sbProc := h.start("sandbox", "sandbox", "--single-step-no-private", "--argv", argv, "--slots", "1", "--timeout", "10s",
 		"--metrics-addr", "127.0.0.1:0", "--group", groups["sandbox"])
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(names.Predicted(), names.Executed(), names.DLQ()),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,37 +24,55 @@ type sandboxOptions struct {
 	a                                                              *app
 	backend, artifactName, onTimeout                               string
 	addressSpace, memory, fileSize, runAs, containment, jobDirSize string
-	runAsRange, jailProc                                           string
-	argv                                                           []string
-	env                                                            map[string]string
+	runAsRange, jailProc, runOutputSize                            string
+	argv, gradeArgv                                                []string
+	env, gradeEnv                                                  map[string]string
+	singleStep                                                     bool
 	cfg                                                            sandbox.CommandConfig
 	slots, handlers                                                int
 	stage                                                          stageFlags
 	seccomp                                                        bool
 }
 
-func newSandboxCmd(a *app) *cobra.Command {
-	o := &sandboxOptions{a: a}
+func newSandboxCmd(a *app) *cobra.Command { return (&sandboxOptions{a: a}).command() }
+
+// command is the cobra command with its flags bound to o.
+func (o *sandboxOptions) command() *cobra.Command {
 	base := sandbox.DefaultCommandConfig()
 	defaults := base.Limits
 	cmd := &cobra.Command{
 		Use: "sandbox",
-		Example: `  wmrl sandbox --argv '["/opt/task/run", "{artifact}"]' --slots 8 --timeout 600s
-  wmrl sandbox --argv '["python3", "score.py", "{artifact}"]' --bwrap --memory 2GiB --max-failure-share 0.2`,
+		Example: `  wmrl sandbox --argv /bin/cat --argv {artifact} --grade-argv '["/usr/bin/python3", "-I", "/opt/task/math/grade.py", "{dir}"]'
+  wmrl sandbox --input-meta task --argv '["/usr/bin/python3", "-I", "/opt/task/public/harness.py", "{artifact}", "/opt/task/public/{meta.task}/cases", "{dir}/out"]' --grade-argv '["/usr/bin/python3", "-I", "/opt/task/private/grade.py", "{dir}/run", "/opt/task/private/{meta.task}"]' --artifact-name solution.py
+  wmrl sandbox --single-step-no-private --argv '["/opt/task/score", "{artifact}"]' --slots 8 --timeout 600s`,
 		Short: "Execute anchor rollouts in a pool of exclusive slots into rewards.executed",
 		Long: `Consume the rollouts topic; non-anchor rollouts are skipped (consumed and committed, no output);
-every anchor rollout gets exactly one executed-reward record. Each job runs --argv (no shell; {artifact}
-is the path of the rollout's artifact file, {dir} its private directory) in the jail (--bwrap, on by
-default: bubblewrap with a user namespace and no capabilities, its own PID namespace and /proc (none
-with --jail-proc=none), no network unless --allow-network, a read-only minimal view of the host, and size-limited private tmpfs
-for {dir}, /tmp and /dev/shm), as an unprivileged uid (a root stage's jobs run as 65534 unless
---run-as says otherwise), contained per --containment with rlimits (via prlimit) and a wall-clock
---timeout that kills the whole job, under a seccomp filter (--seccomp, on by default). Anything weaker
-(--bwrap=false, --seccomp=false, --run-as with the stage's uid or root) is refused at start-up unless --allow-weak-containment is given; --allow-network is logged. The program
-reports on stdout: its last non-empty line must be a JSON object {"score": <number in [0,1]>}; the
-job finds the rollout record (its task: meta, prompt) in {dir}/rollout.json, and {meta.KEY} in
---argv/--env is the rollout's meta value (a missing key fails the job with status error); the
-tail of its stderr goes into the executed record as stderr_tail, which is untrusted output.
+every anchor rollout gets exactly one executed-reward record, from two steps, each in its own jail
+(docs/stages.md, "Point wmrl sandbox at a real sandbox command"):
+
+  run step    --argv, no shell: {artifact} is the rollout's artifact, {dir} the step's private
+              directory; {meta.KEY} only for keys named by --input-meta (the solution's input).
+              Whatever it writes to {dir}/out, its stdout and its exit status are its outputs.
+              It never sees rollout.json or any other meta key (labels, ground truth), nor
+              --grade-ro-bind paths.
+  grade step  --grade-argv: {dir}/rollout.json is the rollout record with every meta key,
+              {dir}/run/stdout, {dir}/run/exit_status and {dir}/run/out/ the run step's outputs
+              (read-only copies, data only: never execute or import them), {meta.KEY} any key.
+              Its last non-empty stdout line must be {"score": <number in [0,1]>}.
+
+A run step ended by --timeout is status timeout and one killed for memory status error, neither
+graded; one that crashed or exited non-zero is graded on what came back. A grade step that fails is
+status error (the task is broken, not the rollout). --single-step-no-private instead runs --argv
+alone and takes its own stdout as the score: only for a command that executes nothing it is
+graded on and reads nothing private (no rollout.json, only --input-meta keys).
+
+Every step runs in the jail (--bwrap, on by default: bubblewrap with a user namespace and no
+capabilities, its own PID namespace and /proc (none with --jail-proc=none), no network unless --allow-network, a read-only
+minimal view of the host, and size-limited private tmpfs for {dir}, /tmp and /dev/shm), as an
+unprivileged uid (a root stage's jobs run as 65534 unless --run-as says otherwise), contained per
+--containment with rlimits (via prlimit), under a seccomp filter (--seccomp, on by default). Anything
+weaker (--bwrap=false, --seccomp=false, --run-as with the stage's uid or root) is refused at start-up unless --allow-weak-containment is given; --allow-network is
+logged. stderr_tail holds the tails of both steps' stderr: untrusted output.
 
 --on-timeout=missing (default) records status timeout without a score, so the rollout is excluded
 from its group; --on-timeout=zero reproduces the reference: status stays timeout, imputed: true,
@@ -64,10 +83,18 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	cfg := &o.cfg
 	f := cmd.Flags()
 	f.StringVar(&o.backend, "backend", "command", "executor: command (an external program)")
-	f.StringArrayVar(&o.argv, "argv", nil, `command to run: repeat per argument (--argv python3 --argv {artifact}) or one JSON array (--argv '["python3","{artifact}"]'); placeholders {artifact}, {dir} ({dir}/rollout.json is the rollout record) and {meta.KEY} (the rollout's meta; a missing key fails the job with status error)`)
-	f.StringSliceVar(&cfg.EnvAllow, "env-allow", nil, "parent environment variables passed to the program (nothing else leaks)")
-	f.StringToStringVar(&o.env, "env", nil, "fixed environment variables KEY=VALUE (values may use {dir}, {artifact}, {meta.KEY})")
-	f.DurationVar(&cfg.Timeout, "timeout", base.Timeout, "wall-clock budget per rollout; the process group is killed on expiry")
+	f.StringArrayVar(&o.argv, "argv", nil, `the run step's command: repeat per argument (--argv python3 --argv {artifact}) or one JSON array (--argv '["python3","{artifact}"]'); placeholders {artifact}, {dir} (write outputs to {dir}/out) and {meta.KEY} for --input-meta keys (a missing key fails the job with status error)`)
+	f.StringArrayVar(&o.gradeArgv, "grade-argv", nil, `the grade step's command, like --argv; {dir}/rollout.json is the rollout record (every meta key), {dir}/run/{stdout,exit_status,out/} the run step's outputs; {meta.KEY} any key; no {artifact}`)
+	f.BoolVar(&o.singleStep, "single-step-no-private", false, "run --argv alone and take its own stdout as the score: no grade step, no rollout.json, no private meta key; only for a command that executes nothing it is graded on")
+	f.StringArrayVar(&cfg.InputMeta, "input-meta", nil, "meta key the run step may see as {meta.KEY}: the solution's input (repeat); every other key (labels, ground truth, the trainer adapters' task fields) is private")
+	f.StringArrayVar(&cfg.RunReadOnlyPaths, "run-ro-bind", nil, "host path only the run step sees read-only: public task data such as per-case inputs and a harness (repeat); the directories of absolute --argv paths are added")
+	f.StringArrayVar(&cfg.GradeReadOnlyPaths, "grade-ro-bind", nil, "host path only the grade step sees read-only: private task data such as tests and expected outputs (repeat); the directories of absolute --grade-argv paths are added")
+	f.StringSliceVar(&cfg.EnvAllow, "env-allow", nil, "parent environment variables passed to the run step (nothing else leaks)")
+	f.StringToStringVar(&o.env, "env", nil, "fixed environment variables KEY=VALUE of the run step (values may use {dir}, {artifact}, {meta.KEY} of --input-meta keys)")
+	f.StringToStringVar(&o.gradeEnv, "grade-env", nil, "fixed environment variables KEY=VALUE of the grade step (values may use {dir}, {meta.KEY})")
+	f.DurationVar(&cfg.Timeout, "timeout", base.Timeout, "wall-clock budget of the run step per rollout; the step is killed on expiry and the rollout is status timeout")
+	f.DurationVar(&cfg.GradeTimeout, "grade-timeout", base.GradeTimeout, "wall-clock budget of the grade step; overrunning it is status error (the task's fault, not the rollout's)")
+	f.StringVar(&o.runOutputSize, "run-output-size", strconv.Itoa(sandbox.DefaultRunOutputLimit>>20)+"MiB", "most the run step hands the grade step (its stdout tail, exit status and {dir}/out, as one stream); past it the grade step gets {dir}/run/error instead")
 	f.Uint64Var(&cfg.Limits.CPUSeconds, "cpu-seconds", defaults.CPUSeconds, "RLIMIT_CPU per process (0: inherit); exceeding it is a timeout")
 	f.StringVar(&o.memory, "memory", "4GiB", "memory of the whole job: a cgroup limit (OOM kill reported as such) under --containment cgroup, else RLIMIT_AS per process (0: none)")
 	f.StringVar(&o.addressSpace, "address-space", "0", "RLIMIT_AS per process on top of --memory, e.g. 4GiB (0: none; breaks programs that reserve address space)")
@@ -82,7 +109,7 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.BoolVar(&cfg.AllowNetwork, "allow-network", false, "give jobs the host's network (services on 127.0.0.1 become reachable; logged at WARN)")
 	f.BoolVar(&cfg.AllowWeakContainment, "allow-weak-containment", false, "start even if the containment is weaker than the jail (no bwrap, jobs as the stage's uid or root); the weaknesses are logged")
 	f.StringVar(&o.jobDirSize, "job-dir-size", strconv.FormatUint(base.JobDirBytes>>20, 10)+"MiB", "size of each private tmpfs of the jail (the job directory, /tmp, /dev/shm): the job's disk quota, counted as memory")
-	f.StringArrayVar(&cfg.ReadOnlyPaths, "ro-bind", nil, "extra host path the jailed job sees read-only (repeat); the directories of absolute --argv paths are added automatically")
+	f.StringArrayVar(&cfg.ReadOnlyPaths, "ro-bind", nil, "host path both steps see read-only, e.g. a virtualenv (repeat): never private data, which is --grade-ro-bind's")
 	f.StringVar(&cfg.TempDir, "temp-dir", "", "where job directories are created (default $TMPDIR)")
 	f.IntVar(&o.slots, "slots", 4, "exclusive execution slots (concurrent jobs)")
 	f.IntVar(&o.handlers, "handlers", 0, "stage handlers (0: 2×slots, so a slot never waits for a produce acknowledgement)")
@@ -93,56 +120,17 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 }
 
 func (o *sandboxOptions) run(cmd *cobra.Command, _ []string) error {
-	a, cfg := o.a, o.cfg
+	a := o.a
 	if o.backend == "builtin" {
 		return errors.New("--backend builtin is the demo's task executor: run it with `wmrl demo`")
 	}
 	if o.backend != "command" {
 		return fmt.Errorf("--backend %q: want command", o.backend)
 	}
-	var err error
-	if cfg.Argv, err = parseArgv(o.argv); err != nil {
+	cfg, err := o.commandConfig()
+	if err != nil {
 		return err
 	}
-	cfg.NoSeccomp = !o.seccomp
-	if cfg.Limits.MemoryBytes, err = parseBytes(o.memory); err != nil {
-		return fmt.Errorf("--memory: %w", err)
-	}
-	if cfg.Containment, err = jail.ParseContainment(o.containment); err != nil {
-		return fmt.Errorf("--containment: %w", err)
-	}
-	if cfg.Proc, err = jail.ParseProcMode(o.jailProc); err != nil {
-		return fmt.Errorf("--jail-proc: %w", err)
-	}
-	if cfg.Limits.AddressSpaceBytes, err = parseBytes(o.addressSpace); err != nil {
-		return fmt.Errorf("--address-space: %w", err)
-	}
-	if cfg.Limits.FileSizeBytes, err = parseBytes(o.fileSize); err != nil {
-		return fmt.Errorf("--file-size: %w", err)
-	}
-	if cfg.JobDirBytes, err = parseBytes(o.jobDirSize); err != nil {
-		return fmt.Errorf("--job-dir-size: %w", err)
-	}
-	if cfg.JobDirBytes == 0 {
-		return errors.New("--job-dir-size: want a size above 0 (it is the job's disk quota)")
-	}
-	if o.runAs != "" {
-		if cfg.RunAs, err = parseRunAs(o.runAs); err != nil {
-			return err
-		}
-	}
-	if o.runAsRange != "" {
-		r, err := jail.ParseUIDRange(o.runAsRange)
-		if err != nil {
-			return err
-		}
-		if r.Size() < o.slots {
-			return fmt.Errorf("--run-as-range %s: %d uids for --slots %d (one uid per slot)", r, r.Size(), o.slots)
-		}
-		cfg.RunAsRange = &r
-	}
-	cfg.Env = o.env
-	cfg.Logger = a.log
 	policy, err := sandbox.ParsePolicy(o.onTimeout)
 	if err != nil {
 		return fmt.Errorf("--on-timeout: %w", err)
@@ -161,17 +149,96 @@ func (o *sandboxOptions) run(cmd *cobra.Command, _ []string) error {
 	})
 }
 
-// parseArgv accepts --argv repeated per argument, or a single JSON array of strings.
-func parseArgv(args []string) ([]string, error) {
+// commandConfig is the executor's configuration from the flags.
+func (o *sandboxOptions) commandConfig() (sandbox.CommandConfig, error) {
+	cfg := o.cfg
+	var err error
+	if cfg.Argv, err = parseArgv("--argv", o.argv); err != nil {
+		return cfg, err
+	}
+	if slices.Equal(o.gradeArgv, []string{""}) {
+		o.gradeArgv = nil // an empty WMRL_GRADE_ARGV (docker-compose.yml's default) is unset
+	}
+	switch {
+	case len(o.gradeArgv) > 0 && o.singleStep:
+		return cfg, errors.New("--grade-argv and --single-step-no-private exclude each other: with a grade step the run step's stdout is not the score")
+	case len(o.gradeArgv) > 0:
+		if cfg.GradeArgv, err = parseArgv("--grade-argv", o.gradeArgv); err != nil {
+			return cfg, err
+		}
+	case !o.singleStep:
+		return cfg, errors.New("--grade-argv is required: the grade step scores the run step's outputs against the private data (rollout.json, --grade-ro-bind); --single-step-no-private runs --argv alone instead, for a command whose own stdout may be the score because it executes nothing it is graded on and reads nothing private")
+	case len(o.gradeEnv) > 0 || len(cfg.GradeReadOnlyPaths) > 0:
+		return cfg, errors.New("--grade-env and --grade-ro-bind need --grade-argv (there is no grade step with --single-step-no-private)")
+	}
+	if cfg.RunOutputLimit, err = parseInt("--run-output-size", o.runOutputSize); err != nil {
+		return cfg, err
+	}
+	if cfg.Limits.MemoryBytes, err = parseBytes(o.memory); err != nil {
+		return cfg, fmt.Errorf("--memory: %w", err)
+	}
+	if cfg.Containment, err = jail.ParseContainment(o.containment); err != nil {
+		return cfg, fmt.Errorf("--containment: %w", err)
+	}
+	if cfg.Limits.AddressSpaceBytes, err = parseBytes(o.addressSpace); err != nil {
+		return cfg, fmt.Errorf("--address-space: %w", err)
+	}
+	if cfg.Limits.FileSizeBytes, err = parseBytes(o.fileSize); err != nil {
+		return cfg, fmt.Errorf("--file-size: %w", err)
+	}
+	if cfg.JobDirBytes, err = parseBytes(o.jobDirSize); err != nil {
+		return cfg, fmt.Errorf("--job-dir-size: %w", err)
+	}
+	if cfg.JobDirBytes == 0 {
+		return cfg, errors.New("--job-dir-size: want a size above 0 (it is the job's disk quota)")
+	}
+	if o.runAs != "" {
+		if cfg.RunAs, err = parseRunAs(o.runAs); err != nil {
+			return cfg, err
+		}
+	}
+	if o.runAsRange != "" {
+		r, err := jail.ParseUIDRange(o.runAsRange)
+		if err != nil {
+			return cfg, err
+		}
+		if r.Size() < o.slots {
+			return cfg, fmt.Errorf("--run-as-range %s: %d uids for --slots %d (one uid per slot)", r, r.Size(), o.slots)
+		}
+		cfg.RunAsRange = &r
+	}
+	if cfg.Proc, err = jail.ParseProcMode(o.jailProc); err != nil {
+		return cfg, fmt.Errorf("--jail-proc: %w", err)
+	}
+	cfg.NoSeccomp = !o.seccomp
+	cfg.Env, cfg.GradeEnv = o.env, o.gradeEnv
+	cfg.Logger = o.a.log
+	return cfg, nil
+}
+
+// parseInt reads a byte size that must fit an int and be above 0.
+func parseInt(flag, s string) (int, error) {
+	n, err := parseBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", flag, err)
+	}
+	if n == 0 || n > math.MaxInt32 {
+		return 0, fmt.Errorf("%s %s: want a size above 0 and below 2GiB", flag, s)
+	}
+	return int(n), nil
+}
+
+// parseArgv accepts a command flag repeated per argument, or a single JSON array of strings.
+func parseArgv(flag string, args []string) ([]string, error) {
 	if len(args) == 1 && strings.HasPrefix(strings.TrimSpace(args[0]), "[") {
 		var out []string
 		if err := json.Unmarshal([]byte(args[0]), &out); err != nil {
-			return nil, fmt.Errorf("--argv: not a JSON array of strings: %w", err)
+			return nil, fmt.Errorf("%s: not a JSON array of strings: %w", flag, err)
 		}
 		args = out
 	}
 	if len(args) == 0 || args[0] == "" {
-		return nil, errors.New("--argv is required: the sandbox command, e.g. --argv python3 --argv {artifact}")
+		return nil, fmt.Errorf("%s is required: the step's command, e.g. %s python3 %s {artifact}", flag, flag, flag)
 	}
 	return args, nil
 }

@@ -45,7 +45,7 @@ func TestEveryCommandStopsOnSIGTERM(t *testing.T) {
 		slow bool
 	}{
 		{"worldmodel", []string{"worldmodel", "--base-url", liveJudge(t) + "/v1", "--model", "m", "--metrics-addr", "127.0.0.1:0", "--group", groups["worldmodel"]}, "partitions assigned", false},
-		{"sandbox", []string{"sandbox", "--argv", `["/bin/true"]`, "--metrics-addr", "127.0.0.1:0", "--group", groups["sandbox"]}, "partitions assigned", false},
+		{"sandbox", []string{"sandbox", "--single-step-no-private", "--argv", `["/bin/true"]`, "--metrics-addr", "127.0.0.1:0", "--group", groups["sandbox"]}, "partitions assigned", false},
 		{"correct", []string{"correct", "--metrics-addr", "127.0.0.1:0", "--transactional-id", unique + "-txn", "--group", groups["correct"], "--redis-prefix", unique}, "state loaded", false},
 		{"train", []string{"train", "--run", "r", "--group", groups["train"]}, "", false},
 		{"analytics", []string{"analytics", "--out", t.TempDir(), "--group", groups["analytics"]}, "", false},

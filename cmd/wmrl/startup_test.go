@@ -33,7 +33,7 @@ func TestStartupMistakes(t *testing.T) {
 	stage := map[string][]string{
 		"train":      nil,
 		"worldmodel": {"--model", "m", "--metrics-addr", "", "--base-url", liveJudge(t) + "/v1"},
-		"sandbox":    {"--argv", "true", "--metrics-addr", ""},
+		"sandbox":    {"--single-step-no-private", "--argv", "true", "--metrics-addr", ""},
 		"correct":    {"--transactional-id", "wmrl-startup-test"},
 	}
 	type tc struct {

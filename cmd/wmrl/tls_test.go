@@ -36,7 +36,7 @@ func TestSecureConnectionFailures(t *testing.T) {
 	commands := [][]string{
 		{"topics", "check", "--partitions", "2"},
 		{"worldmodel", "--base-url", "http://127.0.0.1:1/v1", "--model", "m", "--metrics-addr", "127.0.0.1:0"},
-		{"sandbox", "--argv", sandboxArgv, "--metrics-addr", "127.0.0.1:0"},
+		{"sandbox", "--single-step-no-private", "--argv", sandboxArgv, "--metrics-addr", "127.0.0.1:0"},
 		{"correct", "--metrics-addr", "127.0.0.1:0", "--redis", r.URL()},
 		{"train", "--run", "r"},
 		{"digest", "--run", "r"},

@@ -65,7 +65,8 @@ func BenchmarkPoolUtilization(b *testing.B) {
 
 // BenchmarkCommandExecutorSpawn is the per-job cost of the command executor
 // for a trivial program: temp dir, artifact write, spawn, wait, group kill,
-// cleanup — plain, with the prlimit wrapper, and inside bubblewrap.
+// cleanup — plain, with the prlimit wrapper, inside bubblewrap, and in two
+// jailed steps (the run step's collector, then a grade step).
 func BenchmarkCommandExecutorSpawn(b *testing.B) {
 	variants := []struct {
 		name string
@@ -74,6 +75,7 @@ func BenchmarkCommandExecutorSpawn(b *testing.B) {
 		{"plain", CommandConfig{Config: jail.Config{AllowWeakContainment: true, RunAs: stageRunAs()}}},
 		{"prlimit", CommandConfig{Config: jail.Config{Limits: jail.DefaultLimits(), AllowWeakContainment: true, RunAs: stageRunAs()}}},
 		{"prlimit+bwrap", CommandConfig{Config: jail.Config{Limits: jail.DefaultLimits(), UseBwrap: true}}},
+		{"prlimit+bwrap,two-steps", CommandConfig{GradeArgv: []string{"/bin/echo", `{"score": 1}`}, Config: jail.Config{Limits: jail.DefaultLimits(), UseBwrap: true}}},
 	}
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {

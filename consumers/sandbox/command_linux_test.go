@@ -299,6 +299,10 @@ func TestNewCommandExecutorErrors(t *testing.T) {
 		{"bad env name", CommandConfig{Argv: []string{"true"}, Env: map[string]string{"A=B": "c"}}, ErrConfig},
 		{"meta placeholder without key", CommandConfig{Argv: []string{"true", "{meta.}"}}, ErrConfig},
 		{"meta placeholder unclosed in env", CommandConfig{Argv: []string{"true"}, Env: map[string]string{"L": "{meta.label"}}, ErrConfig},
+		{"private meta in the single step", CommandConfig{Argv: []string{"true", "{meta.label}"}}, ErrPrivateData},
+		{"private meta in the run step's env", CommandConfig{Argv: []string{"true"}, GradeArgv: []string{"true"}, InputMeta: []string{"task"}, Env: map[string]string{"L": "{meta.label}"}}, ErrPrivateData},
+		{"artifact in the grade step", CommandConfig{Argv: []string{"true"}, GradeArgv: []string{"true", "{artifact}"}}, ErrConfig},
+		{"grade settings without a grade step", CommandConfig{Argv: []string{"true"}, GradeReadOnlyPaths: []string{"/opt"}}, ErrConfig},
 		{"stage setting allowed into the job", CommandConfig{Argv: []string{"true"}, EnvAllow: []string{"WMRL_SASL_PASSWORD"}}, ErrEnvAllow},
 		{"no jail", CommandConfig{Argv: []string{"true"}}, jail.ErrWeakContainment},
 		{"prlimit missing", CommandConfig{Argv: []string{"true"}, Config: jail.Config{Limits: jail.Limits{CPUSeconds: 1}, PrlimitPath: "/nonexistent/prlimit"}}, jail.ErrPrlimitMissing},
@@ -333,4 +337,50 @@ func TestCommandExecutorSIGXCPU(t *testing.T) {
 		t.Fatalf("got %s %q", r.Status, r.Reason)
 	}
 	assertNoLeftovers(t, marker)
+}
+
+// What each step finds: the single step and the run step get the artifact and the --input-meta
+// keys only (no rollout.json, no private key in {meta.KEY}); the grade step gets rollout.json
+// and the run step's outputs under run/, never the artifact.
+func TestCommandExecutorStepsSee(t *testing.T) {
+	// Each program reports what it sees as its score: 1 when it found the thing, 0 when not.
+	see := func(test string) []string {
+		return []string{"/bin/sh", "-c", "if " + test + "; then echo '{\"score\": 1}'; else echo '{\"score\": 0}'; fi"}
+	}
+	base := CommandConfig{Timeout: 10 * time.Second, InputMeta: []string{"task"}, Config: jail.Config{UseBwrap: true, Limits: jail.DefaultLimits()}}
+	j := Job{RolloutID: "r", Artifact: []byte("print(42)"), ArtifactName: "solution.py", Rollout: []byte(`{"meta":{"label":"7","task":"add"}}`),
+		Meta: map[string]string{"label": "7", "task": "add"}}
+	tests := []struct {
+		name       string
+		argv, grad []string
+		want       float64
+	}{
+		{"single step has the artifact", see("test -s {artifact}"), nil, 1},
+		{"single step has the input meta", see("test {meta.task} = add"), nil, 1},
+		{"single step has no rollout.json", see("test -e {dir}/rollout.json"), nil, 0},
+		{"run step has no rollout.json", []string{"/bin/sh", "-c", "ls {dir} > {dir}/out/ls"}, see("grep -q rollout {dir}/run/out/ls || ! grep -q solution.py {dir}/run/out/ls"), 0},
+		{"grade step has rollout.json", []string{"true"}, see("grep -q '\"label\":\"7\"' {dir}/rollout.json"), 1},
+		{"grade step has private meta", []string{"true"}, see("test {meta.label} = 7"), 1},
+		{"grade step has no artifact", []string{"true"}, see("ls -R {dir} | grep -q solution.py"), 0},
+		{"grade step has run stdout and exit status", []string{"/bin/sh", "-c", "echo forty-two; exit 3"}, see("grep -qx forty-two {dir}/run/stdout && grep -qx 3 {dir}/run/exit_status"), 1},
+		{"grade step gets at most 1024 output files and the reason", []string{"/bin/sh", "-c", "cd {dir}/out && i=0 && while [ $i -lt 1100 ]; do echo $i > f$i; i=$((i+1)); done"},
+			see("test $(ls {dir}/run/out | wc -l) = 1024 && grep -q 'more than 1024 files' {dir}/run/error"), 1},
+		{"grade step has the output directory", []string{"/bin/sh", "-c", "mkdir -p {dir}/out/a && echo x > {dir}/out/a/b"}, see("grep -qx x {dir}/run/out/a/b && test ! -w {dir}/run/out/a/b -o $(id -u) = 0"), 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			cfg.Argv, cfg.GradeArgv = tc.argv, tc.grad
+			cfg.TempDir = t.TempDir()
+			e, err := NewCommandExecutor(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := e.Execute(context.Background(), j)
+			if r.Status != StatusOK || r.Score != tc.want {
+				t.Fatalf("got %s %v (%s, stderr %q), want %v", r.Status, r.Score, r.Reason, r.StderrTail, tc.want)
+			}
+			assertEmptyDir(t, cfg.TempDir)
+		})
+	}
 }

@@ -47,10 +47,12 @@ type Job struct {
 	// empty means "artifact".
 	ArtifactName string
 	// Rollout, if set, is written to RolloutFile ({dir}/rollout.json) in
-	// the job directory: the rollout record as JSON, meta included, so the
-	// program can grade against the task (a label, the tests to run).
+	// the grade step's directory: the rollout record as JSON, meta
+	// included, so the grader can grade against the task (a label, the
+	// tests to run). It is private: the run step never gets it.
 	Rollout []byte
-	// Meta is the rollout's meta, for {meta.KEY} placeholders.
+	// Meta is the rollout's meta, for {meta.KEY} placeholders: every key
+	// in the grade step, the CommandConfig.InputMeta keys in the run step.
 	Meta map[string]string
 	// Slot is the pool slot running the job, set by Pool.Submit: the
 	// executor may give each slot its own budget (a uid per slot).
@@ -68,7 +70,8 @@ type Result struct {
 	StderrTail string
 	// Duration is the wall time of the execution itself.
 	Duration time.Duration
-	// ExitCode is the child's exit code, or -1 if it did not exit normally
+	// ExitCode is the child's exit code (in two steps the grade step's; the
+	// run step's is the grader's to see), or -1 if it did not exit normally
 	// (signal, timeout, not started) or there is no child process.
 	ExitCode int
 

@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 	if base := os.Getenv(hostileStageEnv); base != "" {
 		os.Exit(hostileStageMain(base))
 	}
+	if base := os.Getenv(gradeStageEnv); base != "" {
+		os.Exit(gradeStageMain(base))
+	}
 	code := m.Run()
 	if left := leftoverJobCgroups(); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "job cgroups not removed: %v\n", left)

@@ -7,22 +7,31 @@ import (
 )
 
 // PlaceholderMetaPrefix starts a {meta.KEY} placeholder in CommandConfig.Argv
-// elements and Env values: it expands to the value of KEY in the rollout's
-// meta (topics.Rollout.Meta), so a job can be told which task it grades
-// (`--argv /opt/eval/run --argv {meta.tests}`) without parsing rollout.json.
+// elements and Env values (and GradeArgv, GradeEnv): it expands to the value of
+// KEY in the rollout's meta (topics.Rollout.Meta), so a step can be told which
+// task it runs (`--argv /opt/task/public/harness.py --argv {meta.task}`). Every
+// meta key is private — a label, ground truth — unless CommandConfig.InputMeta
+// names it: the run step (and the single step) may name only those.
 const PlaceholderMetaPrefix = "{meta."
 
-// RolloutFile is the name of the rollout record in the job directory: the
-// topics.Rollout JSON (meta included) of the rollout being executed, written
-// whenever Job.Rollout is set (the sandbox stage always sets it).
+// RolloutFile is the name of the rollout record in the grade step's directory:
+// the topics.Rollout JSON (meta included: the labels) of the rollout being
+// graded, written whenever Job.Rollout is set (the sandbox stage always sets
+// it). It is private data: the run step never gets it.
 const RolloutFile = "rollout.json"
+
+// ErrPrivateData is wrapped (with ErrConfig) by NewCommandExecutor's error
+// for a configuration that would hand private data to the code being graded:
+// a {meta.KEY} not named by InputMeta in the run step's argv or environment.
+var ErrPrivateData = errors.New("sandbox: private data in the run step")
 
 // ErrMissingMeta is wrapped by the Reason of a job whose argv or environment
 // names a {meta.KEY} its rollout does not have: the job does not start and
 // reports StatusError naming the key and the rollout.
 var ErrMissingMeta = errors.New("sandbox: meta key missing")
 
-// placeholders holds one job's values for expand.
+// placeholders holds one step's values for expand; meta holds only what
+// that step may see (the InputMeta keys for the run step).
 type placeholders struct {
 	dir, artifact string
 	meta          map[string]string
@@ -60,7 +69,7 @@ func (p placeholders) expand(s string) (string, error) {
 			}
 			v, found := p.meta[key]
 			if !found {
-				return "", fmt.Errorf("%w: rollout %q has no meta key %q (named by {meta.%s} in --argv/--env)", ErrMissingMeta, p.rollout, key, key)
+				return "", fmt.Errorf("%w: rollout %q has no meta key %q (named by {meta.%s} in the command line or environment)", ErrMissingMeta, p.rollout, key, key)
 			}
 			b.WriteString(v)
 			s = rest
@@ -96,4 +105,33 @@ func checkMetaPlaceholders(where, s string) error {
 		}
 		return fmt.Errorf("%w: %s %q: %s needs a key and a closing brace, e.g. {meta.label}", ErrConfig, where, s, PlaceholderMetaPrefix)
 	}
+}
+
+// metaKeys lists the keys of the well-formed {meta.KEY} placeholders in s.
+func metaKeys(s string) []string {
+	var keys []string
+	for rest := s; ; {
+		i := strings.Index(rest, PlaceholderMetaPrefix)
+		if i < 0 {
+			return keys
+		}
+		key, after, ok := cutMetaKey(rest[i:])
+		if !ok {
+			return keys
+		}
+		keys = append(keys, key)
+		rest = after
+	}
+}
+
+// publicMeta is the part of meta the run step may see: the keys named by
+// input, nothing else.
+func publicMeta(meta map[string]string, input map[string]bool) map[string]string {
+	out := make(map[string]string, len(input))
+	for k, v := range meta {
+		if input[k] {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -31,7 +31,7 @@ func TestPlaceholdersExpand(t *testing.T) {
 		}
 	}
 	_, err := p.expand("{meta.missing}")
-	if want := `sandbox: meta key missing: rollout "r-1" has no meta key "missing" (named by {meta.missing} in --argv/--env)`; err == nil || err.Error() != want {
+	if want := `sandbox: meta key missing: rollout "r-1" has no meta key "missing" (named by {meta.missing} in the command line or environment)`; err == nil || err.Error() != want {
 		t.Errorf("error %v, want %s", err, want)
 	}
 }

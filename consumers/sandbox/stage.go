@@ -54,8 +54,8 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		if _, err := artifactName(cfg.ArtifactName); err != nil {
 			return nil, err
 		}
-		if cfg.ArtifactName == RolloutFile {
-			return nil, fmt.Errorf("%w: artifact name %q is the rollout record's", ErrConfig, RolloutFile)
+		if cfg.ArtifactName == RolloutFile || cfg.ArtifactName == RunOutDir || cfg.ArtifactName == runCollectorDir {
+			return nil, fmt.Errorf("%w: artifact name %q is taken (the rollout record's, or the run step's outputs)", ErrConfig, cfg.ArtifactName)
 		}
 	}
 	if cfg.Now == nil {
@@ -84,7 +84,8 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 			return h.record(e)
 		}
 	}
-	// The job gets the rollout itself as {dir}/rollout.json (its task: meta, prompt).
+	// The grade step gets the rollout itself as {dir}/rollout.json (the task's private data: every
+	// meta key, the labels); the run step gets only the artifact and the --input-meta keys.
 	record, err := topics.EncodeRollout(r)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: re-encode rollout %s: %w", r.RolloutID, err)

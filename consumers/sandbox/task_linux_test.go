@@ -10,44 +10,95 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wmrl/wmrl/consumers/sandbox/jail"
 	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/topics"
 )
 
-// The two tasks of docs/stages.md end to end through the stage's handler and
-// the default (jailed) executor: the job reads its task from
-// {dir}/rollout.json and {meta.KEY}, and grades the artifact against it.
-func TestCommandExecutorTasks(t *testing.T) {
-	const python = "/usr/bin/python3"
-	if _, err := os.Stat(python); err != nil {
-		t.Skipf("the task graders are Python: %v", err)
+// taskPython runs the task scripts: by its absolute path, as docs/stages.md says.
+const taskPython = "/usr/bin/python3"
+
+// taskFixture copies testdata/tasks where every uid can read it (the job's uid
+// is 65534 for a root stage) and outside /tmp, which the jail replaces.
+func taskFixture(t *testing.T, owner int) string {
+	t.Helper()
+	if _, err := os.Stat(taskPython); err != nil {
+		t.Skipf("the task scripts are Python: %v", err)
 	}
-	// The graders must be readable by the job's uid (65534 for a root
-	// stage) and lie outside /tmp, which the jail replaces.
-	tasks := filepath.Join(hostileDir(t, os.Geteuid()), "tasks")
+	tasks := filepath.Join(hostileDir(t, owner), "tasks")
 	copyTree(t, "testdata/tasks", tasks)
+	return tasks
+}
 
-	newHandler := func(argv ...string) *Handler {
-		e, err := NewCommandExecutor(CommandConfig{Argv: argv, Timeout: 30 * time.Second, Config: jail.Config{Limits: jail.DefaultLimits(), UseBwrap: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pool, err := NewPool(e, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := NewHandler(HandlerConfig{Pool: pool, ArtifactName: "solution.py"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
+// mathTaskConfig and codeTaskConfig are the two tasks of docs/stages.md, flag
+// for flag, over DefaultCommandConfig (the CLI's defaults).
+func mathTaskConfig(tasks string) CommandConfig {
+	cfg := DefaultCommandConfig()
+	cfg.Argv = []string{"/bin/cat", PlaceholderArtifact}
+	cfg.GradeArgv = []string{taskPython, "-I", filepath.Join(tasks, "math", "grade.py"), PlaceholderDir}
+	return cfg
+}
+
+func codeTaskConfig(tasks string) CommandConfig {
+	cfg := DefaultCommandConfig()
+	cfg.InputMeta = []string{"task"}
+	cfg.Argv = []string{taskPython, "-I", filepath.Join(tasks, "code", "public", "harness.py"), PlaceholderArtifact,
+		filepath.Join(tasks, "code", "public", "{meta.task}", "cases"), "{dir}/out"}
+	cfg.Env = map[string]string{"CASE_TIMEOUT": "2"}
+	cfg.GradeArgv = []string{taskPython, "-I", filepath.Join(tasks, "code", "private", "grade.py"), "{dir}/run",
+		filepath.Join(tasks, "code", "private", "{meta.task}")}
+	return cfg
+}
+
+// taskHandler is the stage's handler over one slot of cfg's executor.
+func taskHandler(t testing.TB, cfg CommandConfig) *Handler {
+	t.Helper()
+	e, err := NewCommandExecutor(cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	math := newHandler(python, filepath.Join(tasks, "math_grade.py"), "{dir}/"+RolloutFile, PlaceholderArtifact)
-	code := newHandler(python, filepath.Join(tasks, "code", "run_tests.py"), PlaceholderArtifact,
-		filepath.Join(tasks, "code", "{meta.task}", "test.py"))
+	pool, err := NewPool(e, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewHandler(HandlerConfig{Pool: pool, ArtifactName: "solution.py"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
 
-	const addOK = "def add(a, b):\n    return a + b\n"
+// handleTask runs one rollout through h and returns its executed record.
+func handleTask(t *testing.T, h *Handler, meta map[string]string, artifact string) topics.ExecutedReward {
+	t.Helper()
+	r := anchorRollout(artifact)
+	r.Meta = meta
+	outs, err := h.Handle(context.Background(), encodeRollout(t, r))
+	// A job that fails is recorded (one executed record) and flagged to the stage runtime
+	// as a failure, never a dead letter.
+	var failed *stage.FailedError
+	if (err != nil && !errors.As(err, &failed)) || len(outs) != 1 {
+		t.Fatalf("Handle: %v, %d records", err, len(outs))
+	}
+	got, derr := topics.DecodeExecuted(outs[0].Value)
+	if derr != nil {
+		t.Fatal(derr)
+	}
+	if (err == nil) != (got.Status == topics.StatusOK) {
+		t.Fatalf("record %s, handler error %v", got.Status, err)
+	}
+	return got
+}
+
+// The two tasks of docs/stages.md end to end through the stage's handler and
+// the default jail, in two steps: the run step executes the artifact with its
+// public input only, the grade step scores what came back against the
+// private data (the label in rollout.json; the hidden expected outputs).
+func TestTaskExamples(t *testing.T) {
+	tasks := taskFixture(t, os.Geteuid())
+	math := taskHandler(t, mathTaskConfig(tasks))
+	code := taskHandler(t, codeTaskConfig(tasks))
+
+	const addOK = "a, b = map(int, input().split())\nprint(a + b)\n"
 	tests := []struct {
 		name     string
 		h        *Handler
@@ -56,39 +107,70 @@ func TestCommandExecutorTasks(t *testing.T) {
 		status   topics.Status
 		score    float64
 		reason   string // substring of the record's reason (non-ok)
+		stderr   string // substring of the record's stderr tail
 	}{
-		{"math right", math, map[string]string{"label": "42"}, "6 * 7, so the answer is 42", topics.StatusOK, 1, ""},
-		{"math wrong boxed", math, map[string]string{"label": "42"}, "I think 42 is close, but \\boxed{41}", topics.StatusOK, 0, ""},
-		{"math fraction", math, map[string]string{"label": "3/4"}, "the probability is 0.75", topics.StatusOK, 1, ""},
-		{"math without label", math, map[string]string{"source": "gsm8k"}, "42", topics.StatusError, 0, "exit status 2"},
-		{"code passes", code, map[string]string{"task": "add"}, addOK, topics.StatusOK, 1, ""},
-		{"code partly wrong", code, map[string]string{"task": "add"}, "def add(a, b):\n    return a - b\n", topics.StatusOK, 0.25, ""},
-		{"code other task", code, map[string]string{"task": "reverse"}, "def reverse(s):\n    return s[::-1]\n", topics.StatusOK, 1, ""},
-		{"code does not import", code, map[string]string{"task": "reverse"}, "def reverse(s) return s", topics.StatusOK, 0, ""},
-		{"code unknown task", code, map[string]string{"task": "nosuch"}, addOK, topics.StatusError, 0, "exit status 2"},
-		{"code meta key missing", code, map[string]string{"label": "x"}, addOK, topics.StatusError, 0, `rollout "1-0-3" has no meta key "task"`},
+		{"math right", math, map[string]string{"label": "42"}, "6 * 7, so the answer is 42", topics.StatusOK, 1, "", "answer '42', label '42'"},
+		{"math wrong boxed", math, map[string]string{"label": "42"}, "I think 42 is close, but \\boxed{41}", topics.StatusOK, 0, "", ""},
+		{"math fraction", math, map[string]string{"label": "3/4"}, "the probability is 0.75", topics.StatusOK, 1, "", ""},
+		{"math without label", math, map[string]string{"source": "gsm8k"}, "42", topics.StatusError, 0, "grade step: exit status 2", "has no meta label"},
+		{"code passes", code, map[string]string{"task": "add"}, addOK, topics.StatusOK, 1, "", "large: pass"},
+		{"code partly wrong", code, map[string]string{"task": "add"}, "a, b = map(int, input().split())\nprint(a - b)\n", topics.StatusOK, 0.25, "", "zero: pass"},
+		{"code other task", code, map[string]string{"task": "reverse"}, "print(input()[::-1])\n", topics.StatusOK, 1, "", ""},
+		{"code does not run", code, map[string]string{"task": "reverse"}, "def reverse(s) return s", topics.StatusOK, 0, "", "SyntaxError"},
+		{"code crashes on one case", code, map[string]string{"task": "add"}, "a, b = map(int, input().split())\nassert a != 0\nprint(a + b)\n", topics.StatusOK, 0.75, "", "zero: fail"},
+		{"code case timeout", code, map[string]string{"task": "reverse"}, "s = input()\nwhile not s: pass\nprint(s[::-1])\n", topics.StatusOK, 0.5, "", "empty: fail"},
+		{"code unknown task", code, map[string]string{"task": "nosuch"}, addOK, topics.StatusError, 0, "grade step: exit status 2", "no expected outputs"},
+		{"code meta key missing", code, map[string]string{"label": "x"}, addOK, topics.StatusError, 0, `run step: sandbox: meta key missing: rollout "1-0-3" has no meta key "task"`, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := anchorRollout(tc.artifact)
-			r.Meta = tc.meta
-			outs, err := tc.h.Handle(context.Background(), encodeRollout(t, r))
-			// A job that fails is recorded (one executed record) and flagged to the stage runtime
-			// as a failure, never a dead letter.
-			var failed *stage.FailedError
-			if (err != nil && (tc.status == topics.StatusOK || !errors.As(err, &failed))) || len(outs) != 1 {
-				t.Fatalf("Handle: %v, %d records", err, len(outs))
-			}
-			got, err := topics.DecodeExecuted(outs[0].Value)
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := handleTask(t, tc.h, tc.meta, tc.artifact)
 			score := -1.0
 			if got.Score != nil {
 				score = *got.Score
 			}
-			if got.Status != tc.status || (tc.status == topics.StatusOK && score != tc.score) || !strings.Contains(got.Reason, tc.reason) {
-				t.Fatalf("got %s score %v reason %q stderr %q; want %s %v %q", got.Status, score, got.Reason, got.StderrTail, tc.status, tc.score, tc.reason)
+			if got.Status != tc.status || (tc.status == topics.StatusOK && score != tc.score) || !strings.Contains(got.Reason, tc.reason) || !strings.Contains(got.StderrTail, tc.stderr) {
+				t.Fatalf("got %s score %v reason %q stderr %q; want %s %v %q %q", got.Status, score, got.Reason, got.StderrTail, tc.status, tc.score, tc.reason, tc.stderr)
+			}
+		})
+	}
+}
+
+// A task whose private files the run step would see is refused at start-up:
+// the run step's read-only paths (the shared ones included) must not hold the
+// grade step's.
+func TestTaskPrivateApart(t *testing.T) {
+	tasks := taskFixture(t, os.Geteuid())
+	private := filepath.Join(tasks, "code", "private")
+	tests := []struct {
+		name string
+		mut  func(*CommandConfig)
+		want error
+	}{
+		{"public and private apart", func(*CommandConfig) {}, nil},
+		{"grader next to the harness", func(c *CommandConfig) {
+			c.GradeArgv[2] = filepath.Join(tasks, "code", "public", "harness.py")
+		}, ErrPrivateData},
+		{"task root bound into both steps", func(c *CommandConfig) { c.ReadOnlyPaths = []string{filepath.Join(tasks, "code")} }, ErrPrivateData},
+		{"task root bound into the run step", func(c *CommandConfig) { c.RunReadOnlyPaths = []string{tasks} }, ErrPrivateData},
+		{"private data bound into the run step", func(c *CommandConfig) {
+			c.RunReadOnlyPaths = []string{private}
+		}, ErrPrivateData},
+		{"private data through a symlink", func(c *CommandConfig) {
+			link := filepath.Join(tasks, "link")
+			if err := os.Symlink(filepath.Join(tasks, "code"), link); err != nil {
+				t.Fatal(err)
+			}
+			c.RunReadOnlyPaths = []string{link}
+		}, ErrPrivateData},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := codeTaskConfig(tasks)
+			tc.mut(&cfg)
+			_, err := NewCommandExecutor(cfg)
+			if !errors.Is(err, tc.want) || (tc.want != nil && !errors.Is(err, ErrConfig)) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
 		})
 	}

@@ -341,7 +341,7 @@ func (r *runCtx) worldmodelArgs() []string {
 }
 
 func (r *runCtx) sandboxArgs() []string {
-	return []string{"sandbox", "--argv", r.h.argv, "--slots", "4", "--timeout", "30s", "--metrics-addr", "",
+	return []string{"sandbox", "--single-step-no-private", "--argv", r.h.argv, "--slots", "4", "--timeout", "30s", "--metrics-addr", "",
 		"--group", r.prefix + "sandbox", "--instance-id", r.prefix + "sandbox", "--session-timeout", "10s"}
 }
 

@@ -183,7 +183,8 @@ def main(argv: list[str]) -> int:
     procs = []
     stages = {
         "worldmodel": ["worldmodel", "--base-url", f"http://127.0.0.1:{judge.server_address[1]}/v1", "--model", "m"],
-        "sandbox": ["sandbox", "--argv", json.dumps(["/bin/sh", str(SCORE_SH), "{artifact}"]), "--timeout", "30s"],
+        "sandbox": ["sandbox", "--single-step-no-private",
+                    "--argv", json.dumps(["/bin/sh", str(SCORE_SH), "{artifact}"]), "--timeout", "30s"],
         "correct": ["correct", "--transactional-id", f"{uniq}-txn", "--redis-prefix", uniq, "--min-pairs", "5000"],
     }
     for name, a in stages.items():

@@ -219,8 +219,9 @@ def test_score_through_the_real_stages(
     try:
         st.start("worldmodel", "worldmodel", "--base-url", world_model, "--model", "m", "--concurrency", "4",
                  log_dir=tmp_path)  # fmt: skip
-        st.start("sandbox", "sandbox", "--argv", json.dumps(["/bin/sh", str(SCORE_SH), "{artifact}"]), "--slots", "2",
-                 "--timeout", "30s", log_dir=tmp_path)  # fmt: skip
+        st.start("sandbox", "sandbox", "--single-step-no-private",
+                 "--argv", json.dumps(["/bin/sh", str(SCORE_SH), "{artifact}"]), "--slots", "2", "--timeout", "30s",
+                 log_dir=tmp_path)  # fmt: skip
         # --min-pairs above the run's anchor pairs keeps the calibration the identity, so the
         # expected rewards are the scores the test wrote (how many pairs accrue depends on the
         # anchor hash of the random run id).
@@ -324,8 +325,9 @@ def test_generator_waits_for_a_python_trainer(
 
     try:
         st.start("worldmodel", "worldmodel", "--base-url", world_model, "--model", "m", log_dir=tmp_path)
-        st.start("sandbox", "sandbox", "--argv", json.dumps(["/bin/sh", str(SCORE_SH), "{artifact}"]),
-                 "--timeout", "30s", log_dir=tmp_path)  # fmt: skip
+        st.start("sandbox", "sandbox", "--single-step-no-private",
+                 "--argv", json.dumps(["/bin/sh", str(SCORE_SH), "{artifact}"]), "--timeout", "30s",
+                 log_dir=tmp_path)  # fmt: skip
         st.start("correct", "correct", "--transactional-id", f"{st.unique}-txn", "--redis-prefix", st.unique,
                  log_dir=tmp_path)  # fmt: skip
         gen_log = open(tmp_path / "generate.log", "w")  # noqa: SIM115

@@ -100,11 +100,13 @@ def judge() -> Iterator[str]:
 
 def start_stages(st: Stages, judge_url: str, label: str, log_dir: Path, *correct_flags: str) -> None:
     """The Go stages of a trainer test: worldmodel asking the judge, sandbox grading with
-    grade_task.sh (label: the meta key of the expected answer), and correct with --min-pairs 5000,
-    which keeps the calibration the identity (a world-model row's reward is the judge's score)."""
+    grade_task.sh in its grade step (label: the meta key of the expected answer, private to it), and
+    correct with --min-pairs 5000, which keeps the calibration the identity (a world-model row's
+    reward is the judge's score)."""
     st.start("worldmodel", "worldmodel", "--base-url", judge_url, "--model", "m", log_dir=log_dir)
-    argv = ["/bin/sh", str(GRADE_SH), "{dir}", "{artifact}", label]
-    st.start("sandbox", "sandbox", "--argv", json.dumps(argv), "--timeout", "30s", log_dir=log_dir)
+    grade = ["/bin/sh", str(GRADE_SH), "{dir}", label]
+    st.start("sandbox", "sandbox", "--argv", json.dumps(["/bin/cat", "{artifact}"]), "--grade-argv", json.dumps(grade),
+             "--timeout", "30s", log_dir=log_dir)  # fmt: skip
     st.start("correct", "correct", "--transactional-id", f"{st.unique}-txn", "--redis-prefix", st.unique,
              "--min-pairs", "5000", *correct_flags, log_dir=log_dir)  # fmt: skip
 

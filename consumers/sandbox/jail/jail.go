@@ -477,10 +477,16 @@ func (j *Jail) command(dir string, files []File, argv []string) []string {
 // detected containment in Containment).
 func (j *Jail) Config() Config { return j.cfg }
 
+// ReadOnlyPaths are the extra host paths a job sees read-only in the jail
+// (Config.ReadOnlyPaths and the directories of absolute argv paths; none
+// without UseBwrap, where the job sees the host).
+func (j *Jail) ReadOnlyPaths() []string { return slices.Clone(j.readOnly) }
+
 // KillScope names what a timeout kills, for a result's reason.
 func (j *Jail) KillScope() string { return j.contain.killScope() }
 
-// File is a file the job finds in its directory.
+// File is a file the job finds in its directory. Name is relative to it
+// and may name subdirectories, which are created.
 type File struct {
 	Name string
 	Data []byte
@@ -584,17 +590,23 @@ func (j *Jail) cpuLimitHit(sig syscall.Signal, cpu time.Duration) bool {
 // RunAs; in the jail the files are copied into the job's own tmpfs from
 // descriptors (openJobFiles) and the host directory stays the stage's.
 func (j *Jail) prepareDir(dir string, files []File, ra *RunAs) error {
+	paths := []string{dir}
 	for _, f := range files {
-		// 0700 for the artifact: it may be executed directly ({artifact} as argv[0]).
-		if err := os.WriteFile(filepath.Join(dir, f.Name), f.Data, f.Mode); err != nil {
+		p := filepath.Join(dir, f.Name)
+		// A name may be nested (the grade step's run/out/…): its directories first.
+		for d := filepath.Dir(p); d != dir; d = filepath.Dir(d) {
+			paths = append(paths, d)
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 			return fmt.Errorf("sandbox: write %s: %w", f.Name, err)
 		}
+		// 0700 for the artifact: it may be executed directly ({artifact} as argv[0]).
+		if err := os.WriteFile(p, f.Data, f.Mode); err != nil {
+			return fmt.Errorf("sandbox: write %s: %w", f.Name, err)
+		}
+		paths = append(paths, p)
 	}
 	if ra != nil && !j.cfg.UseBwrap {
-		paths := []string{dir}
-		for _, f := range files {
-			paths = append(paths, filepath.Join(dir, f.Name))
-		}
 		for _, p := range paths {
 			if err := os.Chown(p, int(ra.UID), int(ra.GID)); err != nil {
 				return fmt.Errorf("sandbox: chown job dir: %w", err)

@@ -72,7 +72,8 @@ def text_of(x: Any) -> str:
 def task_meta(fields: Mapping[str, Any], *, what: str = "task context") -> dict[str, str]:
     """A rollout's ``meta`` from a framework's task fields (a dataset row's columns, verl's
     ``ground_truth``/``data_source``/``extra_info``, OpenRLHF's label): the world model's prompt
-    template sees them as ``.Meta`` and the sandbox as ``{meta.KEY}`` and in ``{dir}/rollout.json``.
+    template sees them as ``.Meta`` and the sandbox's grade step as ``{meta.KEY}`` and in
+    ``{dir}/rollout.json`` (private: the run step sees only keys named by ``--input-meta``).
 
     Strings stay as they are; numbers and booleans become their JSON text; None is left out.
     Lists and dicts are not scalars and raise (name the scalar fields you need instead). The

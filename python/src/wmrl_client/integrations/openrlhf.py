@@ -17,8 +17,9 @@ sample), and each request is answered with its own samples' rewards::
     # then: --remote_rm_url http://<host>:5000/get_reward
 
 * The response text (query minus its prompt) is the rollout's artifact, the prompt its prompt and
-  the label its ``meta["label"]`` — what the sandbox grades (``{meta.label}``, or
-  ``{dir}/rollout.json``) and the world model's prompt template sees as ``.Meta.label``.
+  the label its ``meta["label"]`` — what the sandbox's grade step grades against (``{meta.label}``,
+  ``{dir}/rollout.json``; private: the run step never sees it) and the world model's prompt template
+  sees as ``.Meta.label``.
 * ``rewards``/``scores``: wmrl's corrected reward; a row without a graded reward gets its group's
   mean over graded rows (so it adds nothing to OpenRLHF's group baseline) and ``wmrl_mask`` 0 in
   ``extra_logs`` (with ``wmrl_advantage``, ``wmrl_weight``, ``wmrl_anchor``, ``wmrl_step``).

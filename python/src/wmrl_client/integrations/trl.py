@@ -45,8 +45,9 @@ class RewardFunc:
     ``num_generations`` (TRL's, optional) checks that every group is whole. ``start_step`` is the
     wmrl step of the first call (see BatchScorer); ``value`` is "used" (the corrected reward,
     default) or "advantage". ``meta_columns`` names dataset columns (a code task's test id, a math
-    answer) that go into each rollout's ``meta``, where the sandbox (``{meta.KEY}``,
-    ``{dir}/rollout.json``) and the world model's prompt template (``.Meta``) see them; values must
+    answer) that go into each rollout's ``meta``, where the sandbox's grade step (``{meta.KEY}``,
+    ``{dir}/rollout.json``; private unless ``--input-meta`` names the key) and the world model's
+    prompt template (``.Meta``) see them; values must
     be scalars (strings, numbers, booleans; None is left out).
 
     TRL passes ``log_extra``/``log_metric``: each completion's wmrl ``source``, ``weight`` and
