@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/internal/oversize"
+	"github.com/wmrl/wmrl/internal/testenv"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// The real `wmrl worldmodel` and `wmrl sandbox` processes on the real broker meet a rollouts batch
+// that decompresses to 256 MiB between rollouts: each dead-letters it by reference (reason
+// batch-too-large, its offset range), counts it, scores the rollouts after it, and its peak RSS
+// stays inside the documented bound; restarted, neither meets the batch again.
+func TestBombRolloutStages(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	unique := testenv.Name(t)
+	prefix := unique + "."
+	names := topics.NewNames(prefix)
+	groups := map[string]string{"worldmodel": unique + "-worldmodel", "sandbox": unique + "-sandbox"}
+	redisURL := testenv.Redis(t)
+	t.Cleanup(func() { e2eCleanup(t, brokers, redisURL, prefix, unique, groups) })
+	h := &e2eHarness{t: t, bin: buildWMRL(t, t.TempDir()), global: []string{"--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix}}
+	t.Cleanup(h.stopAll)
+	h.run(time.Minute, 0, "topics", "create", "--partitions", "1")
+
+	rollout := func(i int) *kgo.Record {
+		r := topics.Rollout{RunID: "r", Step: 0, GroupID: "0-q", RolloutID: fmt.Sprintf("0-q-%d", i), Stream: "main",
+			PolicyVersion: "v", Anchor: true, Index: i, Artifact: fmt.Sprintf(`{"rollout":"%d","wm":0.5,"exec":0.7}`, i),
+			CreatedAt: time.Unix(1_700_000_000, 0).UTC()}
+		rec, err := names.RolloutRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	testenv.Produce(t, brokers, []*kgo.Record{rollout(0)})
+	bomb := testenv.Bomb(t, brokers, names.Rollouts(), 0, 256<<20)
+	testenv.Produce(t, brokers, []*kgo.Record{rollout(1), rollout(2)})
+
+	wm := httptest.NewServer(testenv.WorldModel(nil))
+	t.Cleanup(wm.Close)
+	argv := e2eScoreArgv(t)
+	start := func() []*e2eProc {
+		return []*e2eProc{
+			h.start("worldmodel", "worldmodel", "--backend", "openai", "--base-url", wm.URL+"/v1", "--model", "m",
+				"--metrics-addr", "127.0.0.1:0", "--group", groups["worldmodel"]),
+			h.start("sandbox", "sandbox", "--argv", argv, "--slots", "1", "--timeout", "10s",
+				"--metrics-addr", "127.0.0.1:0", "--group", groups["sandbox"]),
+		}
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(names.Predicted(), names.Executed(), names.DLQ()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	count := map[string]int{}
+	dead := map[string]topics.DeadLetter{}
+	readUntil := func(outputs int) {
+		t.Helper()
+		for count[names.Predicted()] < outputs || count[names.Executed()] < outputs || len(dead) < 2 {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("outputs %v, dead letters from %d stages: a stage stalled", count, len(dead))
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				count[r.Topic]++
+				if r.Topic != names.DLQ() {
+					return
+				}
+				d, err := topics.ParseDeadLetter(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dead[d.Stage] = d
+			})
+		}
+	}
+
+	procs := start()
+	readUntil(3)
+	limit := topics.MaxBatchBytes(topics.MaxRecordBytes)
+	for _, p := range procs {
+		if v := scrapeCounter(t, p, oversize.MetricName); v != 1 {
+			t.Errorf("wmrl %s: %s = %v, want 1", p.name, oversize.MetricName, v)
+		}
+		d, ok := dead[p.name]
+		if !ok || d.Reason != topics.ReasonBatchTooLarge || d.SourceTopic != names.Rollouts() || d.SourcePartition != 0 ||
+			d.SourceOffset != bomb.BaseOffset || d.SourceEndOffset != bomb.NextOffset || d.LimitBytes != limit || d.Value != nil {
+			t.Errorf("wmrl %s dead letter %+v, want a reference to offsets [%d, %d)", p.name, d, bomb.BaseOffset, bomb.NextOffset)
+		}
+	}
+	for _, p := range procs {
+		p.terminate(30 * time.Second)
+		peak := procPeakRSS(t, p)
+		t.Logf("wmrl %s: peak RSS %d MiB under a %d MiB bomb (limit %d MiB)", p.name, peak>>20, bomb.DecompressedBytes>>20, limit>>20)
+		if bound := int64(rolloutStageBaseBytes + oversize.PeakFactor*limit); peak > bound {
+			t.Errorf("wmrl %s: peak RSS %d MiB, over the documented bound of %d MiB", p.name, peak>>20, bound>>20)
+		}
+	}
+
+	// Restarted, both resume after the batch: one more rollout is scored, nothing is skipped.
+	testenv.Produce(t, brokers, []*kgo.Record{rollout(3)})
+	procs = start()
+	readUntil(4)
+	time.Sleep(time.Second)
+	for _, p := range procs {
+		if v := scrapeCounter(t, p, oversize.MetricName); v != 0 {
+			t.Errorf("restarted wmrl %s met the batch again: %s = %v", p.name, oversize.MetricName, v)
+		}
+		p.terminate(30 * time.Second)
+		t.Logf("restarted wmrl %s (no bomb met): peak RSS %d MiB", p.name, procPeakRSS(t, p)>>20)
+	}
+	if count[names.Predicted()] != 4 || count[names.Executed()] != 4 || count[names.DLQ()] != 2 {
+		t.Errorf("records per topic %v: want 4 predicted, 4 executed, 2 dead letters", count)
+	}
+}
+
+// rolloutStageBaseBytes is the RSS budget of a worldmodel or sandbox process besides refused
+// batches (docs/reliability.md): the runtime, its clients and a few records in flight.
+const rolloutStageBaseBytes = 64 << 20
+
+// procPeakRSS is the peak RSS of an exited stage process (getrusage's ru_maxrss, in KiB on Linux).
+func procPeakRSS(t *testing.T, p *e2eProc) int64 {
+	t.Helper()
+	<-p.done
+	ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		t.Fatalf("wmrl %s: no rusage", p.name)
+	}
+	return ru.Maxrss << 10
+}
+
+// scrapeCounter sums the samples of a counter on a stage's /metrics.
+func scrapeCounter(t *testing.T, p *e2eProc, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.metricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatalf("wmrl %s /metrics: %v", p.name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `(?:\{[^}]*\})? (\S+)$`)
+	var sum float64
+	found := false
+	for _, m := range re.FindAllStringSubmatch(string(body), -1) {
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatalf("wmrl %s: %s: %v", p.name, m[0], err)
+		}
+		sum, found = sum+v, true
+	}
+	if !found {
+		t.Fatalf("wmrl %s /metrics has no %s", p.name, name)
+	}
+	return sum
+}
