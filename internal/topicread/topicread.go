@@ -179,7 +179,7 @@ func ToEnd(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.O
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
-	skip := oversize.NewSkipper(cl, log, nil, "not read")
+	skip := oversize.NewSkipper(cl, log, nil, "left out of the read")
 	for remaining > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
