@@ -174,3 +174,43 @@ func scrapeCounter(t *testing.T, p *e2eProc, name string) float64 {
 	}
 	return sum
 }
+
+// `wmrl replay` over input topics whose run partition holds a bomb each (steps, predicted,
+// executed) finishes: it warns once per batch, leaves it out (the live consumers skip it too) and
+// its peak RSS stays inside the bound. The run has no other records, so it replays no step.
+func TestBombReplay(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	unique := testenv.Name(t)
+	prefix := unique + "."
+	names := topics.NewNames(prefix)
+	redisURL := testenv.Redis(t)
+	t.Cleanup(func() { e2eCleanup(t, brokers, redisURL, prefix, unique, nil) })
+	h := &e2eHarness{t: t, bin: buildWMRL(t, t.TempDir()), global: []string{"--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix}}
+	t.Cleanup(h.stopAll)
+	h.run(time.Minute, 0, "topics", "create", "--partitions", "1")
+	for _, topic := range []string{names.Steps(), names.Predicted(), names.Executed()} {
+		testenv.Bomb(t, brokers, topic, 0, 256<<20)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := h.command(ctx, "replay", "--run", "r", "--out", t.TempDir()+"/replay.bin", "--no-redis")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("wmrl replay: %v\n%s", err, out)
+	}
+	if n := strings.Count(string(out), "reason="+topics.ReasonBatchTooLarge); n != 3 {
+		t.Errorf("wmrl replay warned of %d refused batches, want 3:\n%s", n, out)
+	}
+	if !strings.Contains(string(out), "steps=0") {
+		t.Errorf("wmrl replay printed no steps=0 summary:\n%s", out)
+	}
+	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		t.Fatal("wmrl replay: no rusage")
+	}
+	peak, limit := ru.Maxrss<<10, topics.MaxBatchBytes(topics.MaxRecordBytes)
+	t.Logf("wmrl replay: peak RSS %d MiB under three 256 MiB bombs (limit %d MiB)", peak>>20, limit>>20)
+	if bound := int64(rolloutStageBaseBytes + oversize.PeakFactor*limit); peak > bound {
+		t.Errorf("wmrl replay: peak RSS %d MiB, over the documented bound of %d MiB", peak>>20, bound>>20)
+	}
+}
