@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/wmrl/wmrl/internal/oversize"
 	"github.com/wmrl/wmrl/internal/testenv"
+	"github.com/wmrl/wmrl/sinks/steps/stepstest"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -212,5 +214,102 @@ func TestBombReplay(t *testing.T) {
 	t.Logf("wmrl replay: peak RSS %d MiB under three 256 MiB bombs (limit %d MiB)", peak>>20, limit>>20)
 	if bound := int64(rolloutStageBaseBytes + oversize.PeakFactor*limit); peak > bound {
 		t.Errorf("wmrl replay: peak RSS %d MiB, over the documented bound of %d MiB", peak>>20, bound>>20)
+	}
+}
+
+var dashboardURLRE = regexp.MustCompile(`wmrl dashboard: (http://\S+)`)
+
+// The real `wmrl train` and `wmrl dashboard` processes meet a bomb on the advantages topic between
+// steps: train delivers every step, logs and counts the skip, stays inside the bound, and a
+// second train run of the group starts after the batch; the dashboard counts the steps' records
+// and the skipped batch and stays inside the bound.
+func TestBombSinks(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	unique := testenv.Name(t)
+	prefix := unique + "."
+	names := topics.NewNames(prefix)
+	group := unique + "-train"
+	redisURL := testenv.Redis(t)
+	t.Cleanup(func() { e2eCleanup(t, brokers, redisURL, prefix, unique, map[string]string{"train": group}) })
+	h := &e2eHarness{t: t, bin: buildWMRL(t, t.TempDir()), global: []string{"--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix}}
+	t.Cleanup(h.stopAll)
+	h.run(time.Minute, 0, "topics", "create", "--partitions", "1")
+	chunks := 0
+	step := func(s int64) {
+		recs := stepstest.ChunkRecords(t, names, stepstest.StepRows("a", s, 4, 8), 4096)
+		testenv.Produce(t, brokers, recs)
+		chunks += len(recs)
+	}
+	step(0)
+	testenv.Bomb(t, brokers, names.Advantages(), 0, 256<<20)
+	step(1)
+	limit := topics.MaxBatchBytes(topics.MaxAdvantageBytes)
+	bound := int64(rolloutStageBaseBytes + oversize.PeakFactor*limit)
+
+	train := func(steps int) (string, int64) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := h.command(ctx, "train", "--run", "a", "--max-steps", strconv.Itoa(steps), "--group", group)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("wmrl train: %v\n%s", err, out)
+		}
+		return string(out), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+	}
+	out, peak := train(2)
+	t.Logf("wmrl train: peak RSS %d MiB under a 256 MiB bomb (limit %d MiB)", peak>>20, limit>>20)
+	if !strings.Contains(out, "run a step 0 ") || !strings.Contains(out, "run a step 1 ") ||
+		strings.Count(out, "reason="+topics.ReasonBatchTooLarge) != 1 || !strings.Contains(out, "skipped_batches=1") {
+		t.Errorf("wmrl train: want steps 0 and 1, one batch-too-large warning and skipped_batches=1:\n%s", out)
+	}
+	if peak > bound {
+		t.Errorf("wmrl train: peak RSS %d MiB, over the documented bound of %d MiB", peak>>20, bound>>20)
+	}
+	step(2)
+	if out, _ := train(1); !strings.Contains(out, "run a step 2 ") || strings.Contains(out, topics.ReasonBatchTooLarge) {
+		t.Errorf("restarted wmrl train: want step 2 and no batch-too-large:\n%s", out)
+	}
+
+	p := h.start("dashboard", "dashboard", "--listen", "127.0.0.1:0", "--no-redis")
+	var url string
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var st struct {
+			SkippedBatches int64 `json:"skipped_batches"`
+			Topics         []struct {
+				Topic   string `json:"topic"`
+				Records int64  `json:"records"`
+			} `json:"topics"`
+		}
+		if m := dashboardURLRE.FindStringSubmatch(p.stderr.String()); m != nil {
+			url = m[1]
+			if resp, err := http.Get(url + "/api/state"); err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err := json.Unmarshal(body, &st); err != nil {
+					t.Fatalf("dashboard /api/state: %v", err)
+				}
+			}
+		}
+		var seen int64
+		for _, tr := range st.Topics {
+			if tr.Topic == names.Advantages() {
+				seen = tr.Records
+			}
+		}
+		if st.SkippedBatches == 1 && seen == int64(chunks) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dashboard at %q: %d skipped batches, %d of %d advantage records", url, st.SkippedBatches, seen, chunks)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p.terminate(30 * time.Second)
+	peak = procPeakRSS(t, p)
+	t.Logf("wmrl dashboard: peak RSS %d MiB under a 256 MiB bomb (limit %d MiB)", peak>>20, limit>>20)
+	if peak > bound {
+		t.Errorf("wmrl dashboard: peak RSS %d MiB, over the documented bound of %d MiB", peak>>20, bound>>20)
 	}
 }
