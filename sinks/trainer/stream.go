@@ -107,7 +107,9 @@ func New(cfg Config) (*Stream, error) {
 		return nil, fmt.Errorf("trainer: kafka client: %w", err)
 	}
 	s.cl = cl
-	s.skip = oversize.NewSkipper(cl, s.log, cfg.BatchesSkipped, "committed past without a dead letter (the trainer may not write the DLQ)")
+	// Without the stream's topic attribute: the skipper names the batch's own.
+	skipLog := cmp.Or(cfg.Logger, slog.Default()).With("component", "trainer", "group", cfg.Group)
+	s.skip = oversize.NewSkipper(cl, skipLog, cfg.BatchesSkipped, "committed past without a dead letter (the trainer may not write the DLQ)")
 	return s, nil
 }
 
