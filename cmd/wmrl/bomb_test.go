@@ -104,7 +104,8 @@ func TestBombRolloutStages(t *testing.T) {
 		}
 		d, ok := dead[p.name]
 		if !ok || d.Reason != topics.ReasonBatchTooLarge || d.SourceTopic != names.Rollouts() || d.SourcePartition != 0 ||
-			d.SourceOffset != bomb.BaseOffset || d.SourceEndOffset != bomb.NextOffset || d.LimitBytes != limit || d.Value != nil {
+			d.SourceOffset != bomb.BaseOffset || d.SourceEndOffset != bomb.NextOffset || d.LimitBytes != limit || d.Value != nil ||
+			d.CompressedBytes != bomb.CompressedBytes+testenv.BatchHeaderBytes {
 			t.Errorf("wmrl %s dead letter %+v, want a reference to offsets [%d, %d)", p.name, d, bomb.BaseOffset, bomb.NextOffset)
 		}
 	}

@@ -109,7 +109,8 @@ func TestStageSkipsDecompressionBomb(t *testing.T) {
 	d := dead[0]
 	if d.Reason != topics.ReasonBatchTooLarge || d.Stage != "bomb" || d.SourceTopic != in || d.SourcePartition != 0 ||
 		d.SourceOffset != bomb.BaseOffset || d.SourceEndOffset != bomb.NextOffset ||
-		d.LimitBytes != topics.MaxBatchBytes(topics.MaxRecordBytes) || d.Value != nil {
+		d.LimitBytes != topics.MaxBatchBytes(topics.MaxRecordBytes) || d.Value != nil ||
+		d.CompressedBytes != bomb.CompressedBytes+testenv.BatchHeaderBytes {
 		t.Errorf("dead letter %+v, want a reference to %s/0 offsets [%d, %d) with reason %s", d, in, bomb.BaseOffset, bomb.NextOffset, topics.ReasonBatchTooLarge)
 	}
 	if v := metricValue(t, reg, oversize.MetricName); v != 1 {

@@ -447,10 +447,19 @@ func (s *Stage) deadLetterBatch(ref topics.BatchRef) {
 	s.metrics.deadLetters.WithLabelValues(topics.ReasonBatchTooLarge).Inc()
 	s.metrics.inflight.Inc()
 	s.wg.Add(1)
+	go s.produceBatchDeadLetter(ref, last)
+}
+
+// produceBatchDeadLetter learns the batch's compressed size (one small fetch; off the poll loop)
+// and produces its dead letter; see deadLetterBatch.
+func (s *Stage) produceBatchDeadLetter(ref topics.BatchRef, last *kgo.Record) {
 	done := func(string) {
 		s.metrics.inflight.Dec()
 		s.wg.Done()
 	}
+	sctx, cancel := context.WithTimeout(s.produceCtx, 5*time.Second)
+	ref.CompressedBytes = s.skip.BatchBytes(sctx, ref)
+	cancel()
 	s.produce(last, []*kgo.Record{s.dlq.BatchRecord(ref)}, time.Now(), done, func(perr error) bool {
 		switch {
 		case perr == nil:
