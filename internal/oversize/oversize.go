@@ -56,7 +56,8 @@ type Skipper struct {
 	limit   int
 	// Action ends the warning: what the consumer does with a skipped batch (e.g. "dead-lettered
 	// by reference").
-	action string
+	action    string
+	probeOpts []kgo.Opt
 }
 
 // NewSkipper returns a Skipper for cl (built with kgo.MaxDecompressBatchBytes), warning on log
@@ -103,12 +104,30 @@ func (s *Skipper) Skip(fs kgo.Fetches) []topics.BatchRef {
 	return refs
 }
 
+// WithSizeProbe returns s, learning the compressed size of refused batches (BatchBytes) with a
+// short-lived client of its own built from connOpts (seeds, SASL, TLS; no consumer options): the
+// consumer's own fetch connection is busy with its long poll, which would delay the request.
+func (s *Skipper) WithSizeProbe(connOpts []kgo.Opt) *Skipper {
+	s.probeOpts = connOpts
+	return s
+}
+
 // BatchBytes returns the size on the wire (header included: what the broker's max.message.bytes
 // counts) of the batch ref names, with one fetch of at most one batch from the partition's
-// leader: franz-go does not report it with the refusal. 0 when it cannot be learned (the
-// partition moved, the batch was deleted, the request failed); the caller leaves it out then.
+// leader: franz-go does not report it with the refusal. 0 when it cannot be learned (no
+// WithSizeProbe, the partition moved, the batch was deleted, the request failed); the caller
+// leaves it out then.
 func (s *Skipper) BatchBytes(ctx context.Context, ref topics.BatchRef) int {
-	n, err := batchBytes(ctx, s.cl, ref)
+	if s.probeOpts == nil {
+		return 0
+	}
+	cl, err := kgo.NewClient(s.probeOpts...)
+	if err != nil {
+		s.log.Debug("compressed size of a refused batch unknown", "topic", ref.Topic, "partition", ref.Partition, "err", err)
+		return 0
+	}
+	defer cl.Close()
+	n, err := batchBytes(ctx, cl, ref)
 	if err != nil {
 		s.log.Debug("compressed size of a refused batch unknown", "topic", ref.Topic, "partition", ref.Partition, "err", err)
 		return 0

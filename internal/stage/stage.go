@@ -167,7 +167,7 @@ func New(cfg Config, h Handler) (*Stage, error) {
 	if s.cl, err = kgo.NewClient(opts...); err != nil {
 		return nil, fmt.Errorf("stage %s: kafka client: %w", cfg.Name, err)
 	}
-	s.skip = oversize.NewSkipper(s.cl, s.log, s.metrics.batchesSkipped, "dead-lettered by reference")
+	s.skip = oversize.NewSkipper(s.cl, s.log, s.metrics.batchesSkipped, "dead-lettered by reference").WithSizeProbe(cfg.KafkaOpts)
 	return s, nil
 }
 
