@@ -16,10 +16,10 @@ const ReasonBatchTooLarge = "batch-too-large"
 // decompression bomb, or a producer configured with batches far larger than wmrl's records need.
 var ErrBatchTooLarge = errors.New("record batch decompresses past the limit")
 
-// MinBatchBytes is the least MaxBatchBytes returns: eight times the default producer batch of
+// MinBatchBytes is the least MaxBatchBytes returns: sixteen times the default producer batch of
 // franz-go, librdkafka and the Java client's max.request.size (about 1 MB uncompressed), so a
 // producer tuned for larger batches still gets through.
-const MinBatchBytes = 8 << 20
+const MinBatchBytes = 16 << 20
 
 // MaxBatchBytes is the decompressed size above which a reader whose largest valid record is
 // recordLimit bytes (MaxRecordBytes for the JSON topics, MaxAdvantageBytes for advantages)

@@ -16,6 +16,7 @@ import (
 	"github.com/wmrl/wmrl/internal/health"
 	"github.com/wmrl/wmrl/producers"
 	"github.com/wmrl/wmrl/producers/pacing"
+	"github.com/wmrl/wmrl/topics"
 )
 
 func init() { register(newGenerateCmd) }
@@ -249,7 +250,7 @@ func (o *generateOptions) newPacer(ctx context.Context, kopts []kgo.Opt) (produc
 		return nil, func() {}, nil
 	}
 	reg := prometheus.NewRegistry()
-	pace, err := pacing.New(pacing.Config{KafkaOpts: kopts, Names: a.conn.Names(), RunID: o.runID,
+	pace, err := pacing.New(pacing.Config{KafkaOpts: append(kopts[:len(kopts):len(kopts)], kgo.MaxDecompressBatchBytes(a.conn.BatchLimit(topics.MaxAdvantageBytes))), Names: a.conn.Names(), RunID: o.runID,
 		Groups: o.trainerGroups, MaxAhead: o.maxAhead, Logger: a.log, Registerer: reg})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--max-steps-ahead: %w", err)

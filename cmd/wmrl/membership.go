@@ -10,6 +10,7 @@ import (
 	"github.com/wmrl/wmrl/internal/artifact"
 	"github.com/wmrl/wmrl/internal/health"
 	"github.com/wmrl/wmrl/internal/stage"
+	"github.com/wmrl/wmrl/topics"
 )
 
 // stageFlags are the flags of the two per-rollout stages (worldmodel, sandbox): their consumer
@@ -78,5 +79,6 @@ func (s *stageFlags) config(a *app, cmd *cobra.Command, name string) (stage.Conf
 	member.Group, member.Names, member.KafkaOpts = a.groupFor(cmd, s.group, "wmrl-"+name), a.conn.Names(), kopts
 	member.MetricsAddr, member.Logger, member.ShutdownGrace = s.metricsAddr, a.log, s.grace
 	member.StartupTimeout = a.startupLeft()
+	member.MaxBatchBytes = a.conn.BatchLimit(topics.MaxRecordBytes)
 	return member, nil
 }

@@ -2,6 +2,8 @@ package stage
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wmrl/wmrl/internal/oversize"
 )
 
 type metrics struct {
@@ -15,6 +17,8 @@ type metrics struct {
 	// undeliverable: inputs skipped because Kafka refused their dead letter for good.
 	undeliverable prometheus.Counter
 	failureShare  prometheus.Gauge
+	// batchesSkipped: record batches refused unread (oversize.MetricName).
+	batchesSkipped *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
@@ -36,16 +40,17 @@ func newMetrics(reg prometheus.Registerer, stage string) (*metrics, error) {
 			Name: "wmrl_stage_handle_seconds", Help: "Time from dispatch to outputs acknowledged.", ConstLabels: labels,
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
 		}),
-		commitErrors:  counter("wmrl_stage_commit_errors_total", "Failed offset commits (retried)."),
-		lag:           NewLagGauge(stage),
-		deadLetters:   counterVec("wmrl_stage_dead_letters_total", "Input records sent to the dead-letter topic, by the DLQ reason header (e.g. malformed-json, invalid-field:run_id).", "reason"),
-		undeliverable: counter("wmrl_stage_dead_letters_undeliverable_total", "ERROR: input records skipped because Kafka refused their dead letter for good (e.g. MESSAGE_TOO_LARGE)."),
-		failureShare:  gauge("wmrl_stage_failure_share", "Share of failed results (scoring or execution failures recorded as outputs) among the stage's last --failure-window results; /healthz/scoring fails above --max-failure-share."),
+		commitErrors:   counter("wmrl_stage_commit_errors_total", "Failed offset commits (retried)."),
+		lag:            NewLagGauge(stage),
+		deadLetters:    counterVec("wmrl_stage_dead_letters_total", "Input records sent to the dead-letter topic, by the DLQ reason header (e.g. malformed-json, invalid-field:run_id).", "reason"),
+		undeliverable:  counter("wmrl_stage_dead_letters_undeliverable_total", "ERROR: input records skipped because Kafka refused their dead letter for good (e.g. MESSAGE_TOO_LARGE)."),
+		batchesSkipped: oversize.NewCounter(stage),
+		failureShare:   gauge("wmrl_stage_failure_share", "Share of failed results (scoring or execution failures recorded as outputs) among the stage's last --failure-window results; /healthz/scoring fails above --max-failure-share."),
 	}
 	// ok and failed exist from the start, so a failure ratio is 0, not absent, before the first.
 	m.records.WithLabelValues("ok")
 	m.records.WithLabelValues(resultFailed)
-	for _, c := range []prometheus.Collector{m.records, m.produced, m.inflight, m.latency, m.commitErrors, m.lag, m.deadLetters, m.failureShare, m.undeliverable} {
+	for _, c := range []prometheus.Collector{m.records, m.produced, m.inflight, m.latency, m.commitErrors, m.lag, m.deadLetters, m.failureShare, m.undeliverable, m.batchesSkipped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/wmrl/wmrl/internal/health"
+	"github.com/wmrl/wmrl/internal/oversize"
 	"github.com/wmrl/wmrl/internal/topicadmin"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -67,6 +68,10 @@ type Config struct {
 	// above which /healthz/scoring fails (0: 0.5; above 1: never).
 	MaxFailureShare float64
 	FailureWindow   int // 0: 100
+	// MaxBatchBytes is the decompressed size above which a record batch is refused unread,
+	// dead-lettered by reference and skipped (0: topics.MaxBatchBytes(topics.MaxRecordBytes), the
+	// stages' inputs being JSON records).
+	MaxBatchBytes int
 	// Started, if set, is called once the start-up checks passed, before the first poll: what a
 	// stage logs about how it will run belongs there, so a failed start stays one line.
 	Started func()
@@ -80,6 +85,7 @@ type Stage struct {
 	cl      *kgo.Client
 	track   *tracker
 	dlq     *topics.DeadLetterWriter
+	skip    *oversize.Skipper
 	metrics *metrics
 	// failures is the window of scoring outcomes behind /healthz/scoring.
 	failures *health.Failures
@@ -125,8 +131,13 @@ func New(cfg Config, h Handler) (*Stage, error) {
 		return nil, err
 	}
 	s.failures = s.newFailures()
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = topics.MaxBatchBytes(topics.MaxRecordBytes)
+		s.cfg.MaxBatchBytes = cfg.MaxBatchBytes
+	}
 	opts := append([]kgo.Opt{}, cfg.KafkaOpts...)
 	opts = append(opts,
+		kgo.MaxDecompressBatchBytes(cfg.MaxBatchBytes),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topics...),
 		kgo.DisableAutoCommit(),
@@ -156,6 +167,7 @@ func New(cfg Config, h Handler) (*Stage, error) {
 	if s.cl, err = kgo.NewClient(opts...); err != nil {
 		return nil, fmt.Errorf("stage %s: kafka client: %w", cfg.Name, err)
 	}
+	s.skip = oversize.NewSkipper(s.cl, s.log, s.metrics.batchesSkipped, "dead-lettered by reference").WithSizeProbe(cfg.KafkaOpts)
 	return s, nil
 }
 
@@ -231,11 +243,17 @@ poll:
 			break poll
 		default:
 		}
+		for _, ref := range s.skip.Skip(fetches) {
+			s.deadLetterBatch(ref)
+		}
 		var fenced error
 		fetches.EachError(func(t string, p int32, err error) {
 			if errors.Is(err, kerr.FencedInstanceID) {
 				fenced = err
 				return
+			}
+			if oversize.Refused(err) {
+				return // skipped above
 			}
 			s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 		})
@@ -412,6 +430,48 @@ func (s *Stage) produceDeadLetter(r *kgo.Record, err error, attempt int, start t
 			s.metrics.undeliverable.Inc()
 			s.track.finish(r.Topic, r.Partition, r.Offset)
 			done("skipped")
+		}
+		return true
+	})
+}
+
+// deadLetterBatch dead-letters a refused batch by reference (topics.DeadLetterWriter.BatchRecord).
+// The batch is tracked as one record at its last offset, so the commit point passes it only once
+// the dead letter is acknowledged: a crash before that meets the batch again and dead-letters it
+// again, at least once like every other dead letter.
+func (s *Stage) deadLetterBatch(ref topics.BatchRef) {
+	last := &kgo.Record{Topic: ref.Topic, Partition: ref.Partition, Offset: ref.NextOffset - 1}
+	if !s.track.start(last.Topic, last.Partition, last.Offset, ref.Epoch) {
+		return // revoked meanwhile: the new owner meets the batch
+	}
+	s.metrics.deadLetters.WithLabelValues(topics.ReasonBatchTooLarge).Inc()
+	s.metrics.inflight.Inc()
+	s.wg.Add(1)
+	go s.produceBatchDeadLetter(ref, last)
+}
+
+// produceBatchDeadLetter learns the batch's compressed size (one small fetch; off the poll loop)
+// and produces its dead letter; see deadLetterBatch.
+func (s *Stage) produceBatchDeadLetter(ref topics.BatchRef, last *kgo.Record) {
+	done := func(string) {
+		s.metrics.inflight.Dec()
+		s.wg.Done()
+	}
+	sctx, cancel := context.WithTimeout(s.produceCtx, 5*time.Second)
+	ref.CompressedBytes = s.skip.BatchBytes(sctx, ref)
+	cancel()
+	s.produce(last, []*kgo.Record{s.dlq.BatchRecord(ref)}, time.Now(), done, func(perr error) bool {
+		switch {
+		case perr == nil:
+			done("dead_letter")
+		case Undeliverable(perr):
+			s.log.Error("batch dead letter refused by Kafka; the batch is skipped without one",
+				"topic", ref.Topic, "partition", ref.Partition, "first_offset", ref.Offset, "next_offset", ref.NextOffset, "err", perr)
+			s.metrics.undeliverable.Inc()
+			s.track.finish(last.Topic, last.Partition, last.Offset)
+			done("skipped")
+		default:
+			return false
 		}
 		return true
 	})

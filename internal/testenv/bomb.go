@@ -46,6 +46,10 @@ type BombRef struct {
 	DecompressedBytes int `json:"decompressed_bytes"`
 }
 
+// BatchHeaderBytes is the size of a v2 record batch's header, before its (compressed) records:
+// a batch's size on the wire is BatchHeaderBytes + BombRef.CompressedBytes.
+const BatchHeaderBytes = 61
+
 // ErrBombRefused is returned when the broker refuses the bomb batch.
 var ErrBombRefused = errors.New("testenv: broker refused the bomb batch")
 

@@ -31,6 +31,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/internal/oversize"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -62,6 +63,7 @@ type Pace struct {
 	cfg  Config
 	cl   *kgo.Client
 	adm  *kadm.Client
+	skip *oversize.Skipper
 	log  *slog.Logger
 	topi string
 
@@ -96,7 +98,8 @@ func New(cfg Config) (*Pace, error) {
 		cfg.Logger = slog.Default()
 	}
 	topic := cfg.Names.Advantages()
-	opts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...),
+	// The limit goes first so that one in cfg.KafkaOpts (--max-batch-bytes) overrides it.
+	opts := append(append([]kgo.Opt{kgo.MaxDecompressBatchBytes(topics.MaxBatchBytes(topics.MaxAdvantageBytes))}, cfg.KafkaOpts...),
 		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -117,6 +120,7 @@ func New(cfg Config) (*Pace, error) {
 		pausedSecond: prometheus.NewCounter(prometheus.CounterOpts{Name: "wmrl_generate_paused_seconds_total",
 			Help: "Time generation spent waiting for the slowest trainer."}),
 	}
+	p.skip = oversize.NewSkipper(cl, p.log, nil, "not read by pacing")
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{p.ahead, p.pausedGauge, p.pauses, p.pausedSecond} {
 			if err := cfg.Registerer.Register(c); err != nil {
@@ -142,8 +146,13 @@ func (p *Pace) tail(ctx context.Context) {
 		if fs.IsClientClosed() || ctx.Err() != nil {
 			return
 		}
+		// A batch past the limit is skipped unread: pacing only reads where steps start, and
+		// the trainers skip the same batch.
+		p.skip.Skip(fs)
 		fs.EachError(func(t string, part int32, err error) {
-			p.log.Warn("pacing: fetch error", "topic", t, "partition", part, "err", err)
+			if !oversize.Refused(err) {
+				p.log.Warn("pacing: fetch error", "topic", t, "partition", part, "err", err)
+			}
 		})
 		p.mu.Lock()
 		fs.EachRecord(func(r *kgo.Record) {

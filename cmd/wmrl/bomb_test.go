@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/internal/oversize"
+	"github.com/wmrl/wmrl/internal/testenv"
+	"github.com/wmrl/wmrl/sinks/steps/stepstest"
+	"github.com/wmrl/wmrl/topics"
+)
+
+// The real `wmrl worldmodel` and `wmrl sandbox` processes on the real broker meet a rollouts batch
+// that decompresses to 256 MiB between rollouts: each dead-letters it by reference (reason
+// batch-too-large, its offset range), counts it, scores the rollouts after it, and its peak RSS
+// stays inside the documented bound; restarted, neither meets the batch again.
+func TestBombRolloutStages(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	unique := testenv.Name(t)
+	prefix := unique + "."
+	names := topics.NewNames(prefix)
+	groups := map[string]string{"worldmodel": unique + "-worldmodel", "sandbox": unique + "-sandbox"}
+	redisURL := testenv.Redis(t)
+	t.Cleanup(func() { e2eCleanup(t, brokers, redisURL, prefix, unique, groups) })
+	h := &e2eHarness{t: t, bin: buildWMRL(t, t.TempDir()), global: []string{"--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix}}
+	t.Cleanup(h.stopAll)
+	h.run(time.Minute, 0, "topics", "create", "--partitions", "1")
+
+	rollout := func(i int) *kgo.Record {
+		r := topics.Rollout{RunID: "r", Step: 0, GroupID: "0-q", RolloutID: fmt.Sprintf("0-q-%d", i), Stream: "main",
+			PolicyVersion: "v", Anchor: true, Index: i, Artifact: fmt.Sprintf(`{"rollout":"%d","wm":0.5,"exec":0.7}`, i),
+			CreatedAt: time.Unix(1_700_000_000, 0).UTC()}
+		rec, err := names.RolloutRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	testenv.Produce(t, brokers, []*kgo.Record{rollout(0)})
+	bomb := testenv.Bomb(t, brokers, names.Rollouts(), 0, 256<<20)
+	testenv.Produce(t, brokers, []*kgo.Record{rollout(1), rollout(2)})
+
+	wm := httptest.NewServer(testenv.WorldModel(nil))
+	t.Cleanup(wm.Close)
+	argv := e2eScoreArgv(t)
+	start := func() []*e2eProc {
+		return []*e2eProc{
+			h.start("worldmodel", "worldmodel", "--backend", "openai", "--base-url", wm.URL+"/v1", "--model", "m",
+				"--metrics-addr", "127.0.0.1:0", "--group", groups["worldmodel"]),
+			h.start("sandbox", "sandbox", "--argv", argv, "--slots", "1", "--timeout", "10s",
+				"--metrics-addr", "127.0.0.1:0", "--group", groups["sandbox"]),
+		}
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(names.Predicted(), names.Executed(), names.DLQ()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	count := map[string]int{}
+	dead := map[string]topics.DeadLetter{}
+	readUntil := func(outputs int) {
+		t.Helper()
+		for count[names.Predicted()] < outputs || count[names.Executed()] < outputs || len(dead) < 2 {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("outputs %v, dead letters from %d stages: a stage stalled", count, len(dead))
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				count[r.Topic]++
+				if r.Topic != names.DLQ() {
+					return
+				}
+				d, err := topics.ParseDeadLetter(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dead[d.Stage] = d
+			})
+		}
+	}
+
+	procs := start()
+	readUntil(3)
+	limit := topics.MaxBatchBytes(topics.MaxRecordBytes)
+	for _, p := range procs {
+		if v := scrapeCounter(t, p, oversize.MetricName); v != 1 {
+			t.Errorf("wmrl %s: %s = %v, want 1", p.name, oversize.MetricName, v)
+		}
+		d, ok := dead[p.name]
+		if !ok || d.Reason != topics.ReasonBatchTooLarge || d.SourceTopic != names.Rollouts() || d.SourcePartition != 0 ||
+			d.SourceOffset != bomb.BaseOffset || d.SourceEndOffset != bomb.NextOffset || d.LimitBytes != limit || d.Value != nil ||
+			d.CompressedBytes != bomb.CompressedBytes+testenv.BatchHeaderBytes {
+			t.Errorf("wmrl %s dead letter %+v, want a reference to offsets [%d, %d)", p.name, d, bomb.BaseOffset, bomb.NextOffset)
+		}
+	}
+	for _, p := range procs {
+		p.terminate(30 * time.Second)
+		peak := procPeakRSS(t, p)
+		t.Logf("wmrl %s: peak RSS %d MiB under a %d MiB bomb (limit %d MiB)", p.name, peak>>20, bomb.DecompressedBytes>>20, limit>>20)
+		if bound := int64(rolloutStageBaseBytes + oversize.PeakFactor*limit); peak > bound {
+			t.Errorf("wmrl %s: peak RSS %d MiB, over the documented bound of %d MiB", p.name, peak>>20, bound>>20)
+		}
+	}
+
+	// Restarted, both resume after the batch: one more rollout is scored, nothing is skipped.
+	testenv.Produce(t, brokers, []*kgo.Record{rollout(3)})
+	procs = start()
+	readUntil(4)
+	time.Sleep(time.Second)
+	for _, p := range procs {
+		if v := scrapeCounter(t, p, oversize.MetricName); v != 0 {
+			t.Errorf("restarted wmrl %s met the batch again: %s = %v", p.name, oversize.MetricName, v)
+		}
+		p.terminate(30 * time.Second)
+		t.Logf("restarted wmrl %s (no bomb met): peak RSS %d MiB", p.name, procPeakRSS(t, p)>>20)
+	}
+	if count[names.Predicted()] != 4 || count[names.Executed()] != 4 || count[names.DLQ()] != 2 {
+		t.Errorf("records per topic %v: want 4 predicted, 4 executed, 2 dead letters", count)
+	}
+}
+
+// rolloutStageBaseBytes is the RSS budget of a wmrl stage process besides refused batches
+// (docs/reliability.md): the runtime, its clients and a few records in flight (measured 75-83 MiB
+// for worldmodel and sandbox that met no bomb).
+const rolloutStageBaseBytes = 96 << 20
+
+// procPeakRSS is the peak RSS of an exited stage process (getrusage's ru_maxrss, in KiB on Linux).
+func procPeakRSS(t *testing.T, p *e2eProc) int64 {
+	t.Helper()
+	<-p.done
+	ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		t.Fatalf("wmrl %s: no rusage", p.name)
+	}
+	return ru.Maxrss << 10
+}
+
+// scrapeCounter sums the samples of a counter on a stage's /metrics.
+func scrapeCounter(t *testing.T, p *e2eProc, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.metricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatalf("wmrl %s /metrics: %v", p.name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `(?:\{[^}]*\})? (\S+)$`)
+	var sum float64
+	found := false
+	for _, m := range re.FindAllStringSubmatch(string(body), -1) {
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatalf("wmrl %s: %s: %v", p.name, m[0], err)
+		}
+		sum, found = sum+v, true
+	}
+	if !found {
+		t.Fatalf("wmrl %s /metrics has no %s", p.name, name)
+	}
+	return sum
+}
+
+// `wmrl replay` over input topics whose run partition holds a bomb each (steps, predicted,
+// executed) finishes: it warns once per batch, leaves it out (the live consumers skip it too) and
+// its peak RSS stays inside the bound. The run has no other records, so it replays no step.
+func TestBombReplay(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	unique := testenv.Name(t)
+	prefix := unique + "."
+	names := topics.NewNames(prefix)
+	redisURL := testenv.Redis(t)
+	t.Cleanup(func() { e2eCleanup(t, brokers, redisURL, prefix, unique, nil) })
+	h := &e2eHarness{t: t, bin: buildWMRL(t, t.TempDir()), global: []string{"--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix}}
+	t.Cleanup(h.stopAll)
+	h.run(time.Minute, 0, "topics", "create", "--partitions", "1")
+	for _, topic := range []string{names.Steps(), names.Predicted(), names.Executed()} {
+		testenv.Bomb(t, brokers, topic, 0, 256<<20)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := h.command(ctx, "replay", "--run", "r", "--out", t.TempDir()+"/replay.bin", "--no-redis")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("wmrl replay: %v\n%s", err, out)
+	}
+	if n := strings.Count(string(out), "reason="+topics.ReasonBatchTooLarge); n != 3 {
+		t.Errorf("wmrl replay warned of %d refused batches, want 3:\n%s", n, out)
+	}
+	if !strings.Contains(string(out), "steps=0") {
+		t.Errorf("wmrl replay printed no steps=0 summary:\n%s", out)
+	}
+	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		t.Fatal("wmrl replay: no rusage")
+	}
+	peak, limit := ru.Maxrss<<10, topics.MaxBatchBytes(topics.MaxRecordBytes)
+	t.Logf("wmrl replay: peak RSS %d MiB under three 256 MiB bombs (limit %d MiB)", peak>>20, limit>>20)
+	if bound := int64(rolloutStageBaseBytes + oversize.PeakFactor*limit); peak > bound {
+		t.Errorf("wmrl replay: peak RSS %d MiB, over the documented bound of %d MiB", peak>>20, bound>>20)
+	}
+}
+
+var dashboardURLRE = regexp.MustCompile(`wmrl dashboard: (http://\S+)`)
+
+// The real `wmrl train` and `wmrl dashboard` processes meet a bomb on the advantages topic between
+// steps: train delivers every step, logs and counts the skip, stays inside the bound, and a
+// second train run of the group starts after the batch; the dashboard counts the steps' records
+// and the skipped batch and stays inside the bound.
+func TestBombSinks(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	unique := testenv.Name(t)
+	prefix := unique + "."
+	names := topics.NewNames(prefix)
+	group := unique + "-train"
+	redisURL := testenv.Redis(t)
+	t.Cleanup(func() { e2eCleanup(t, brokers, redisURL, prefix, unique, map[string]string{"train": group}) })
+	h := &e2eHarness{t: t, bin: buildWMRL(t, t.TempDir()), global: []string{"--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix}}
+	t.Cleanup(h.stopAll)
+	h.run(time.Minute, 0, "topics", "create", "--partitions", "1")
+	chunks := 0
+	step := func(s int64) {
+		recs := stepstest.ChunkRecords(t, names, stepstest.StepRows("a", s, 4, 8), 4096)
+		testenv.Produce(t, brokers, recs)
+		chunks += len(recs)
+	}
+	step(0)
+	testenv.Bomb(t, brokers, names.Advantages(), 0, 256<<20)
+	step(1)
+	limit := topics.MaxBatchBytes(topics.MaxAdvantageBytes)
+	bound := int64(rolloutStageBaseBytes + oversize.PeakFactor*limit)
+
+	train := func(steps int) (string, int64) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := h.command(ctx, "train", "--run", "a", "--max-steps", strconv.Itoa(steps), "--group", group)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("wmrl train: %v\n%s", err, out)
+		}
+		return string(out), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+	}
+	out, peak := train(2)
+	t.Logf("wmrl train: peak RSS %d MiB under a 256 MiB bomb (limit %d MiB)", peak>>20, limit>>20)
+	if !strings.Contains(out, "run a step 0 ") || !strings.Contains(out, "run a step 1 ") ||
+		strings.Count(out, "reason="+topics.ReasonBatchTooLarge) != 1 || !strings.Contains(out, "skipped_batches=1") {
+		t.Errorf("wmrl train: want steps 0 and 1, one batch-too-large warning and skipped_batches=1:\n%s", out)
+	}
+	if peak > bound {
+		t.Errorf("wmrl train: peak RSS %d MiB, over the documented bound of %d MiB", peak>>20, bound>>20)
+	}
+	step(2)
+	if out, _ := train(1); !strings.Contains(out, "run a step 2 ") || strings.Contains(out, topics.ReasonBatchTooLarge) {
+		t.Errorf("restarted wmrl train: want step 2 and no batch-too-large:\n%s", out)
+	}
+
+	p := h.start("dashboard", "dashboard", "--listen", "127.0.0.1:0", "--no-redis")
+	var url string
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var st struct {
+			SkippedBatches int64 `json:"skipped_batches"`
+			Topics         []struct {
+				Topic   string `json:"topic"`
+				Records int64  `json:"records"`
+			} `json:"topics"`
+		}
+		if m := dashboardURLRE.FindStringSubmatch(p.stderr.String()); m != nil {
+			url = m[1]
+			if resp, err := http.Get(url + "/api/state"); err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err := json.Unmarshal(body, &st); err != nil {
+					t.Fatalf("dashboard /api/state: %v", err)
+				}
+			}
+		}
+		var seen int64
+		for _, tr := range st.Topics {
+			if tr.Topic == names.Advantages() {
+				seen = tr.Records
+			}
+		}
+		if st.SkippedBatches == 1 && seen == int64(chunks) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dashboard at %q: %d skipped batches, %d of %d advantage records", url, st.SkippedBatches, seen, chunks)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p.terminate(30 * time.Second)
+	peak = procPeakRSS(t, p)
+	t.Logf("wmrl dashboard: peak RSS %d MiB under a 256 MiB bomb (limit %d MiB)", peak>>20, limit>>20)
+	if peak > bound {
+		t.Errorf("wmrl dashboard: peak RSS %d MiB, over the documented bound of %d MiB", peak>>20, bound>>20)
+	}
+}
