@@ -182,6 +182,12 @@ type DeadLetter struct {
 	// Omitted describes the parts of the source record the dead letter left out for size, in the
 	// order of HeaderDLQOmitted (nil when it carries the whole record).
 	Omitted []OmittedPart
+	// SourceEndOffset is the offset after the last source record: SourceOffset+1 for a dead
+	// letter of one record, the batch's next offset for one that references a batch
+	// (BatchRecord), which also sets LimitBytes and, when known, CompressedBytes.
+	SourceEndOffset int64
+	LimitBytes      int
+	CompressedBytes int
 }
 
 // OmittedPart is a part of a source record (OmittedKey, OmittedValue or OmittedHeaders) that a
@@ -229,18 +235,45 @@ func ParseDeadLetter(r *kgo.Record) (DeadLetter, error) {
 	if err != nil {
 		return DeadLetter{}, err
 	}
+	batch, err := parseBatchHeaders(r.Headers, last, mine)
+	if err != nil {
+		return DeadLetter{}, err
+	}
 	var orig []kgo.RecordHeader
 	for i, h := range r.Headers {
 		if !mine[i] {
 			orig = append(orig, h)
 		}
 	}
-	return DeadLetter{
+	d := DeadLetter{
 		Key: r.Key, Value: r.Value,
 		Reason: get(HeaderDLQReason), Error: get(HeaderDLQError), Stage: get(HeaderDLQStage),
 		SourceTopic: get(HeaderDLQTopic), SourcePartition: int32(part), SourceOffset: off,
 		SourceTime: time.UnixMilli(ms).UTC(), Headers: orig, Omitted: omitted,
-	}, nil
+		SourceEndOffset: off + 1,
+	}
+	if batch[0] > 0 {
+		d.SourceEndOffset, d.LimitBytes, d.CompressedBytes = batch[0], int(batch[1]), int(batch[2])
+	}
+	return d, nil
+}
+
+// parseBatchHeaders reads the end offset, limit and compressed size of a batch reference (0 when
+// absent), which come after this dead letter's reason header, and marks their indexes in mine.
+func parseBatchHeaders(hs []kgo.RecordHeader, last map[string]int, mine map[int]bool) ([3]int64, error) {
+	var out [3]int64
+	for j, k := range []string{HeaderDLQEndOffset, HeaderDLQLimitBytes, HeaderDLQCompressedBytes} {
+		i, ok := last[k]
+		if !ok || i < last[HeaderDLQReason] {
+			continue
+		}
+		n, err := strconv.ParseInt(string(hs[i].Value), 10, 64)
+		if err != nil || n < 0 {
+			return out, fmt.Errorf("dead letter: %s %q: %w", k, hs[i].Value, ErrBadHeader)
+		}
+		out[j], mine[i] = n, true
+	}
+	return out, nil
 }
 
 // parseOmitted reads the omission headers that follow this dead letter's reason header (at

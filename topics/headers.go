@@ -33,6 +33,13 @@ const (
 	// record a dead letter left out because they were too large to deliver; see
 	// DeadLetterWriter.Record.
 	HeaderDLQOmitted = "wmrl-dlq-omitted"
+	// HeaderDLQEndOffset, HeaderDLQLimitBytes and HeaderDLQCompressedBytes (when known) are on a
+	// dead letter that references a whole record batch (reason batch-too-large, see
+	// DeadLetterWriter.BatchRecord): the offset after the batch's last record, the decompressed
+	// size the reader accepts, and the batch's compressed size.
+	HeaderDLQEndOffset       = "wmrl-dlq-source-end-offset"
+	HeaderDLQLimitBytes      = "wmrl-dlq-limit-bytes"
+	HeaderDLQCompressedBytes = "wmrl-dlq-source-compressed-bytes"
 )
 
 // Content types of record values.

@@ -125,6 +125,7 @@ Linux, the process is non-dumpable (other processes of its uid cannot read its e
 	f.StringVar(&a.conn.TLSKey, "tls-key", "", "PEM client key for mutual TLS")
 	f.StringVar(&a.conn.TLSServerName, "tls-server-name", "", "server name to verify instead of the broker host")
 	f.BoolVar(&a.conn.TLSSkipVerify, "tls-skip-verify", false, "do not verify broker certificates (lab clusters only)")
+	f.IntVar(&a.conn.MaxBatchBytes, "max-batch-bytes", 0, "a consumer refuses a record batch that decompresses to more bytes (dead-lettered by reference and skipped; bounds what one batch costs memory); 0: twice the stage's largest valid record, at least 8 MiB (docs/reliability.md)")
 	f.StringVar(&a.conn.RedisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL: redis:// or rediss:// (TLS), optional user:password@ and /db (put the password in --redis-password-file); a Redis Cluster: several seeds redis://h1:7000,h2:7001 (or redis-cluster://host:port); Sentinel: redis-sentinel://h1:26379,h2:26379/mymaster[/db]")
 	f.String("redis-password-file", "", "file holding the Redis password, for a --redis URL without one (trailing line breaks removed)")
 	f.StringVar(&a.conn.RedisTLSCA, "redis-tls-ca", "", "PEM file with the CA certificates that sign the rediss:// server's certificate (default: system roots)")

@@ -49,6 +49,10 @@ type Options struct {
 	// TLSSkipVerify disables certificate verification; it exists for lab clusters only.
 	TLSSkipVerify bool
 
+	// MaxBatchBytes, when positive, overrides the decompressed size above which a consumer
+	// refuses a record batch (see BatchLimit).
+	MaxBatchBytes int
+
 	RedisURL string
 	// RedisPassword, when set, is the Redis password (AUTH) for a URL that carries none: the CLI
 	// reads it from --redis-password-file, so the URL itself is no secret.
@@ -58,6 +62,16 @@ type Options struct {
 	RedisTLSCA   string
 	RedisTLSCert string
 	RedisTLSKey  string
+}
+
+// BatchLimit is the decompressed size above which a consumer whose largest valid record is
+// recordLimit bytes refuses a record batch (kgo.MaxDecompressBatchBytes): MaxBatchBytes when set
+// (--max-batch-bytes), else topics.MaxBatchBytes(recordLimit).
+func (o Options) BatchLimit(recordLimit int) int {
+	if o.MaxBatchBytes > 0 {
+		return o.MaxBatchBytes
+	}
+	return topics.MaxBatchBytes(recordLimit)
 }
 
 // Names returns the topic names under the configured prefix.
