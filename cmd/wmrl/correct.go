@@ -190,6 +190,8 @@ func (o *correctOptions) run(cmd *cobra.Command, _ []string) error {
 	if cfg.EndedRunRetention == 0 {
 		cfg.EndedRunRetention = -1 // for ever (Config's zero is the default)
 	}
+	// Replay derives the same bound from the same flag, so it skips the same batches.
+	cfg.Limits.BatchBytes = a.conn.BatchLimit(topics.MaxRecordBytes)
 	if cfg.KafkaOpts, err = a.kafkaOpts(); err != nil {
 		return err
 	}

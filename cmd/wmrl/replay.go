@@ -94,6 +94,7 @@ func (o *replayOptions) run(_ *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
+	o.limits.BatchBytes = a.conn.BatchLimit(topics.MaxRecordBytes) // the live consumer's bound (--max-batch-bytes)
 	rc := correct.ReplayConfig{
 		KafkaOpts: opts, Names: names, Run: o.runID, FromStep: o.fromStep, Correction: cc, MaxStaleness: o.maxStaleness,
 		Limits: o.limits, StatePrefix: o.statePrefix, KeepStates: o.keep, Logger: a.log,

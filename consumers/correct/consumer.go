@@ -9,11 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/health"
+	"github.com/wmrl/wmrl/internal/oversize"
 	"github.com/wmrl/wmrl/internal/retry"
 	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/statestore"
@@ -28,6 +30,8 @@ type Consumer struct {
 	store  *statestore.Store
 	eng    *engine
 	khooks []kgo.Hook // kprom series (stage.KafkaMetrics)
+	// skipCount is wmrl_stage_batches_skipped_total{stage="correct"} (skip.go).
+	skipCount *prometheus.CounterVec
 
 	mu       sync.Mutex
 	assigned map[int32]bool // partition numbers of the input topics we own
@@ -61,16 +65,21 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("correct: metrics: %w", err)
 	}
+	skipCount := oversize.NewCounter("correct")
+	if err := cfg.Registry.Register(skipCount); err != nil {
+		return nil, fmt.Errorf("correct: metrics: %w", err)
+	}
 	cfg.Redis.AddHook(tripHook{m})
 	c := &Consumer{
-		cfg:      cfg,
-		log:      cfg.Logger.With("stage", "correct"),
-		corr:     corr,
-		m:        m,
-		store:    statestore.New(cfg.Redis, cfg.RedisPrefix, cfg.KeepStates),
-		eng:      newEngine(corr, cfg.Names, cfg.MaxStaleness, cfg.Limits, m),
-		khooks:   stage.KafkaMetrics(cfg.Registry, "correct"),
-		assigned: map[int32]bool{},
+		cfg:       cfg,
+		log:       cfg.Logger.With("stage", "correct"),
+		corr:      corr,
+		m:         m,
+		store:     statestore.New(cfg.Redis, cfg.RedisPrefix, cfg.KeepStates),
+		eng:       newEngine(corr, cfg.Names, cfg.MaxStaleness, cfg.Limits, m),
+		khooks:    stage.KafkaMetrics(cfg.Registry, "correct"),
+		skipCount: skipCount,
+		assigned:  map[int32]bool{},
 	}
 	return c, nil
 }
@@ -136,6 +145,7 @@ func (c *Consumer) sessionOpts() []kgo.Opt {
 		kgo.TransactionalID(c.cfg.TransactionalID),
 		kgo.TransactionTimeout(c.cfg.TxnTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.MaxDecompressBatchBytes(c.cfg.Limits.BatchBytes),
 		// Range assignment gives a member the same partition numbers of every input topic, which
 		// is what co-partitioning by run needs (the default cooperative-sticky balancer does not).
 		kgo.Balancers(kgo.RangeBalancer()),
@@ -196,6 +206,7 @@ const pollWait = 250 * time.Millisecond
 
 func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	defer c.waitRedis()
+	skip := c.skipper(sess.Client())
 	tick := time.NewTicker(c.cfg.ProgressInterval)
 	defer tick.Stop()
 	var lingerFrom time.Time // when the commit was first put off for a backlog (zero: not put off)
@@ -216,8 +227,10 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		if fs.IsClientClosed() {
 			return errors.New("correct: kafka client closed")
 		}
+		// A batch over Limits.BatchBytes stops its partition until the client is moved past it.
+		refused := skip.Skip(fs)
 		for _, fe := range fs.Errors() {
-			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) {
+			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) || oversize.Refused(fe.Err) {
 				continue
 			}
 			if errors.Is(fe.Err, kerr.FencedInstanceID) {
@@ -233,6 +246,8 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		}
 		now := time.Now()
 		owned := c.owned()
+		// After a reload (which forgets held dead letters), so the skip's dead letter survives.
+		c.skipBatches(refused, owned)
 		var batch []*kgo.Record
 		fs.EachRecord(func(r *kgo.Record) {
 			if owned[r.Partition] {

@@ -26,6 +26,9 @@ const (
 	resultUndeliverable = "dead_letter_undeliverable"
 	// resultIdleIgnored: an idle end-of-run record for a run that went on or ended otherwise.
 	resultIdleIgnored = "idle_end_ignored"
+	// resultBatchTooLarge: a record batch refused as over MaxBatchBytes, skipped unread (skip.go);
+	// counted once per batch, not per record.
+	resultBatchTooLarge = "batch_too_large"
 )
 
 // tp is a topic partition.
@@ -151,8 +154,9 @@ type engine struct {
 	dlq  map[tp][]deadLetter
 	// undeliverable counts, per input record, the refusals of its dead letter; kept by reset.
 	undeliverable map[tp]map[int64]int
-	// deadLettered counts records judged bad since the engine was made.
-	deadLettered int
+	// deadLettered counts records judged bad since the engine was made, skippedBatches the
+	// record batches among them skipped unread (skip.go).
+	deadLettered, skippedBatches int
 	// ended maps each run retired since the last reset (or found ended in the changelog) to its
 	// end, retired lists the runs retired since the consumer last took them, and pendEnds,
 	// pendTombs and pendIdle queue what the next transaction writes: end records and tombstones

@@ -2,6 +2,7 @@ package correct
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -34,6 +35,11 @@ type Limits struct {
 	// their manifests (reason instance-pending-exceeded). 0: no limit (replay).
 	PendingSteps  int
 	PendingGroups int
+	// BatchBytes bounds what one fetched record batch may decompress to (franz-go's
+	// MaxDecompressBatchBytes); a batch over it is dead-lettered by reference (reason
+	// batch-too-large) and skipped unread (skip.go). It decides which records exist for the
+	// engine, so a replay must use the live value.
+	BatchBytes int
 }
 
 // Default limits. They must not refuse a legitimate backlog, since a refused manifest stalls
@@ -52,7 +58,7 @@ const (
 // DefaultLimits returns the default limits.
 func DefaultLimits() Limits {
 	return Limits{PendingStepsPerRun: DefaultPendingStepsPerRun, StepGroups: DefaultStepGroups, StepRows: DefaultStepRows,
-		PendingSteps: DefaultPendingSteps, PendingGroups: DefaultPendingGroups}
+		PendingSteps: DefaultPendingSteps, PendingGroups: DefaultPendingGroups, BatchBytes: DefaultMaxBatchBytes}
 }
 
 // withDefaults fills zero per-run and per-step limits with the defaults; instance limits stay 0
@@ -67,9 +73,13 @@ func (l Limits) withDefaults(instance bool) (Limits, error) {
 	fill(&l.PendingStepsPerRun, d.PendingStepsPerRun)
 	fill(&l.StepGroups, d.StepGroups)
 	fill(&l.StepRows, d.StepRows)
+	fill(&l.BatchBytes, DefaultMaxBatchBytes)
 	if instance {
 		fill(&l.PendingSteps, d.PendingSteps)
 		fill(&l.PendingGroups, d.PendingGroups)
+	}
+	if l.BatchBytes < topics.MaxRecordBytes || l.BatchBytes > math.MaxInt32 {
+		return l, fmt.Errorf("%w: Limits.BatchBytes %d not in [%d, %d]: one record at the record limit must fit", ErrConfig, l.BatchBytes, topics.MaxRecordBytes, math.MaxInt32)
 	}
 	for name, v := range map[string]int{"PendingStepsPerRun": l.PendingStepsPerRun, "StepGroups": l.StepGroups,
 		"StepRows": l.StepRows, "PendingSteps": l.PendingSteps, "PendingGroups": l.PendingGroups} {

@@ -36,8 +36,9 @@ type ReplayConfig struct {
 	Correction correction.Config
 	// MaxStaleness must equal the live consumer's (Config.MaxStaleness) for digests to match.
 	MaxStaleness int64
-	// Limits: the per-run and per-step limits must equal the live consumer's (Config.Limits) for
-	// digests to match; zero fields take the defaults. Per-instance limits do not apply.
+	// Limits: the per-run and per-step limits and BatchBytes must equal the live consumer's
+	// (Config.Limits) for digests to match; zero fields take the defaults. Per-instance limits do
+	// not apply.
 	Limits Limits
 	// Redis, when set, receives the replayed states under RedisPrefix (an isolated namespace:
 	// it must differ from the live one, StatePrefix, which is where FromOffsets loads from).
@@ -57,7 +58,10 @@ type ReplayResult struct {
 	FirstStep   int64  // first emitted step (-1 if none)
 	LastStep    int64  // last sealed step (-1 if none)
 	DeadLetters int    // input records the live consumer would have dead-lettered
-	Incomplete  int    // buffered steps that never completed (inputs missing from the topics)
+	// SkippedBatches counts the record batches of the run's partitions skipped unread (over
+	// MaxBatchBytes; each is among DeadLetters).
+	SkippedBatches int
+	Incomplete     int // buffered steps that never completed (inputs missing from the topics)
 }
 
 // Replay re-runs correction for one run from the retained input topics with fresh state (the
@@ -171,7 +175,15 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	n := 0
 	rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	err = topicread.ToEnd(rctx, cfg.KafkaOpts, start, cfg.Timeout/2, cfg.Logger, func(r *kgo.Record) error {
+	readOpts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...), kgo.MaxDecompressBatchBytes(limits.BatchBytes))
+	skip := func(b *kgo.ErrDecompressTooLarge) error {
+		// The live consumer skips the batch too: none of its records reach either engine.
+		eng.skipBatch(topics.BatchRefOf(b, limits.BatchBytes))
+		cfg.Logger.Warn("record batch decompresses past --max-batch-bytes: skipped, as the live consumer does",
+			"topic", b.Topic, "partition", b.Partition, "offset", b.Offset, "next_offset", b.NextOffset, "max_batch_bytes", limits.BatchBytes)
+		return nil
+	}
+	err = topicread.ToEndSkipping(rctx, readOpts, start, cfg.Timeout/2, cfg.Logger, func(r *kgo.Record) error {
 		if string(r.Key) != cfg.Run {
 			return nil
 		}
@@ -180,7 +192,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 			return flush()
 		}
 		return nil
-	})
+	}, skip)
 	if err != nil {
 		return res, fmt.Errorf("%w: read inputs: %w", ErrReplay, err)
 	}
@@ -189,6 +201,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	}
 	res.Digest = dig.Hex()
 	res.DeadLetters = eng.deadLettered
+	res.SkippedBatches = eng.skippedBatches
 	res.Incomplete = eng.bufferedSteps()
 	return res, nil
 }
