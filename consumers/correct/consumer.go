@@ -43,6 +43,8 @@ type Consumer struct {
 	masked  maskedWarner // loop only
 	// redisDone is closed when the Redis write in flight finishes (nil: none); loop only.
 	redisDone chan struct{}
+	// flood is the state of the rate-limited flood warning (flood.go); loop only.
+	flood floodLog
 	// lifecycleAt is when the ended-run retention and the idle timeout were last checked; loop only.
 	lifecycleAt time.Time
 }
@@ -138,7 +140,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // sessionOpts are the options of the consume-transform-produce session.
 func (c *Consumer) sessionOpts() []kgo.Opt {
-	opts := append(append([]kgo.Opt(nil), c.cfg.KafkaOpts...),
+	// Fetch limits first, so KafkaOpts may override them (benchmarks do). Fetched records wait
+	// decompressed in the client until polled, and records of the JSON topics compress 10 to 30
+	// times, so what a fetch costs is its compressed size times that: 256 KiB a partition and 4 MiB
+	// a fetch (franz-go's defaults are 1 MiB and 50 MiB) keep it to tens of MiB; a batch over
+	// Limits.BatchBytes is refused before it is decompressed in full (skip.go).
+	opts := append([]kgo.Opt{kgo.FetchMaxPartitionBytes(fetchPartitionBytes), kgo.FetchMaxBytes(fetchBytes)}, c.cfg.KafkaOpts...)
+	opts = append(opts,
 		kgo.ConsumerGroup(c.cfg.Group),
 		kgo.ConsumeTopics(c.inputs()...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -201,6 +209,16 @@ func (c *Consumer) runSession(ctx context.Context) (reinit bool, err error) {
 	return false, err
 }
 
+// Fetch limits of the session (sessionOpts).
+const (
+	fetchPartitionBytes = 256 << 10
+	fetchBytes          = 4 << 20
+)
+
+// maxPollRecords bounds the records one poll hands over: what they cost decoded (a decoded
+// manifest is about ten times its record) is per poll, so it must not scale with the backlog.
+const maxPollRecords = 8192
+
 // pollWait bounds one poll; it is also the delay before an idle consumer notices an assignment.
 const pollWait = 250 * time.Millisecond
 
@@ -219,7 +237,7 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		// A bounded poll, so that an assignment is acted on (state loaded, config checked) even
 		// when no input arrives.
 		pctx, cancel := context.WithTimeout(ctx, pollWait)
-		fs := sess.PollFetches(pctx)
+		fs := sess.PollRecords(pctx, maxPollRecords)
 		cancel()
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -258,6 +276,7 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			c.eng.apply(d, now)
 		}
 		n := len(batch)
+		c.warnFlood(now)
 		if c.cfg.OnRecords != nil && n > 0 {
 			c.cfg.OnRecords(n)
 		}

@@ -152,6 +152,10 @@ type engine struct {
 
 	runs map[string]*runBuf
 	dlq  map[tp][]deadLetter
+	// overflow folds, per partition, the dead letters judged while Limits.HeldDeadLetters waited;
+	// runsRefused and aggregated count the records refused too-many-runs and folded (flood.go).
+	overflow                map[tp]*overflow
+	runsRefused, aggregated int
 	// undeliverable counts, per input record, the refusals of its dead letter; kept by reset.
 	undeliverable map[tp]map[int64]int
 	// deadLettered counts records judged bad since the engine was made, skippedBatches the
@@ -192,6 +196,7 @@ func newEngine(corr *correction.Corrector, names topics.Names, maxStaleness int6
 		limits:       limits,
 		runs:         map[string]*runBuf{},
 		dlq:          map[tp][]deadLetter{},
+		overflow:     map[tp]*overflow{},
 		ended:        map[string]*endedRun{},
 
 		undeliverable: map[tp]map[int64]int{},
@@ -202,6 +207,7 @@ func newEngine(corr *correction.Corrector, names topics.Names, maxStaleness int6
 func (e *engine) reset() {
 	e.runs = map[string]*runBuf{}
 	e.dlq = map[tp][]deadLetter{}
+	e.overflow = map[tp]*overflow{}
 	// A reset precedes a rebuild from the changelog, which brings back the ends it recorded; one
 	// it lacks (an aborted transaction) the re-read input ends again.
 	e.ended, e.retired, e.pendEnds, e.pendTombs, e.pendIdle = map[string]*endedRun{}, nil, nil, nil, nil
@@ -231,6 +237,9 @@ func (e *engine) install(run string, part int32, states []*correction.State) err
 func (e *engine) runFor(id string, part int32) (*runBuf, error) {
 	rb := e.runs[id]
 	if rb == nil {
+		if err := e.admitRun(id); err != nil {
+			return nil, err
+		}
 		rb = &runBuf{id: id, part: part, sealed: -1, states: map[string]*correction.State{}, steps: map[int64]*stepBuf{}}
 		e.runs[id] = rb
 		return rb, nil
@@ -323,6 +332,7 @@ func (e *engine) add(rec *kgo.Record, now time.Time) { e.apply(e.decode(rec), no
 
 // apply folds a decoded record into the buffers; records must be applied in input order.
 func (e *engine) apply(d decoded, now time.Time) {
+	_, known := e.runs[d.run]
 	switch {
 	case !d.ok:
 		e.m.records.WithLabelValues(d.rec.Topic, resultForeign).Inc()
@@ -335,6 +345,9 @@ func (e *engine) apply(d decoded, now time.Time) {
 	}
 	if d.ok && d.err == nil {
 		e.touch(d, now)
+		if !known {
+			e.dropIfEmpty(d.run)
+		}
 	}
 }
 

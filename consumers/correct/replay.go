@@ -94,7 +94,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", ErrReplay, err)
 	}
-	cfg.Limits.PendingSteps, cfg.Limits.PendingGroups = 0, 0
+	cfg.Limits.PendingSteps, cfg.Limits.PendingGroups, cfg.Limits.ActiveRuns, cfg.Limits.HeldDeadLetters = 0, 0, 0, 0
 	limits, err := cfg.Limits.withDefaults(false)
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", ErrReplay, err)

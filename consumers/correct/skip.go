@@ -21,15 +21,18 @@ var DefaultMaxBatchBytes = topics.MaxBatchBytes(topics.MaxRecordBytes)
 // commit carries for the partition. The decision depends only on the batch and Limits.BatchBytes,
 // so the live consumer, a restart and a replay skip the same batches.
 func (e *engine) skipBatch(ref topics.BatchRef) {
-	dl := e.dlqw.BatchRecord(ref)
 	key := tp{ref.Topic, ref.Partition}
-	e.dlq[key] = append(e.dlq[key], deadLetter{off: ref.Offset, rec: dl})
-	e.dlqBytes += recordSize(dl)
 	e.deadLettered++
 	e.skippedBatches++
 	if k, ok := e.kinds[ref.Topic]; ok {
 		e.m.record(k, resultBatchTooLarge)
 	}
+	if e.fold(key, ref.Offset, topics.ReasonBatchTooLarge) {
+		return
+	}
+	dl := e.dlqw.BatchRecord(ref)
+	e.dlq[key] = append(e.dlq[key], deadLetter{off: ref.Offset, rec: dl})
+	e.dlqBytes += recordSize(dl)
 }
 
 // skipBatches dead-letters the refused batches (already skipped by the client's oversize.Skipper)
