@@ -62,17 +62,6 @@ func Partitions(ctx context.Context, opts []kgo.Opt, topic string) (map[string]m
 // transaction; 0 does not wait), the read stops at the last stable offset and says so. Control
 // records are kept (and skipped here) so that the last offset before the end is always seen.
 func ToEnd(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.Offset, settle time.Duration, log *slog.Logger, fn func(*kgo.Record) error) error {
-	return ToEndSkipping(ctx, opts, start, settle, log, fn, nil)
-}
-
-// SkipFunc is told of a record batch the client refused because it decompresses to more than
-// kgo.MaxDecompressBatchBytes (in opts); when it returns nil the read continues after the batch.
-type SkipFunc func(*kgo.ErrDecompressTooLarge) error
-
-// ToEndSkipping is ToEnd that hands refused batches to skip and reads on past them (ToEnd fails
-// on one), so that a reader can take the same decision as a consumer that skips them.
-func ToEndSkipping(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.Offset, settle time.Duration, log *slog.Logger,
-	fn func(*kgo.Record) error, skip SkipFunc) error {
 	if len(start) == 0 {
 		return nil
 	}
@@ -167,18 +156,6 @@ func ToEndSkipping(ctx context.Context, opts []kgo.Opt, start map[string]map[int
 		}
 		for _, fe := range fs.Errors() {
 			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) {
-				continue
-			}
-			if b, ok := errors.AsType[*kgo.ErrDecompressTooLarge](fe.Err); ok && skip != nil {
-				if err := skip(b); err != nil {
-					return err
-				}
-				key := tp{b.Topic, b.Partition}
-				if !done[key] && b.NextOffset >= ends[key] {
-					done[key] = true
-					remaining--
-				}
-				cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{b.Topic: {b.Partition: {Epoch: b.Epoch, Offset: b.NextOffset}}})
 				continue
 			}
 			return fmt.Errorf("fetch %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
