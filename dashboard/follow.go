@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/internal/oversize"
 	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -44,7 +45,13 @@ type Config struct {
 	PollInterval time.Duration
 	// MaxPairs bounds the anchor pairs kept per run (default 3000).
 	MaxPairs int
-	Logger   *slog.Logger
+	// MaxBatchBytes is the decompressed size above which a record batch is refused unread and
+	// skipped (0: topics.MaxBatchBytes(topics.MaxAdvantageBytes), advantages being the largest
+	// records followed). The dashboard reads without a group and writes nothing: a skipped batch
+	// is logged, counted (State.SkippedBatches) and listed on the page, and met (and skipped)
+	// again after a restart, which reads the topics from their start.
+	MaxBatchBytes int
+	Logger        *slog.Logger
 }
 
 // Follower reads the topics and Redis into a Model.
@@ -67,6 +74,9 @@ func NewFollower(cfg Config) (*Follower, error) {
 	}
 	if cfg.MaxPairs <= 0 {
 		cfg.MaxPairs = 3000
+	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = topics.MaxBatchBytes(topics.MaxAdvantageBytes)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -96,12 +106,14 @@ func (f *Follower) Run(ctx context.Context) error {
 		// New topic sets (a demo's arms, a new deployment) show up within a second or two.
 		kgo.MetadataMinAge(250*time.Millisecond), kgo.MetadataMaxAge(2*time.Second),
 		kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.MaxDecompressBatchBytes(f.cfg.MaxBatchBytes),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("dashboard: kafka client: %w", err)
 	}
 	defer cl.Close()
+	skip := oversize.NewSkipper(cl, f.cfg.Logger, nil, "listed on the page (the dashboard writes no dead letters)")
 	var wg sync.WaitGroup
 	wg.Go(func() { f.poll(ctx, kadm.NewClient(cl)) })
 	defer wg.Wait()
@@ -110,8 +122,11 @@ func (f *Follower) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		for _, ref := range skip.Skip(fs) {
+			f.model.SkippedBatch(ref)
+		}
 		fs.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
+			if !errors.Is(err, context.Canceled) && !oversize.Refused(err) {
 				f.model.Error(fmt.Sprintf("fetch %s[%d]: %v", topic, p, err))
 			}
 		})

@@ -34,6 +34,9 @@ type State struct {
 	// Errors are the most recent problems the followers met (undecodable records, Redis or lag
 	// polls failing); the page shows them instead of silently missing data.
 	Errors []string `json:"errors"`
+	// SkippedBatches counts the record batches the follower skipped unread because they
+	// decompress past Config.MaxBatchBytes (each also listed in Errors).
+	SkippedBatches int64 `json:"skipped_batches"`
 }
 
 // Run is one (topic set, run id, stream): the unit that has its own calibration state.
@@ -226,6 +229,7 @@ type Model struct {
 	groupsPolled bool
 	groups       []GroupLag
 	errs         []string
+	skipped      int64
 	changed      chan struct{}
 }
 
@@ -430,6 +434,14 @@ func (m *Model) Error(msg string) {
 	m.bump()
 }
 
+// SkippedBatch counts a record batch the follower skipped unread and lists it in Errors.
+func (m *Model) SkippedBatch(ref topics.BatchRef) {
+	m.Error((&topics.BatchTooLargeError{Ref: ref}).Error() + ": skipped unread")
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.skipped++
+}
+
 // SetGroups replaces the consumer-group lag table.
 func (m *Model) SetGroups(g []GroupLag) {
 	m.mu.Lock()
@@ -482,7 +494,8 @@ func (m *Model) State() State {
 	defer m.mu.Unlock()
 	now := m.now()
 	st := State{Version: m.version, Updated: now, TopicPrefix: m.prefix,
-		Runs: []Run{}, Groups: orEmpty(slices.Clone(m.groups)), Topics: []TopicRate{}, DeadLetters: []DeadLetters{}, Errors: orEmpty(slices.Clone(m.errs))}
+		Runs: []Run{}, Groups: orEmpty(slices.Clone(m.groups)), Topics: []TopicRate{}, DeadLetters: []DeadLetters{}, Errors: orEmpty(slices.Clone(m.errs)),
+		SkippedBatches: m.skipped}
 	for _, r := range m.runs {
 		steps, maps := r.view()
 		run := Run{ID: r.key.id(), Prefix: r.key.prefix, Run: r.key.run, Stream: r.key.stream,

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wmrl/wmrl/dashboard"
+	"github.com/wmrl/wmrl/topics"
 )
 
 func init() { register(newDashboardCmd) }
@@ -48,7 +49,7 @@ func (o *dashboardOptions) run(_ *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := dashboard.Config{KafkaOpts: kopts, TopicPrefix: a.conn.TopicPrefix, Logger: a.log,
+	cfg := dashboard.Config{KafkaOpts: kopts, TopicPrefix: a.conn.TopicPrefix, Logger: a.log, MaxBatchBytes: a.conn.BatchLimit(topics.MaxAdvantageBytes),
 		RedisPrefix: func(string) string { return o.redisPrefix }}
 	if !o.noRedis {
 		rdb, err := a.redis()

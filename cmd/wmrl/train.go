@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/internal/oversize"
 	"github.com/wmrl/wmrl/internal/stage"
 
 	"github.com/wmrl/wmrl/sinks/trainer"
@@ -84,7 +85,12 @@ func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 	if o.session > 0 {
 		opts = append(opts, kgo.SessionTimeout(o.session))
 	}
-	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: a.groupFor(cmd, o.group, trainer.DefaultGroup), RunID: o.runID, Logger: a.log})
+	skipped := oversize.NewCounter("train")
+	if err := reg.Register(skipped); err != nil {
+		return err
+	}
+	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: a.groupFor(cmd, o.group, trainer.DefaultGroup), RunID: o.runID, Logger: a.log,
+		MaxBatchBytes: a.conn.BatchLimit(topics.MaxAdvantageBytes), BatchesSkipped: skipped})
 	if err != nil {
 		return err
 	}
@@ -135,7 +141,7 @@ func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 	}
 	stats := s.Stats()
 	a.log.Info("train done", "steps", stats.Steps, "rows", stats.Rows, "duplicates", stats.Duplicates,
-		"skipped", stats.Skipped, "abandoned", stats.Abandoned)
+		"skipped", stats.Skipped, "abandoned", stats.Abandoned, "skipped_batches", stats.SkippedBatches)
 	return nil
 }
 

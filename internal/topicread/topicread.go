@@ -14,6 +14,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/wmrl/wmrl/internal/oversize"
+	"github.com/wmrl/wmrl/topics"
 )
 
 type tp struct {
@@ -53,17 +56,43 @@ func Partitions(ctx context.Context, opts []kgo.Opt, topic string) (map[string]m
 	return start, nil
 }
 
+// Option changes how ToEnd reads.
+type Option func(*readOpts)
+
+type readOpts struct {
+	onBatch func(topics.BatchRef) error
+}
+
+// OnBatchTooLarge calls fn for every record batch ToEnd skips because it decompresses past the
+// client's MaxDecompressBatchBytes; an error from fn ends the read with that error.
+func OnBatchTooLarge(fn func(topics.BatchRef) error) Option {
+	return func(o *readOpts) { o.onBatch = fn }
+}
+
+// DefaultMaxBatchBytes is the MaxDecompressBatchBytes of ToEnd's client unless opts set one:
+// the largest records read this way are advantages.
+var DefaultMaxBatchBytes = topics.MaxBatchBytes(topics.MaxAdvantageBytes)
+
 // ToEnd reads the given partitions (read_committed) from their start offsets to the end and
 // hands every data record to fn, in offset order per partition.
+//
+// A record batch that decompresses past the client's MaxDecompressBatchBytes (opts, else
+// DefaultMaxBatchBytes) is skipped unread with a warning on log (slog.Default when nil) and
+// reported to the OnBatchTooLarge option's function, so that no batch stops a bounded read and no
+// batch costs more memory than the limit; its records are not handed to fn.
 //
 // "The end" is the last stable offset once it has caught up with the high watermark: right after
 // a fenced or crashed predecessor, its transaction markers may still be in flight, and a record
 // read before its marker would be missed. If the two do not meet within settle (a foreign open
 // transaction; 0 does not wait), the read stops at the last stable offset and says so. Control
 // records are kept (and skipped here) so that the last offset before the end is always seen.
-func ToEnd(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.Offset, settle time.Duration, log *slog.Logger, fn func(*kgo.Record) error) error {
+func ToEnd(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.Offset, settle time.Duration, log *slog.Logger, fn func(*kgo.Record) error, options ...Option) error {
 	if len(start) == 0 {
 		return nil
+	}
+	var ro readOpts
+	for _, o := range options {
+		o(&ro)
 	}
 	admCl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -140,7 +169,8 @@ func ToEnd(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.O
 	if remaining == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...),
+	// The default limit goes first so that one in opts overrides it.
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.MaxDecompressBatchBytes(DefaultMaxBatchBytes)}, opts...),
 		kgo.ConsumePartitions(assign),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
@@ -149,13 +179,29 @@ func ToEnd(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.O
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
+	skip := oversize.NewSkipper(cl, log, nil, "not read")
 	for remaining > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("reading to offsets %v: %w", ends, err)
 		}
+		for _, ref := range skip.Skip(fs) {
+			key := tp{ref.Topic, ref.Partition}
+			if done[key] || ref.Offset >= ends[key] {
+				continue // past the end: not part of this read
+			}
+			if ref.NextOffset >= ends[key] {
+				done[key] = true
+				remaining--
+			}
+			if ro.onBatch != nil {
+				if err := ro.onBatch(ref); err != nil {
+					return err
+				}
+			}
+		}
 		for _, fe := range fs.Errors() {
-			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) {
+			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) || oversize.Refused(fe.Err) {
 				continue
 			}
 			return fmt.Errorf("fetch %s/%d: %w", fe.Topic, fe.Partition, fe.Err)

@@ -47,6 +47,9 @@ type Stats struct {
 	Filtered int64
 	// Abandoned counts incomplete steps given up on (ErrAbandoned).
 	Abandoned int64
+	// SkippedBatches counts record batches a consumer skipped unread (SkipBatch): they
+	// decompress past its limit.
+	SkippedBatches int64
 }
 
 // AssemblerConfig configures an Assembler.
@@ -178,6 +181,14 @@ func (a *Assembler) Add(rec *kgo.Record) ([]*Step, []error) {
 		rs.ready[step] = p
 	}
 	return a.deliver(run, rs)
+}
+
+// SkipBatch records a record batch the consumer skipped unread (it decompresses past the
+// consumer's limit; see internal/oversize): last is its last record, which counts as consumed so
+// the next commit passes the batch.
+func (a *Assembler) SkipBatch(last Pos) {
+	a.offsets.Consumed(last)
+	a.stats.SkippedBatches++
 }
 
 func (a *Assembler) duplicate(pos Pos) []error {

@@ -9,10 +9,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/wmrl/wmrl/internal/oversize"
 	"github.com/wmrl/wmrl/sinks/steps"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -43,6 +45,13 @@ type Config struct {
 	// OnSkip is called, outside the stream's locks, with each *RecordError (a record that was
 	// skipped, or a step abandoned). The default logs it at warn level. steps.Stats counts them too.
 	OnSkip func(error)
+	// MaxBatchBytes is the decompressed size above which a record batch is refused unread and
+	// skipped (0: topics.MaxBatchBytes(topics.MaxAdvantageBytes)). The trainer may not write the
+	// DLQ (docs/security.md), so a skipped batch is logged, counted (BatchesSkipped,
+	// steps.Stats.SkippedBatches) and committed past, not dead-lettered.
+	MaxBatchBytes int
+	// BatchesSkipped, when set, counts skipped batches (oversize.NewCounter).
+	BatchesSkipped *prometheus.CounterVec
 }
 
 // Stream delivers complete steps from the advantages topic to a trainer and commits offsets only
@@ -52,6 +61,7 @@ type Stream struct {
 	topic string
 	log   *slog.Logger
 	cl    *kgo.Client
+	skip  *oversize.Skipper
 
 	commitMu sync.Mutex // serializes commits so a smaller offset never overtakes a larger one
 	mu       sync.Mutex // guards everything below
@@ -75,7 +85,11 @@ func New(cfg Config) (*Stream, error) {
 		unacked: make(map[*Step]struct{}),
 	}
 	s.log = cmp.Or(cfg.Logger, slog.Default()).With("component", "trainer", "topic", topic, "group", cfg.Group)
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = topics.MaxBatchBytes(topics.MaxAdvantageBytes)
+	}
 	opts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...),
+		kgo.MaxDecompressBatchBytes(cfg.MaxBatchBytes),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(topic),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -93,6 +107,7 @@ func New(cfg Config) (*Stream, error) {
 		return nil, fmt.Errorf("trainer: kafka client: %w", err)
 	}
 	s.cl = cl
+	s.skip = oversize.NewSkipper(cl, s.log, cfg.BatchesSkipped, "committed past without a dead letter (the trainer may not write the DLQ)")
 	return s, nil
 }
 
@@ -130,13 +145,18 @@ func (s *Stream) poll(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	refused := s.skip.Skip(fs)
 	fs.EachError(func(t string, p int32, err error) {
-		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !oversize.Refused(err) {
 			s.log.Warn("fetch error", "fetch_topic", t, "partition", p, "err", err)
 		}
 	})
 	var skipped []error
 	s.mu.Lock()
+	for _, ref := range refused {
+		// Consumed through its last offset: the next commit passes the batch.
+		s.asm.SkipBatch(steps.Pos{Topic: ref.Topic, Partition: ref.Partition, Offset: ref.NextOffset - 1})
+	}
 	fs.EachRecord(func(r *kgo.Record) {
 		ready, errs := s.asm.Add(r)
 		for _, st := range ready {
