@@ -176,14 +176,13 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	readOpts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...), kgo.MaxDecompressBatchBytes(limits.BatchBytes))
-	skip := func(b *kgo.ErrDecompressTooLarge) error {
-		// The live consumer skips the batch too: none of its records reach either engine.
-		eng.skipBatch(topics.BatchRefOf(b, limits.BatchBytes))
-		cfg.Logger.Warn("record batch decompresses past --max-batch-bytes: skipped, as the live consumer does",
-			"topic", b.Topic, "partition", b.Partition, "offset", b.Offset, "next_offset", b.NextOffset, "max_batch_bytes", limits.BatchBytes)
+	// The live consumer skips the same batches (skip.go): none of their records reach either
+	// engine, and both dead-letter them.
+	skip := topicread.OnBatchTooLarge(func(ref topics.BatchRef) error {
+		eng.skipBatch(ref)
 		return nil
-	}
-	err = topicread.ToEndSkipping(rctx, readOpts, start, cfg.Timeout/2, cfg.Logger, func(r *kgo.Record) error {
+	})
+	err = topicread.ToEnd(rctx, readOpts, start, cfg.Timeout/2, cfg.Logger, func(r *kgo.Record) error {
 		if string(r.Key) != cfg.Run {
 			return nil
 		}
