@@ -170,6 +170,8 @@ func limitFlags(f *pflag.FlagSet, l *correct.Limits, instance bool) {
 	if instance {
 		f.IntVar(&l.PendingSteps, "max-pending-steps", correct.DefaultPendingSteps, "per instance: dead-letter (instance-pending-exceeded) records that would open a step beyond this many buffered ones")
 		f.IntVar(&l.PendingGroups, "max-pending-groups", correct.DefaultPendingGroups, "per instance: dead-letter (instance-pending-exceeded) manifests that would buffer more groups in all")
+		f.IntVar(&l.ActiveRuns, "max-active-runs", correct.DefaultActiveRuns, "per instance: dead-letter (too-many-runs) records of a new run while this many runs are held (docs/capacity.md sizes it)")
+		f.IntVar(&l.HeldDeadLetters, "max-held-dead-letters", correct.DefaultHeldDeadLetters, "per instance: past this many dead letters waiting for their transaction, fold further ones per partition into one dead letter by reference (dead-letters-exceeded)")
 	}
 }
 
@@ -190,6 +192,8 @@ func (o *correctOptions) run(cmd *cobra.Command, _ []string) error {
 	if cfg.EndedRunRetention == 0 {
 		cfg.EndedRunRetention = -1 // for ever (Config's zero is the default)
 	}
+	// Replay derives the same bound from the same flag, so it skips the same batches.
+	cfg.Limits.BatchBytes = a.conn.BatchLimit(topics.MaxRecordBytes)
 	if cfg.KafkaOpts, err = a.kafkaOpts(); err != nil {
 		return err
 	}

@@ -95,8 +95,10 @@ func (o *replayOptions) run(_ *cobra.Command, _ []string) error {
 		return err
 	}
 	// Replay reads the JSON input topics: a batch past their limit is skipped with a warning
-	// (topicread.ToEnd), the decision the live consumers make.
+	// (topicread.ToEnd), the decision the live consumers make; the engine dead-letters it as the
+	// live correct does (Limits.BatchBytes, the same bound).
 	opts = append(opts, kgo.MaxDecompressBatchBytes(a.conn.BatchLimit(topics.MaxRecordBytes)))
+	o.limits.BatchBytes = a.conn.BatchLimit(topics.MaxRecordBytes)
 	rc := correct.ReplayConfig{
 		KafkaOpts: opts, Names: names, Run: o.runID, FromStep: o.fromStep, Correction: cc, MaxStaleness: o.maxStaleness,
 		Limits: o.limits, StatePrefix: o.statePrefix, KeepStates: o.keep, Logger: a.log,

@@ -9,11 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/health"
+	"github.com/wmrl/wmrl/internal/oversize"
 	"github.com/wmrl/wmrl/internal/retry"
 	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/statestore"
@@ -28,6 +30,8 @@ type Consumer struct {
 	store  *statestore.Store
 	eng    *engine
 	khooks []kgo.Hook // kprom series (stage.KafkaMetrics)
+	// skipCount is wmrl_stage_batches_skipped_total{stage="correct"} (skip.go).
+	skipCount *prometheus.CounterVec
 
 	mu       sync.Mutex
 	assigned map[int32]bool // partition numbers of the input topics we own
@@ -39,6 +43,8 @@ type Consumer struct {
 	masked  maskedWarner // loop only
 	// redisDone is closed when the Redis write in flight finishes (nil: none); loop only.
 	redisDone chan struct{}
+	// flood is the state of the rate-limited flood warning (flood.go); loop only.
+	flood floodLog
 	// lifecycleAt is when the ended-run retention and the idle timeout were last checked; loop only.
 	lifecycleAt time.Time
 }
@@ -61,16 +67,21 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("correct: metrics: %w", err)
 	}
+	skipCount := oversize.NewCounter("correct")
+	if err := cfg.Registry.Register(skipCount); err != nil {
+		return nil, fmt.Errorf("correct: metrics: %w", err)
+	}
 	cfg.Redis.AddHook(tripHook{m})
 	c := &Consumer{
-		cfg:      cfg,
-		log:      cfg.Logger.With("stage", "correct"),
-		corr:     corr,
-		m:        m,
-		store:    statestore.New(cfg.Redis, cfg.RedisPrefix, cfg.KeepStates),
-		eng:      newEngine(corr, cfg.Names, cfg.MaxStaleness, cfg.Limits, m),
-		khooks:   stage.KafkaMetrics(cfg.Registry, "correct"),
-		assigned: map[int32]bool{},
+		cfg:       cfg,
+		log:       cfg.Logger.With("stage", "correct"),
+		corr:      corr,
+		m:         m,
+		store:     statestore.New(cfg.Redis, cfg.RedisPrefix, cfg.KeepStates),
+		eng:       newEngine(corr, cfg.Names, cfg.MaxStaleness, cfg.Limits, m),
+		khooks:    stage.KafkaMetrics(cfg.Registry, "correct"),
+		skipCount: skipCount,
+		assigned:  map[int32]bool{},
 	}
 	return c, nil
 }
@@ -132,13 +143,20 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // sessionOpts are the options of the consume-transform-produce session.
 func (c *Consumer) sessionOpts() []kgo.Opt {
-	opts := append(append([]kgo.Opt(nil), c.cfg.KafkaOpts...),
+	// Fetch limits first, so KafkaOpts may override them (benchmarks do). Fetched records wait
+	// decompressed in the client until polled, and records of the JSON topics compress 10 to 30
+	// times, so what a fetch costs is its compressed size times that: 256 KiB a partition and 4 MiB
+	// a fetch (franz-go's defaults are 1 MiB and 50 MiB) keep it to tens of MiB; a batch over
+	// Limits.BatchBytes is refused before it is decompressed in full (skip.go).
+	opts := append([]kgo.Opt{kgo.FetchMaxPartitionBytes(fetchPartitionBytes), kgo.FetchMaxBytes(fetchBytes)}, c.cfg.KafkaOpts...)
+	opts = append(opts,
 		kgo.ConsumerGroup(c.cfg.Group),
 		kgo.ConsumeTopics(c.inputs()...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.TransactionalID(c.cfg.TransactionalID),
 		kgo.TransactionTimeout(c.cfg.TxnTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.MaxDecompressBatchBytes(c.cfg.Limits.BatchBytes),
 		// Range assignment gives a member the same partition numbers of every input topic, which
 		// is what co-partitioning by run needs (the default cooperative-sticky balancer does not).
 		kgo.Balancers(kgo.RangeBalancer()),
@@ -194,11 +212,22 @@ func (c *Consumer) runSession(ctx context.Context) (reinit bool, err error) {
 	return false, err
 }
 
+// Fetch limits of the session (sessionOpts).
+const (
+	fetchPartitionBytes = 256 << 10
+	fetchBytes          = 4 << 20
+)
+
+// maxPollRecords bounds the records one poll hands over: what they cost decoded (a decoded
+// manifest is about ten times its record) is per poll, so it must not scale with the backlog.
+const maxPollRecords = 8192
+
 // pollWait bounds one poll; it is also the delay before an idle consumer notices an assignment.
 const pollWait = 250 * time.Millisecond
 
 func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	defer c.waitRedis()
+	skip := c.skipper(sess.Client())
 	tick := time.NewTicker(c.cfg.ProgressInterval)
 	defer tick.Stop()
 	var lingerFrom time.Time // when the commit was first put off for a backlog (zero: not put off)
@@ -211,7 +240,7 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		// A bounded poll, so that an assignment is acted on (state loaded, config checked) even
 		// when no input arrives.
 		pctx, cancel := context.WithTimeout(ctx, pollWait)
-		fs := sess.PollFetches(pctx)
+		fs := sess.PollRecords(pctx, maxPollRecords)
 		cancel()
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -219,8 +248,10 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		if fs.IsClientClosed() {
 			return errors.New("correct: kafka client closed")
 		}
+		// A batch over Limits.BatchBytes stops its partition until the client is moved past it.
+		refused := skip.Skip(fs)
 		for _, fe := range fs.Errors() {
-			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) {
+			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) || oversize.Refused(fe.Err) {
 				continue
 			}
 			if errors.Is(fe.Err, kerr.FencedInstanceID) {
@@ -236,6 +267,8 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		}
 		now := time.Now()
 		owned := c.owned()
+		// After a reload (which forgets held dead letters), so the skip's dead letter survives.
+		c.skipBatches(refused, owned)
 		var batch []*kgo.Record
 		fs.EachRecord(func(r *kgo.Record) {
 			if owned[r.Partition] {
@@ -246,6 +279,7 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			c.eng.apply(d, now)
 		}
 		n := len(batch)
+		c.warnFlood(now)
 		if c.cfg.OnRecords != nil && n > 0 {
 			c.cfg.OnRecords(n)
 		}

@@ -24,6 +24,11 @@ func (e *engine) deadLetter(rec *kgo.Record, k kind, err error) {
 		e.m.record(k, resultUndeliverable)
 		return
 	}
+	if e.fold(key, rec.Offset, topics.Reason(err)) {
+		e.deadLettered++
+		e.m.record(k, resultDLQ)
+		return
+	}
 	// Refused once: send it without value and source headers.
 	e.dlq[key] = append(e.dlq[key], deadLetter{off: rec.Offset, rec: e.heldDeadLetter(rec, err, refusals == 1)})
 	e.deadLettered++
@@ -125,17 +130,13 @@ func (e *engine) holdback() map[tp]offEpoch {
 // the holdback of its partition. Producing them in the transaction that commits past their
 // source makes dead-lettering exactly-once: a restart re-reads (and re-judges) exactly the
 // records whose dead letters were not committed.
+//
+// Aggregated dead letters (flood.go) are taken first: one that must wait lowers its partition's
+// holdback in hold to its first offset, which keeps the single dead letters after it waiting too
+// and is the offset the transaction commits.
 func (e *engine) takeDeadLetters(hold map[tp]offEpoch) []*kgo.Record {
-	var out []*kgo.Record
-	for _, key := range slices.SortedFunc(maps.Keys(e.dlq), func(a, b tp) int {
-		if a.topic != b.topic {
-			if a.topic < b.topic {
-				return -1
-			}
-			return 1
-		}
-		return int(a.part) - int(b.part)
-	}) {
+	out := e.takeOverflows(hold)
+	for _, key := range slices.SortedFunc(maps.Keys(e.dlq), cmpTP) {
 		pending := e.dlq[key]
 		h, held := hold[key]
 		keep := pending[:0]

@@ -26,6 +26,9 @@ const (
 	resultUndeliverable = "dead_letter_undeliverable"
 	// resultIdleIgnored: an idle end-of-run record for a run that went on or ended otherwise.
 	resultIdleIgnored = "idle_end_ignored"
+	// resultBatchTooLarge: a record batch refused as over MaxBatchBytes, skipped unread (skip.go);
+	// counted once per batch, not per record.
+	resultBatchTooLarge = "batch_too_large"
 )
 
 // tp is a topic partition.
@@ -149,10 +152,15 @@ type engine struct {
 
 	runs map[string]*runBuf
 	dlq  map[tp][]deadLetter
+	// overflow folds, per partition, the dead letters judged while Limits.HeldDeadLetters waited;
+	// runsRefused and aggregated count the records refused too-many-runs and folded (flood.go).
+	overflow                map[tp]*overflow
+	runsRefused, aggregated int
 	// undeliverable counts, per input record, the refusals of its dead letter; kept by reset.
 	undeliverable map[tp]map[int64]int
-	// deadLettered counts records judged bad since the engine was made.
-	deadLettered int
+	// deadLettered counts records judged bad since the engine was made, skippedBatches the
+	// record batches among them skipped unread (skip.go).
+	deadLettered, skippedBatches int
 	// ended maps each run retired since the last reset (or found ended in the changelog) to its
 	// end, retired lists the runs retired since the consumer last took them, and pendEnds,
 	// pendTombs and pendIdle queue what the next transaction writes: end records and tombstones
@@ -193,6 +201,7 @@ func newEngine(corr *correction.Corrector, names topics.Names, maxStaleness int6
 		limits:       limits,
 		runs:         map[string]*runBuf{},
 		dlq:          map[tp][]deadLetter{},
+		overflow:     map[tp]*overflow{},
 		ended:        map[string]*endedRun{},
 		relayed:      fromTransaction,
 
@@ -204,6 +213,7 @@ func newEngine(corr *correction.Corrector, names topics.Names, maxStaleness int6
 func (e *engine) reset() {
 	e.runs = map[string]*runBuf{}
 	e.dlq = map[tp][]deadLetter{}
+	e.overflow = map[tp]*overflow{}
 	// A reset precedes a rebuild from the changelog, which brings back the ends it recorded; one
 	// it lacks (an aborted transaction) the re-read input ends again.
 	e.ended, e.retired, e.pendEnds, e.pendTombs, e.pendIdle, e.pendRelay = map[string]*endedRun{}, nil, nil, nil, nil, nil
@@ -233,6 +243,9 @@ func (e *engine) install(run string, part int32, states []*correction.State) err
 func (e *engine) runFor(id string, part int32) (*runBuf, error) {
 	rb := e.runs[id]
 	if rb == nil {
+		if err := e.admitRun(id); err != nil {
+			return nil, err
+		}
 		rb = &runBuf{id: id, part: part, sealed: -1, states: map[string]*correction.State{}, steps: map[int64]*stepBuf{}}
 		e.runs[id] = rb
 		return rb, nil
@@ -325,6 +338,7 @@ func (e *engine) add(rec *kgo.Record, now time.Time) { e.apply(e.decode(rec), no
 
 // apply folds a decoded record into the buffers; records must be applied in input order.
 func (e *engine) apply(d decoded, now time.Time) {
+	_, known := e.runs[d.run]
 	switch {
 	case !d.ok && d.rec.Topic == e.names.Runs():
 		e.relayEnd(d.rec)
@@ -339,6 +353,9 @@ func (e *engine) apply(d decoded, now time.Time) {
 	}
 	if d.ok && d.err == nil {
 		e.touch(d, now)
+		if !known {
+			e.dropIfEmpty(d.run)
+		}
 	}
 }
 

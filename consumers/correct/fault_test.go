@@ -47,6 +47,7 @@ type childConfig struct {
 	RedisPrefix string
 	MetricsAddr string
 	MinPairs    int
+	Limits      Limits // zero fields: the defaults
 }
 
 func TestMain(m *testing.M) {
@@ -75,7 +76,7 @@ func childMain(raw string) int {
 		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(cc.Seeds...)}, Redis: rdb, Names: topics.NewNames(cc.Prefix),
 		Group: cc.Group, TransactionalID: cc.TxnID, InstanceID: cc.InstanceID, SessionTimeout: 10 * time.Second,
 		Correction: corr, ChunkBytes: 4096, KeepStates: 4, RedisPrefix: cc.RedisPrefix, MetricsAddr: cc.MetricsAddr,
-		TxnTimeout: 15 * time.Second, ProgressInterval: 2 * time.Second,
+		TxnTimeout: 15 * time.Second, ProgressInterval: 2 * time.Second, Limits: cc.Limits,
 		Logger: slogToStderr(),
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package correct
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -34,6 +35,17 @@ type Limits struct {
 	// their manifests (reason instance-pending-exceeded). 0: no limit (replay).
 	PendingSteps  int
 	PendingGroups int
+	// ActiveRuns bounds the runs the instance holds (reason too-many-runs for a record of a run
+	// beyond it) and HeldDeadLetters the dead letters waiting for their transaction (beyond it
+	// they are folded per partition into one dead letter by reference, reason
+	// dead-letters-exceeded); flood.go. 0: no limit (replay).
+	ActiveRuns      int
+	HeldDeadLetters int
+	// BatchBytes bounds what one fetched record batch may decompress to (franz-go's
+	// MaxDecompressBatchBytes); a batch over it is dead-lettered by reference (reason
+	// batch-too-large) and skipped unread (skip.go). It decides which records exist for the
+	// engine, so a replay must use the live value.
+	BatchBytes int
 }
 
 // Default limits. They must not refuse a legitimate backlog, since a refused manifest stalls
@@ -47,12 +59,18 @@ const (
 	DefaultStepRows           = 1 << 16
 	DefaultPendingSteps       = 1 << 16
 	DefaultPendingGroups      = 1 << 18
+	// DefaultActiveRuns is far above a pod's share of a fleet (docs/capacity.md: about 2,700 runs
+	// of two full windows fit a 4 GiB pod) and keeps a flood of distinct runs within the
+	// documented bound; DefaultHeldDeadLetters keeps the waiting dead letters to a few tens of MiB.
+	DefaultActiveRuns      = 1 << 13
+	DefaultHeldDeadLetters = 1 << 14
 )
 
 // DefaultLimits returns the default limits.
 func DefaultLimits() Limits {
 	return Limits{PendingStepsPerRun: DefaultPendingStepsPerRun, StepGroups: DefaultStepGroups, StepRows: DefaultStepRows,
-		PendingSteps: DefaultPendingSteps, PendingGroups: DefaultPendingGroups}
+		PendingSteps: DefaultPendingSteps, PendingGroups: DefaultPendingGroups, BatchBytes: DefaultMaxBatchBytes,
+		ActiveRuns: DefaultActiveRuns, HeldDeadLetters: DefaultHeldDeadLetters}
 }
 
 // withDefaults fills zero per-run and per-step limits with the defaults; instance limits stay 0
@@ -67,12 +85,19 @@ func (l Limits) withDefaults(instance bool) (Limits, error) {
 	fill(&l.PendingStepsPerRun, d.PendingStepsPerRun)
 	fill(&l.StepGroups, d.StepGroups)
 	fill(&l.StepRows, d.StepRows)
+	fill(&l.BatchBytes, DefaultMaxBatchBytes)
 	if instance {
 		fill(&l.PendingSteps, d.PendingSteps)
 		fill(&l.PendingGroups, d.PendingGroups)
+		fill(&l.ActiveRuns, d.ActiveRuns)
+		fill(&l.HeldDeadLetters, d.HeldDeadLetters)
+	}
+	if l.BatchBytes < topics.MaxRecordBytes || l.BatchBytes > math.MaxInt32 {
+		return l, fmt.Errorf("%w: Limits.BatchBytes %d not in [%d, %d]: one record at the record limit must fit", ErrConfig, l.BatchBytes, topics.MaxRecordBytes, math.MaxInt32)
 	}
 	for name, v := range map[string]int{"PendingStepsPerRun": l.PendingStepsPerRun, "StepGroups": l.StepGroups,
-		"StepRows": l.StepRows, "PendingSteps": l.PendingSteps, "PendingGroups": l.PendingGroups} {
+		"StepRows": l.StepRows, "PendingSteps": l.PendingSteps, "PendingGroups": l.PendingGroups,
+		"ActiveRuns": l.ActiveRuns, "HeldDeadLetters": l.HeldDeadLetters} {
 		if v < 0 {
 			return l, fmt.Errorf("%w: Limits.%s %d must be >= 0", ErrConfig, name, v)
 		}

@@ -44,7 +44,9 @@ type metrics struct {
 	maskedRows   prometheus.Counter
 	staleRows    prometheus.Counter
 	reinits      prometheus.Counter
-	trips        atomic.Int64 // mirror of redisTrips for the benchmark
+	runsRefused  prometheus.Counter // records refused too-many-runs (flood.go)
+	aggregated   prometheus.Counter // dead letters folded into aggregates (flood.go)
+	trips        atomic.Int64       // mirror of redisTrips for the benchmark
 }
 
 // series makes the consumer's collectors and registers each on reg as it is made. After the
@@ -127,6 +129,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"(run, stream) states the last rebuild from the calibration changelog installed (ended runs are not installed)."),
 		tombstoned: s.counter("wmrl_correct_ended_runs_tombstoned_total",
 			"Ended runs whose calibration changelog keys were tombstoned after --ended-run-retention, in committed transactions."),
+		runsRefused: s.counter("wmrl_correct_runs_refused_total",
+			"WARN: records of new runs dead-lettered too-many-runs because the instance held --max-active-runs runs (judgments: a record re-read after a restart counts again)."),
+		aggregated: s.counter("wmrl_correct_dead_letters_aggregated_total",
+			"WARN: dead letters folded into one dead letter by reference per partition (reason dead-letters-exceeded) because --max-held-dead-letters waited for their transaction (judgments)."),
 		idleEnded: s.counter("wmrl_correct_idle_ends_total",
 			"End-of-run records published for runs without input for --run-idle-timeout, in committed transactions."),
 	}

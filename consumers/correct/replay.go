@@ -36,8 +36,9 @@ type ReplayConfig struct {
 	Correction correction.Config
 	// MaxStaleness must equal the live consumer's (Config.MaxStaleness) for digests to match.
 	MaxStaleness int64
-	// Limits: the per-run and per-step limits must equal the live consumer's (Config.Limits) for
-	// digests to match; zero fields take the defaults. Per-instance limits do not apply.
+	// Limits: the per-run and per-step limits and BatchBytes must equal the live consumer's
+	// (Config.Limits) for digests to match; zero fields take the defaults. Per-instance limits do
+	// not apply.
 	Limits Limits
 	// Redis, when set, receives the replayed states under RedisPrefix (an isolated namespace:
 	// it must differ from the live one, StatePrefix, which is where FromOffsets loads from).
@@ -57,7 +58,10 @@ type ReplayResult struct {
 	FirstStep   int64  // first emitted step (-1 if none)
 	LastStep    int64  // last sealed step (-1 if none)
 	DeadLetters int    // input records the live consumer would have dead-lettered
-	Incomplete  int    // buffered steps that never completed (inputs missing from the topics)
+	// SkippedBatches counts the record batches of the run's partitions skipped unread (over
+	// MaxBatchBytes; each is among DeadLetters).
+	SkippedBatches int
+	Incomplete     int // buffered steps that never completed (inputs missing from the topics)
 }
 
 // Replay re-runs correction for one run from the retained input topics with fresh state (the
@@ -90,7 +94,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", ErrReplay, err)
 	}
-	cfg.Limits.PendingSteps, cfg.Limits.PendingGroups = 0, 0
+	cfg.Limits.PendingSteps, cfg.Limits.PendingGroups, cfg.Limits.ActiveRuns, cfg.Limits.HeldDeadLetters = 0, 0, 0, 0
 	limits, err := cfg.Limits.withDefaults(false)
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", ErrReplay, err)
@@ -171,7 +175,14 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	n := 0
 	rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	err = topicread.ToEnd(rctx, cfg.KafkaOpts, start, cfg.Timeout/2, cfg.Logger, func(r *kgo.Record) error {
+	readOpts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...), kgo.MaxDecompressBatchBytes(limits.BatchBytes))
+	// The live consumer skips the same batches (skip.go): none of their records reach either
+	// engine, and both dead-letter them.
+	skip := topicread.OnBatchTooLarge(func(ref topics.BatchRef) error {
+		eng.skipBatch(ref)
+		return nil
+	})
+	err = topicread.ToEnd(rctx, readOpts, start, cfg.Timeout/2, cfg.Logger, func(r *kgo.Record) error {
 		if string(r.Key) != cfg.Run {
 			return nil
 		}
@@ -180,7 +191,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 			return flush()
 		}
 		return nil
-	})
+	}, skip)
 	if err != nil {
 		return res, fmt.Errorf("%w: read inputs: %w", ErrReplay, err)
 	}
@@ -189,6 +200,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	}
 	res.Digest = dig.Hex()
 	res.DeadLetters = eng.deadLettered
+	res.SkippedBatches = eng.skippedBatches
 	res.Incomplete = eng.bufferedSteps()
 	return res, nil
 }
