@@ -102,8 +102,8 @@ func TestPoisonRecordDoesNotStall(t *testing.T) {
 		// Over the record limit, under the batch limit (--max-batch-bytes): read and judged.
 		{name: "dead-lettered without its value", poison: testenv.PoisonJSON(`"schema":"wmrl.reward.predicted.v1","run_id":"r-0"`, DefaultMaxBatchBytes/2),
 			wantDeadLetters: []string{"too-large", "malformed-json"}},
-		// 10 MB, over the batch limit too: its batch is skipped unread and dead-lettered by reference.
-		{name: "batch dead-lettered by reference", poison: testenv.PoisonJSON(`"schema":"wmrl.reward.predicted.v1","run_id":"r-0"`, testenv.PoisonBytes),
+		// Over the batch limit too: its batch is skipped unread and dead-lettered by reference.
+		{name: "batch dead-lettered by reference", poison: testenv.PoisonJSON(`"schema":"wmrl.reward.predicted.v1","run_id":"r-0"`, DefaultMaxBatchBytes+1<<20),
 			wantDeadLetters: []string{topics.ReasonBatchTooLarge, "malformed-json"}},
 		// 200 KB that do not compress, under the dead letter's value bound: the dead letter
 		// carries them and a DLQ topic limited to 16 KiB refuses it; sent again without them.
