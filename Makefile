@@ -52,6 +52,13 @@ test-go:
 	@# containment table docs/security.md must equal, and the grade-forging attacks of
 	@# TestHostileJobsGrade) run once more without -race.
 	$(GO) test -count=1 -timeout 20m -run 'TestCommand|TestPool|TestHostileJobs' ./consumers/sandbox
+	@# The peak-RSS bounds of correct, the stage runtime, the trainer, the dashboard, bounded reads and
+	@# the analytics tap under hostile input (decompression
+	@# bombs, a flood of 400,000 runs, hostile manifests) hold for the binary users run: the race detector multiplies memory,
+	@# so under -race these tests check everything but the bound, and here the bound.
+	$(GO) test -count=1 -timeout 10m -run 'TestConsumerSkipsBombsOnBroker|TestConsumerRunFloodOnBroker|TestHostileManifestsRSS' ./consumers/correct
+	$(GO) test -count=1 -timeout 5m -run 'TestTapSkipsDecompressionBomb' ./sinks/analytics
+	$(GO) test -count=1 -timeout 5m -run 'SkipsDecompressionBomb' ./internal/stage ./sinks/trainer ./dashboard ./internal/topicread
 	@# The dashboard in headless Chromium during a demo run (built without -race: see the test).
 	@# Needs Debian's chromium; a missing one fails here (WMRL_REQUIRE_SERVICES=1). Screenshots
 	@# go to $(LOCAL_DIR)/test-artifacts.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -65,6 +66,10 @@ func run(args []string) int {
 		return 2
 	}
 	root := newRoot(a)
+	if err := unknownSubcommand(root, args); err != nil {
+		fmt.Fprintln(a.stderr, "wmrl:", err)
+		return 2
+	}
 	root.SetArgs(args)
 	err := root.Execute()
 	if a.stopStartup != nil {
@@ -138,37 +143,58 @@ Linux, the process is non-dumpable (other processes of its uid cannot read its e
 	for _, fn := range commandFuncs {
 		root.AddCommand(fn(a))
 	}
-	requireKnownSubcommands(root)
 	return root
 }
 
-// requireKnownSubcommands makes every command group below the root (topics, runs, bench, …)
-// refuse an unknown subcommand: cobra prints such a group's help and exits 0 for `wmrl topics
-// crate`, so a typo in a script would pass as success. The root already refuses one. Without
-// an argument a group still prints its help.
-func requireKnownSubcommands(root *cobra.Command) {
-	var walk func(c *cobra.Command)
-	walk = func(c *cobra.Command) {
-		for _, sub := range c.Commands() {
-			walk(sub)
+// unknownSubcommand refuses an unknown subcommand of a command group (topics, runs, bench, …):
+// cobra prints such a group's help and exits 0 for `wmrl topics crate`, so a typo in a script
+// would pass as success. The root already refuses one; a group without an argument still
+// prints its help.
+func unknownSubcommand(root *cobra.Command, args []string) error {
+	cmd, rest, err := root.Find(args)
+	if err != nil || cmd == root || !cmd.HasSubCommands() || cmd.Runnable() {
+		return nil
+	}
+	if a := firstOperand(cmd, rest); a != "" {
+		cmd.SuggestionsMinimumDistance = cmp.Or(cmd.SuggestionsMinimumDistance, 2) // cobra's default, applied only on its own path
+		msg := fmt.Sprintf("unknown command %q for %q", a, cmd.CommandPath())
+		if s := cmd.SuggestionsFor(a); len(s) > 0 {
+			msg += fmt.Sprintf(" (did you mean %q?)", s[0])
 		}
-		if c == root || !c.HasSubCommands() || c.Runnable() {
-			return
+		return fmt.Errorf("%s; see %s --help", msg, cmd.CommandPath())
+	}
+	return nil
+}
+
+// firstOperand is the first argument that is neither a flag nor a flag's value ("" if none).
+func firstOperand(cmd *cobra.Command, args []string) string {
+	lookup := func(a string) *pflag.Flag {
+		if name, ok := strings.CutPrefix(a, "--"); ok {
+			return cmp.Or(cmd.Flags().Lookup(name), cmd.InheritedFlags().Lookup(name))
 		}
-		c.Args = cobra.ArbitraryArgs
-		c.SuggestionsMinimumDistance = cmp.Or(c.SuggestionsMinimumDistance, 2) // cobra's own default, applied only on its path
-		c.RunE = func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return cmd.Help()
+		if len(a) == 2 {
+			return cmp.Or(cmd.Flags().ShorthandLookup(a[1:]), cmd.InheritedFlags().ShorthandLookup(a[1:]))
+		}
+		return nil
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			if i+1 < len(args) {
+				return args[i+1]
 			}
-			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
-			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-				msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+			return ""
+		case a == "-" || !strings.HasPrefix(a, "-"):
+			return a
+		case strings.Contains(a, "="):
+		default:
+			if f := lookup(a); f != nil && f.NoOptDefVal == "" {
+				i++ // the flag's value
 			}
-			return &exitError{code: 2, err: fmt.Errorf("%s; see %s --help", msg, cmd.CommandPath())}
 		}
 	}
-	walk(root)
+	return ""
 }
 
 // preRun resolves every option (flag, env, file, default) before any command runs and starts

@@ -57,7 +57,7 @@ var otherEnv = map[string]bool{
 	"WMRL_WM_API_KEY": true,
 	// docker-compose.yml, interpolated on the host into the stages' options.
 	"WMRL_WM_BASE_URL": true, "WMRL_WM_MODEL": true, "WMRL_POLICY_BASE_URL": true,
-	"WMRL_POLICY_MODEL": true, "WMRL_SANDBOX_ARGV": true,
+	"WMRL_POLICY_MODEL": true, "WMRL_SANDBOX_ARGV": true, "WMRL_SANDBOX_GRADE_ARGV": true,
 	// deploy/local/*.sh and the Makefile's test services.
 	"WMRL_LOCAL_DIR": true, "WMRL_SERVICES_STATE": true, "WMRL_CACHE": true,
 	"WMRL_KAFKA_PORT": true, "WMRL_KAFKA_CONTROLLER_PORT": true, "WMRL_KAFKA_VERSION": true,

@@ -111,7 +111,7 @@ func TestConsumerSkipsBombsOnBroker(t *testing.T) {
 	}
 	stopChild(t, c1)
 	t.Logf("peak RSS of correct with 3 bombs of %d MiB each: %.0f MiB (bound %d MiB)", bombBytes>>20, peak, rssBoundMB)
-	if peak > rssBoundMB {
+	if peak > rssBoundMB && !raceEnabled { // the Makefile runs this test again without -race
 		t.Errorf("peak RSS %.0f MiB over the documented bound of %d MiB", peak, rssBoundMB)
 	}
 

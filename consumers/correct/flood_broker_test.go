@@ -158,7 +158,7 @@ func TestConsumerRunFloodOnBroker(t *testing.T) {
 		t.Errorf("%v refused records: %v written, %v held, %v folded; want them all accounted for with %d held",
 			refused, written, held, folded, DefaultHeldDeadLetters)
 	}
-	if peak > rssBoundMB {
+	if peak > rssBoundMB && !raceEnabled { // the Makefile runs this test again without -race
 		t.Errorf("peak RSS %.0f MiB over the documented bound of %d MiB", peak, rssBoundMB)
 	}
 }

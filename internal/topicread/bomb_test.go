@@ -46,7 +46,7 @@ func TestToEndSkipsDecompressionBomb(t *testing.T) {
 		t.Fatalf("ToEnd: %v", err)
 	}
 	t.Logf("peak RSS of the test process during the read: %d MiB (%d MiB before)", peak>>20, base>>20)
-	if bound := int64(oversize.PeakFactor * DefaultMaxBatchBytes); peak-base > bound {
+	if bound := int64(oversize.PeakFactor * DefaultMaxBatchBytes); peak-base > bound && !raceEnabled { // the Makefile runs this test again without -race
 		t.Errorf("peak RSS grew by %d MiB, over the bound of %d MiB", (peak-base)>>20, bound>>20)
 	}
 	if !slices.Equal(got, []string{"a", "b", "c"}) {

@@ -134,7 +134,7 @@ func TestTapSkipsDecompressionBomb(t *testing.T) {
 	growth := peak.Load() - base
 	t.Logf("bomb %d bytes (%d compressed, offsets %d..%d) skipped in %v; peak RSS growth %d MiB (bound %d MiB)",
 		ref.DecompressedBytes, ref.CompressedBytes, ref.BaseOffset, ref.NextOffset-1, took.Round(time.Millisecond), growth>>20, tapRSSBound>>20)
-	if growth > tapRSSBound {
+	if growth > tapRSSBound && !raceEnabled { // the Makefile runs this test again without -race
 		t.Errorf("RSS grew %d MiB under the bomb, bound %d MiB", growth>>20, tapRSSBound>>20)
 	}
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package topicread
+
+const raceEnabled = false
