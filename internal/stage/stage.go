@@ -410,7 +410,7 @@ func (s *Stage) produceDeadLetter(r *kgo.Record, err error, attempt int, start t
 	if attempt < 2 {
 		dl = s.dlq.Record(r, err)
 	}
-	if attempt >= 2 || attempt == 1 && recordBytes(dl) > smallDeadLetter {
+	if attempt >= 2 || attempt == 1 && RecordBytes(dl) > smallDeadLetter {
 		dl = s.dlq.Minimal().Record(r, err)
 		attempt = max(attempt, 2)
 	}
@@ -477,7 +477,9 @@ func (s *Stage) produceBatchDeadLetter(ref topics.BatchRef, last *kgo.Record) {
 	})
 }
 
-func recordBytes(r *kgo.Record) int {
+// RecordBytes is a record's size as counted against byte limits: key, value and headers (Kafka's
+// framing overhead left out).
+func RecordBytes(r *kgo.Record) int {
 	n := len(r.Key) + len(r.Value)
 	for _, h := range r.Headers {
 		n += len(h.Key) + len(h.Value)
