@@ -34,6 +34,17 @@ const (
 	StatusInvalid Status = "invalid"
 )
 
+func (s Status) String() string { return string(s) }
+
+// Valid reports whether s is one of the four defined statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusOK, StatusTimeout, StatusError, StatusInvalid:
+		return true
+	}
+	return false
+}
+
 // Source says which reward an advantage row used.
 type Source string
 

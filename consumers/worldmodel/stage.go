@@ -109,7 +109,7 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 		// Shutdown: the record is handed back and scored again by the next owner.
 		return nil, err
 	}
-	p.Status, p.Attempts, p.LatencyMS = topics.Status(res.Status), res.Attempts, float64(res.Latency.Microseconds())/1000
+	p.Status, p.Attempts, p.LatencyMS = res.Status, res.Attempts, float64(res.Latency.Microseconds())/1000
 	if res.Status == StatusOK {
 		s := res.Score
 		p.Score = &s
