@@ -18,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/wmrl/wmrl/internal/health"
 	"github.com/wmrl/wmrl/internal/oversize"
@@ -570,21 +569,7 @@ func (s *Stage) commit(ctx context.Context, only map[string][]int32) error {
 			offsets[t][p] = kgo.EpochOffset{Epoch: at.epoch, Offset: at.offset}
 		}
 	}
-	var cerr error
-	s.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			cerr = err
-			return
-		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if e := kerr.ErrorForCode(p.ErrorCode); e != nil && cerr == nil {
-					cerr = fmt.Errorf("commit %s/%d: %w", t.Topic, p.Partition, e)
-				}
-			}
-		}
-	})
-	if cerr != nil {
+	if cerr := CommitOffsets(ctx, s.cl, offsets); cerr != nil {
 		s.metrics.commitErrors.Inc()
 		return cerr
 	}
