@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -39,7 +38,7 @@ func (l StageLoad) withDefaults(slots int) StageLoad {
 		l.Partitions = 3
 	}
 	if l.Logger == nil {
-		l.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		l.Logger = slog.New(slog.DiscardHandler)
 	}
 	if l.StageConcurrency == 0 {
 		l.StageConcurrency = 2 * slots

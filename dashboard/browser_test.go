@@ -205,7 +205,7 @@ func TestDashboardInBrowserDuringDemo(t *testing.T) {
 	}
 	t.Logf("%s: demo finished (evaluator %s, pipeline %s)", time.Since(start).Round(time.Millisecond), r.out.Eval.Round(time.Millisecond), r.out.Elapsed.Round(time.Millisecond))
 	// As `wmrl demo --dashboard` does: the finished demo's headline numbers go on the page.
-	fol.Model().SetHeadline(dashboard.NewHeadline(r.out.FinalLine, r.out.Summary))
+	fol.Model().SetHeadline(r.out.Headline())
 	if err := chromedp.Do(bctx,
 		waitJS(fmt.Sprintf(`!document.getElementById("headline").hidden && wmrl.state.runs.length === %d && wmrl.state.runs.every(r => r.steps.length === %d && r.redis && r.redis.sealed_step === %d && r.steps.every(s => s.rows > 0 && s.latency_ms != null))`,
 			arms, cfg.Sim.Steps, cfg.Sim.Steps-1)),

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"regexp"
@@ -79,7 +78,7 @@ func NewFollower(cfg Config) (*Follower, error) {
 		cfg.MaxBatchBytes = topics.MaxBatchBytes(topics.MaxAdvantageBytes)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Follower{cfg: cfg, model: NewModel(cfg.TopicPrefix, cfg.MaxPairs)}, nil
 }

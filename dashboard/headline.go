@@ -1,10 +1,6 @@
 package dashboard
 
-import (
-	"math"
-
-	"github.com/wmrl/wmrl/sim"
-)
+import "math"
 
 // Headline is a finished demo's result (State.Headline): what `wmrl demo` prints at the end, so
 // the page a demo leaves up says how the run came out, not only how its pipeline ran.
@@ -24,14 +20,11 @@ type HeadlineArm struct {
 	Speedup            *float64 `json:"speedup"`
 }
 
-// NewHeadline builds the headline from the demo's final line and per-arm summary.
-func NewHeadline(line string, sums []sim.ArmSummary) Headline {
-	h := Headline{Line: line, Arms: []HeadlineArm{}}
-	for _, s := range sums {
-		h.Arms = append(h.Arms, HeadlineArm{Arm: s.Arm, FinalScore: finite(s.Final.Mean), Executions: finite(s.Executions.Mean),
-			ExecutionsToTarget: finite(s.ExecutionsToTarget.Mean), Speedup: finite(s.Speedup.Mean)})
-	}
-	return h
+// NewHeadlineArm is one arm's result as the page shows it: a NaN or infinite value (not reached,
+// not defined) becomes null.
+func NewHeadlineArm(arm string, final, executions, executionsToTarget, speedup float64) HeadlineArm {
+	return HeadlineArm{Arm: arm, FinalScore: finite(final), Executions: finite(executions),
+		ExecutionsToTarget: finite(executionsToTarget), Speedup: finite(speedup)}
 }
 
 func finite(v float64) *float64 {

@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"math"
 
+	"github.com/wmrl/wmrl/dashboard"
 	"github.com/wmrl/wmrl/sim"
 )
 
@@ -62,4 +63,13 @@ func newHeadline(sums []sim.ArmSummary, prefer string) *headline {
 func swatch(arm string) template.CSS {
 	c := sim.ArmColor(arm)
 	return template.CSS(fmt.Sprintf("#%02x%02x%02x", c.R, c.G, c.B))
+}
+
+// Headline is the finished demo's result as the dashboard shows it (what `wmrl demo` prints last).
+func (o Outcome) Headline() dashboard.Headline {
+	h := dashboard.Headline{Line: o.FinalLine, Arms: []dashboard.HeadlineArm{}}
+	for _, s := range o.Summary {
+		h.Arms = append(h.Arms, dashboard.NewHeadlineArm(s.Arm, s.Final.Mean, s.Executions.Mean, s.ExecutionsToTarget.Mean, s.Speedup.Mean))
+	}
+	return h
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
@@ -193,7 +192,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		cfg.EvalProblems = 2
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	out := &Outcome{}
 	t0 := time.Now()

@@ -34,6 +34,17 @@ const (
 	StatusInvalid Status = "invalid"
 )
 
+func (s Status) String() string { return string(s) }
+
+// Valid reports whether s is one of the four defined statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusOK, StatusTimeout, StatusError, StatusInvalid:
+		return true
+	}
+	return false
+}
+
 // Source says which reward an advantage row used.
 type Source string
 
@@ -108,10 +119,9 @@ type StepManifest struct {
 	// function of the step's records and replays reproduce it.
 	PolicyStep *int64 `json:"policy_step,omitempty"`
 	// EndOfRun marks the run's end-of-run record instead of a step: Step is then the run's last
-	// step (the run has steps 0..Step) and Groups is empty. It travels on the steps topic, keyed
-	// by run_id like the run's manifests, so its position among them is fixed and a replay of the
-	// input topics sees the end exactly where the live consumer did. Absent (false) in every
-	// ordinary manifest, so manifests written before it existed are unchanged byte for byte.
+	// step (the run has steps 0..Step) and Groups is empty. Why it travels on the steps topic:
+	// consumers/correct/runend.go. Absent (false) in every ordinary manifest, so manifests written
+	// before it existed are unchanged byte for byte.
 	EndOfRun  bool            `json:"end_of_run,omitempty"`
 	Groups    []GroupManifest `json:"groups"`
 	CreatedAt time.Time       `json:"created_at"`

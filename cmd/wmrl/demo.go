@@ -178,7 +178,7 @@ func (o *demoOptions) run(cmd *cobra.Command, _ []string) error {
 	}
 	fmt.Fprintln(a.stdout, res.FinalLine)
 	if dash != nil {
-		dash.SetHeadline(dashboard.NewHeadline(res.FinalLine, res.Summary))
+		dash.SetHeadline(res.Headline())
 	}
 	demoHandoff(a.stdout, cfg.Seed, cfg.TopicPrefix, a.conn.Brokers, !external)
 	if dash != nil {

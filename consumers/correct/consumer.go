@@ -97,8 +97,8 @@ func (p outputPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 }
 
 // inputs are the topics the consumer subscribes to: the engine's inputs and the run-control
-// topic, whose end requests it relays onto the steps topic (runend.go; a replay reads the relayed
-// records on the steps topic and so not this topic).
+// topic, whose end requests it relays onto the steps topic (runend.go says why a replay needs no
+// more than the relayed records).
 func (c *Consumer) inputs() []string { return append(inputTopics(c.cfg.Names), c.cfg.Names.Runs()) }
 
 // Run consumes until ctx is cancelled (then it finishes the current transaction and leaves the

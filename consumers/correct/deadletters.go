@@ -146,7 +146,7 @@ func (e *engine) takeDeadLetters(hold map[tp]offEpoch) []*kgo.Record {
 				continue
 			}
 			out = append(out, d.rec)
-			e.dlqBytes -= recordSize(d.rec)
+			e.dlqBytes -= stage.RecordBytes(d.rec)
 		}
 		if len(keep) == 0 {
 			delete(e.dlq, key)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -198,7 +199,7 @@ func (e *engine) heldDeadLetter(rec *kgo.Record, err error, minimal bool) *kgo.R
 		w = w.Minimal()
 	}
 	dl := w.Record(rec, err)
-	e.dlqBytes += recordSize(dl)
+	e.dlqBytes += stage.RecordBytes(dl)
 	return dl
 }
 
@@ -207,14 +208,6 @@ func (e *engine) heldDeadLetters() int {
 	n := 0
 	for _, d := range e.dlq {
 		n += len(d)
-	}
-	return n
-}
-
-func recordSize(r *kgo.Record) int {
-	n := len(r.Key) + len(r.Value)
-	for _, h := range r.Headers {
-		n += len(h.Key) + len(h.Value)
 	}
 	return n
 }

@@ -23,9 +23,9 @@ import (
 // relayed request or this consumer's own idle end (idle.go), never one a principal that merely
 // writes steps produced. Any other is dead-lettered (reason end_unauthorized) and pins nothing.
 //
-// The relayed record travels on the steps topic among the run's manifests, so where it falls in
-// the run's input is fixed and a replay, which reads the steps topic and not the run-control
-// topic, sees it where the live consumer did. A requester that publishes its request after its
+// Why the end-of-run record goes on the steps topic (this is the one place that says it): keyed by
+// run_id among the run's manifests, where it falls in the run's input is fixed, and a replay,
+// which reads the input topics and not the run-control topic, sees it where the live consumer did. A requester that publishes its request after its
 // last manifest was acknowledged (all of ours do) has that manifest before the relayed record.
 //
 // Once the marker is buffered and the last step is sealed, the run is retired: its states and

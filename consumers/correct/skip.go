@@ -4,6 +4,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/oversize"
+	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -32,7 +33,7 @@ func (e *engine) skipBatch(ref topics.BatchRef) {
 	}
 	dl := e.dlqw.BatchRecord(ref)
 	e.dlq[key] = append(e.dlq[key], deadLetter{off: ref.Offset, rec: dl})
-	e.dlqBytes += recordSize(dl)
+	e.dlqBytes += stage.RecordBytes(dl)
 }
 
 // skipBatches dead-letters the refused batches (already skipped by the client's oversize.Skipper)

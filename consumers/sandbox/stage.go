@@ -76,7 +76,7 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 	e := topics.ExecutedReward{RolloutRef: r.Ref()}
 	data := []byte(r.Artifact)
 	if r.ArtifactURI != "" {
-		if data, err = h.resolve(ctx, r); err != nil {
+		if data, err = artifact.Resolve(ctx, h.cfg.Artifacts, r.ArtifactURI, r.ArtifactSHA256); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -116,17 +116,6 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 		}
 	}
 	return h.record(e)
-}
-
-func (h *Handler) resolve(ctx context.Context, r topics.Rollout) ([]byte, error) {
-	if h.cfg.Artifacts == nil {
-		return nil, fmt.Errorf("artifact %s sent by reference but no --artifact-dir is configured", r.ArtifactURI)
-	}
-	data, err := h.cfg.Artifacts.Get(ctx, r.ArtifactURI, r.ArtifactSHA256)
-	if err != nil {
-		return nil, fmt.Errorf("resolve artifact: %w", err)
-	}
-	return data, nil
 }
 
 func (h *Handler) record(e topics.ExecutedReward) ([]*kgo.Record, error) {

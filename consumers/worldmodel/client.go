@@ -291,11 +291,8 @@ func truncate(n int, s string) string {
 	if n < 0 || len(s) <= n {
 		return s
 	}
-	cut := n
-	for cut > 0 && !isRuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s\n[… %d more bytes truncated]", s[:cut], len(s)-cut)
+	p := runePrefix(s, n)
+	return fmt.Sprintf("%s\n[… %d more bytes truncated]", p, len(s)-len(p))
 }
 
 func jsonQuote(v any) (string, error) {

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 const numberPattern = `[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?`
@@ -160,11 +161,13 @@ func excerpt(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n
-	for cut > 0 && !isRuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return runePrefix(s, n) + "…"
 }
 
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+// runePrefix is s cut to at most n < len(s) bytes on a rune boundary.
+func runePrefix(s string, n int) string {
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

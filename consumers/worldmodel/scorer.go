@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/wmrl/wmrl/topics"
 )
 
 // Input is what a world model may see of a rollout. Artifact holds the rollout's output when it
@@ -31,29 +33,18 @@ type Input struct {
 	Meta        map[string]string
 }
 
-// Status is the outcome class of one scoring. Its string values equal topics.Status, so a loop
-// converts with topics.Status(r.Status).
-type Status string
+// Status is the outcome class of one scoring: the reward record's status, so a Result's status
+// goes on the record as it is.
+type Status = topics.Status
 
 // The four outcomes of scoring. The zero Status is none of them, so a Result that was never
 // filled in cannot pass for a success.
 const (
-	StatusOK      Status = "ok"
-	StatusTimeout Status = "timeout"
-	StatusError   Status = "error"
-	StatusInvalid Status = "invalid"
+	StatusOK      = topics.StatusOK
+	StatusTimeout = topics.StatusTimeout
+	StatusError   = topics.StatusError
+	StatusInvalid = topics.StatusInvalid
 )
-
-func (s Status) String() string { return string(s) }
-
-// Valid reports whether s is one of the four defined statuses.
-func (s Status) Valid() bool {
-	switch s {
-	case StatusOK, StatusTimeout, StatusError, StatusInvalid:
-		return true
-	}
-	return false
-}
 
 // Result is the outcome of scoring one input. Score is meaningful only when Status is StatusOK
 // (it is 0 otherwise); Reason explains any other status. Attempts counts requests made and

@@ -87,7 +87,7 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 		Prompt: r.Prompt, Artifact: []byte(r.Artifact), ArtifactURI: r.ArtifactURI, Meta: r.Meta,
 	}
 	if r.ArtifactURI != "" {
-		data, err := resolve(ctx, h.cfg.Artifacts, r)
+		data, err := artifact.Resolve(ctx, h.cfg.Artifacts, r.ArtifactURI, r.ArtifactSHA256)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -109,7 +109,7 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 		// Shutdown: the record is handed back and scored again by the next owner.
 		return nil, err
 	}
-	p.Status, p.Attempts, p.LatencyMS = topics.Status(res.Status), res.Attempts, float64(res.Latency.Microseconds())/1000
+	p.Status, p.Attempts, p.LatencyMS = res.Status, res.Attempts, float64(res.Latency.Microseconds())/1000
 	if res.Status == StatusOK {
 		s := res.Score
 		p.Score = &s
@@ -139,18 +139,6 @@ func (h *Handler) record(p topics.PredictedReward) ([]*kgo.Record, error) {
 		return []*kgo.Record{out}, stage.Failed(fmt.Errorf("%w: rollout %s (run %s): %s: %s", ErrScoringFailed, p.RolloutID, p.RunID, p.Status, p.Reason))
 	}
 	return []*kgo.Record{out}, nil
-}
-
-// resolve fetches a by-reference artifact.
-func resolve(ctx context.Context, res artifact.Resolver, r topics.Rollout) ([]byte, error) {
-	if res == nil {
-		return nil, fmt.Errorf("artifact %s sent by reference but no --artifact-dir is configured", r.ArtifactURI)
-	}
-	data, err := res.Get(ctx, r.ArtifactURI, r.ArtifactSHA256)
-	if err != nil {
-		return nil, fmt.Errorf("resolve artifact: %w", err)
-	}
-	return data, nil
 }
 
 func limitText(s string) string {

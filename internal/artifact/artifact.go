@@ -172,3 +172,16 @@ func (s *Store) Get(ctx context.Context, uri, want string) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// Resolve fetches the artifact a rollout sends by reference (uri, sha256) with res, the stage's
+// resolver; nil means the stage was started without an artifact directory.
+func Resolve(ctx context.Context, res Resolver, uri, sha256 string) ([]byte, error) {
+	if res == nil {
+		return nil, fmt.Errorf("artifact %s sent by reference but no --artifact-dir is configured", uri)
+	}
+	data, err := res.Get(ctx, uri, sha256)
+	if err != nil {
+		return nil, fmt.Errorf("resolve artifact: %w", err)
+	}
+	return data, nil
+}

@@ -18,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/wmrl/wmrl/internal/health"
 	"github.com/wmrl/wmrl/internal/oversize"
@@ -410,7 +409,7 @@ func (s *Stage) produceDeadLetter(r *kgo.Record, err error, attempt int, start t
 	if attempt < 2 {
 		dl = s.dlq.Record(r, err)
 	}
-	if attempt >= 2 || attempt == 1 && recordBytes(dl) > smallDeadLetter {
+	if attempt >= 2 || attempt == 1 && RecordBytes(dl) > smallDeadLetter {
 		dl = s.dlq.Minimal().Record(r, err)
 		attempt = max(attempt, 2)
 	}
@@ -477,7 +476,9 @@ func (s *Stage) produceBatchDeadLetter(ref topics.BatchRef, last *kgo.Record) {
 	})
 }
 
-func recordBytes(r *kgo.Record) int {
+// RecordBytes is a record's size as counted against byte limits: key, value and headers (Kafka's
+// framing overhead left out).
+func RecordBytes(r *kgo.Record) int {
 	n := len(r.Key) + len(r.Value)
 	for _, h := range r.Headers {
 		n += len(h.Key) + len(h.Value)
@@ -568,21 +569,7 @@ func (s *Stage) commit(ctx context.Context, only map[string][]int32) error {
 			offsets[t][p] = kgo.EpochOffset{Epoch: at.epoch, Offset: at.offset}
 		}
 	}
-	var cerr error
-	s.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			cerr = err
-			return
-		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if e := kerr.ErrorForCode(p.ErrorCode); e != nil && cerr == nil {
-					cerr = fmt.Errorf("commit %s/%d: %w", t.Topic, p.Partition, e)
-				}
-			}
-		}
-	})
-	if cerr != nil {
+	if cerr := CommitOffsets(ctx, s.cl, offsets); cerr != nil {
 		s.metrics.commitErrors.Inc()
 		return cerr
 	}

@@ -10,11 +10,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/wmrl/wmrl/internal/oversize"
+	"github.com/wmrl/wmrl/internal/stage"
 	"github.com/wmrl/wmrl/sinks/steps"
 	"github.com/wmrl/wmrl/topics"
 )
@@ -225,22 +224,8 @@ func (s *Stream) commit(ctx context.Context, only map[string][]int32) error {
 			req[t][p] = kgo.EpochOffset{Epoch: -1, Offset: at}
 		}
 	}
-	var cerr error
-	s.cl.CommitOffsetsSync(ctx, req, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			cerr = err
-			return
-		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-					cerr = errors.Join(cerr, fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, err))
-				}
-			}
-		}
-	})
-	if cerr != nil {
-		return fmt.Errorf("commit offsets: %w", cerr)
+	if err := stage.CommitOffsets(ctx, s.cl, req); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.asm.Offsets().MarkCommitted(offs)
