@@ -20,8 +20,8 @@ import (
 )
 
 // TestChangelogRebuildOnBroker writes a changelog to a real broker as the consumer does — first in
-// the full-encoding form written before heads and chunks existed (JSON v1 snapshots, the state in
-// base64, as then), then (from migrateAt, whose
+// the full-encoding form written before heads and chunks existed (the state's full encoding in
+// the snapshot), then (from migrateAt, whose
 // records carry every window chunk) version 1 heads with the flat digest and changed chunks, then
 // (from chunkedAt) current heads with the chunked digest — and rebuilds every (run, stream) from
 // it: the states must be the sealed ones byte for byte, at all three points.
