@@ -169,6 +169,7 @@ CALIBRATION_SPEC = j.Spec(
     CalibrationSnapshot,
 )
 
+
 @dataclass(frozen=True)
 class CalibrationEnd:
     """A run's end on the calibration changelog (topics.CalibrationEnd)."""
@@ -402,7 +403,13 @@ def _decode_calibration(b: bytes) -> CalibrationSnapshot:
     if len(b) > c.MAX_RECORD_BYTES:
         raise FieldError("calibration", "value", len(b), f"exceeds {c.MAX_RECORD_BYTES} bytes", TOO_LARGE)
     if not b.startswith(_SNAP_MAGIC):
-        raise FieldError("calibration", "value", b[: len(_SNAP_MAGIC)], f"not a {c.SCHEMA_CALIBRATION} snapshot (magic)", UNKNOWN_SCHEMA)
+        raise FieldError(
+            "calibration",
+            "value",
+            b[: len(_SNAP_MAGIC)],
+            f"not a {c.SCHEMA_CALIBRATION} snapshot (magic)",
+            UNKNOWN_SCHEMA,
+        )
     pos = len(_SNAP_MAGIC)
 
     def take(n: int) -> bytes:

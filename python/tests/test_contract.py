@@ -7,7 +7,6 @@ golden_python.py builds now (topics/python_contract_test.go decodes them with th
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import golden_python
