@@ -10,29 +10,21 @@ import (
 	"time"
 )
 
-// snapMagic opens a binary (v2) calibration snapshot in layout 2, snapMagicDebias in layout 3
-// (layout 2 plus the debias effect). A v1 snapshot is a JSON object, so its first byte is '{' and
-// the two never collide. Both layouts carry schema v2: the magic alone says which one follows.
-const (
-	snapMagic       = "WMRLCAL\x02"
-	snapMagicDebias = "WMRLCAL\x03"
-)
+// snapMagic opens a binary calibration snapshot; its last byte is the layout's version, the one
+// in SchemaCalibration. Earlier versions (JSON v1, binary layouts 2 and 3) only ever existed on
+// development brokers and are refused as unknown (docs/compatibility.md).
+const snapMagic = "WMRLCAL\x04"
 
-// EncodeCalibration validates s and encodes it as a binary (v2) snapshot. An empty or v1 Schema
-// becomes SchemaCalibrationV2: the value is written in the newest layout whatever it was read
-// from, as the correction consumer migrates a v1 changelog by writing it anew.
+// EncodeCalibration validates s and encodes it. An empty Schema becomes SchemaCalibration.
 //
-// Layout 2 (little endian): magic[8] | run_id, stream, config_hash, digest (u16 length + bytes) |
-// step i64 | fit_version u64 | pairs u64 | step_pairs u64 | anchor_weight, bias_before,
-// bias_after f64 | created_at unix seconds i64, nanoseconds u32 | n u32, n×break_x f64,
-// n×break_y f64 | state (u32 length + bytes). Nothing may follow.
-//
-// Layout 3, written when s.Debias is set, has magic "WMRLCAL\x03" and, right after created_at,
-// the debias effect: rows, groups, reordered, flattened u32 | mean_shift f64. A snapshot without
-// Debias is still written in layout 2, so readers that predate layout 3 read it unchanged.
+// Layout (little endian): magic[8] | run_id, stream, config_hash, settings, digest (u16 length +
+// bytes) | step i64 | fit_version u64 | pairs u64 | step_pairs u64 | anchor_weight, bias_before,
+// bias_after f64 | created_at unix seconds i64, nanoseconds u32 | has_debias u8 (0 or 1), then
+// when 1 the debias effect: rows, groups, reordered, flattened u32 | mean_shift f64 | n u32,
+// n×break_x f64, n×break_y f64 | state (u32 length + bytes). Nothing may follow.
 func EncodeCalibration(s CalibrationSnapshot) ([]byte, error) {
-	if s.Schema == "" || s.Schema == SchemaCalibration {
-		s.Schema = SchemaCalibrationV2
+	if s.Schema == "" {
+		s.Schema = SchemaCalibration
 	}
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -45,15 +37,11 @@ func EncodeCalibration(s CalibrationSnapshot) ([]byte, error) {
 	return b, nil
 }
 
-// appendCalibration appends s's v2 encoding to b without validating it (EncodeCalibration does).
+// appendCalibration appends s's encoding to b without validating it (EncodeCalibration does).
 func appendCalibration(b []byte, s *CalibrationSnapshot) []byte {
 	le := binary.LittleEndian
-	if s.Debias != nil {
-		b = append(b, snapMagicDebias...)
-	} else {
-		b = append(b, snapMagic...)
-	}
-	for _, v := range []string{s.RunID, s.Stream, s.ConfigHash, s.Digest} {
+	b = append(b, snapMagic...)
+	for _, v := range []string{s.RunID, s.Stream, s.ConfigHash, s.Settings, s.Digest} {
 		b = append(le.AppendUint16(b, uint16(len(v))), v...)
 	}
 	// binary.Append fails only for types without a fixed size; these all have one.
@@ -62,8 +50,11 @@ func appendCalibration(b []byte, s *CalibrationSnapshot) []byte {
 		AnchorWeight: s.AnchorWeight, BiasBefore: s.BiasBefore, BiasAfter: s.BiasAfter,
 		Sec: s.CreatedAt.Unix(), Nsec: uint32(s.CreatedAt.Nanosecond())})
 	if d := s.Debias; d != nil {
+		b = append(b, 1)
 		b, _ = binary.Append(b, le, snapDebias{Rows: uint32(d.Rows), Groups: uint32(d.Groups),
 			Reordered: uint32(d.Reordered), Flattened: uint32(d.Flattened), MeanShift: d.MeanShift})
+	} else {
+		b = append(b, 0)
 	}
 	b = le.AppendUint32(b, uint32(len(s.BreakX)))
 	b, _ = binary.Append(b, le, s.BreakX)
@@ -72,18 +63,13 @@ func appendCalibration(b []byte, s *CalibrationSnapshot) []byte {
 	return append(b, s.State...)
 }
 
-// isBinaryCalibration reports whether b is a v2 snapshot, in either layout (by its magic).
-func isBinaryCalibration(b []byte) bool {
-	return bytes.HasPrefix(b, []byte(snapMagic)) || bytes.HasPrefix(b, []byte(snapMagicDebias))
-}
-
-// snapDebias is layout 3's debias block (DebiasShift on the wire).
+// snapDebias is the debias block (DebiasShift on the wire).
 type snapDebias struct {
 	Rows, Groups, Reordered, Flattened uint32
 	MeanShift                          float64
 }
 
-// snapFixed is the fixed-width middle of the v2 layout, read in one binary.Read.
+// snapFixed is the fixed-width middle of the layout, read in one binary.Read.
 type snapFixed struct {
 	Step                                int64
 	FitVersion, Pairs, StepPairs        uint64
@@ -92,11 +78,14 @@ type snapFixed struct {
 	Nsec                                uint32
 }
 
-// decodeCalibrationBinary decodes a v2 snapshot; the caller validates it.
+// decodeCalibrationBinary decodes a snapshot; the caller validates it.
 func decodeCalibrationBinary(b []byte) (CalibrationSnapshot, error) {
 	if len(b) > MaxRecordBytes {
 		return CalibrationSnapshot{}, &FieldError{Record: "calibration", Field: "value", Value: len(b),
 			Reason: fmt.Sprintf("exceeds %d bytes", MaxRecordBytes), Err: ErrTooLarge}
+	}
+	if !bytes.HasPrefix(b, []byte(snapMagic)) {
+		return CalibrationSnapshot{}, fmt.Errorf("calibration: not a %s snapshot (magic %q): %w", SchemaCalibration, b[:min(len(b), len(snapMagic))], ErrUnknownSchema)
 	}
 	le := binary.LittleEndian
 	r := bytes.NewReader(b[len(snapMagic):])
@@ -131,11 +120,16 @@ func decodeCalibrationBinary(b []byte) (CalibrationSnapshot, error) {
 		}
 		return int(n)
 	}
-	s := CalibrationSnapshot{Schema: SchemaCalibrationV2}
-	s.RunID, s.Stream, s.ConfigHash, s.Digest = str(), str(), str(), str()
+	s := CalibrationSnapshot{Schema: SchemaCalibration}
+	s.RunID, s.Stream, s.ConfigHash, s.Settings, s.Digest = str(), str(), str(), str(), str()
 	var f snapFixed
 	read(&f)
-	if bytes.HasPrefix(b, []byte(snapMagicDebias)) {
+	var hasDebias uint8
+	read(&hasDebias)
+	if err == nil && hasDebias > 1 {
+		return CalibrationSnapshot{}, malformed("binary", fmt.Errorf("calibration: has_debias byte %d (want 0 or 1)", hasDebias))
+	}
+	if hasDebias == 1 {
 		var d snapDebias
 		read(&d)
 		s.Debias = &DebiasShift{Rows: int(d.Rows), Groups: int(d.Groups), Reordered: int(d.Reordered),

@@ -146,16 +146,11 @@ func DecodeExecuted(b []byte) (ExecutedReward, error) {
 	return e, nil
 }
 
-// DecodeCalibration strictly decodes and validates a calibration snapshot: binary (v2, by its
-// magic) or JSON (v1).
+// DecodeCalibration strictly decodes and validates a calibration snapshot (SchemaCalibration's
+// binary layout; any other is refused as an unknown schema).
 func DecodeCalibration(b []byte) (CalibrationSnapshot, error) {
-	var s CalibrationSnapshot
-	if isBinaryCalibration(b) {
-		var err error
-		if s, err = decodeCalibrationBinary(b); err != nil {
-			return CalibrationSnapshot{}, err
-		}
-	} else if err := decodeJSON(b, "calibration", SchemaCalibration, &s); err != nil {
+	s, err := decodeCalibrationBinary(b)
+	if err != nil {
 		return CalibrationSnapshot{}, err
 	}
 	if len(s.BreakX) == 0 {

@@ -31,8 +31,6 @@ func TestJSONRoundTrip(t *testing.T) {
 	check("executed", func() ([]byte, error) { return EncodeExecuted(e) }, func(b []byte) (any, error) { return DecodeExecuted(b) }, e)
 	check("imputed", func() ([]byte, error) { return EncodeExecuted(i) }, func(b []byte) (any, error) { return DecodeExecuted(b) }, i)
 	check("calibration", func() ([]byte, error) { return EncodeCalibration(c) }, func(b []byte) (any, error) { return DecodeCalibration(b) }, c)
-	c1 := sampleCalibrationV1()
-	check("calibration v1", func() ([]byte, error) { return encodeCalibrationV1(c1) }, func(b []byte) (any, error) { return DecodeCalibration(b) }, c1)
 }
 
 func TestEncodeFillsSchema(t *testing.T) {
@@ -137,12 +135,12 @@ func TestDecodeNestedFieldNames(t *testing.T) {
 			t.Errorf("%s: got %v, want field %s", tt.in, err, tt.field)
 		}
 	}
-	c, err := encodeCalibrationV1(sampleCalibration())
+	c, err := calibrationJSON(sampleCalibration())
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad := strings.Replace(string(c), `"state":"AAEC+vs="`, `"state":"!!"`, 1)
-	if _, err := DecodeCalibration([]byte(bad)); Reason(err) != "invalid-field:state" {
+	if err := decodeCalibrationJSON([]byte(bad)); Reason(err) != "invalid-field:state" {
 		t.Errorf("bad base64: %v (%s)", err, c)
 	}
 }
@@ -173,7 +171,7 @@ func decodeAny(schema string, b []byte) (any, error) {
 		return DecodePredicted(b)
 	case SchemaExecuted:
 		return DecodeExecuted(b)
-	case SchemaCalibration, SchemaCalibrationV2:
+	case SchemaCalibration:
 		return DecodeCalibration(b)
 	case SchemaCalibrationEnd:
 		return DecodeCalibrationEnd(b)

@@ -39,7 +39,7 @@ func FuzzDecodeJSONMatchesStdlib(f *testing.F) {
 		stdlibAgrees[StepManifest](t, b, "step", SchemaStep)
 		stdlibAgrees[PredictedReward](t, b, "predicted", SchemaPredicted)
 		stdlibAgrees[ExecutedReward](t, b, "executed", SchemaExecuted)
-		stdlibAgrees[CalibrationSnapshot](t, b, "calibration", SchemaCalibration)
+		stdlibAgrees[CalibrationSnapshot](t, b, "calibration", oracleCalibrationSchema)
 	})
 }
 

@@ -21,6 +21,11 @@ var updateOracle = flag.Bool("update-oracle", false, "rewrite testdata/decode_or
 // The seeds are in the file, so records added to the corpora later do not change it.
 var oracleFile = filepath.Join("testdata", "decode_oracle.txt")
 
+// oracleCalibrationSchema is the schema the calibration snapshot had as JSON (v1) when the oracle
+// was written. Snapshots are binary now; the JSON decoder is still held to the oracle's decisions
+// on their shape (base64 bytes, float arrays, a nested optional object), as a decoder test.
+const oracleCalibrationSchema = "wmrl.calibration.v1"
+
 // mutations are the seed, its truncations and single-byte replacements, so that the order in
 // which several faults of one input are reported is covered too.
 func mutations(s []byte) [][]byte {
@@ -75,7 +80,7 @@ func oracleBlock(seed []byte) []string {
 			oracleLine(b, "step", SchemaStep, func(v *StepManifest) time.Time { return v.CreatedAt }),
 			oracleLine(b, "predicted", SchemaPredicted, func(v *PredictedReward) time.Time { return v.CreatedAt }),
 			oracleLine(b, "executed", SchemaExecuted, func(v *ExecutedReward) time.Time { return v.CreatedAt }),
-			oracleLine(b, "calibration", SchemaCalibration, func(v *CalibrationSnapshot) time.Time { return v.CreatedAt }))
+			oracleLine(b, "calibration", oracleCalibrationSchema, func(v *CalibrationSnapshot) time.Time { return v.CreatedAt }))
 	}
 	return lines
 }

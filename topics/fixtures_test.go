@@ -1,6 +1,7 @@
 package topics
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -63,8 +64,8 @@ func sampleImputed() ExecutedReward {
 
 func sampleCalibration() CalibrationSnapshot {
 	return CalibrationSnapshot{
-		Schema: SchemaCalibrationV2, RunID: "r1", Stream: "mle", Step: 3, FitVersion: 2, Pairs: 48,
-		ConfigHash: "cfg-1a2b", Digest: "sha256:9f86d081884c7d65", State: []byte{0, 1, 2, 250, 251},
+		Schema: SchemaCalibration, RunID: "r1", Stream: "mle", Step: 3, FitVersion: 2, Pairs: 48,
+		ConfigHash: "cfg-1a2b", Settings: "mode=default max-staleness=2", Digest: "sha256:9f86d081884c7d65", State: []byte{0, 1, 2, 250, 251},
 		BreakX: []float64{0.05, 0.35, 0.8}, BreakY: []float64{0.1, 0.3, 0.3}, AnchorWeight: 1.75,
 		BiasBefore: 0.125, BiasAfter: -0.0078125, StepPairs: 16, CreatedAt: t0,
 	}
@@ -129,15 +130,19 @@ func sampleAdvantagesV2() []AdvantageRow {
 	return rows
 }
 
-// encodeCalibrationV1 writes s as a v1 (JSON) snapshot, as the code before v2 did, for the tests
-// of the v1 reader; nothing outside the tests writes v1.
-func encodeCalibrationV1(s CalibrationSnapshot) ([]byte, error) {
-	s.Schema = SchemaCalibration
-	return encodeJSON(&s)
+// calibrationJSON is s as JSON under oracleCalibrationSchema, for the tests of the JSON decoder
+// on that shape (snapshots themselves are binary); decodeCalibrationJSON reads it back.
+func calibrationJSON(s CalibrationSnapshot) ([]byte, error) {
+	s.Schema = oracleCalibrationSchema
+	return json.Marshal(&s)
 }
 
-// sampleCalibrationV1 is sampleCalibration as a v1 reader returns it.
-// sampleCalibrationDebias is sampleCalibration with the debias effect (binary layout 3).
+func decodeCalibrationJSON(b []byte) error {
+	var s CalibrationSnapshot
+	return decodeJSON(b, "calibration", oracleCalibrationSchema, &s)
+}
+
+// sampleCalibrationDebias is sampleCalibration with the debias effect.
 func sampleCalibrationDebias() CalibrationSnapshot {
 	s := sampleCalibration()
 	s.Debias = &DebiasShift{Rows: 45, Groups: 6, Reordered: 2, Flattened: 1, MeanShift: 0.0390625}
@@ -146,10 +151,4 @@ func sampleCalibrationDebias() CalibrationSnapshot {
 
 func sampleCalibrationEnd() CalibrationEnd {
 	return CalibrationEnd{RunID: "r1", LastStep: 499, EndedAt: t0, Reason: EndReasonMarker}
-}
-
-func sampleCalibrationV1() CalibrationSnapshot {
-	s := sampleCalibration()
-	s.Schema = SchemaCalibration
-	return s
 }

@@ -68,11 +68,9 @@ func validGolden() []struct {
 		{"predicted.json", SchemaPredicted, p, func() ([]byte, error) { return EncodePredicted(p) }},
 		{"executed.json", SchemaExecuted, e, func() ([]byte, error) { return EncodeExecuted(e) }},
 		{"executed_imputed.json", SchemaExecuted, i, func() ([]byte, error) { return EncodeExecuted(i) }},
-		{"calibration.bin", SchemaCalibrationV2, c, func() ([]byte, error) { return EncodeCalibration(c) }},
-		{"calibration_debias.bin", SchemaCalibrationV2, cd, func() ([]byte, error) { return EncodeCalibration(cd) }},
+		{"calibration.bin", SchemaCalibration, c, func() ([]byte, error) { return EncodeCalibration(c) }},
+		{"calibration_debias.bin", SchemaCalibration, cd, func() ([]byte, error) { return EncodeCalibration(cd) }},
 		{"calibration_end.bin", SchemaCalibrationEnd, ce, func() ([]byte, error) { return EncodeCalibrationEnd(ce) }},
-		// v1 is read, not written: its golden file pins what the v1 reader must still accept.
-		{"calibration.json", SchemaCalibration, sampleCalibrationV1(), func() ([]byte, error) { return encodeCalibrationV1(c) }},
 	}
 }
 
@@ -97,7 +95,6 @@ func invalidGolden(t *testing.T) []invalidCase {
 	pr := enc(func() ([]byte, error) { return EncodePredicted(samplePredicted()) })
 	ex := enc(func() ([]byte, error) { return EncodeExecuted(sampleExecuted()) })
 	im := enc(func() ([]byte, error) { return EncodeExecuted(sampleImputed()) })
-	ca := enc(func() ([]byte, error) { return encodeCalibrationV1(sampleCalibration()) })
 	cb := enc(func() ([]byte, error) { return EncodeCalibration(sampleCalibration()) })
 	badDebias := sampleCalibrationDebias()
 	badDebias.Debias.Flattened = 3
@@ -132,14 +129,16 @@ func invalidGolden(t *testing.T) []invalidCase {
 		{"step_policy_step_as_string.json", SchemaStep, "invalid-field:policy_step", rep(sp, `"policy_step":1`, `"policy_step":"1"`)},
 		{"step_end_with_groups.json", SchemaStep, "invalid-field:groups", rep(se, `"groups":null`, `"groups":[{"group_id":"g0","stream":"code","size":2,"anchor":false}]`)},
 		{"step_end_with_policy_step.json", SchemaStep, "invalid-field:policy_step", rep(se, `"end_of_run":true`, `"policy_step":1,"end_of_run":true`)},
-		{"calibration_decreasing_fit.json", SchemaCalibration, "invalid-field:break_y[2]", rep(ca, `[0.1,0.3,0.3]`, `[0.1,0.3,0.2]`)},
-		{"calibration_truncated.json", SchemaCalibration, "malformed-json", []byte(ca[:len(ca)/2])},
-		{"calibration_decreasing_fit.bin", SchemaCalibrationV2, "invalid-field:break_y[2]", appendCalibration(nil, &decreasing)},
-		{"calibration_truncated.bin", SchemaCalibrationV2, "malformed-binary", []byte(cb[:len(cb)-1])},
-		{"calibration_trailing.bin", SchemaCalibrationV2, "malformed-binary", []byte(cb + "\x00")},
-		{"calibration_debias_flattened.bin", SchemaCalibrationV2, "invalid-field:debias.flattened", appendCalibration(nil, &badDebias)},
-		{"calibration_debias_truncated.bin", SchemaCalibrationV2, "malformed-binary", []byte(cdb[:len(cdb)-1])},
-		{"calibration_huge_count.bin", SchemaCalibrationV2, "malformed-binary", rep(cb, "\x03\x00\x00\x00\x9a", "\xff\xff\xff\x7f\x9a")},
+		// Superseded layouts (2 and 3, and JSON v1) are refused, never guessed at.
+		{"calibration_layout3.bin", SchemaCalibration, "unknown-schema", rep(cdb, snapMagic, "WMRLCAL\x03")},
+		{"calibration_json_v1.json", SchemaCalibration, "unknown-schema", []byte(`{"schema":"wmrl.calibration.v1","run_id":"r1"}`)},
+		{"calibration_has_debias_2.bin", SchemaCalibration, "malformed-binary", rep(cb, "\x00\x03\x00\x00\x00\x9a", "\x02\x03\x00\x00\x00\x9a")},
+		{"calibration_decreasing_fit.bin", SchemaCalibration, "invalid-field:break_y[2]", appendCalibration(nil, &decreasing)},
+		{"calibration_truncated.bin", SchemaCalibration, "malformed-binary", []byte(cb[:len(cb)-1])},
+		{"calibration_trailing.bin", SchemaCalibration, "malformed-binary", []byte(cb + "\x00")},
+		{"calibration_debias_flattened.bin", SchemaCalibration, "invalid-field:debias.flattened", appendCalibration(nil, &badDebias)},
+		{"calibration_debias_truncated.bin", SchemaCalibration, "malformed-binary", []byte(cdb[:len(cdb)-1])},
+		{"calibration_huge_count.bin", SchemaCalibration, "malformed-binary", rep(cb, "\x03\x00\x00\x00\x9a", "\xff\xff\xff\x7f\x9a")},
 		{"calibration_end_truncated.bin", SchemaCalibrationEnd, "malformed-binary", []byte(ce[:len(ce)-1])},
 		{"calibration_end_trailing.bin", SchemaCalibrationEnd, "malformed-binary", []byte(ce + "\x00")},
 		{"calibration_end_unknown_reason.bin", SchemaCalibrationEnd, "invalid-field:reason", rep(ce, "\x06\x00marker", "\x06\x00paused")},
@@ -247,7 +246,7 @@ func writeSeeds(t *testing.T, invalid []invalidCase, arrows, arrowsV2 []byte) {
 	}
 	targets := map[string]string{
 		SchemaRollout: "FuzzDecodeRollout", SchemaStep: "FuzzDecodeStep", SchemaPredicted: "FuzzDecodePredicted",
-		SchemaExecuted: "FuzzDecodeExecuted", SchemaCalibration: "FuzzDecodeCalibration", SchemaCalibrationV2: "FuzzDecodeCalibration",
+		SchemaExecuted: "FuzzDecodeExecuted", SchemaCalibration: "FuzzDecodeCalibration",
 		SchemaCalibrationEnd: "FuzzDecodeCalibrationEnd",
 	}
 	for _, g := range validGolden() {

@@ -46,18 +46,18 @@ const (
 const (
 	ContentTypeJSON  = "application/json"
 	ContentTypeArrow = "application/vnd.apache.arrow.stream"
-	// ContentTypeBinary marks the calibration topic's binary values (snapshot v2 and window
+	// ContentTypeBinary marks the calibration topic's binary values (snapshots, window
 	// chunks), whose layouts EncodeCalibration and EncodeCalibrationChunk document.
 	ContentTypeBinary = "application/octet-stream"
 )
 
 // ContentTypeFor returns the content type of a schema's values: Arrow for advantages, binary for
-// the calibration topic's v2 snapshots and window chunks, JSON else.
+// the calibration topic's snapshots, window chunks and end records, JSON else.
 func ContentTypeFor(schema string) string {
 	switch {
 	case IsAdvantageSchema(schema):
 		return ContentTypeArrow
-	case schema == SchemaCalibrationV2, schema == SchemaCalibrationChunk, schema == SchemaCalibrationEnd:
+	case schema == SchemaCalibration, schema == SchemaCalibrationChunk, schema == SchemaCalibrationEnd:
 		return ContentTypeBinary
 	}
 	return ContentTypeJSON

@@ -21,7 +21,7 @@ func TestHeaders(t *testing.T) {
 		}
 	}
 	for schema, want := range map[string]string{SchemaAdvantages: ContentTypeArrow, SchemaAdvantagesV2: ContentTypeArrow,
-		SchemaCalibrationV2: ContentTypeBinary, SchemaCalibrationChunk: ContentTypeBinary, SchemaCalibration: ContentTypeJSON} {
+		SchemaCalibration: ContentTypeBinary, SchemaCalibrationChunk: ContentTypeBinary, SchemaStep: ContentTypeJSON} {
 		if ct, _ := HeaderValue(Headers(schema, "r1", 0), HeaderContentType); ct != want {
 			t.Errorf("%s content type %q, want %q", schema, ct, want)
 		}

@@ -65,7 +65,7 @@ func (n Names) CalibrationRecord(s CalibrationSnapshot) (*kgo.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := keyedRecord(n.Calibration(), SchemaCalibrationV2, s.RunID, s.Step, s.Stream, b)
+	r := keyedRecord(n.Calibration(), SchemaCalibration, s.RunID, s.Step, s.Stream, b)
 	r.Key = CalibrationKey(s.RunID, s.Stream)
 	return r, nil
 }

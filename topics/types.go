@@ -15,12 +15,9 @@ const (
 	// keep producing v1 bytes that older readers accept; a reader that knows only v1 refuses a v2
 	// batch as an unknown schema instead of misreading it.
 	SchemaAdvantagesV2 = "wmrl.advantages.v2"
-	// SchemaCalibration is the JSON calibration snapshot, its state head in base64. It is still
-	// read (a changelog written before v2 rebuilds), never written.
-	SchemaCalibration = "wmrl.calibration.v1"
-	// SchemaCalibrationV2 is the binary calibration snapshot (EncodeCalibration's layout): the
-	// same fields, the state head as raw bytes.
-	SchemaCalibrationV2 = "wmrl.calibration.v2"
+	// SchemaCalibration is the binary calibration snapshot (EncodeCalibration's layout); its
+	// version is also the last byte of the layout's magic (docs/compatibility.md).
+	SchemaCalibration = "wmrl.calibration.v4"
 )
 
 // Status is the outcome of scoring one rollout. Every rollout gets exactly one reward record per
@@ -249,8 +246,12 @@ type CalibrationSnapshot struct {
 	FitVersion uint64 `json:"fit_version"`
 	// Pairs is the number of anchor pairs in the window.
 	Pairs int `json:"pairs"`
-	// ConfigHash identifies the correction configuration (optional label).
+	// ConfigHash identifies the correction configuration the state was built with (optional
+	// label; a consumer refuses to resume a state under another one).
 	ConfigHash string `json:"config_hash"`
+	// Settings is everything besides the inputs that decided this step's rows (correct.DigestConfig's
+	// text): a replay compares it with its own and refuses to diverge silently. Optional.
+	Settings string `json:"settings,omitempty"`
 	// Digest is the content address of the state (required); equal steps must give equal digests.
 	Digest string `json:"digest"`
 	// State is the opaque serialized correction state (base64 in JSON).
@@ -267,9 +268,8 @@ type CalibrationSnapshot struct {
 	BiasAfter  float64   `json:"bias_after"`
 	StepPairs  int       `json:"step_pairs"`
 	CreatedAt  time.Time `json:"created_at"`
-	// Debias is what Online Debiasing did to this step's world-model advantages; nil in a
-	// snapshot written before it existed (binary layout 2, JSON v1), which is not the same as a
-	// map that did nothing (all zero).
+	// Debias is what Online Debiasing did to this step's world-model advantages; nil when the
+	// writer did not record it, which is not the same as a map that did nothing (all zero).
 	Debias *DebiasShift `json:"debias,omitempty"`
 }
 

@@ -25,6 +25,8 @@ const (
 	// MaxLabelLen bounds free-form short labels (policy_version, model, config_hash, digest, meta
 	// keys).
 	MaxLabelLen = 256
+	// maxSettingsLen bounds a calibration snapshot's settings text (about 400 bytes today).
+	maxSettingsLen = 4096
 	// MaxReasonLen bounds failure reasons and meta values.
 	MaxReasonLen = 4096
 	// MaxStderrTail bounds the sandbox's captured stderr tail.
@@ -385,9 +387,7 @@ func (e *ExecutedReward) Validate() error {
 // fit (break_x and break_y of equal length, both non-decreasing, within [ScoreMin,ScoreMax]).
 func (s *CalibrationSnapshot) Validate() error {
 	c := checker{kind: "calibration", kv: [4]string{"run", s.RunID, "stream", s.Stream}}
-	if s.Schema != SchemaCalibration {
-		c.schema(s.Schema, SchemaCalibrationV2)
-	}
+	c.schema(s.Schema, SchemaCalibration)
 	c.id("run_id", s.RunID)
 	c.id("stream", s.Stream)
 	c.step(s.Step)
@@ -398,6 +398,7 @@ func (s *CalibrationSnapshot) Validate() error {
 		c.fail("step_pairs", s.StepPairs, nil, "must be >= 0")
 	}
 	c.text("config_hash", s.ConfigHash, MaxLabelLen, false)
+	c.text("settings", s.Settings, maxSettingsLen, false)
 	if s.Digest == "" {
 		c.fail("digest", nil, nil, "required")
 	}

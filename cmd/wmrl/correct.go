@@ -162,7 +162,7 @@ are tombstoned and its Redis keys expire (docs/stages.md, "The end of a run").`,
 }
 
 // limitFlags registers the buffering limits of the correction consumer (correct.Limits); replay
-// takes the per-run and per-step ones, which it must share with the live consumer.
+// takes the per-run and per-step ones (part of correct.DigestConfig).
 func limitFlags(f *pflag.FlagSet, l *correct.Limits, instance bool) {
 	f.IntVar(&l.PendingStepsPerRun, "max-pending-steps-per-run", correct.DefaultPendingStepsPerRun, "dead-letter (pending-steps-exceeded) records of steps this many or more steps beyond the run's first incomplete step")
 	f.IntVar(&l.StepGroups, "max-step-groups", correct.DefaultStepGroups, "dead-letter (step-too-large) manifests with more groups")

@@ -24,8 +24,8 @@ import (
 // TestCorrectZSpaceOnBroker runs `wmrl correct --map zspace` on the real broker and Redis
 // against a synthesized run, and checks that the z-space map reached the advantages (the
 // calibration snapshots carry a non-zero debias shift, the gauge is exported), that
-// `wmrl replay --map zspace` reproduces the live digest, that a replay under another map does not
-// and warns that it will not, and that restarting the consumer with another map is refused.
+// `wmrl replay --map zspace` reproduces the live digest, that a replay under another map is refused
+// (and, with --allow-config-change, does not reproduce it and warns that it will not), and that restarting the consumer with another map is refused.
 func TestCorrectZSpaceOnBroker(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	redisURL := testenv.Redis(t)
@@ -94,7 +94,7 @@ func TestCorrectZSpaceOnBroker(t *testing.T) {
 		t.Fatal("no snapshot shows the z-space map moving an advantage")
 	}
 
-	// replay returns the replay's digest and whether it warned that its config is not the live
+	// replay returns the replay's digest and whether it warned that its settings are not the live
 	// consumer's.
 	replay := func(name string, flags ...string) (string, bool) {
 		out, errOut, code := h.try(2*time.Minute, append([]string{"replay", "--run", run, "--out", filepath.Join(dir, name),
@@ -103,13 +103,18 @@ func TestCorrectZSpaceOnBroker(t *testing.T) {
 		if code != 0 || m == nil || !strings.Contains(out, "incomplete_steps=0") {
 			t.Fatalf("replay exit %d printed %q\n%s", code, out, errOut)
 		}
-		return m[1], strings.Contains(errOut, "replaying with another correction config")
+		return m[1], strings.Contains(errOut, "replaying with other settings") && strings.Contains(errOut, "--map (map): live zspace, replay isotonic")
 	}
 	if got, warned := replay("zspace.bin", mapFlags...); got != liveDigest || warned {
 		t.Errorf("replay --map zspace: digest %s (live %s), config warning %v", got, liveDigest, warned)
 	}
-	if got, warned := replay("isotonic.bin", "--min-pairs", minPairs); got == liveDigest || !warned {
-		t.Errorf("replay with the isotonic map: digest %s (the live z-space digest: %v), config warning %v", got, got == liveDigest, warned)
+	// Under another map the replay is refused unless asked for, and then warned about.
+	if _, errOut, code := h.try(2*time.Minute, "replay", "--run", run, "--out", filepath.Join(dir, "refused.bin"),
+		"--no-redis", "--min-pairs", minPairs); code != 2 || !strings.Contains(errOut, "--map (map): live zspace, replay isotonic") {
+		t.Errorf("replay with the isotonic map: exit %d, want 2 naming --map\n%s", code, errOut)
+	}
+	if got, warned := replay("isotonic.bin", "--min-pairs", minPairs, "--allow-config-change"); got == liveDigest || !warned {
+		t.Errorf("replay with the isotonic map: digest %s (the live z-space digest: %v), settings warning %v", got, got == liveDigest, warned)
 	}
 
 	// The map is part of the correction config: the consumer refuses to resume the run's

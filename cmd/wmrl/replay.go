@@ -27,7 +27,7 @@ type replayOptions struct {
 	fromStep, maxStaleness                                     int64
 	partition                                                  int32
 	chunkBytes, keep                                           int
-	noRedis                                                    bool
+	noRedis, allowConfigChange                                 bool
 	correction                                                 func() (correction.Config, error)
 	limits                                                     correct.Limits
 }
@@ -44,9 +44,12 @@ to their current end), re-runs the correction consumer's engine with fresh state
 advantage rows of every sealed step either to --to-topic (chunked exactly like the live topic) or
 to --out FILE: length-prefixed (uint32 big-endian) Arrow IPC payloads exactly as they appear as
 record values; 'wmrl digest --file FILE' reads it. The printed digest equals 'wmrl digest --run R
---topic <advantages>' of the live run when the correction flags (--mode, --map, ...) match the live
-consumer's; replay warns when they do not (it compares with the config hash in the run's
-calibration snapshots).
+--topic <advantages>' of the live run when every setting that decides the rows is the live
+consumer's: the correction flags (--mode, --map, --min-pairs, ...), --max-staleness, the per-run
+limits (--max-pending-steps-per-run, --max-step-groups, --max-step-rows) and --max-batch-bytes.
+The live consumer records them with every calibration snapshot; replay refuses (exit 2, naming
+each differing setting and its flag) when they differ from its own, unless --allow-config-change
+(an experiment: another --map on the same inputs).
 
 Replayed states go to an isolated Redis namespace (--redis-prefix, default wmrl-replay-<run>-<time>).
 --from-step S emits only steps >= S (earlier ones are still recomputed). --from-offsets
@@ -69,7 +72,8 @@ retention has trimmed); the state after step S-1 then comes from the live namesp
 	f.StringVar(&o.statePrefix, "state-prefix", correct.DefaultRedisPrefix, "the live consumer's Redis namespace (read for --from-offsets)")
 	f.IntVar(&o.keep, "keep-states", correct.DefaultKeepStates, "snapshots kept per run/stream in the replay namespace")
 	f.BoolVar(&o.noRedis, "no-redis", false, "do not write replayed states to Redis")
-	f.Int64Var(&o.maxStaleness, "max-staleness", 0, "the live consumer's --max-staleness (digests match only with the same value)")
+	f.Int64Var(&o.maxStaleness, "max-staleness", 0, "the live consumer's --max-staleness")
+	f.BoolVar(&o.allowConfigChange, "allow-config-change", false, "replay even when the settings differ from the live consumer's (the digest will differ)")
 	limitFlags(f, &o.limits, false)
 	return cmd
 }
@@ -101,7 +105,7 @@ func (o *replayOptions) run(_ *cobra.Command, _ []string) error {
 	o.limits.BatchBytes = a.conn.BatchLimit(topics.MaxRecordBytes)
 	rc := correct.ReplayConfig{
 		KafkaOpts: opts, Names: names, Run: o.runID, FromStep: o.fromStep, Correction: cc, MaxStaleness: o.maxStaleness,
-		Limits: o.limits, StatePrefix: o.statePrefix, KeepStates: o.keep, Logger: a.log,
+		Limits: o.limits, AllowConfigChange: o.allowConfigChange, StatePrefix: o.statePrefix, KeepStates: o.keep, Logger: a.log,
 	}
 	if o.partition >= 0 {
 		rc.Partition = &o.partition
@@ -122,7 +126,6 @@ func (o *replayOptions) run(_ *cobra.Command, _ []string) error {
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
-	o.checkReplayConfig(ctx, opts, names, rc.Partition, cc)
 	emit, finish, err := o.emitter(ctx, names)
 	if err != nil {
 		return err

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"slices"
@@ -21,8 +20,8 @@ import (
 )
 
 // TestChangelogRebuildOnBroker writes a changelog to a real broker as the consumer does — first in
-// the full-encoding form written before heads and chunks existed (JSON v1 snapshots, the state in
-// base64, as then), then (from migrateAt, whose
+// the full-encoding form written before heads and chunks existed (the state's full encoding in
+// the snapshot), then (from migrateAt, whose
 // records carry every window chunk) version 1 heads with the flat digest and changed chunks, then
 // (from chunkedAt) current heads with the chunked digest — and rebuilds every (run, stream) from
 // it: the states must be the sealed ones byte for byte, at all three points.
@@ -58,10 +57,14 @@ func TestChangelogRebuildOnBroker(t *testing.T) {
 		var recs []*kgo.Record
 		switch {
 		case s.step < migrateAt:
-			for i, sn := range s.snaps {
-				sn.State = s.states[i].Encode() // the form written before heads existed
-				sn.Digest = correctiontest.FlatDigest(s.states[i])
-				recs = append(recs, v1CalibrationRecord(t, names, sn))
+			c := *s
+			c.snaps, c.chunks = slices.Clone(s.snaps), make([][]statestore.Chunk, len(s.snaps))
+			for i := range c.snaps {
+				c.snaps[i].State = s.states[i].Encode() // the form written before heads existed
+				c.snaps[i].Digest = correctiontest.FlatDigest(s.states[i])
+			}
+			if recs, err = calibrationRecords(names, &c, nil); err != nil {
+				t.Fatal(err)
 			}
 		default:
 			c := *s
@@ -147,21 +150,4 @@ func checkRebuild(t *testing.T, seeds []string, names topics.Names, want map[str
 			t.Fatalf("%s: rebuilt state differs (legacy %v, want %v)", key, wasLegacy, legacy)
 		}
 	}
-}
-
-// v1CalibrationRecord is sn as the consumer produced it before binary snapshots: a JSON value
-// (encoding/json writes the struct's v1 form: field order, base64 state, RFC 3339 time) under
-// schema wmrl.calibration.v1.
-func v1CalibrationRecord(t *testing.T, names topics.Names, sn topics.CalibrationSnapshot) *kgo.Record {
-	t.Helper()
-	sn.Schema = topics.SchemaCalibration
-	b, err := json.Marshal(sn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := topics.DecodeCalibration(b); err != nil {
-		t.Fatalf("the v1 fixture does not decode: %v", err)
-	}
-	return &kgo.Record{Topic: names.Calibration(), Key: topics.CalibrationKey(sn.RunID, sn.Stream), Value: b,
-		Headers: topics.Headers(topics.SchemaCalibration, sn.RunID, sn.Step, topics.Header(topics.HeaderStream, sn.Stream))}
 }

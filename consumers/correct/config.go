@@ -93,8 +93,8 @@ type Config struct {
 	// MaxStaleness, when > 0, masks every row of a step whose manifest's policy_step lags the step
 	// by more than this many steps (mask reason "stale"; scores kept, excluded from the group's
 	// advantage statistics like a missing reward, anchor pairs still calibrate). Rows carry their
-	// staleness whenever the manifest has a policy_step. Replays must use the same value to
-	// reproduce the digest; the sealed state does not depend on it.
+	// staleness whenever the manifest has a policy_step. The sealed state does not depend on it;
+	// the rows do (DigestConfig).
 	MaxStaleness int64
 	// MaxMaskedShare is the share of a step's rows (per stream) masked above which the consumer
 	// warns; the share is exported as wmrl_correct_masked_share either way (0: 0.5).
@@ -107,7 +107,6 @@ type Config struct {
 	// end-of-run record (reason idle) on the steps topic (idle.go); 0 is off.
 	RunIdleTimeout time.Duration
 	// Limits bound the buffered, incomplete steps (limits.go); zero fields take the defaults.
-	// Replays must use the same per-run and per-step limits to reproduce the digest.
 	Limits Limits
 }
 

@@ -84,12 +84,11 @@
 // (run, stream) and step, the window chunks the step's new anchor pairs fell into
 // (topics.CalibrationChunk: the pairs with absolute index in chunk c of correction.ChunkPairs,
 // key run_id/stream/slot with slot = c mod correction.ChunkSlots(window), so compaction keeps
-// exactly the live window's chunks), then the snapshot (key run_id/stream, binary: schema
-// wmrl.calibration.v2, topics.EncodeCalibration) whose state is the head
+// exactly the live window's chunks), then the snapshot (key run_id/stream, binary:
+// topics.SchemaCalibration, topics.EncodeCalibration) whose state is the head
 // (correction.State.EncodeHead: scalars, and the breakpoints only when the window does not
-// determine them). Snapshots written as JSON (wmrl.calibration.v1, the state in base64) are still
-// read; the next step of their stream writes v2. Snapshots carry BreakX/BreakY for dashboards
-// every mapEvery (64) steps only.
+// determine them) and whose settings are the consumer's DigestConfig (what a replay must repeat).
+// Snapshots carry BreakX/BreakY for dashboards every mapEvery (64) steps only.
 // A stream's first step, and the first step after a state was taken from a snapshot holding the
 // full encoding (written before this form existed) or restarted for a config change, writes every
 // chunk of its window. The snapshot's digest is correction.State.Digest (a two-level SHA-256 over

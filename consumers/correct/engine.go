@@ -142,6 +142,8 @@ type engine struct {
 	dlqw  *topics.DeadLetterWriter
 	m     *metrics
 	hash  string
+	// settings is the DigestConfig text written with every snapshot (settings.go).
+	settings string
 	// maxStaleness masks the rows of steps whose policy lags by more steps (0: off); see staleness.go.
 	maxStaleness int64
 	// limits bound the buffered steps (limits.go); nSteps and nGroups count the buffered steps
@@ -197,6 +199,7 @@ func newEngine(corr *correction.Corrector, names topics.Names, maxStaleness int6
 		dlqw:         topics.NewDeadLetterWriter(names, "correct"),
 		m:            m,
 		hash:         hex.EncodeToString(h[:]),
+		settings:     DigestConfig{Correction: corr.Config(), MaxStaleness: maxStaleness, Limits: limits}.Text(),
 		maxStaleness: maxStaleness,
 		limits:       limits,
 		runs:         map[string]*runBuf{},

@@ -19,6 +19,10 @@ var (
 	// different correction config than the running one (Config.AllowConfigChange overrides it).
 	ErrConfigChanged = errors.New("correct: correction config differs from the one the stored state was built with")
 
+	// ErrSettingsChanged stops a replay whose DigestConfig is not the one the live consumer sealed
+	// the run with (ReplayConfig.AllowConfigChange overrides it).
+	ErrSettingsChanged = errors.New("correct: replay settings differ from the live consumer's")
+
 	// ErrChangelog marks a calibration changelog the consumer cannot rebuild state from.
 	ErrChangelog = errors.New("correct: calibration changelog")
 )

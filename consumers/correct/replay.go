@@ -32,14 +32,14 @@ type ReplayConfig struct {
 	// Partition is the run's partition number; nil computes it from the run id with the default
 	// (murmur2) key partitioner, which is where wmrl's producers put it.
 	Partition *int32
-	// Correction must equal the live consumer's configuration for digests to match.
-	Correction correction.Config
-	// MaxStaleness must equal the live consumer's (Config.MaxStaleness) for digests to match.
-	MaxStaleness int64
-	// Limits: the per-run and per-step limits and BatchBytes must equal the live consumer's
-	// (Config.Limits) for digests to match; zero fields take the defaults. Per-instance limits do
-	// not apply.
-	Limits Limits
+	// Correction, MaxStaleness and Limits (zero fields take the defaults; per-instance limits do
+	// not apply) make the replay's DigestConfig, which must be the live consumer's for the digests
+	// to match: Replay refuses (ErrSettingsChanged) when the run's newest calibration snapshot
+	// records another, unless AllowConfigChange.
+	Correction        correction.Config
+	MaxStaleness      int64
+	Limits            Limits
+	AllowConfigChange bool
 	// Redis, when set, receives the replayed states under RedisPrefix (an isolated namespace:
 	// it must differ from the live one, StatePrefix, which is where FromOffsets loads from).
 	Redis       redis.UniversalClient
@@ -106,6 +106,10 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	if cfg.Partition != nil {
 		part = *cfg.Partition
 	} else if part, err = runPartition(ctx, cfg.KafkaOpts, cfg.Names.Steps(), cfg.Run); err != nil {
+		return res, err
+	}
+	readOpts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...), kgo.MaxDecompressBatchBytes(limits.BatchBytes))
+	if err := checkSettings(ctx, cfg, readOpts, part, eng.settings); err != nil {
 		return res, err
 	}
 	inputs := inputTopics(cfg.Names)
@@ -175,7 +179,6 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 	n := 0
 	rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	readOpts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...), kgo.MaxDecompressBatchBytes(limits.BatchBytes))
 	// The live consumer skips the same batches (skip.go): none of their records reach either
 	// engine, and both dead-letter them.
 	skip := topicread.OnBatchTooLarge(func(ref topics.BatchRef) error {

@@ -204,7 +204,7 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 		}
 		out.snaps = append(out.snaps, topics.CalibrationSnapshot{
 			RunID: rb.id, Stream: s, Step: v,
-			FitVersion: st.FitVersion(), Pairs: st.Pairs(), ConfigHash: e.hash,
+			FitVersion: st.FitVersion(), Pairs: st.Pairs(), ConfigHash: e.hash, Settings: e.settings,
 			Digest: hex.EncodeToString(sum[:]), State: st.EncodeHead(),
 			BreakX: bx, BreakY: by, AnchorWeight: st.AnchorWeight(),
 			BiasBefore: biasRaw, BiasAfter: biasCal, StepPairs: pairs,

@@ -2,6 +2,7 @@ package correct
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -198,10 +199,18 @@ func TestConsumerMasksStaleStepsOnBroker(t *testing.T) {
 		maxStaleness int64
 		same         bool
 	}{{1, true}, {0, false}} {
-		res, err := Replay(context.Background(), ReplayConfig{
+		rc := ReplayConfig{
 			KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Names: names, Run: "stale-0",
 			Correction: cc, MaxStaleness: tc.maxStaleness, Timeout: 60 * time.Second, Logger: quietLogger(),
-		}, func(int64, []topics.AdvantageRow) error { return nil })
+		}
+		if !tc.same {
+			// Another bound than the live one is refused, unless asked for.
+			if _, err := Replay(context.Background(), rc, func(int64, []topics.AdvantageRow) error { return nil }); !errors.Is(err, ErrSettingsChanged) {
+				t.Fatalf("replay with --max-staleness %d (live 1): %v, want ErrSettingsChanged", tc.maxStaleness, err)
+			}
+			rc.AllowConfigChange = true
+		}
+		res, err := Replay(context.Background(), rc, func(int64, []topics.AdvantageRow) error { return nil })
 		if err != nil {
 			t.Fatal(err)
 		}

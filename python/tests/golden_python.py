@@ -140,7 +140,7 @@ def valid_records() -> dict[str, tuple[str, object]]:
             ),
         ),
         "calibration.bin": (
-            c.SCHEMA_CALIBRATION_V2,
+            c.SCHEMA_CALIBRATION,
             CalibrationSnapshot(
                 run_id="py-run_1",
                 stream="mle",
@@ -148,6 +148,7 @@ def valid_records() -> dict[str, tuple[str, object]]:
                 fit_version=2**64 - 1,
                 pairs=5000,
                 config_hash="cfg",
+                settings="mode=default max-staleness=3",
                 digest="sha256:abc",
                 state=bytes(range(256)),
                 break_x=[0.0, 0.05, 1 / 3, 1.0],
@@ -160,7 +161,7 @@ def valid_records() -> dict[str, tuple[str, object]]:
             ),
         ),
         "calibration_debias.bin": (
-            c.SCHEMA_CALIBRATION_V2,
+            c.SCHEMA_CALIBRATION,
             CalibrationSnapshot(
                 run_id="py-run_1",
                 stream="mle",

@@ -18,7 +18,7 @@ from typing import Any
 from wmrl_client import _json as j
 from wmrl_client import contract as c
 from wmrl_client.codec import decode_record, encode_record
-from wmrl_client.errors import TOO_LARGE, FieldError, MalformedError
+from wmrl_client.errors import TOO_LARGE, UNKNOWN_SCHEMA, FieldError, MalformedError
 from wmrl_client.ids import check_id, record_name
 from wmrl_client.records import (
     ADVANTAGE_SPEC,
@@ -88,16 +88,17 @@ class DebiasShift:
 class CalibrationSnapshot:
     """The correction state of one (run, stream) sealed after step; keyed run_id/stream.
 
-    Written as the binary v2 snapshot (``encode_record``); the JSON v1 form is still read.
+    Binary only (``encode``): the one layout of topics/calibsnap.go.
     """
 
-    schema: str = c.SCHEMA_CALIBRATION_V2
+    schema: str = c.SCHEMA_CALIBRATION
     run_id: str = ""
     stream: str = ""
     step: int = 0
     fit_version: int = 0
     pairs: int = 0
     config_hash: str = ""
+    settings: str = ""
     digest: str = ""
     state: bytes | None = None
     break_x: list[float] = field(default_factory=list)
@@ -107,7 +108,7 @@ class CalibrationSnapshot:
     bias_after: float = 0.0
     step_pairs: int = 0
     created_at: datetime = field(default_factory=_now)
-    # None in a snapshot written before the debias effect existed (binary layout 2, JSON v1).
+    # None when the writer did not record it (has_debias 0).
     debias: DebiasShift | None = None
 
     def validate(self) -> None:
@@ -154,6 +155,7 @@ CALIBRATION_SPEC = j.Spec(
         F("fit_version", j.UINT),
         F("pairs", j.INT),
         F("config_hash", j.STR),
+        F("settings", j.STR, True),
         F("digest", j.STR),
         F("state", j.BYTES),
         F("break_x", j.FLOAT_LIST, True),
@@ -166,6 +168,7 @@ CALIBRATION_SPEC = j.Spec(
     ),
     CalibrationSnapshot,
 )
+
 
 @dataclass(frozen=True)
 class CalibrationEnd:
@@ -192,21 +195,20 @@ Record = Rollout | StepManifest | StageRecord
 _SPECS: dict[str, j.Spec] = {
     c.SCHEMA_PREDICTED: PREDICTED_SPEC,
     c.SCHEMA_EXECUTED: EXECUTED_SPEC,
-    c.SCHEMA_CALIBRATION: CALIBRATION_SPEC,
 }
 
 
 def encode(record: Record) -> bytes:
-    """encode_record for every record type: JSON, or the binary v2 layout for a CalibrationSnapshot
-    (a snapshot read as v1 is written as v2, as Go's EncodeCalibration does)."""
+    """encode_record for every record type: JSON, or the binary layout for a CalibrationSnapshot
+    and a CalibrationEnd."""
     if isinstance(record, (Rollout, StepManifest)):
         return encode_record(record)
     if isinstance(record, CalibrationEnd):
         record.validate()
         return _encode_end(record)
     if isinstance(record, CalibrationSnapshot):
-        if record.schema in ("", c.SCHEMA_CALIBRATION):
-            record = replace(record, schema=c.SCHEMA_CALIBRATION_V2)
+        if record.schema == "":
+            record = replace(record, schema=c.SCHEMA_CALIBRATION)
         record.validate()
         return _encode_calibration(record)
     schema = {PredictedReward: c.SCHEMA_PREDICTED, ExecutedReward: c.SCHEMA_EXECUTED}[type(record)]
@@ -222,7 +224,7 @@ def decode(schema: str, b: bytes) -> Record:
         end = _decode_end(b)
         end.validate()
         return end
-    if schema == c.SCHEMA_CALIBRATION_V2:
+    if schema == c.SCHEMA_CALIBRATION:
         snap = _decode_calibration(b)
         snap.validate()
         return snap
@@ -308,8 +310,7 @@ def _validate_calibration(s: CalibrationSnapshot) -> None:
     name = record_name("calibration", "run", s.run_id, "stream", s.stream)
     check_types(s, CALIBRATION_SPEC, name)
     ch = StageChecker(name)
-    if s.schema != c.SCHEMA_CALIBRATION:
-        ch.schema(s.schema, c.SCHEMA_CALIBRATION_V2)
+    ch.schema(s.schema, c.SCHEMA_CALIBRATION)
     ch.id("run_id", s.run_id)
     ch.id("stream", s.stream)
     ch.step(s.step)
@@ -318,6 +319,7 @@ def _validate_calibration(s: CalibrationSnapshot) -> None:
     if s.step_pairs < 0:
         ch.fail("step_pairs", s.step_pairs, "must be >= 0")
     ch.text("config_hash", s.config_hash, c.MAX_LABEL_LEN)
+    ch.text("settings", s.settings, _MAX_SETTINGS_LEN)
     if s.digest == "":
         ch.fail("digest", None, "required")
     ch.text("digest", s.digest, c.MAX_LABEL_LEN)
@@ -349,19 +351,20 @@ def _validate_calibration(s: CalibrationSnapshot) -> None:
 
 # ---- binary calibration snapshot (topics/calibsnap.go) ----------------------------------------
 
-_SNAP_MAGIC = b"WMRLCAL\x02"  # layout 2
-_SNAP_MAGIC_DEBIAS = b"WMRLCAL\x03"  # layout 3: layout 2 plus the debias effect after created_at
+_SNAP_MAGIC = b"WMRLCAL\x04"  # its last byte is the version of SCHEMA_CALIBRATION
+_MAX_SETTINGS_LEN = 4096  # topics.maxSettingsLen
 _SNAP_DEBIAS = struct.Struct("<IIIId")  # rows, groups, reordered, flattened, mean_shift
 _UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _encode_calibration(s: CalibrationSnapshot) -> bytes:
-    """The v2 layout of topics.EncodeCalibration: magic | run_id, stream, config_hash, digest
-    (u16 length + UTF-8) | step i64 | fit_version, pairs, step_pairs u64 | anchor_weight,
-    bias_before, bias_after f64 | created_at seconds i64, nanoseconds u32 | n u32, n break_x f64,
+    """The layout of topics.EncodeCalibration: magic | run_id, stream, config_hash, settings,
+    digest (u16 length + UTF-8) | step i64 | fit_version, pairs, step_pairs u64 | anchor_weight,
+    bias_before, bias_after f64 | created_at seconds i64, nanoseconds u32 | has_debias u8, then
+    when 1 rows, groups, reordered, flattened u32, mean_shift f64 | n u32, n break_x f64,
     n break_y f64 | state (u32 length + bytes); little endian."""
-    out = bytearray(_SNAP_MAGIC if s.debias is None else _SNAP_MAGIC_DEBIAS)
-    for v in (s.run_id, s.stream, s.config_hash, s.digest):
+    out = bytearray(_SNAP_MAGIC)
+    for v in (s.run_id, s.stream, s.config_hash, s.settings, s.digest):
         raw = v.encode()
         out += struct.pack("<H", len(raw)) + raw
     delta = s.created_at - _UNIX_EPOCH
@@ -378,6 +381,7 @@ def _encode_calibration(s: CalibrationSnapshot) -> bytes:
         sec,
         delta.microseconds * 1000,
     )
+    out.append(0 if s.debias is None else 1)
     if (d := s.debias) is not None:
         out += _SNAP_DEBIAS.pack(d.rows, d.groups, d.reordered, d.flattened, d.mean_shift)
     out += struct.pack(f"<I{len(s.break_x)}d{len(s.break_y)}d", len(s.break_x), *s.break_x, *s.break_y)
@@ -395,11 +399,17 @@ def _encode_calibration(s: CalibrationSnapshot) -> bytes:
 
 
 def _decode_calibration(b: bytes) -> CalibrationSnapshot:
-    """Parse a v2 snapshot (unvalidated), with the errors topics.DecodeCalibration gives."""
+    """Parse a snapshot (unvalidated), with the errors topics.DecodeCalibration gives."""
     if len(b) > c.MAX_RECORD_BYTES:
         raise FieldError("calibration", "value", len(b), f"exceeds {c.MAX_RECORD_BYTES} bytes", TOO_LARGE)
-    if not (b.startswith(_SNAP_MAGIC) or b.startswith(_SNAP_MAGIC_DEBIAS)):
-        raise MalformedError("binary", "calibration: not a v2 snapshot (magic)")
+    if not b.startswith(_SNAP_MAGIC):
+        raise FieldError(
+            "calibration",
+            "value",
+            b[: len(_SNAP_MAGIC)],
+            f"not a {c.SCHEMA_CALIBRATION} snapshot (magic)",
+            UNKNOWN_SCHEMA,
+        )
     pos = len(_SNAP_MAGIC)
 
     def take(n: int) -> bytes:
@@ -414,10 +424,13 @@ def _decode_calibration(b: bytes) -> CalibrationSnapshot:
         # Invalid UTF-8 survives as lone surrogates, which validation refuses as Go's does.
         return take(struct.unpack("<H", take(2))[0]).decode("utf-8", errors="surrogateescape")
 
-    run_id, stream, config_hash, digest = text(), text(), text(), text()
+    run_id, stream, config_hash, settings, digest = text(), text(), text(), text(), text()
     step, fit_version, pairs, step_pairs, aw, bb, ba, sec, nsec = struct.unpack("<qQQQdddqI", take(68))
+    (has_debias,) = take(1)
+    if has_debias > 1:
+        raise MalformedError("binary", f"calibration: has_debias byte {has_debias} (want 0 or 1)")
     debias = None
-    if b.startswith(_SNAP_MAGIC_DEBIAS):
+    if has_debias == 1:
         rows, groups, reordered, flattened, shift = _SNAP_DEBIAS.unpack(take(_SNAP_DEBIAS.size))
         debias = DebiasShift(rows=rows, groups=groups, reordered=reordered, flattened=flattened, mean_shift=shift)
     (n,) = struct.unpack("<I", take(4))
@@ -440,13 +453,14 @@ def _decode_calibration(b: bytes) -> CalibrationSnapshot:
     except OverflowError:
         raise FieldError(record, "created_at", sec, "out of the range of a Python datetime") from None
     return CalibrationSnapshot(
-        schema=c.SCHEMA_CALIBRATION_V2,
+        schema=c.SCHEMA_CALIBRATION,
         run_id=run_id,
         stream=stream,
         step=step,
         fit_version=fit_version,
         pairs=pairs,
         config_hash=config_hash,
+        settings=settings,
         digest=digest,
         state=state or None,
         break_x=list(breaks[:n]),

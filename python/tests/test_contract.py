@@ -7,7 +7,6 @@ golden_python.py builds now (topics/python_contract_test.go decodes them with th
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import golden_python
@@ -30,8 +29,8 @@ VALID = [
     ("predicted.json", "wmrl.reward.predicted.v1"),
     ("executed.json", "wmrl.reward.executed.v1"),
     ("executed_imputed.json", "wmrl.reward.executed.v1"),
-    ("calibration.bin", "wmrl.calibration.v2"),
-    ("calibration_debias.bin", "wmrl.calibration.v2"),
+    ("calibration.bin", "wmrl.calibration.v4"),
+    ("calibration_debias.bin", "wmrl.calibration.v4"),
     ("step_policy_step.json", "wmrl.step.v1"),
     ("step_end.json", "wmrl.step.v1"),
     ("calibration_end.bin", "wmrl.calibration.end.v1"),
@@ -49,17 +48,6 @@ def test_go_records_decode_and_reencode_byte_for_byte(golden: Path, name: str, s
     assert encode(rec) + (b"\n" if name.endswith(".json") else b"") == raw
 
 
-def test_go_v1_calibration_still_reads(golden: Path) -> None:
-    """A v1 (JSON) snapshot, as written before v2, decodes to the v2 golden's value and re-encodes
-    as v2, byte for byte what Go writes."""
-    v1 = decode("wmrl.calibration.v1", (golden / "calibration.json").read_bytes())
-    v2_raw = (golden / "calibration.bin").read_bytes()
-    v2 = decode("wmrl.calibration.v2", v2_raw)
-    assert v1.schema == "wmrl.calibration.v1"
-    assert replace(v1, schema=v2.schema) == v2
-    assert encode(v1) == v2_raw
-
-
 def test_calibration_binary_errors_match_go() -> None:
     snap = golden_python.valid_records()["calibration.bin"][1]
     raw = encode(snap)  # type: ignore[arg-type]
@@ -67,9 +55,13 @@ def test_calibration_binary_errors_match_go() -> None:
         (raw[:-1], "malformed-binary"),
         (raw + b"\0", "malformed-binary"),
         (raw[:20], "malformed-binary"),
+        # Superseded layouts (2, 3; JSON v1) are refused as unknown, never guessed at.
+        (b"WMRLCAL\x02" + raw[8:], "unknown-schema"),
+        (b"WMRLCAL\x03" + raw[8:], "unknown-schema"),
+        (b'{"schema":"wmrl.calibration.v1"}', "unknown-schema"),
     ]:
         with pytest.raises(WmrlError) as ei:
-            decode("wmrl.calibration.v2", bad)
+            decode("wmrl.calibration.v4", bad)
         assert reason(ei.value) == want
 
 
@@ -161,13 +153,12 @@ def test_python_invalid_cases_fail_in_python_with_recorded_reason() -> None:
 
 
 def test_content_types_match_go() -> None:
-    """topics.ContentTypeFor: Arrow for advantages, binary for the calibration topic's v2
-    snapshots and window chunks, JSON for the rest (v1 snapshots included)."""
+    """topics.ContentTypeFor: Arrow for advantages, binary for the calibration topic's snapshots,
+    window chunks and end records, JSON for the rest."""
     from wmrl_client import contract as c
 
     assert c.content_type_for(c.SCHEMA_ADVANTAGES) == c.content_type_for(c.SCHEMA_ADVANTAGES_V2) == c.CONTENT_TYPE_ARROW
-    assert c.content_type_for(c.SCHEMA_CALIBRATION_V2) == c.CONTENT_TYPE_BINARY
+    assert c.content_type_for(c.SCHEMA_CALIBRATION) == c.CONTENT_TYPE_BINARY
     assert c.content_type_for(c.SCHEMA_CALIBRATION_CHUNK) == c.CONTENT_TYPE_BINARY
     assert c.content_type_for(c.SCHEMA_CALIBRATION_END) == c.CONTENT_TYPE_BINARY
-    assert c.content_type_for(c.SCHEMA_CALIBRATION) == c.CONTENT_TYPE_JSON
     assert c.content_type_for(c.SCHEMA_ROLLOUT) == c.CONTENT_TYPE_JSON

@@ -255,7 +255,7 @@ def test_decode_rejects_what_go_rejects() -> None:
         decode_record("wmrl.nope.v1", good)
 
 
-@pytest.mark.parametrize("schema", ["wmrl.reward.predicted.v1", "wmrl.reward.executed.v1", "wmrl.calibration.v2"])
+@pytest.mark.parametrize("schema", ["wmrl.reward.predicted.v1", "wmrl.reward.executed.v1", "wmrl.calibration.v4"])
 def test_client_has_no_codec_for_stage_records(schema: str) -> None:
     # Only Go stages write these; the client neither writes nor reads them (tests/stage_records.py does).
     with pytest.raises(FieldError) as ei:

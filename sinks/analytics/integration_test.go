@@ -66,7 +66,7 @@ func snapshot(run string, step int64, poisoned bool) topics.CalibrationSnapshot 
 	if poisoned {
 		w = 3.99
 	}
-	return topics.CalibrationSnapshot{Schema: topics.SchemaCalibrationV2, RunID: run, Stream: "mle", Step: step,
+	return topics.CalibrationSnapshot{Schema: topics.SchemaCalibration, RunID: run, Stream: "mle", Step: step,
 		FitVersion: uint64(step), Pairs: int(step) * 16, Digest: fmt.Sprintf("d-%s-%d", run, step),
 		BreakX: []float64{0.1, 0.5, 0.9}, BreakY: []float64{0.2, 0.4, 0.8}, AnchorWeight: w,
 		BiasBefore: 0.1, BiasAfter: 0.01, StepPairs: 16, CreatedAt: time.Unix(1700000000, 0).UTC()}

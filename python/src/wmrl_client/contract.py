@@ -18,9 +18,8 @@ SCHEMA_ADVANTAGES: Final = "wmrl.advantages.v1"
 # v1 plus the staleness and mask_reason columns; written only when a row uses them.
 SCHEMA_ADVANTAGES_V2: Final = "wmrl.advantages.v2"
 ADVANTAGE_SCHEMAS: Final = (SCHEMA_ADVANTAGES, SCHEMA_ADVANTAGES_V2)
-# v1 is the JSON calibration snapshot (state in base64): read, never written. v2 is binary.
-SCHEMA_CALIBRATION: Final = "wmrl.calibration.v1"
-SCHEMA_CALIBRATION_V2: Final = "wmrl.calibration.v2"
+# The binary calibration snapshot (topics/calibsnap.go); its version is also its magic's last byte.
+SCHEMA_CALIBRATION: Final = "wmrl.calibration.v4"
 SCHEMA_CALIBRATION_CHUNK: Final = "wmrl.calibration.chunk.v1"
 # A run's end on the calibration changelog (topics/calibend.go), binary.
 SCHEMA_CALIBRATION_END: Final = "wmrl.calibration.end.v1"
@@ -87,11 +86,11 @@ SUFFIX_DLQ: Final = "dlq.v1"
 
 
 def content_type_for(schema: str) -> str:
-    """Arrow for advantages, binary for calibration v2 snapshots, window chunks and end records,
+    """Arrow for advantages, binary for calibration snapshots, window chunks and end records,
     JSON else (topics.ContentTypeFor)."""
     if schema in ADVANTAGE_SCHEMAS:
         return CONTENT_TYPE_ARROW
-    if schema in (SCHEMA_CALIBRATION_V2, SCHEMA_CALIBRATION_CHUNK, SCHEMA_CALIBRATION_END):
+    if schema in (SCHEMA_CALIBRATION, SCHEMA_CALIBRATION_CHUNK, SCHEMA_CALIBRATION_END):
         return CONTENT_TYPE_BINARY
     return CONTENT_TYPE_JSON
 
