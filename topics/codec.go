@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	jsonv2 "github.com/goccy/go-json/v2"
 	"github.com/goccy/go-json/jsontext"
+	jsonv2 "github.com/goccy/go-json/v2"
 )
 
 // MaxRecordBytes bounds an encoded JSON record. It sits at Kafka's default message limit, so a
