@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
+	"github.com/goccy/go-json/jsontext"
+	jsonv2 "github.com/goccy/go-json/v2"
 )
 
 // MaxRecordBytes bounds an encoded JSON record. It sits at Kafka's default message limit, so a
@@ -235,7 +235,7 @@ var anyContentJSON = jsonv2.JoinOptions(strictJSON, jsonv2.WithUnmarshalers(json
 
 func skipString(dec *jsontext.Decoder) error {
 	if dec.PeekKind() != '"' {
-		return jsonv2.SkipFunc
+		return errors.ErrUnsupported
 	}
 	return dec.SkipValue()
 }
@@ -262,7 +262,7 @@ func rejectNull(dec *jsontext.Decoder, v any) error {
 			return &nullError{t}
 		}
 	}
-	return jsonv2.SkipFunc
+	return errors.ErrUnsupported
 }
 
 // schemaOf is the decoded schema of a record decodeJSON fills.
