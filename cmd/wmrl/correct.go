@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -89,14 +88,6 @@ func correctionFlags(f *pflag.FlagSet) func() (correction.Config, error) {
 	}
 }
 
-func defaultTransactionalID() string {
-	h, err := os.Hostname()
-	if err != nil || h == "" {
-		h = "localhost"
-	}
-	return "wmrl-correct-" + h
-}
-
 // correctOptions holds correct's flags; its run method is the command's body.
 type correctOptions struct {
 	a          *app
@@ -122,7 +113,9 @@ snapshots under <redis-prefix>:{run/stream}:… for fast loads and for other ser
 'go doc github.com/wmrl/wmrl/consumers/correct' for the key layout).
 
 Every instance needs its own --transactional-id, stable across its restarts: a restarted instance
-fences its predecessor's unfinished transaction. It is also the default --instance-id (static
+fences its predecessor's unfinished transaction. Its default, wmrl-correct-<host>, carries the
+topic prefix under any prefix other than wmrl. (lab.wmrl-correct-<host>), as the group and the
+Redis prefix do, so the correct of a second pipeline on the host does not fence the first. It is also the default --instance-id (static
 group membership), so a restarted instance takes its partitions back without a rebalance. SIGTERM
 finishes the current transaction and leaves the group. Broker and Redis outages are ridden out in
 place (the transaction is aborted, state rebuilt from the changelog once the broker answers);
@@ -139,12 +132,12 @@ are tombstoned and its Redis keys expire (docs/stages.md, "The end of a run").`,
 	cfg := &o.cfg
 	f := cmd.Flags()
 	f.StringVar(&cfg.Group, "group", correct.DefaultGroup, "consumer group (under a --topic-prefix other than wmrl.: <prefix>"+correct.DefaultGroup+")")
-	f.StringVar(&cfg.TransactionalID, "transactional-id", defaultTransactionalID(), "transactional id (unique per instance, stable across restarts)")
+	f.StringVar(&cfg.TransactionalID, "transactional-id", hostTransactionalID(), "transactional id (unique per instance, stable across restarts; under a --topic-prefix other than wmrl.: <prefix>"+hostTransactionalID()+")")
 	f.StringVar(&cfg.InstanceID, "instance-id", "", "static group member id (stable per instance): a restart takes its partitions back at once (default: the --transactional-id, itself from the host/pod name; set it empty for dynamic membership)")
 	f.DurationVar(&cfg.SessionTimeout, "session-timeout", 0, "group session timeout (default 45s)")
 	f.IntVar(&cfg.ChunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload on the advantages topic")
 	f.IntVar(&cfg.KeepStates, "keep-states", correct.DefaultKeepStates, "versioned Redis snapshots kept per run/stream")
-	f.StringVar(&cfg.RedisPrefix, "redis-prefix", correct.DefaultRedisPrefix, "Redis key namespace")
+	f.StringVar(&cfg.RedisPrefix, "redis-prefix", correct.DefaultRedisPrefix, "Redis key namespace (under a --topic-prefix other than wmrl.: <prefix>"+correct.DefaultRedisPrefix+")")
 	f.BoolVar(&cfg.AllowConfigChange, "allow-config-change", false, "continue when stored state was built with other correction settings (its calibration restarts)")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "127.0.0.1:9466", "serve Prometheus /metrics, /healthz and /readyz here (:9466 for every interface; empty: off)")
 	f.Float64Var(&cfg.MaxMaskedShare, "max-masked-share", correct.DefaultMaxMaskedShare, "warn when more than this share of a step's rows (per stream) are masked: no usable reward from the world model or the sandbox (exported as wmrl_correct_masked_share either way)")
@@ -177,6 +170,8 @@ func limitFlags(f *pflag.FlagSet, l *correct.Limits, instance bool) {
 
 func (o *correctOptions) run(cmd *cobra.Command, _ []string) error {
 	a, cfg := o.a, o.cfg
+	cfg.TransactionalID = a.identity(cmd, "transactional-id", cfg.TransactionalID, hostTransactionalID())
+	cfg.RedisPrefix = a.identity(cmd, "redis-prefix", cfg.RedisPrefix, correct.DefaultRedisPrefix)
 	if !cmd.Flags().Changed("instance-id") {
 		// Both ids are unique per instance and stable across its restarts, so one can be the other.
 		cfg.InstanceID = cfg.TransactionalID

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wmrl/wmrl/dashboard"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -36,12 +37,12 @@ server-sent events; the JSON endpoints (/api/state, /api/events, /api/maps) are 
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve the page on (host:port)")
-	f.StringVar(&o.redisPrefix, "redis-prefix", "wmrl", "Redis key namespace of the correction consumer (wmrl correct --redis-prefix)")
+	f.StringVar(&o.redisPrefix, "redis-prefix", statestore.DefaultPrefix, "Redis key namespace of the correction consumer (wmrl correct --redis-prefix; under a --topic-prefix other than wmrl.: <prefix>"+statestore.DefaultPrefix+")")
 	f.BoolVar(&o.noRedis, "no-redis", false, "do not read Redis (the page then shows the topics only)")
 	return cmd
 }
 
-func (o *dashboardOptions) run(_ *cobra.Command, _ []string) error {
+func (o *dashboardOptions) run(cmd *cobra.Command, _ []string) error {
 	a := o.a
 	ctx, cancel := signalContext()
 	defer cancel()
@@ -50,7 +51,12 @@ func (o *dashboardOptions) run(_ *cobra.Command, _ []string) error {
 		return err
 	}
 	cfg := dashboard.Config{KafkaOpts: kopts, TopicPrefix: a.conn.TopicPrefix, Logger: a.log, MaxBatchBytes: a.conn.BatchLimit(topics.MaxAdvantageBytes),
-		RedisPrefix: func(string) string { return o.redisPrefix }}
+		RedisPrefix: func(tp string) string {
+			if cmd.Flags().Changed("redis-prefix") {
+				return o.redisPrefix
+			}
+			return tenantName(tp, statestore.DefaultPrefix) // correct's default under that topic prefix
+		}}
 	if !o.noRedis {
 		rdb, err := a.redis()
 		if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,8 +67,8 @@ retention has trimmed); the state after step S-1 then comes from the live namesp
 	f.StringVar(&o.toTopic, "to-topic", "", "produce the advantages to this topic")
 	f.StringVar(&o.out, "out", "", "write the advantages to this replay file")
 	f.IntVar(&o.chunkBytes, "chunk-bytes", topics.DefaultChunkBytes, "maximum bytes of one Arrow payload")
-	f.StringVar(&o.redisPrefix, "redis-prefix", "", "isolated Redis namespace for the replayed states (default wmrl-replay-<run>-<unix time>)")
-	f.StringVar(&o.statePrefix, "state-prefix", correct.DefaultRedisPrefix, "the live consumer's Redis namespace (read for --from-offsets)")
+	f.StringVar(&o.redisPrefix, "redis-prefix", "", "isolated Redis namespace for the replayed states (default wmrl-replay-<run>-<unix time>; under a --topic-prefix other than wmrl.: <prefix>wmrl-replay-<run>-<unix time>)")
+	f.StringVar(&o.statePrefix, "state-prefix", correct.DefaultRedisPrefix, "the live consumer's Redis namespace (read for --from-offsets; as 'wmrl correct --redis-prefix': under a --topic-prefix other than wmrl.: <prefix>"+correct.DefaultRedisPrefix+")")
 	f.IntVar(&o.keep, "keep-states", correct.DefaultKeepStates, "snapshots kept per run/stream in the replay namespace")
 	f.BoolVar(&o.noRedis, "no-redis", false, "do not write replayed states to Redis")
 	f.Int64Var(&o.maxStaleness, "max-staleness", 0, "the live consumer's --max-staleness")
@@ -78,7 +77,7 @@ retention has trimmed); the state after step S-1 then comes from the live namesp
 	return cmd
 }
 
-func (o *replayOptions) run(_ *cobra.Command, _ []string) error {
+func (o *replayOptions) run(cmd *cobra.Command, _ []string) error {
 	a := o.a
 	if o.runID == "" {
 		return errors.New("--run is required")
@@ -105,7 +104,7 @@ func (o *replayOptions) run(_ *cobra.Command, _ []string) error {
 	o.limits.BatchBytes = a.conn.BatchLimit(topics.MaxRecordBytes)
 	rc := correct.ReplayConfig{
 		KafkaOpts: opts, Names: names, Run: o.runID, FromStep: o.fromStep, Correction: cc, MaxStaleness: o.maxStaleness,
-		Limits: o.limits, AllowConfigChange: o.allowConfigChange, StatePrefix: o.statePrefix, KeepStates: o.keep, Logger: a.log,
+		Limits: o.limits, AllowConfigChange: o.allowConfigChange, StatePrefix: a.identity(cmd, "state-prefix", o.statePrefix, correct.DefaultRedisPrefix), KeepStates: o.keep, Logger: a.log,
 	}
 	if o.partition >= 0 {
 		rc.Partition = &o.partition
@@ -122,7 +121,7 @@ func (o *replayOptions) run(_ *cobra.Command, _ []string) error {
 		}
 		defer rdb.Close()
 		rc.Redis = rdb
-		rc.RedisPrefix = cmp.Or(o.redisPrefix, fmt.Sprintf("wmrl-replay-%s-%d", o.runID, time.Now().Unix()))
+		rc.RedisPrefix = a.identity(cmd, "redis-prefix", o.redisPrefix, fmt.Sprintf("wmrl-replay-%s-%d", o.runID, time.Now().Unix()))
 	}
 	ctx, cancel := signalContext()
 	defer cancel()

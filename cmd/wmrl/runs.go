@@ -68,7 +68,7 @@ dead-lettered run_ended. 'wmrl generate' publishes the request itself when its i
 	}
 	f := cmd.Flags()
 	f.Int64Var(&o.lastStep, "last-step", -1, "the run's last step (default: the last step sealed in Redis)")
-	f.StringVar(&o.redisPrefix, "redis-prefix", statestore.DefaultPrefix, "key prefix of the correction state in Redis (as 'wmrl correct --redis-prefix')")
+	f.StringVar(&o.redisPrefix, "redis-prefix", statestore.DefaultPrefix, "key prefix of the correction state in Redis (as 'wmrl correct --redis-prefix'; under a --topic-prefix other than wmrl.: <prefix>"+statestore.DefaultPrefix+")")
 	f.DurationVar(&o.timeout, "timeout", time.Minute, "give up after this long")
 	return cmd
 }
@@ -78,6 +78,7 @@ var errNoSealedStep = errors.New("no sealed step in Redis")
 
 func (o *runsEndOptions) run(cmd *cobra.Command, args []string) error {
 	a, run := o.a, args[0]
+	o.redisPrefix = a.identity(cmd, "redis-prefix", o.redisPrefix, statestore.DefaultPrefix)
 	if !topics.ValidID(run) {
 		return fmt.Errorf("run id %q is not a valid id (see topics.ValidID)", run)
 	}

@@ -35,7 +35,10 @@ type runsViewOptions struct {
 
 func (o *runsViewOptions) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&o.prefix, "redis-prefix", statestore.DefaultPrefix, "key prefix of the correction state in Redis (as 'wmrl correct --redis-prefix')")
+	f.StringVar(&o.prefix, "redis-prefix", statestore.DefaultPrefix, "key prefix of the correction state in Redis (as 'wmrl correct --redis-prefix'; under a --topic-prefix other than wmrl.: <prefix>"+statestore.DefaultPrefix+")")
+	cmd.PreRun = func(cmd *cobra.Command, _ []string) {
+		o.prefix = o.a.identity(cmd, "redis-prefix", o.prefix, statestore.DefaultPrefix)
+	}
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	f.DurationVar(&o.timeout, "timeout", time.Minute, "give up after this long")
 }

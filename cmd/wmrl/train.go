@@ -10,12 +10,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/oversize"
 	"github.com/wmrl/wmrl/internal/stage"
 
 	"github.com/wmrl/wmrl/sinks/trainer"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -25,6 +27,7 @@ func init() { register(newTrainCmd) }
 type trainOptions struct {
 	a            *app
 	runID, group string
+	redisPrefix  string
 	printTable   bool
 	maxSteps     int
 	metricsAddr  string
@@ -42,13 +45,21 @@ func newTrainCmd(a *app) *cobra.Command {
 from its Arrow chunks and acknowledges it after printing, so offsets are committed only for steps
 that were shown. Without --print it prints one summary line per step (rows, masked rows, mean
 |advantage| over rows that count, mean anchor weight); with --print the step's rows as a table.
-A real trainer uses the same code through the sinks/trainer package (Stream.Next / Step.Ack).`,
+A real trainer uses the same code through the sinks/trainer package (Stream.Next / Step.Ack).
+
+With --run, the default group is the run's own (wmrl-trainer-<run>), so trainers of two runs never
+split the topic's partitions. Every few seconds train checks that the run's partition is held by
+this trainer (or another trainer of the same run) and warns, naming the partition, the member
+holding it and the --group to use, while it is not, or while its group has consumers of other
+runs. When 'wmrl correct' has ended the run (read from Redis, --redis-prefix), train exits 0 once
+the run's last step is acknowledged.`,
 		Args: cobra.NoArgs,
 		RunE: o.run,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.runID, "run", "", "run id to consume (empty: every run)")
-	f.StringVar(&o.group, "group", trainer.DefaultGroup, "consumer group (under a --topic-prefix other than wmrl.: <prefix>"+trainer.DefaultGroup+")")
+	f.StringVar(&o.group, "group", trainer.DefaultGroup, "consumer group (default with --run: "+trainerGroupBase(trainer.DefaultGroup, "<run>")+", one group per run; under a --topic-prefix other than wmrl.: <prefix>"+trainerGroupBase(trainer.DefaultGroup, "<run>")+")")
+	f.StringVar(&o.redisPrefix, "redis-prefix", statestore.DefaultPrefix, "key prefix of the correction state in Redis, where train learns that its run ended (as 'wmrl correct --redis-prefix'; under a --topic-prefix other than wmrl.: <prefix>"+statestore.DefaultPrefix+")")
 	f.BoolVar(&o.printTable, "print", false, "print every step as a table of its rows")
 	f.IntVar(&o.maxSteps, "max-steps", 0, "stop after this many steps (0: run until interrupted)")
 	f.DurationVar(&o.session, "session-timeout", 0, "group session timeout: how long a crashed trainer holds its partitions (0: franz-go's 45s)")
@@ -89,7 +100,8 @@ func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 	if err := reg.Register(skipped); err != nil {
 		return err
 	}
-	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: a.groupFor(cmd, o.group, trainer.DefaultGroup), RunID: o.runID, Logger: a.log,
+	fix := tenantName(a.conn.TopicPrefix, trainerGroupBase(trainer.DefaultGroup, o.runID))
+	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: a.groupFor(cmd, o.group, trainerGroupBase(trainer.DefaultGroup, o.runID)), RunID: o.runID, Logger: a.log,
 		MaxBatchBytes: a.conn.BatchLimit(topics.MaxAdvantageBytes), BatchesSkipped: skipped})
 	if err != nil {
 		return err
@@ -117,10 +129,16 @@ func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 		}
 	})
 	defer wiring.Stop()
+	runCtx, runDone := context.WithCancelCause(ctx)
+	defer runDone(nil)
+	w, err := o.startWatch(runCtx, cmd, connOpts, s, fix, runDone)
+	if err != nil {
+		return err
+	}
 	for n := 0; o.maxSteps == 0 || n < o.maxSteps; n++ {
-		st, err := s.Next(ctx)
+		st, err := s.Next(runCtx)
 		if err != nil {
-			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			if runCtx.Err() != nil && errors.Is(err, runCtx.Err()) {
 				break
 			}
 			return err
@@ -138,6 +156,11 @@ func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 		m.steps.Inc()
 		m.rows.Add(float64(len(st.Rows)))
 		m.lastStep.Set(float64(st.Step))
+		if w != nil && w.stepEndsRun(st) {
+			e := w.end.Load()
+			a.log.Info("run ended and its last step is acknowledged: train exits", "run", st.Run, "last_step", e.LastStep, "reason", e.Reason)
+			break
+		}
 	}
 	stats := s.Stats()
 	a.log.Info("train done", "steps", stats.Steps, "rows", stats.Rows, "duplicates", stats.Duplicates,
@@ -188,4 +211,33 @@ func warnMasked(a *app, st *trainer.Step, masked int) {
 		msg = "every row of the step is masked: it trains on nothing (world-model or sandbox failures; see their logs and /healthz/scoring)"
 	}
 	a.log.Warn(msg, "run", st.Run, "step", st.Step, "masked", masked, "rows", len(st.Rows), "no_reward", noReward, "stale", stale)
+}
+
+// startWatch starts, for a trainer of one run, the checks of trainWatch on a goroutine of their
+// own (the Redis connection, which only the end needs, is made there, so a missing Redis costs
+// the end detection and a warning, not the trainer). Nil without --run.
+func (o *trainOptions) startWatch(ctx context.Context, cmd *cobra.Command, opts []kgo.Opt, s *trainer.Stream, fix string, done func(error)) (*trainWatch, error) {
+	if o.runID == "" {
+		return nil, nil
+	}
+	a := o.a
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	context.AfterFunc(ctx, cl.Close)
+	w := &trainWatch{log: a.log, adm: kadm.NewClient(cl), opts: opts, stream: s, topic: s.Topic(), run: o.runID, fix: fix,
+		warned: map[string]time.Time{}}
+	prefix := a.identity(cmd, "redis-prefix", o.redisPrefix, statestore.DefaultPrefix)
+	go func() {
+		rdb, err := a.redis()
+		if err != nil {
+			a.log.Warn("cannot watch for the run's end (train runs until interrupted or --max-steps)", "run", o.runID, "err", err)
+		} else {
+			context.AfterFunc(ctx, func() { _ = rdb.Close() })
+			w.ends = statestore.New(rdb, prefix, 0)
+		}
+		w.watch(ctx, done)
+	}()
+	return w, nil
 }

@@ -37,6 +37,9 @@ type Config struct {
 	Group string
 	// RunID keeps only this run's steps; empty keeps every run.
 	RunID string
+	// ClientID is the Kafka client id (default ClientID(RunID), which names the run to the
+	// group's other members).
+	ClientID string
 	// MaxBufferedSteps: see DefaultMaxBufferedSteps.
 	MaxBufferedSteps int
 	// Logger receives progress and problems (default slog.Default()).
@@ -89,6 +92,7 @@ func New(cfg Config) (*Stream, error) {
 	}
 	opts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...),
 		kgo.MaxDecompressBatchBytes(cfg.MaxBatchBytes),
+		kgo.ClientID(cmp.Or(cfg.ClientID, ClientID(cfg.RunID))),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(topic),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

@@ -33,6 +33,7 @@ from .cluster import DEFAULT_CONNECT_TIMEOUT, LIBRDKAFKA_LOGGER, check_topics
 from .errors import ConflictError, HeaderError, SchemaVersionError, UnknownRunError, WmrlError
 from .ids import check_id
 from .masked import check_masked, masked_rows
+from .membership import GroupWatch, run_group, trainer_client_id
 from .options import KafkaOptions, _client_options
 from .step import NUMERIC_COLUMNS as NUMERIC_COLUMNS
 from .step import Step as Step
@@ -124,7 +125,12 @@ class AdvantageStream:
     steps). ``max_buffered_steps`` bounds the complete steps that wait behind an incomplete
     lower step (Go's MaxBufferedSteps). ``consumer_factory`` builds the consumer from the final
     librdkafka config (default: confluent_kafka.Consumer); tests and instrumented wrappers pass
-    their own. A step with masked rows (mask false: no usable reward) is logged at warning;
+    their own. ``watch_group`` (default: on with confluent_kafka's Consumer) checks every 3 s on a
+    thread of its own that the run's partition is held by this member (or a trainer of the same
+    run) and that the group has no consumer of another run, and logs at warning, every 30 s while it
+    lasts, which partition, which member and which group_id fixes it (``membership.GroupWatch``).
+    The client id defaults to "wmrl-trainer/<run_id>", which names the run to the group's other
+    members. A step with masked rows (mask false: no usable reward) is logged at warning;
     ``on_masked="raise"`` raises MaskedStepError for a step whose every row is masked.
     """
 
@@ -148,6 +154,7 @@ class AdvantageStream:
         consumer_factory: Callable[[dict[str, object]], Any] | None = None,
         connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
         on_masked: Literal["warn", "raise"] = "warn",
+        watch_group: bool | None = None,
         **kafka_options: Any,
     ) -> None:
         msg = check_id(run_id)
@@ -164,6 +171,8 @@ class AdvantageStream:
         self._on_masked = on_masked
         opts = _client_options(bootstrap, kafka, kafka_options)
         conf = opts.librdkafka()
+        if conf.get("client.id") in (None, "", KafkaOptions.client_id):
+            conf["client.id"] = trainer_client_id(run_id)  # names the run to the group's other members
         for k, v in (consumer_config or {}).items():
             if k in ("enable.auto.commit", "isolation.level") and str(v).lower() not in ("false", "read_committed"):
                 raise ValueError(f"consumer_config {k}={v!r} would break the stream's commit semantics")
@@ -212,6 +221,7 @@ class AdvantageStream:
         self._closed = False
         self._assigned = False  # set by the first partition assignment (join())
         self.config = dict(conf)
+        default_consumer = consumer_factory is None
         if consumer_factory is None:
             from confluent_kafka import Consumer
 
@@ -228,6 +238,13 @@ class AdvantageStream:
         self._consumer.subscribe(
             [self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
+        self._watch: GroupWatch | None = None
+        if default_consumer if watch_group is None else watch_group:
+            self._watch = GroupWatch(
+                conf, group_id, self.topic, run_id, run_group(run_id, opts.topic_prefix),
+                member_id=lambda: self._consumer.memberid() or "",
+            )  # fmt: skip
+            self._watch.start()
 
     # ---- context manager and lifecycle
 
@@ -241,6 +258,8 @@ class AdvantageStream:
         """Leave the group without committing anything not acknowledged."""
         if not self._closed:
             self._closed = True
+            if self._watch is not None:
+                self._watch.stop()
             self._consumer.close()
 
     @property
