@@ -59,6 +59,8 @@ func TestStartupMistakes(t *testing.T) {
 			want: []string{"--base-url http://127.0.0.1:1/v1", "nothing listens there: check the host and port"}},
 		tc{name: "worldmodel base-url without /v1", args: cat([]string{"worldmodel"}, stage["worldmodel"], live, []string{"--base-url", judgeWithoutModels(t)}), code: 2,
 			want: []string{"(404): does the URL end in the API version, e.g. /v1?"}},
+		tc{name: "worldmodel model not served", args: cat([]string{"worldmodel"}, stage["worldmodel"], live, []string{"--model", "gpt-typo"}), code: 2,
+			want: []string{`--model "gpt-typo" is not served by --base-url`, `it serves "m"`}},
 		tc{name: "correct dead redis", args: cat([]string{"correct"}, stage["correct"], live, []string{"--redis", "redis://127.0.0.1:1"}), code: 2,
 			want: []string{"redis://127.0.0.1:1", "nothing listens there: check the host and port of --redis"}},
 		tc{name: "correct silent redis", args: cat([]string{"correct"}, stage["correct"], live, []string{"--redis", "redis://" + silent, "--startup-timeout", "1s"}), code: 2,
