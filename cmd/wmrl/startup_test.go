@@ -77,6 +77,8 @@ func TestStartupMistakes(t *testing.T) {
 			want: []string{"unknown flag: --brokrs (did you mean --brokers?)"}},
 		tc{name: "flag of another command", args: []string{"train", "--model", "m"}, code: 2,
 			want: []string{"unknown flag: --model: it is an option of wmrl generate, wmrl worldmodel, not of wmrl train"}},
+		tc{name: "deprecated alias of another command", args: []string{"train", "--run-id", "r1"}, code: 2,
+			want: []string{"unknown flag: --run-id (did you mean --run? --run-id is wmrl generate's deprecated name for it)"}},
 		tc{name: "stray argument", args: []string{"train", "extra"}, code: 2,
 			want: []string{`unknown command "extra" for "wmrl train"`}},
 		tc{name: "misspelt subcommand of a group", args: []string{"topics", "crate"}, code: 2,
