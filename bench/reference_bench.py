@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""numpy implementation of the WMRL reference correction (DESIGN §2), timed.
+"""numpy implementation of the WMRL reference correction (correction/doc.go, "Reference mode"), timed.
 
 This is the baseline for wmrl's per-step speedup claim. It implements the
 authors' algorithm the way a numpy user would: a FIFO ring of anchor pairs,
@@ -222,7 +222,7 @@ def main():
         rc.step(st)
     dt = time.perf_counter() - t0
     per_step_ns = dt / len(timed) * 1e9
-    res = {"impl": "numpy reference (DESIGN §2)", "numpy": np.__version__,
+    res = {"impl": "numpy reference (correction/doc.go reference mode)", "numpy": np.__version__,
            "python": sys.version.split()[0], "steps_timed": len(timed),
            "groups_per_step": 8, "group_size": 8, "window_pairs": rc.n,
            "ns_per_step": round(per_step_ns), "fit_version": rc.version}

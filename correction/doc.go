@@ -5,7 +5,7 @@
 // so the correction consumer, the demo, replays and simulations all share
 // one implementation and reproduce each other bit for bit.
 //
-// # Step semantics (DESIGN §4)
+// # Step semantics
 //
 // Correct(prev, step v) is a pure function of the state sealed after step
 // v−1 and of step v's records in canonical order, and returns state v.
@@ -110,8 +110,8 @@
 // # Default mode (DefaultConfig) — where and why it differs
 //
 //   - Sequencing: all rows of step v use the map and weight sealed after
-//     step v−1, and the step's anchor pairs enter only at the seal (DESIGN
-//     §4). In the reference loop a world-model group's reward depends on
+//     step v−1, and the step's anchor pairs enter only at the seal (Step
+//     semantics above). In the reference loop a world-model group's reward depends on
 //     where it sits in the manifest (before or after an anchor group that
 //     triggers a refit), and an anchor group's noise feeds the weight applied
 //     to that same group; neither is a property of the rollout being scored.

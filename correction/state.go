@@ -28,7 +28,7 @@ type State struct {
 	fitX    []float64 // breakpoints in force (nil = identity); immutable once set
 	fitY    []float64
 
-	// Inverse-variance estimator (DESIGN §2, Denoise).
+	// Inverse-variance estimator (doc.go, "Reference mode": the authors' denoise.py).
 	ewma    float64 // EWMA of the per-group noise-to-signal ratio s²
 	groups  uint64  // anchor groups that entered the EWMA
 	skipped uint64  // anchor groups skipped (var(s) < 1e-9 or < 2 pairs)

@@ -1,5 +1,5 @@
 // Package producers is the generator stage: it turns a policy's samples into rollout records and
-// one step manifest per training step on Kafka (DESIGN §3, §5).
+// one step manifest per training step on Kafka (README.md's data flow; docs/stages.md).
 //
 // A Backend yields one training step at a time (StepBatch); the Generator assigns ids, decides
 // anchor groups with topics.IsAnchor, moves large artifacts to a claim-check store, publishes

@@ -6,7 +6,7 @@ import (
 	"math"
 )
 
-// AnchorHash is the stable hash that decides anchor groups (DESIGN §3): the first 8 bytes of
+// AnchorHash is the stable hash that decides anchor groups (the generator marks them in the step manifest; README.md's data flow): the first 8 bytes of
 // SHA-256(run_id + "\x00" + group_id), read as a big-endian uint64 u, scaled to [0,1) as
 // (u >> 11) / 2^53. Keeping the top 53 bits makes the conversion to float64 exact, so every
 // language gets the same double and the result can never round up to 1.0 (u / 2^64 would, for u

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -267,9 +268,46 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 }
 
 // signalContext is cancelled on SIGINT or SIGTERM so stages can finish in-flight work, commit
-// and leave their group before exiting.
+// and leave their group before exiting. A second signal while that runs (a judge that never
+// answers holds a drain for its whole timeout) exits the process at once with 128+signal, as
+// a shell reports a killed command: the operator asked twice.
 func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	return forceOnSecondSignal(slog.Default(), os.Exit)
+}
+
+// forceOnSecondSignal is signalContext with its logger and exit injectable.
+func forceOnSecondSignal(log *slog.Logger, exit func(int)) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-ch:
+		case <-stopped:
+			return
+		}
+		log.Warn("stopping: finishing in-flight work; interrupt again to exit at once")
+		cancel()
+		select {
+		case sig := <-ch:
+			log.Error("second signal: exiting at once, in-flight work not finished", "signal", sig.String())
+			code := 130
+			if s, ok := sig.(syscall.Signal); ok {
+				code = 128 + int(s)
+			}
+			exit(code)
+		case <-stopped:
+		}
+	}()
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() {
+			signal.Stop(ch)
+			close(stopped)
+			cancel()
+		})
+	}
 }
 
 // kafka builds a client from the global options plus stage-specific ones.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -124,10 +125,35 @@ func flagError(cmd *cobra.Command, err error) error {
 	if s := closest(name, mine); s != "" {
 		return fmt.Errorf("%w (did you mean --%s?)", err, s)
 	}
+	if alias, owner := deprecatedAlias(cmd.Root(), name); alias != "" && slices.Contains(mine, alias) {
+		// Another command's old name of a flag this command has (generate's --run-id): the
+		// flag to use here, not the command that still accepts the old name.
+		return fmt.Errorf("%w (did you mean --%s? --%s is %s's deprecated name for it)", err, alias, name, owner)
+	}
 	if others := commandsWithFlag(cmd.Root(), name); len(others) > 0 {
 		return fmt.Errorf("%w: it is an option of %s, not of %s", err, strings.Join(others, ", "), cmd.CommandPath())
 	}
 	return fmt.Errorf("%w (see %s --help)", err, cmd.CommandPath())
+}
+
+// deprecatedFlagUse finds the replacement in a deprecation message ("use --run").
+var deprecatedFlagUse = regexp.MustCompile(`--([a-z0-9][a-z0-9-]*)`)
+
+// deprecatedAlias returns the flag that a deprecated local flag called name of some command
+// under root stands for (from its deprecation message), and that command's path.
+func deprecatedAlias(root *cobra.Command, name string) (alias, owner string) {
+	var walk func(c *cobra.Command) bool
+	walk = func(c *cobra.Command) bool {
+		if f := c.LocalFlags().Lookup(name); f != nil && f.Deprecated != "" {
+			if m := deprecatedFlagUse.FindStringSubmatch(f.Deprecated); m != nil {
+				alias, owner = m[1], c.CommandPath()
+				return true
+			}
+		}
+		return slices.ContainsFunc(c.Commands(), walk)
+	}
+	walk(root)
+	return alias, owner
 }
 
 // commandsWithFlag lists the commands under root that define a local flag called name.

@@ -1,4 +1,5 @@
-// Package correct is wmrl's stateful correction consumer (DESIGN §3–§4): it joins step
+// Package correct is wmrl's stateful correction consumer (README.md's data flow; the step
+// semantics are correction/doc.go's): it joins step
 // manifests, predicted and executed rewards of each run, seals steps strictly in order once
 // complete, runs the correction core (package correction; this package is named for the stage and
 // its command, `wmrl correct`) and produces the advantage rows and the calibration snapshots in the

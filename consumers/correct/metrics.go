@@ -90,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	s := &series{reg: reg}
 	m := &metrics{
 		records: s.counterVec("wmrl_correct_records_total",
-			"Input records by topic and result: buffered, duplicate (identical to a buffered one), sealed_duplicate (step already sealed), dead_letter; relayed for end requests of the run-control topic.",
+			"Input records by topic (steps, predicted, executed; runs for the run-control topic; a topic correct does not read by its name) and result: buffered, duplicate (identical to a buffered one), sealed_duplicate (step already sealed), dead_letter, dead_letter_undeliverable (its dead letter refused for good: skipped), idle_end_ignored (an idle end-of-run record for a run that went on or ended otherwise), batch_too_large (a batch skipped unread: counted once per batch), foreign_topic (a record of a topic correct does not read); relayed for end requests of the run-control topic.",
 			"topic", "result"),
 		deadLetters:  s.counterVec("wmrl_correct_dead_letters_total", "Dead letters in committed transactions, by DLQ reason.", "reason"),
 		sealedSteps:  s.counter("wmrl_correct_steps_sealed_total", "Steps sealed in committed transactions."),

@@ -9,7 +9,7 @@ import (
 // the generating checkpoint lags the step (known only when the manifest carries policy_step),
 // and whether that lag exceeds the consumer's bound, in which case every rollout of the step is
 // masked as stale. It depends on the step's own manifest and the configured bound only, so a
-// replay with the same bound reproduces it (DESIGN §4).
+// replay with the same bound reproduces it (correction/doc.go, "Step semantics").
 type staleness struct {
 	steps  int64
 	known  bool

@@ -28,7 +28,7 @@ var ErrEnvAllow = errors.New("sandbox: --env-allow")
 
 // Defaults applied by NewCommandExecutor to zero fields.
 const (
-	DefaultTimeout      = 600 * time.Second // the reference sandbox cap (DESIGN §2)
+	DefaultTimeout      = 600 * time.Second // the sandbox cap of the authors' public code
 	DefaultGradeTimeout = 60 * time.Second
 	DefaultStderrTail   = 4 << 10
 	DefaultStdoutLimit  = 64 << 10

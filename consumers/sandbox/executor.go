@@ -29,7 +29,7 @@ import (
 // Executor runs one rollout and reports its outcome. Implementations must
 // return exactly one Result per call (failures are Results, never panics or
 // missing values), because the stage publishes one record per rollout and
-// absence must never encode failure (DESIGN §3).
+// absence must never encode failure (the correction consumer waits for every rollout's reward record).
 type Executor interface {
 	Execute(ctx context.Context, job Job) Result
 }

@@ -9,7 +9,7 @@ import (
 
 // poolMetrics are the sandbox's domain series (prefix wmrl_sandbox_): what
 // the executions ended in, how long they held a slot, and how busy the slots
-// are — the anchor stream's budget (DESIGN §1).
+// are — the anchor stream's budget (README.md: execution is the bottleneck).
 type poolMetrics struct {
 	jobs      *prometheus.CounterVec
 	duration  *prometheus.HistogramVec

@@ -16,7 +16,7 @@ func WithLogger(l *slog.Logger) PoolOption { return func(p *Pool) { p.log = l } 
 
 // Pool runs jobs on a fixed number of exclusive slots: at most one job per
 // slot at a time, because sandbox execution is the expensive, exclusive
-// resource the anchor stream is budgeted by (DESIGN §1). Each job is told its
+// resource the anchor stream is budgeted by (README.md: executing every rollout is the bottleneck). Each job is told its
 // slot (Job.Slot), so that an executor can give every slot a budget of its own
 // (jail.Config.RunAsRange: a uid per slot).
 type Pool struct {
