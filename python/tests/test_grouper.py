@@ -51,7 +51,8 @@ def test_openrlhf_one_sample_requests_each_get_their_own_reward(server: tuple[st
         outs = list(ex.map(lambda s: one_sample(url, *s), samples))
     for (_, resp, _), out in zip(samples, outs, strict=True):
         assert out["rewards"] == [pytest.approx(reward_in(resp))] and out["scores"] == out["rewards"]
-        assert set(out["extra_logs"]) == {"wmrl_advantage", "wmrl_weight", "wmrl_mask", "wmrl_anchor", "wmrl_step"}
+        assert set(out["extra_logs"]) == {"wmrl_advantage", "wmrl_weight", "wmrl_mask", "wmrl_anchor", "wmrl_step",
+                                          "wmrl_failed"}
         assert out["extra_logs"]["wmrl_step"] == [0.0]
     assert p.steps == [0]
     by_group: dict[str, list[Any]] = {}

@@ -4,8 +4,8 @@ OpenRLHF 0.11 (``SingleTurnAgentExecutor``) posts **one sample per request**, ri
 generation, concurrently from its rollout actors: ``{"query": [q], "prompts": [p], "labels":
 [l]}`` (query = prompt + response as rendered by the chat template), and reads ``rewards`` (used
 for the advantage), ``scores`` (0–1, for dynamic filtering) and ``extra_logs`` from the JSON
-reply. It waits 180 s per request and retries 5 times; a failed request is logged and the sample
-trains without a reward.
+reply. It waits 180 s per request and retries any error 5 times (1 s apart); after that the sample
+has reward None, which crashes OpenRLHF's batch merge — hence the failure answer below.
 
 The server files each sample with a ``Grouper``: the ``--group-size`` samples of one prompt form a
 group, complete groups form wmrl steps (``--groups-per-step`` = ``rollout_batch_size`` publishes a
