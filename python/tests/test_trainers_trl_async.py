@@ -56,13 +56,13 @@ class ReplayLoop(arw._AsyncRolloutLoop):  # type: ignore[misc,name-defined]
     async def _generate_loop(self, stop_event: Any) -> None:
         try:
             for gid, row in enumerate(self.dataset):
-                texts = row["completion"]
-                seqs = [[arw.TrainingSequence([1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.5], f"r{gid}-{i}")] for i in range(G)]
+                texts, g = row["completion"], self.num_generations
+                seqs = [[arw.TrainingSequence([1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.5], f"r{gid}-{i}")] for i in range(g)]
                 group = arw.RolloutGroup(
-                    prompts=[row["prompt"]] * G,
-                    reward_kwargs={k: [row[k]] * G for k in row if k not in {"prompt", "completion", "completion_ids"}},
-                    completions=list(texts), completions_ids=[[1, 2]] * G, completions_sequences=seqs,
-                    tool_call_counts=[0] * G, tool_failure_counts=[0] * G, model_version=self.model_version,
+                    prompts=[row["prompt"]] * g,
+                    reward_kwargs={k: [row[k]] * g for k in row if k not in {"prompt", "completion", "completion_ids"}},
+                    completions=list(texts), completions_ids=[[1, 2]] * g, completions_sequences=seqs,
+                    tool_call_counts=[0] * g, tool_failure_counts=[0] * g, model_version=self.model_version,
                     group_id=gid, env_rewards=[], rollout_rewards=[],
                 )  # fmt: skip
                 group.queued_at = time.monotonic()
@@ -84,7 +84,7 @@ class ReplayLoop(arw._AsyncRolloutLoop):  # type: ignore[misc,name-defined]
             if r is not None:
                 s.metrics.update({"wmrl/step": float(r.step), "wmrl/advantage": r.advantage,
                                   "wmrl/used": r.used, "wmrl/anchor": float(r.anchor), "wmrl/mask": float(r.mask)})  # fmt: skip
-        if getattr(fn, "opened", False) and group.group_id == GROUPS - 1:
+        if getattr(fn, "opened", False) and group.group_id == len(self.dataset) - 1:
             fn.close()  # the last group: the child closes its connection before it exits
         return samples
 
@@ -107,24 +107,26 @@ def dataset() -> Any:
     return datasets.Dataset.from_dict(rows)
 
 
-def replay(reward: Any, model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """TRL's worker with the replay loop: start (pickle check + spawn), drain every scored sample, stop."""
+def replay(reward: Any, model_dir: Path, monkeypatch: pytest.MonkeyPatch, ds: Any = None, g: int = G) -> list[Any]:
+    """TRL's worker with the replay loop: start (pickle check + spawn), drain every scored sample, stop.
+    ``ds``: rows with ``prompt`` and ``completion`` (g texts) columns (default: dataset())."""
     from transformers import AutoTokenizer
 
+    ds = dataset() if ds is None else ds
     monkeypatch.setattr(arw, "is_vllm_available", lambda: True)
     tok = AutoTokenizer.from_pretrained(model_dir)
-    worker = ReplayWorker(model_name="replay", dataset=dataset(), reward_funcs=[reward], processing_class=tok,
-                          eos_token_ids=[tok.eos_token_id], num_generations=G, child_ready_timeout=180)  # fmt: skip
+    worker = ReplayWorker(model_name="replay", dataset=ds, reward_funcs=[reward], processing_class=tok,
+                          eos_token_ids=[tok.eos_token_id], num_generations=g, child_ready_timeout=180)  # fmt: skip
     worker.start()
     out: list[Any] = []
     try:
         deadline = time.monotonic() + 240
-        while len(out) < G * GROUPS:
+        while len(out) < g * len(ds):
             worker.check_health(stale_after_s=120)
             try:
                 out.append(worker.rollout_buffer.get(timeout=1))
             except queue.Empty:
-                assert time.monotonic() < deadline, f"{len(out)} of {G * GROUPS} samples scored in 240 s"
+                assert time.monotonic() < deadline, f"{len(out)} of {g * len(ds)} samples scored in 240 s"
     finally:
         worker.stop()
     return out
