@@ -46,7 +46,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import weakref
+from multiprocessing import util as mp_util
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, Literal
@@ -117,7 +117,7 @@ class AsyncRewardFunc:
         self._grouper: Grouper | None = None
         self._pid = 0
         self._calls = itertools.count()
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: mp_util.Finalize | None = None
         self.last: list[SampleResult] = []
 
     # ---- pickling: settings only, never a connection
@@ -150,7 +150,9 @@ class AsyncRewardFunc:
                     client.close()
                     raise
                 self._grouper, self._pid = g, os.getpid()
-                self._finalizer = weakref.finalize(self, _close, g, client)
+                # Closed when the object goes, or when the process exits — also a multiprocessing child,
+                # which skips atexit (multiprocessing runs its own Finalize hooks there).
+                self._finalizer = mp_util.Finalize(self, _close, args=(g, client), exitpriority=10)
             return self._grouper
 
     @property
