@@ -110,11 +110,17 @@ def dataset() -> Any:
 def replay(reward: Any, model_dir: Path, monkeypatch: pytest.MonkeyPatch, ds: Any = None, g: int = G) -> list[Any]:
     """TRL's worker with the replay loop: start (pickle check + spawn), drain every scored sample, stop.
     ``ds``: rows with ``prompt`` and ``completion`` (g texts) columns (default: dataset())."""
+    from accelerate.state import PartialState
     from transformers import AutoTokenizer
 
+    PartialState()  # the trainer's Accelerator has made it by then; the worker logs through it
     ds = dataset() if ds is None else ds
     monkeypatch.setattr(arw, "is_vllm_available", lambda: True)
+    from trl import chat_template_utils
+
     tok = AutoTokenizer.from_pretrained(model_dir)
+    # The tiny tokenizer has no chat template TRL knows: set a response template, as TRL asks one to.
+    tok.response_template = chat_template_utils.qwen3_5_template
     worker = ReplayWorker(model_name="replay", dataset=ds, reward_funcs=[reward], processing_class=tok,
                           eos_token_ids=[tok.eos_token_id], num_generations=g, child_ready_timeout=180)  # fmt: skip
     worker.start()
