@@ -1,7 +1,7 @@
 """The trainer-visible round trip of one step, with a per-hop breakdown, on the real stages.
 
     python bench/roundtrip.py --brokers 127.0.0.1:9092 --redis redis://127.0.0.1:6379/0 \\
-        [--steps 60 --groups 4 --group-size 4 --anchor 0.25]
+        [--steps 60 --groups 4 --group-size 4 --anchor 0.25] [--jail off] [--run-as UID:GID]
 
 Builds ./cmd/wmrl (or takes --wmrl), starts `wmrl worldmodel` against an instant fake judge
 (an in-process OpenAI-compatible server that answers the score written in the artifact),
@@ -19,7 +19,9 @@ trainer: `RewardClient.score` one step at a time. Per step it records, relative 
 
 Record timestamps are the producers' CreateTime (millisecond resolution); hops overlap
 (``executed`` runs beside ``judge``/``predicted``). Prints one JSON line with p50/p99 of each
-hop over the timed steps (the first --warmup steps excluded) and deletes the topics.
+hop over the timed steps (the first --warmup steps excluded), the sandbox's jail setting, and
+deletes the topics. ``--jail off`` runs the sandbox without its bwrap jail (``--bwrap=false
+--allow-weak-containment``), the README's no-jail row.
 """
 
 from __future__ import annotations
@@ -149,6 +151,12 @@ def pct(a: list[float], q: float) -> float:
     return round(float(np.percentile(np.asarray(a), q)), 1) if a else float("nan")
 
 
+def sandbox_flags(jail: str, run_as: str | None) -> list[str]:
+    """The sandbox's flags for --jail and --run-as."""
+    out = ["--bwrap=false", "--allow-weak-containment"] if jail == "off" else []
+    return [*out, "--run-as", run_as] if run_as else out
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--brokers", default="127.0.0.1:9092")
@@ -167,6 +175,12 @@ def main(argv: list[str]) -> int:
         metavar="K=V",
         help="librdkafka setting for the trainer's consumer (repeatable)",
     )
+    ap.add_argument("--jail", choices=("on", "off"), default="on",
+                    help="the sandbox's bwrap jail: on (the default) or off (--bwrap=false --allow-weak-containment: "
+                         "the README's no-jail row)")  # fmt: skip
+    ap.add_argument("--run-as", default=None, metavar="UID:GID",
+                    help="the sandbox's job uid (wmrl sandbox --run-as; a root stage's default 65534 may have "
+                         "no process to spare on a shared host)")  # fmt: skip
     ap.add_argument("--keep", action="store_true", help="keep the stages' logs (printed path)")
     args = ap.parse_args(argv)
 
@@ -184,7 +198,8 @@ def main(argv: list[str]) -> int:
     stages = {
         "worldmodel": ["worldmodel", "--base-url", f"http://127.0.0.1:{judge.server_address[1]}/v1", "--model", "m"],
         "sandbox": ["sandbox", "--single-step-no-private",
-                    "--argv", json.dumps(["/bin/sh", str(SCORE_SH), "{artifact}"]), "--timeout", "30s"],
+                    "--argv", json.dumps(["/bin/sh", str(SCORE_SH), "{artifact}"]), "--timeout", "30s",
+                    *sandbox_flags(args.jail, args.run_as)],
         "correct": ["correct", "--transactional-id", f"{uniq}-txn", "--redis-prefix", uniq, "--min-pairs", "5000"],
     }
     for name, a in stages.items():
@@ -242,6 +257,7 @@ def main(argv: list[str]) -> int:
     timed = range(args.warmup, args.steps)
     out: dict[str, Any] = {
         "steps": len(timed), "groups": args.groups, "group_size": args.group_size, "anchor": args.anchor,
+        "jail": args.jail,
         "client_construct_ms": round(construct * 1000, 1),
         "first_step_ms": round((t["client"][0] - start[0]) * 1000, 1),
     }  # fmt: skip

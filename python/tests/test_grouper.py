@@ -51,7 +51,8 @@ def test_openrlhf_one_sample_requests_each_get_their_own_reward(server: tuple[st
         outs = list(ex.map(lambda s: one_sample(url, *s), samples))
     for (_, resp, _), out in zip(samples, outs, strict=True):
         assert out["rewards"] == [pytest.approx(reward_in(resp))] and out["scores"] == out["rewards"]
-        assert set(out["extra_logs"]) == {"wmrl_advantage", "wmrl_weight", "wmrl_mask", "wmrl_anchor", "wmrl_step"}
+        assert set(out["extra_logs"]) == {"wmrl_advantage", "wmrl_weight", "wmrl_mask", "wmrl_anchor", "wmrl_step",
+                                          "wmrl_failed"}
         assert out["extra_logs"]["wmrl_step"] == [0.0]
     assert p.steps == [0]
     by_group: dict[str, list[Any]] = {}
@@ -65,19 +66,53 @@ def test_openrlhf_one_sample_requests_each_get_their_own_reward(server: tuple[st
         assert all(r.artifact.startswith(f" answer {j}.") for r in rs)
 
 
-def test_openrlhf_ungraded_group_is_an_error_not_a_zero(server: tuple[str, Pipeline, Grouper]) -> None:
+def test_openrlhf_ungraded_group_is_a_flagged_failure_not_a_silent_zero(server: tuple[str, Pipeline, Grouper]) -> None:
+    """Default (--on-failure reward): 200 with the failure reward 0.0 for every sample of the group and
+    wmrl_failed 1 (OpenRLHF 0.11 crashes on an error answer, see test_trainers_openrlhf_executor)."""
     url, p, _ = server
     samples = [("<q>", f" a{i} score=0.5 fail", "x") for i in range(4)] + [("<r>", f" b{i} score=0.{i}", "y")
                                                                            for i in range(4)]  # fmt: skip
     with ThreadPoolExecutor(8) as ex:
         futs = [ex.submit(one_sample, url, *s) for s in samples]
     for k, f in enumerate(futs):
+        out = f.result()
         if k < 4:
+            assert out["rewards"] == [0.0] and out["scores"] == [0.0]
+            assert out["extra_logs"]["wmrl_failed"] == [1.0] and out["extra_logs"]["wmrl_mask"] == [0.0]
+        else:
+            assert out["rewards"] == [pytest.approx(0.1 * (k - 4))] and out["extra_logs"]["wmrl_failed"] == [0.0]
+
+
+def test_openrlhf_ungraded_group_is_422_with_on_failure_error(pipe: Any) -> None:  # noqa: F811
+    p, client = pipe
+    g = Grouper(client, group_size=4, groups_per_step=1, flush_after=0.2)
+    srv = orl.make_server(g, "127.0.0.1", 0, timeout=10, failure=orl.Failure("error"))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/get_reward"
+    try:
+        with ThreadPoolExecutor(4) as ex:
+            futs = [ex.submit(one_sample, url, "<q>", f" a{i} score=0.5 fail", "x") for i in range(4)]
+        for f in futs:
             with pytest.raises(urllib.error.HTTPError) as ei:
                 f.result()
             assert ei.value.code == 422 and "no graded reward" in json.loads(ei.value.read())["error"]
-        else:
-            assert f.result()["rewards"] == [pytest.approx(0.1 * (k - 4))]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        g.close()
+
+
+def test_openrlhf_special_tokens_are_stripped_unless_switched_off() -> None:
+    req = {"query": ["<|im_start|>user\nq<|im_end|>\nprint(40) # try 0<eos><pad>"],
+           "prompts": ["<|im_start|>user\nq<|im_end|>\n"], "labels": [None]}  # fmt: skip
+    assert orl.parse_request(req, orl.DEFAULT_STRIP)[0] == ["print(40) # try 0"]
+    assert orl.parse_request(req)[0] == ["print(40) # try 0<eos><pad>"]  # strip=(): the off-switch
+    assert orl.strip_special("a<|im_end|>b<|im_end|>", ["<|im_end|>", "<|im"]) == "ab"  # longest first
+    assert orl.strip_from_env({}) == orl.DEFAULT_STRIP
+    assert orl.strip_from_env({"WMRL_STRIP": ""}) == ()
+    assert orl.strip_from_env({"WMRL_STRIP": "<eos> </s>"}) == ("<eos>", "</s>")
+    with pytest.raises(ValueError, match="NaN"):
+        orl.Failure(reward=float("nan"))
 
 
 def test_openrlhf_server_refuses_big_bodies_and_wrong_tokens(server: tuple[str, Pipeline, Grouper]) -> None:
@@ -228,19 +263,24 @@ def test_verl_reward_workers_share_one_server(pipe: Any, asynchronous: bool) -> 
         "data_source": "math", "ground_truth": "1", "index": "1"}  # fmt: skip
 
 
-def test_openrlhf_lone_sample_times_out_with_504(pipe: Any) -> None:  # noqa: F811
-    """A sample whose group never completes is answered 504 within the server's timeout (OpenRLHF
-    logs it and trains the sample without a reward); its incomplete group is never published."""
+@pytest.mark.parametrize("mode", ["reward", "error"])
+def test_openrlhf_lone_sample_times_out(pipe: Any, mode: str) -> None:  # noqa: F811
+    """A sample whose group never completes is answered within the server's timeout — the failure
+    reward (default) or 504 (--on-failure error); its incomplete group is never published."""
     p, client = pipe
     g = Grouper(client, group_size=4, groups_per_step=1, flush_after=0.05)
-    srv = orl.make_server(g, "127.0.0.1", 0, timeout=0.5)
+    srv = orl.make_server(g, "127.0.0.1", 0, timeout=0.5, failure=orl.Failure(mode, -1.0))
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{srv.server_address[1]}/get_reward"
     try:
         t0 = time.monotonic()
-        with pytest.raises(urllib.error.HTTPError) as ei:
-            one_sample(url, "<q>", " a score=0.5", "1")
-        assert ei.value.code == 504 and "no wmrl reward within 0.5s" in json.loads(ei.value.read())["error"]
+        if mode == "reward":
+            out = one_sample(url, "<q>", " a score=0.5", "1")
+            assert out["rewards"] == [-1.0] and out["extra_logs"]["wmrl_failed"] == [1.0]
+        else:
+            with pytest.raises(urllib.error.HTTPError) as ei:
+                one_sample(url, "<q>", " a score=0.5", "1")
+            assert ei.value.code == 504 and "no wmrl reward within 0.5s" in json.loads(ei.value.read())["error"]
         assert time.monotonic() - t0 < 5 and p.steps == []
         # The timed-out sample left its group: OpenRLHF's retry starts it afresh, not as a second copy.
         assert g.pending == {"open_samples": 0, "complete_groups": 0}

@@ -55,13 +55,13 @@ def verl_config(model_dir: Path, reward: dict[str, Any]) -> Any:
     return omegaconf.OmegaConf.create(base)
 
 
-def batch(tokenizer: Any, seed: int) -> tuple[Any, list[str]]:
-    """Two prompts × N responses as verl's rollout leaves them: prompts left-padded, responses
+def batch(tokenizer: Any, seed: int, prompts_n: int = PROMPTS) -> tuple[Any, list[str]]:
+    """``prompts_n`` prompts × N responses as verl's rollout leaves them: prompts left-padded, responses
     right-padded, each prompt's samples next to each other with the prompt's uid."""
     rng = np.random.default_rng(seed)
     words = "add the numbers and answer with one digit seven three five nine".split()
     prompts, responses, rows = [], [], []
-    for j in range(PROMPTS):
+    for j in range(prompts_n):
         uid = str(uuid.uuid4())
         for _ in range(N):
             prompts.append(f"task {seed}-{j}: add {j} and {j + 2}")

@@ -183,7 +183,12 @@ def server_request(data_source: Any, solution_str: str, ground_truth: Any, extra
 
 
 def server_reply(out: Mapping[str, Any]) -> dict[str, Any]:
+    """verl's dict from a server reply; a failure answer (``wmrl_failed``: the server's default
+    ``--on-failure reward``) raises, so verl fails the step as with the in-process grouper."""
     logs = out.get("extra_logs") or {}
+    if (logs.get("wmrl_failed") or [0.0])[0]:
+        raise RuntimeError("wmrl reward server: no reward for this sample (its group has no graded reward, or its "
+                           "step timed out or failed: see the server's log)")  # fmt: skip
     return {"score": float(out["rewards"][0]), **{k: v[0] for k, v in logs.items()}}
 
 
