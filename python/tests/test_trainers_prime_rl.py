@@ -9,7 +9,8 @@ own tests build them (tests/unit/orchestrator/test_advantage.py): one trace per 
 prompt node (mask False) and an assistant node of sampled tokens (mask True).
 
 ``register()`` puts ``WmrlAlgorithm`` under ``grpo``; the orchestrator's ``build_algorithm`` builds
-it; two cohorts finish concurrently and are scored with ``finalize_group``. Every sampled token
+it; per step, two cohorts finish concurrently and are scored with ``finalize_group`` (two steps: the
+second's anchor rows carry IVD weights fitted on the first's anchor pairs). Every sampled token
 must carry wmrl's ``advantage × weight`` of its own rollout, prompt tokens nothing, an errored
 trace nothing (and it is not sent to wmrl); anchors carry the sandbox's grade.
 """
@@ -29,13 +30,13 @@ from conftest import HERE
 from test_reward_e2e import Stages
 from trainerkit import grade, judge, mixed_run, start_stages
 
-from wmrl_client import AdvantageStream, RewardClient
+from wmrl_client import AdvantageStream, RewardClient, is_anchor
 from wmrl_client.integrations._grouper import Grouper
 
 pytestmark = [pytest.mark.trainers, pytest.mark.e2e]
 
 PRIME_RL_COMMIT = "559b44772e471d1538537b8805cc77f3824a5e64"
-N, PROMPTS, ANCHOR = 4, 2, 0.5
+N, PROMPTS, ANCHOR, STEPS = 4, 2, 0.5, 2
 judge_url = pytest.fixture(judge)
 
 
@@ -99,24 +100,36 @@ class AlgoConfig:
     action_loss_type: str = "rl"
 
 
-def episode(j: int, i: int, *, error: bool = False) -> Episode:
-    prompt, answer = f"what is {j} + {j + 3}?", f"it is {'7' * (i + 1)} ({i}{j})"
+def episode(j: int, i: int, v: int = 0, *, error: bool = False) -> Episode:
+    prompt, answer = f"what is {j} + {j + 3}?", f"it is {'7' * (i + v + 1)} ({i}{j}{v})"
     task = type("Task", (), {"data": TaskData(idx=j, answer=str(2 * j + 3))})()
     nodes = [Node(Message(prompt), [1, 2], [False, False], False),
              Node(Message(answer), list(range(3 + i)), [True] * (3 + i), True)]  # fmt: skip
-    return Episode([Trace(f"t{j}-{i}", nodes, reward=0.0, task=task, has_error=error)])
+    return Episode([Trace(f"t{v}-{j}-{i}", nodes, reward=0.0, task=task, has_error=error)])
+
+
+def two_step_run(prefix: str) -> str:
+    """A run mixing anchor and world-model groups with an anchor group in every step: step 1's anchor
+    rows carry the IVD weight fitted on step 0's anchor pairs, which differs from 1."""
+    while True:
+        run = mixed_run(prefix, [f"s{v}-g{j}" for v in range(STEPS) for j in range(PROMPTS)], ANCHOR)
+        if all(any(is_anchor(run, f"s{v}-g{j}", ANCHOR) for j in range(PROMPTS)) for v in range(STEPS)):
+            return run
 
 
 def test_prime_rl_algorithm_through_the_real_stages(
     prime: Any, kafka: str, redis_url: str, wmrl_cli: Path, prefix: str, judge_url: str, tmp_path: Path
 ) -> None:
     algo, wmrl_prime = prime
-    run = mixed_run("prime", [f"s0-g{j}" for j in range(PROMPTS)], ANCHOR)
+    run = two_step_run("prime")
     st = Stages(wmrl_cli, kafka, redis_url, prefix)
     st.run("topics", "create", "--partitions", "1")
-    # Each cohort: N trainable episodes and one errored one, which prime-rl does not train on.
-    cohorts = [[episode(j, i) for i in range(N)] + [episode(j, N, error=True)] for j in range(PROMPTS)]
+    # Per step and cohort: N trainable episodes and one errored one, which prime-rl does not train on.
+    rounds = [[[episode(j, i, v) for i in range(N)] + [episode(j, N, v, error=True)] for j in range(PROMPTS)]
+              for v in range(STEPS)]  # fmt: skip
     saved = dict(algo.ALGORITHM_CLASSES)
+    seen: list[dict[str, Any]] = []
+    took: list[float] = []
     try:
         start_stages(st, judge_url, "answer", tmp_path)
         with RewardClient(kafka, run, f"{st.unique}-prime", anchor_fraction=ANCHOR, topic_prefix=prefix) as client:
@@ -126,54 +139,64 @@ def test_prime_rl_algorithm_through_the_real_stages(
             try:
                 a = algo.build_algorithm(AlgoConfig(), policy_pool=None)
                 assert isinstance(a, wmrl_prime.WmrlAlgorithm)
+                for cohorts in rounds:
 
-                async def finish() -> None:
-                    await asyncio.gather(*(a.finalize_group(c) for c in cohorts))
+                    async def finish(cohorts: list[list[Episode]] = cohorts) -> None:
+                        await asyncio.gather(*(a.finalize_group(c) for c in cohorts))
 
-                t0 = time.perf_counter()
-                asyncio.run(finish())
-                took = time.perf_counter() - t0
+                    t0 = time.perf_counter()
+                    asyncio.run(finish())
+                    took.append(time.perf_counter() - t0)
+                    seen.append(dict(a.rows))
             finally:
                 wmrl_prime.configure(None)
                 grouper.close()
+        rows = {}
         with AdvantageStream(kafka, run, f"check-{uuid.uuid4().hex[:6]}", topic_prefix=prefix) as s:
-            step = s.next_step(timeout=30)
-            assert step is not None and step.step == 0
-            rows = list(step.rows())
+            for v in range(STEPS):
+                step = s.next_step(timeout=30)
+                assert step is not None and step.step == v
+                rows.update({r.rollout_id: r for r in step.rows()})
         st.check_alive()
     finally:
         algo.ALGORITHM_CLASSES.clear()
         algo.ALGORITHM_CLASSES.update(saved)
         codes = st.stop()
     assert all(code == 0 for _, code in codes), codes
-    print(f"prime-rl: one wmrl step of {PROMPTS}x{N} through WmrlAlgorithm.score_group: {took:.3f}s")
+    print(f"prime-rl: wmrl steps of {PROMPTS}x{N} through WmrlAlgorithm.score_group: "
+          + ", ".join(f"{t:.3f}s" for t in took))  # fmt: skip
 
-    assert len(rows) == PROMPTS * N  # the errored traces were not sent
-    row_of = {r.rollout_id: r for r in rows}
-    assert len(a.rows) == PROMPTS * N
+    assert len(rows) == STEPS * PROMPTS * N  # the errored traces were not sent
     anchors, weighted = 0, 0
-    for c in cohorts:
-        (bad,) = c[N].traces
-        assert all(n.advantages is None for n in bad.nodes), "an errored trace got credit"
-        groups = set()
-        for e in c[:N]:
-            (tr,) = e.traces
-            prompt_node, answer_node = tr.nodes
-            row = row_of[a.rows[tr.id].rollout_id]
-            groups.add(row.group_id)
-            assert prompt_node.advantages is None
-            assert answer_node.advantages == pytest.approx([row.advantage * row.weight] * len(answer_node.token_ids))
-            assert row.mask
-            if row.source == "anchor":
-                anchors += 1
-                assert row.used == pytest.approx(grade(answer_node.message.content, int(tr.task.data.answer)), abs=1e-12)
-            if row.weight != 1.0 and row.advantage != 0.0:
-                weighted += 1
-        assert len(groups) == 1, "a cohort's traces must form one wmrl group"
+    for cohorts, by_trace in zip(rounds, seen, strict=True):
+        assert len(by_trace) == PROMPTS * N
+        for c in cohorts:
+            (bad,) = c[N].traces
+            assert all(n.advantages is None for n in bad.nodes), "an errored trace got credit"
+            groups = set()
+            for e in c[:N]:
+                (tr,) = e.traces
+                prompt_node, answer_node = tr.nodes
+                row = rows[by_trace[tr.id].rollout_id]
+                groups.add(row.group_id)
+                assert prompt_node.advantages is None
+                want = [row.advantage * row.weight] * len(answer_node.token_ids)
+                assert answer_node.advantages == pytest.approx(want, abs=1e-12)
+                assert row.mask
+                if row.source == "anchor":
+                    anchors += 1
+                    assert row.used == pytest.approx(grade(answer_node.message.content, int(tr.task.data.answer)),
+                                                     abs=1e-12)  # fmt: skip
+                    assert row.weight >= 1
+                else:
+                    assert row.weight == 1
+                if row.weight != 1.0 and row.advantage != 0.0:
+                    weighted += 1
+            assert len(groups) == 1, "a cohort's traces must form one wmrl group"
     assert 0 < anchors < len(rows)
     assert weighted > 0, "no row where the IVD weight changes the credit"
     # credit="centred": prime-rl's mean-only GRPO credit on wmrl's rewards, weighted.
-    group = [a.rows[e.traces[0].id] for e in cohorts[0][:N]]
+    group = [seen[-1][e.traces[0].id] for e in rounds[-1][0][:N]]
     cen = wmrl_prime.credit(group, "centred")
     mean = sum(r.reward for r in group) / len(group)
     assert cen == pytest.approx([(r.reward - mean) * r.weight for r in group])
@@ -185,6 +208,6 @@ def test_prime_rl_algorithm_through_the_real_stages(
 def test_prime_rl_anchor_meta_and_text(prime: Any) -> None:
     _, wmrl_prime = prime
     (tr,) = episode(1, 2).traces
-    assert wmrl_prime.completion_of(tr) == "it is 777 (21)"
+    assert wmrl_prime.completion_of(tr) == "it is 777 (210)"
     assert wmrl_prime.prompt_of(tr) == "what is 1 + 4?"
-    assert wmrl_prime.meta_of(tr) == {"idx": "1", "answer": "4"}  # None and the dict are left out
+    assert wmrl_prime.meta_of(tr) == {"idx": "1", "answer": "5"}  # None and the dict are left out
