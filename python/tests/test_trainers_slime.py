@@ -15,8 +15,10 @@ reach wmrl, with slime's argument names and data layout:
    ``--custom-advantage-function-path`` function as ``fn(args, rollout_data)`` and reads
    ``rollout_data["advantages"]`` and ``["returns"]``.
 
-Each sample's advantage, on every response token, must be wmrl's ``advantage × weight`` of its own
-rollout as the correction consumer wrote it; anchor rows must carry the sandbox's grade.
+Two rollouts (two wmrl steps: the second's anchor rows carry IVD weights fitted on the first's
+anchor pairs). Each sample's advantage, on every response token, must be wmrl's ``advantage ×
+weight`` of its own rollout as the correction consumer wrote it; anchor rows must carry the
+sandbox's grade.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import pytest
 from test_reward_e2e import Stages
 from trainerkit import grade, judge, mixed_run, start_stages
 
-from wmrl_client import AdvantageStream, RewardClient
+from wmrl_client import AdvantageStream, RewardClient, is_anchor
 from wmrl_client.integrations import slime
 from wmrl_client.integrations._grouper import Grouper
 from wmrl_client.integrations.slime_advantage import POST_PROCESS_PATH
@@ -44,7 +46,7 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.trainers, pytest.mark.e2e]
 
 SLIME_VERSION = "0.3.1"
-N, PROMPTS, ANCHOR, DP = 4, 2, 0.5, 2
+N, PROMPTS, ANCHOR, DP, STEPS = 4, 2, 0.5, 2, 2
 judge_url = pytest.fixture(judge)
 
 
@@ -113,59 +115,84 @@ def rollout(args: Namespace, groups: list[list[Sample]]) -> list[dict[str, Any]]
     return ranks
 
 
+def two_step_run(prefix: str) -> str:
+    """A run mixing anchor and world-model groups with an anchor group in every step: step 1's anchor
+    rows carry the IVD weight fitted on step 0's anchor pairs, which differs from 1."""
+    while True:
+        run = mixed_run(prefix, [f"s{v}-g{j}" for v in range(STEPS) for j in range(PROMPTS)], ANCHOR)
+        if all(any(is_anchor(run, f"s{v}-g{j}", ANCHOR) for j in range(PROMPTS)) for v in range(STEPS)):
+            return run
+
+
+def groups_of(v: int) -> list[list[Sample]]:
+    """One rollout's samples: PROMPTS prompts × N responses."""
+    return [
+        [Sample(index=(v * PROMPTS + j) * N + i, prompt=f"what is {j} + {j + 3}?",
+                response=f"it is {'7' * (i + v + 1)} ({i}{j}{v})", label=str(2 * j + 3), response_length=3 + i + j)
+         for i in range(N)]  # fmt: skip
+        for j in range(PROMPTS)
+    ]
+
+
 def test_slime_advantages_through_the_real_stages(
     kafka: str, redis_url: str, wmrl_cli: Path, prefix: str, judge_url: str, tmp_path: Path
 ) -> None:
-    run = mixed_run("slime", [f"s0-g{j}" for j in range(PROMPTS)], ANCHOR)
+    run = two_step_run("slime")
     st = Stages(wmrl_cli, kafka, redis_url, prefix)
     st.run("topics", "create", "--partitions", "1")
-    groups = [
-        [Sample(index=j * N + i, prompt=f"what is {j} + {j + 3}?", response=f"it is {'7' * (i + 1)} ({i}{j})",
-                label=str(2 * j + 3), response_length=3 + i + j) for i in range(N)]  # fmt: skip
-        for j in range(PROMPTS)
-    ]
+    rollouts = [groups_of(v) for v in range(STEPS)]
     args = slime_args()
+    ranks_of, took = [], []
     try:
         start_stages(st, judge_url, "label", tmp_path)
         with RewardClient(kafka, run, f"{st.unique}-slime", anchor_fraction=ANCHOR, topic_prefix=prefix) as client:
             grouper = Grouper(client, group_size=N, groups_per_step=PROMPTS, timeout=90)
             slime.configure(grouper)
             try:
-                t0 = time.perf_counter()
-                ranks = rollout(args, groups)
-                took = time.perf_counter() - t0
+                for groups in rollouts:
+                    t0 = time.perf_counter()
+                    ranks_of.append(rollout(args, groups))
+                    took.append(time.perf_counter() - t0)
             finally:
                 slime.configure(None)
                 grouper.close()
+        rows = {}
         with AdvantageStream(kafka, run, f"check-{uuid.uuid4().hex[:6]}", topic_prefix=prefix) as s:
-            step = s.next_step(timeout=30)
-            assert step is not None and step.step == 0
-            rows = {r.rollout_id: r for r in step.rows()}
+            for v in range(STEPS):
+                step = s.next_step(timeout=30)
+                assert step is not None and step.step == v
+                rows.update({r.rollout_id: r for r in step.rows()})
         st.check_alive()
     finally:
         codes = st.stop()
     assert all(code == 0 for _, code in codes), codes
-    print(f"slime: one wmrl step of {PROMPTS}x{N} through group_rm + hooks: {took:.3f}s")
+    print(f"slime: wmrl steps of {PROMPTS}x{N} through group_rm + the two hooks: " + ", ".join(f"{t:.3f}s" for t in took))
 
-    samples = [s for g in groups for s in g]
     anchors, weighted = 0, 0
-    for rd in ranks:
-        assert len(rd["advantages"]) == len(rd["returns"]) == len(rd["partition"])
-        for k, j in enumerate(rd["partition"]):
-            s = samples[j]
-            row = rows[s.metadata[slime.ROW_KEY]["rollout_id"]]
-            want = row.advantage * row.weight
-            adv, ret = rd["advantages"][k], rd["returns"][k]
-            assert adv.shape == (s.response_length,) and adv.dtype == torch.float32
-            assert torch.allclose(adv, torch.full_like(adv, want), atol=1e-6), (j, adv, want)
-            assert torch.equal(adv, ret)
-            assert s.reward == pytest.approx(row.used, abs=1e-12) and row.mask
-            if row.source == "anchor":
-                anchors += 1
-                assert row.used == pytest.approx(grade(s.response, int(s.label)), abs=1e-12)
-            if row.weight != 1.0 and row.advantage != 0.0:
-                weighted += 1
-    assert 0 < anchors < len(samples)
+    for groups, ranks in zip(rollouts, ranks_of, strict=True):
+        samples = [s for g in groups for s in g]
+        assert sorted(j for rd in ranks for j in rd["partition"]) == list(range(len(samples)))
+        for rd in ranks:
+            assert len(rd["advantages"]) == len(rd["returns"]) == len(rd["partition"])
+            for k, j in enumerate(rd["partition"]):
+                s = samples[j]
+                row = rows[s.metadata[slime.ROW_KEY]["rollout_id"]]
+                want = row.advantage * row.weight
+                adv, ret = rd["advantages"][k], rd["returns"][k]
+                assert adv.shape == (s.response_length,) and adv.dtype == torch.float32
+                assert torch.allclose(adv, torch.full_like(adv, want), atol=1e-6), (j, adv, want)
+                assert torch.equal(adv, ret)
+                assert s.reward == pytest.approx(row.used, abs=1e-12) and row.mask
+                assert rd["raw_reward"][j] == s.reward
+                if row.source == "anchor":
+                    anchors += 1
+                    assert row.used == pytest.approx(grade(s.response, int(s.label)), abs=1e-12)
+                    assert row.weight >= 1
+                else:
+                    assert row.weight == 1
+                if row.weight != 1.0 and row.advantage != 0.0:
+                    weighted += 1
+    assert 0 < anchors < STEPS * PROMPTS * N
     assert weighted > 0, "no row where the IVD weight changes the advantage: the test would not see it dropped"
 
 
