@@ -181,3 +181,98 @@ def test_ors_task_spec_errors() -> None:
         ors.parse_task({"prompt": "p", "tests": [1, 2]})
     with pytest.raises(ValueError, match="task_spec.prompt"):
         ors.parse_task({"prompt": 1})
+
+
+def test_ors_with_trls_own_client(
+    kafka: str, redis_url: str, wmrl_cli: Path, prefix: str, judge_url: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """TRL 1.16's ORS client (``trl.experimental.openreward``, on the ``openreward`` SDK) against the
+    server: ``OpenRewardSpec`` lists the task split and discovers the tools through a session, and
+    ``_RolloutEnvironment`` (what ``spec.environment_factory`` builds; here one client each, so the
+    episodes can run in parallel threads) resets onto a task by index, calls ``submit`` and keeps the
+    reward that ``spec.reward_funcs`` hands GRPO. TRL's own tool loop calls tools one rollout at a
+    time: a submit whose group cannot complete meanwhile ends at the server's timeout, recorded by
+    TRL as a tool error with no reward — checked here with a 1 s timeout.
+
+    The SDK (openreward 0.1.167) sends session requests to ``sessions.<host>`` of the URL it is given
+    (openreward.ai's routing) unless ``OPENREWARD_SESSION_URL`` names the server: a self-hosted
+    server needs it set to its own URL."""
+    openreward_trl = pytest.importorskip("trl.experimental.openreward")
+    env_mod = pytest.importorskip("trl.experimental.openreward.environment")
+    tasks = [{"prompt": f"what is {j} + {j + 3}?", "label": str(2 * j + 3)} for j in range(PROMPTS)]
+    answers = [f"it is {'7' * (i + 1)} ({i})" for i in range(N)]
+    run = mixed_run("ors-trl", [f"s0-g{j}" for j in range(PROMPTS)], ANCHOR)
+    st = Stages(wmrl_cli, kafka, redis_url, prefix)
+    st.run("topics", "create", "--partitions", "1")
+    try:
+        start_stages(st, judge_url, "label", tmp_path)
+        with RewardClient(kafka, run, f"{st.unique}-ors", anchor_fraction=ANCHOR, topic_prefix=prefix) as client:
+            grouper = Grouper(client, group_size=N, groups_per_step=PROMPTS, timeout=90)
+            srv = ors.OrsApp(grouper, tasks=tasks, timeout=90).server("127.0.0.1", 0)
+            short = ors.OrsApp(grouper, tasks=[{"prompt": "alone", "group": "never-complete"}], timeout=1.0)
+            srv2 = short.server("127.0.0.1", 0)
+            for s in (srv, srv2):
+                threading.Thread(target=s.serve_forever, daemon=True).start()
+            url = f"http://127.0.0.1:{srv.server_address[1]}"
+            monkeypatch.setenv("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
+            monkeypatch.setenv("OPENREWARD_SESSION_URL", url)
+            monkeypatch.setenv("OPENREWARD_API_URL", url)
+            try:
+                spec = openreward_trl.OpenRewardSpec(url)
+                ds = spec.train_dataset
+                assert ds["task_index"] == list(range(PROMPTS)) and ds["label"] == [t["label"] for t in tasks]
+                factory = spec.environment_factory
+                assert callable(getattr(factory(), "submit", None)), "TRL bound no submit tool"
+                # GRPO's batch: N rollouts of each task, consecutive.
+                envs = [env_mod._RolloutEnvironment(base_url=url, split="train") for _ in range(PROMPTS * N)]
+                prompts: list[str] = [""] * len(envs)
+
+                def episode(k: int) -> None:
+                    prompts[k] = envs[k].reset(**{k2: v[k // N] for k2, v in ds[:].items()})
+                    envs[k].submit(answer=answers[k % N])
+
+                t0 = time.perf_counter()
+                threads = [threading.Thread(target=episode, args=(k,)) for k in range(len(envs))]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(120)
+                took = time.perf_counter() - t0
+                rewards = spec.reward_funcs(environments=envs)
+                # TRL's sequential tool loop, one rollout of a group alone: the server's timeout, no reward.
+                url2 = f"http://127.0.0.1:{srv2.server_address[1]}"
+                monkeypatch.setenv("OPENREWARD_SESSION_URL", url2)
+                lone = env_mod._RolloutEnvironment(base_url=url2, split="train")
+                lone.reset(task_index=0)
+                t1 = time.perf_counter()
+                out = lone.submit(answer="x")
+                lone_took = time.perf_counter() - t1
+                for e in [*envs, lone]:
+                    e._close()
+            finally:
+                for s in (srv, srv2):
+                    s.shutdown()
+                    s.server_close()
+                grouper.close()
+        st.check_alive()
+    finally:
+        codes = st.stop()
+    assert all(code == 0 for _, code in codes), codes
+    print(f"ors via TRL's client: {len(envs)} parallel episodes, one wmrl step: {took:.3f}s; "
+          f"a lone sequential submit: {lone_took:.2f}s")  # fmt: skip
+
+    assert prompts == [tasks[k // N]["prompt"] for k in range(len(envs))]
+    anchors = 0
+    for k, (e, r) in enumerate(zip(envs, rewards, strict=True)):
+        md = e.metadata[-1]
+        assert e.finished and r is not None and md is not None and md["wmrl_step"] == 0, (k, e.last_output)
+        label, answer = tasks[k // N]["label"], answers[k % N]
+        if md["wmrl_anchor"]:
+            anchors += 1
+            assert r == pytest.approx(grade(answer, int(label)), abs=1e-12)
+        else:
+            assert r == pytest.approx(judge_score(answer), abs=1e-12)
+    assert 0 < anchors < len(envs)
+    assert out.startswith("Error:") and "no wmrl reward within 1s" in out, out
+    assert lone.reward is None and 1.0 <= lone_took < 30

@@ -48,7 +48,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +72,10 @@ SESSION_TTL = 900.0
 
 CHUNK = 4096
 """Bytes of the result per SSE event: larger results go as ``chunk`` events before ``end``."""
+
+ENV_ROUTES = ("tools", "task_tools", "splits", "tasks", "num_tasks", "task", "task_range", "prompt", "call")
+"""The per-environment routes, also served at the root for the default environment (the SDKs ask there
+when given a server URL without an environment name)."""
 
 TOOL = {
     "name": "submit",
@@ -129,8 +133,15 @@ class OrsApp:
 
     def __init__(self, grouper: Grouper, *, env_name: str = "wmrl", timeout: float | None = DEFAULT_TIMEOUT,
                  token: str | None = None, ping: float = 10.0, session_ttl: float = SESSION_TTL,
-                 limits: Limits | None = None) -> None:  # fmt: skip
+                 limits: Limits | None = None, tasks: Sequence[Mapping[str, Any]] = (),
+                 split: str = "train") -> None:  # fmt: skip
         self.grouper, self.env, self.timeout, self.ping, self.ttl = grouper, env_name, timeout, ping, session_ttl
+        for k, t in enumerate(tasks):
+            try:
+                parse_task(t)
+            except ValueError as e:
+                raise ValueError(f"task {k}: {e}") from None
+        self.tasks, self.split = [dict(t) for t in tasks], split
         self.limits = limits or Limits()
         self._token = token.encode() if token else None
         self.sessions: dict[str, _Session] = {}
@@ -201,6 +212,8 @@ class OrsApp:
             s = self._session(request, created=False)
             self._drop(s.sid)
             return _json_reply(200, {"sid": s.sid})
+        if len(parts) == 1 and parts[0] in ENV_ROUTES:  # the default environment at the root, as the SDK asks
+            parts = [self.env, parts[0]]
         if len(parts) == 2:
             self._env_of(parts[0])
             what = parts[1]
@@ -210,9 +223,9 @@ class OrsApp:
                 self._session(request)
                 return _json_reply(200, {"tools": [TOOL]})
             if m == "GET" and what == "splits":
-                return _json_reply(200, [{"name": "train", "type": "train"}])  # type: ignore[arg-type]
+                return _json_reply(200, [{"name": self.split, "type": "train"}])  # type: ignore[arg-type]
             if m == "POST" and what in ("tasks", "num_tasks", "task", "task_range"):
-                raise _Reply(400, "wmrl has no task list: create each session with a task_spec")
+                return _json_reply(200, await self._task_list(request, what))
             if m == "GET" and what == "prompt":
                 s = self._session(request)
                 return _json_reply(200, [{"text": s.prompt, "detail": None, "type": "text"}])  # type: ignore[arg-type]
@@ -231,6 +244,28 @@ class OrsApp:
         await resp.write_eof()
         return resp
 
+    async def _task_list(self, request: BaseRequest, what: str) -> dict[str, Any]:
+        body = await _read_json(request, self.limits)
+        if not self.tasks:
+            raise _Reply(400, "this server has no task list (--tasks): create each session with a task_spec")
+        if body.get("split") != self.split:
+            raise _Reply(400, f"Invalid split {str(body.get('split'))[:64]!r} (this server has {self.split!r})")
+        if what == "tasks":
+            return {"tasks": self.tasks, "env_name": self.env}
+        if what == "num_tasks":
+            return {"num_tasks": len(self.tasks)}
+        if what == "task":
+            return {"task": self._task(body.get("index")), "env_name": self.env}
+        start, stop = body.get("start"), body.get("stop")
+        if not all(x is None or isinstance(x, int) for x in (start, stop)):
+            raise _Reply(400, 'fields "start"/"stop": want integers')
+        return {"tasks": self.tasks[start:stop], "env_name": self.env}
+
+    def _task(self, index: Any) -> dict[str, Any]:
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self.tasks):
+            raise _Reply(400, f"Invalid index {str(index)[:32]} (the split has {len(self.tasks)} tasks)")
+        return self.tasks[index]
+
     async def _create(self, request: BaseRequest) -> web.StreamResponse:
         s = self._session(request, created=False)
         if s.created:
@@ -239,9 +274,12 @@ class OrsApp:
         env = body.get("env_name")
         if env is not None:
             self._env_of(str(env))
-        if body.get("task_spec") is None:
-            raise _Reply(400, "wmrl has no task list: give task_spec (split and index are not supported)")
-        s.prompt, s.key, s.meta = parse_task(body["task_spec"])
+        spec = body.get("task_spec")
+        if spec is None:
+            if body.get("split") != self.split or not self.tasks:
+                raise _Reply(400, f"give a task_spec, or split {self.split!r} and an index into --tasks")
+            spec = self._task(body.get("index"))
+        s.prompt, s.key, s.meta = parse_task(spec)
         s.created = True
         return _json_reply(200, {"sid": s.sid})
 
@@ -322,6 +360,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ping", type=float, default=10.0, help="seconds between SSE keep-alive comments")
     ap.add_argument("--session-ttl", type=float, default=SESSION_TTL, help="idle seconds before a session is dropped")
     ap.add_argument("--env-name", default="wmrl")
+    ap.add_argument("--tasks", default=None, help="JSON Lines file of task_specs: the task list of --split")
+    ap.add_argument("--split", default="train", help="the split the --tasks list is served as")
     ap.add_argument("--token-file", default=None, help="file holding the API key (default: WMRL_RM_TOKEN)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8080)
@@ -331,6 +371,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.token_file:
         with open(args.token_file, encoding="utf-8") as f:
             token = f.read().strip() or None
+    tasks = []
+    if args.tasks:
+        with open(args.tasks, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        tasks.append(json.loads(line))
+                    except ValueError as e:
+                        sys.exit(f"wmrl ors: {args.tasks}:{n}: not JSON: {e}")
     opts = KafkaOptions.from_env()
     if args.topic_prefix is not None:
         opts.topic_prefix = args.topic_prefix
@@ -340,8 +389,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"wmrl ors: {e}")
     grouper = Grouper(client, group_size=args.group_size, groups_per_step=args.groups_per_step,
                       flush_after=args.flush_after, start_step=args.start_step, timeout=args.timeout)  # fmt: skip
-    app = OrsApp(grouper, env_name=args.env_name, timeout=args.timeout, token=token, ping=args.ping,
-                 session_ttl=args.session_ttl)  # fmt: skip
+    try:
+        app = OrsApp(grouper, env_name=args.env_name, timeout=args.timeout, token=token, ping=args.ping,
+                     session_ttl=args.session_ttl, tasks=tasks, split=args.split)  # fmt: skip
+    except ValueError as e:
+        sys.exit(f"wmrl ors: {args.tasks}: {e}")
     srv = app.server(args.host, args.port)
     log.info("serving ORS environment %r on http://%s:%d/ for run %s%s", args.env_name, args.host,
              srv.server_address[1], args.run, " (API key required)" if token else "")  # fmt: skip
