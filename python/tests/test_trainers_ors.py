@@ -1,18 +1,20 @@
-"""wmrl's ORS environment driven by an Open Reward Standard client on the real stages.
+"""wmrl's ORS environment driven by Open Reward Standard clients on the real stages.
 
-TRL 1.16.0, the release a package install gives, ships no ORS client (its package has no module
-or reference to the Open Reward Standard), so the client here is the specification's own: the
-requests of its HTTP API reference and protocol overview (``POST /create_session``, ``POST
-/create`` with ``X-Session-ID`` and a ``task_spec``, ``GET /{env}/prompt``, ``GET /{env}/tools``,
-``POST /{env}/call`` answered as Server-Sent Events ``task_id`` → ``chunk``* → ``end`` | ``error``,
-``POST /ping``, ``POST /delete``), with the SSE parsing and the ``X-API-Key`` header of the
-reference SDK's client (ors-sdk 0.1.0, openrewardstandard/python-sdk commit
-34b9c21b298cc525179db3231fbafe6a9e54ccf7: ``ors/client/_http.py``), reimplemented on aiohttp.
+1. The specification's own requests (its HTTP API reference and protocol overview: ``POST
+   /create_session``, ``POST /create`` with ``X-Session-ID`` and a ``task_spec``, ``GET
+   /{env}/prompt``, ``GET /{env}/task_tools``, ``POST /{env}/call`` answered as Server-Sent Events
+   ``task_id`` → ``chunk``* → ``end`` | ``error``, ``POST /ping``, ``POST /delete``), with the SSE
+   parsing and the ``X-API-Key`` header of the reference SDK's client (ors-sdk 0.1.0,
+   openrewardstandard/python-sdk commit 34b9c21b298cc525179db3231fbafe6a9e54ccf7:
+   ``ors/client/_http.py``), on aiohttp: keep-alive comments, reconnection by ``task_id``, a second
+   submit, auth and routing errors.
+2. TRL 1.16.0's own ORS client, ``trl.experimental.openreward`` (``OpenRewardSpec`` and the
+   per-rollout ``_RolloutEnvironment`` it builds, on the ``openreward`` SDK 0.1.167).
 
-Two prompts × 4 episodes run concurrently, one session each, as a trainer's rollout workers would:
+Two prompts × 4 episodes run concurrently, one session each, as parallel rollout workers would:
 each episode's reward must be its own completion's wmrl reward — the sandbox's grade against the
 task's label for anchor groups, the world model's score otherwise — from one wmrl step of two
-whole groups; the streams must carry keep-alive comments while the step is corrected.
+whole groups.
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ class Client:
         else:  # the specification's example: {"sid": ...}
             sid = (await self.json("POST", "/create_session"))["sid"]
         task = {"prompt": prompt, "group": group, "label": label}
-        assert (await self.json("POST", "/create", sid, {"env_name": "wmrl", "task_spec": task, "secrets": {}}))["sid"] == sid
+        created = await self.json("POST", "/create", sid, {"env_name": "wmrl", "task_spec": task, "secrets": {}})
+        assert created == {"sid": sid}
         assert await self.json("GET", "/wmrl/prompt", sid) == [{"text": prompt, "detail": None, "type": "text"}]
         tools = (await self.json("GET", "/wmrl/task_tools", sid))["tools"]
         assert [t["name"] for t in tools] == ["submit"]

@@ -166,7 +166,8 @@ def test_slime_advantages_through_the_real_stages(
     finally:
         codes = st.stop()
     assert all(code == 0 for _, code in codes), codes
-    print(f"slime: wmrl steps of {PROMPTS}x{N} through group_rm + the two hooks: " + ", ".join(f"{t:.3f}s" for t in took))
+    print(f"slime: wmrl steps of {PROMPTS}x{N} through group_rm + the two hooks: "
+          + ", ".join(f"{t:.3f}s" for t in took))  # fmt: skip
 
     anchors, weighted = 0, 0
     for groups, ranks in zip(rollouts, ranks_of, strict=True):

@@ -26,11 +26,22 @@ environment, ``wmrl`` (``--env-name``), whose episode is one completion scored b
   no graded reward, or a step not corrected within ``--timeout``, ends the stream with an ``error``
   event saying so; an unknown tool or a second submit is ``{"ok": false, "error": ...}``. A
   client that reconnects with the ``task_id`` it was sent gets the same call's result.
+* ``--tasks FILE`` (JSON Lines, one ``task_spec`` each) serves a task list as split ``--split``
+  (``/{env}/tasks``, ``num_tasks``, ``task``, ``task_range``) and sessions created by ``split`` and
+  ``index``: what TRL's ORS client (``trl.experimental.openreward.OpenRewardSpec``, TRL ≥ 1.16, on
+  the ``openreward`` SDK) builds its dataset from. That SDK sends session requests to
+  ``sessions.<host>`` of the URL it is given unless ``OPENREWARD_SESSION_URL`` is set: set it (and
+  ``OPENREWARD_API_URL``) to this server's URL.
+* Grouping needs the episodes of a group to run concurrently: a submit returns when its whole group
+  has submitted and its step is corrected. TRL's ``GRPOTrainer`` (1.16) calls environment tools
+  one rollout at a time, so there a submit waits for ``--timeout`` and TRL records a tool error
+  with no reward: use wmrl's TRL ``RewardFunc`` for GRPOTrainer; the endpoint serves clients whose
+  rollout workers run episodes in parallel (ORS sessions are independent by design).
 * ``POST /create_session`` answers SSE (``task_id`` = the sid, then ``end``) to a client that
   accepts ``text/event-stream`` (the reference SDK), else ``{"sid": ...}`` (the specification's
   example). ``/health``, ``/list_environments``, ``/{env}/tools``, ``/{env}/task_tools``,
   ``/{env}/splits``, ``/{env}/prompt``, ``/ping``, ``/delete`` and ``/delete_session`` are as
-  specified; wmrl has no task list (``/{env}/tasks``, ``/create`` with ``split``/``index``: 400).
+  specified, also at the root for the default environment (as the SDKs ask given a bare URL).
   A session idle for ``--session-ttl`` seconds (15 minutes, as specified) is dropped.
 * Auth: with ``--token-file`` (or WMRL_RM_TOKEN) every request but ``/health`` needs the token as
   ``X-API-Key`` (the reference SDK's header), ``Authorization: Bearer`` or ``?token=``. The HTTP

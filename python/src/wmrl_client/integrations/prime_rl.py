@@ -89,7 +89,9 @@ def grouper_for(group_size: int, env: Mapping[str, str] | None = None) -> Groupe
             return g
         missing = [k for k in ("WMRL_RUN", "WMRL_TRAINER_GROUP") if not e.get(k)]
         if missing:
-            raise RuntimeError(f"wmrl prime-rl algorithm: set {' and '.join(missing)} (the run id and the trainer's group)")
+            raise RuntimeError(
+                f"wmrl prime-rl algorithm: set {' and '.join(missing)} (the run id and the trainer's group)"
+            )
         per_step = e.get("WMRL_GROUPS_PER_STEP")
         client = RewardClient(None, e["WMRL_RUN"], e["WMRL_TRAINER_GROUP"], kafka=KafkaOptions.from_env(e),
                               anchor_fraction=float(e.get("WMRL_ANCHOR_FRACTION", "0.25")))  # fmt: skip
