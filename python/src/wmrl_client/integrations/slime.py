@@ -35,6 +35,10 @@ from wmrl_client.integrations.verl import sample_reply
 from wmrl_client.options import KafkaOptions
 from wmrl_client.reward import RewardClient
 
+ROW_KEY = "wmrl"
+"""The key of ``sample.metadata`` where ``group_rm`` leaves the sample's wmrl row (fused advantage,
+step, rollout id, weight, mask) for ``post_process_rewards``; see ``slime_advantage``."""
+
 _groupers: dict[int, Grouper] = {}
 _lock = threading.Lock()
 _configured: Grouper | None = None
@@ -99,4 +103,9 @@ async def group_rm(args: Any, samples: Sequence[Any], **_: Any) -> list[float]:
             for s in samples
         )  # fmt: skip
     )
+    for s, r in zip(samples, results, strict=True):
+        md = getattr(s, "metadata", None)
+        if isinstance(md, dict):  # read back by post_process_rewards, in this (the rollout) process
+            md[ROW_KEY] = {"advantage": r.advantage * r.weight, "step": r.step, "rollout_id": r.rollout_id,
+                           "weight": r.weight, "mask": r.mask}  # fmt: skip
     return [float(sample_reply(r)["score"]) for r in results]

@@ -1,0 +1,1 @@
+"""Replay of prime-rl's orchestrator algorithm contract (see tests/replay/README.md): not prime-rl."""
