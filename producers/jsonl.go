@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -68,10 +69,12 @@ type JSONLConfig struct {
 	// MaxLineBytes bounds a line (default DefaultMaxLineBytes).
 	MaxLineBytes int
 	// OnBadLine, when set, receives every line that does not parse or validate on its own (the
-	// error wraps ErrLine; raw is only valid during the call) and the line is skipped, so one
-	// poison line does not stop the run; a non-nil return stops it. When nil a bad line stops
-	// the run. Errors that involve several lines (step order, groups that disagree) and lines
-	// over MaxLineBytes always stop it.
+	// error wraps ErrLine; raw is only valid during the call) and the whole group the line names
+	// (its step and group_id) is left out of its step, so one poison line neither stops the run
+	// nor publishes its group short of a rollout; a non-nil return stops it. A bad line whose
+	// step and group_id cannot be read stops the run all the same (its group is unknown). When
+	// nil a bad line stops the run before anything of its step is published. Errors that involve
+	// several lines (step order, groups that disagree) and lines over MaxLineBytes always stop it.
 	OnBadLine func(line int, raw []byte, err error) error
 }
 
@@ -86,6 +89,11 @@ type JSONL struct {
 	line    int
 	pending *parsedLine
 	done    bool
+	// dropped holds, per step, the groups left out for a bad line (OnBadLine); emitted is the
+	// last step returned by Next (-1: none yet).
+	dropped map[int64]map[string]bool
+	emitted int64
+	drops   []string
 }
 
 // NewJSONL reads from r.
@@ -98,8 +106,12 @@ func NewJSONL(r io.Reader, cfg JSONLConfig) (*JSONL, error) {
 	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, min(64<<10, cfg.MaxLineBytes)), cfg.MaxLineBytes)
-	return &JSONL{cfg: cfg, sc: sc}, nil
+	return &JSONL{cfg: cfg, sc: sc, dropped: map[int64]map[string]bool{}, emitted: -1}, nil
 }
+
+// DroppedGroups names the groups left out so far for bad lines (OnBadLine), as
+// "step <n> group <id>", in the order they were dropped.
+func (j *JSONL) DroppedGroups() []string { return j.drops }
 
 // parsedLine is one rollout of the input with the group it belongs to.
 type parsedLine struct {
@@ -114,8 +126,25 @@ type parsedLine struct {
 	spec          RolloutSpec
 }
 
-// Next implements Backend.
+// Next implements Backend. A step whose every group was dropped (OnBadLine) is skipped.
 func (j *JSONL) Next(ctx context.Context) (StepBatch, error) {
+	for {
+		b, err := j.next(ctx)
+		if err != nil {
+			return b, err
+		}
+		j.emitted = b.Step
+		if drop := j.dropped[b.Step]; len(drop) > 0 {
+			delete(j.dropped, b.Step)
+			b.Groups = slices.DeleteFunc(b.Groups, func(g GroupSpec) bool { return drop[g.GroupID] })
+		}
+		if len(b.Groups) > 0 {
+			return b, nil
+		}
+	}
+}
+
+func (j *JSONL) next(ctx context.Context) (StepBatch, error) {
 	if j.done {
 		return StepBatch{}, io.EOF
 	}
@@ -213,6 +242,38 @@ func lineErr(line int, format string, args ...any) error {
 	return fmt.Errorf("%w: line %d: %s", ErrLine, line, fmt.Sprintf(format, args...))
 }
 
+// drop hands bad line b to OnBadLine and leaves out the group it names; a line whose step and
+// group_id cannot be read, or whose step was already published, is an error (its group could
+// not be left out whole).
+func (j *JSONL) drop(b []byte, lerr error) error {
+	var named struct {
+		Schema  string `json:"schema"`
+		Step    *int64 `json:"step"`
+		GroupID string `json:"group_id"`
+	}
+	if json.Unmarshal(b, &named) != nil || named.Step == nil || *named.Step < 0 || named.GroupID == "" {
+		return fmt.Errorf("%w (its step and group_id cannot be read, so its group cannot be left out whole)", lerr)
+	}
+	if *named.Step <= j.emitted {
+		return fmt.Errorf("%w (step %d was already published)", lerr, *named.Step)
+	}
+	gid := named.GroupID
+	if named.Schema == "" { // the short form's published group id (parse)
+		gid = strconv.FormatInt(*named.Step, 10) + "-" + named.GroupID
+	}
+	if err := j.cfg.OnBadLine(j.line, b, lerr); err != nil {
+		return err
+	}
+	if j.dropped[*named.Step] == nil {
+		j.dropped[*named.Step] = map[string]bool{}
+	}
+	if !j.dropped[*named.Step][gid] {
+		j.dropped[*named.Step][gid] = true
+		j.drops = append(j.drops, fmt.Sprintf("step %d group %s", *named.Step, gid))
+	}
+	return nil
+}
+
 // read returns the next non-blank line, parsed.
 func (j *JSONL) read() (*parsedLine, error) {
 	for j.sc.Scan() {
@@ -223,8 +284,8 @@ func (j *JSONL) read() (*parsedLine, error) {
 		}
 		pl, err := j.parse(b)
 		if err != nil && j.cfg.OnBadLine != nil {
-			if cerr := j.cfg.OnBadLine(j.line, b, err); cerr != nil {
-				return nil, cerr
+			if derr := j.drop(b, err); derr != nil {
+				return nil, derr
 			}
 			continue
 		}

@@ -3,6 +3,7 @@ package producers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -178,4 +179,55 @@ func FuzzJSONL(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestJSONLBadLineDropsWholeGroup: with OnBadLine a bad line leaves out the whole group it names
+// (before, the group went on with the lines that did parse: 2 of 3 rollouts), a step left
+// without groups is skipped, and a bad line whose group cannot be read stops the input. Without
+// OnBadLine the first bad line stops it, naming the line and field, before its step is returned.
+func TestJSONLBadLineDropsWholeGroup(t *testing.T) {
+	in := strings.Join([]string{
+		`{"step": 0, "group_id": "q1", "artifact": "a"}`,
+		`{"step": 0, "group_id": "q2", "artifact": "a"}`,
+		`{"step": 0, "group_id": "q1", "artifact": "b", "sorce": "typo"}`,
+		`{"step": 0, "group_id": "q1", "artifact": "c"}`,
+		`{"step": 1, "group_id": "q1", "artifact": 7}`,
+		`{"step": 2, "group_id": "q1", "artifact": "d"}`,
+	}, "\n")
+	var bad []int
+	b, err := NewJSONL(strings.NewReader(in), JSONLConfig{RunID: "r", OnBadLine: func(line int, _ []byte, err error) error {
+		bad = append(bad, line)
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, err := drain(t, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range steps {
+		for _, g := range s.Groups {
+			got = append(got, fmt.Sprintf("%s:%d", g.GroupID, len(g.Rollouts)))
+		}
+	}
+	if strings.Join(got, ",") != "0-q2:1,2-q1:1" || fmt.Sprint(bad) != "[3 5]" {
+		t.Errorf("groups %v (bad lines %v), want 0-q2:1,2-q1:1 (bad lines [3 5])", got, bad)
+	}
+	if d := b.DroppedGroups(); fmt.Sprint(d) != "[step 0 group 0-q1 step 1 group 1-q1]" {
+		t.Errorf("DroppedGroups %q", d)
+	}
+
+	b, _ = NewJSONL(strings.NewReader(`{"step": 0, "group_id": "q1"}`+"\n"+`{"step": 0, "group_`), JSONLConfig{RunID: "r",
+		OnBadLine: func(int, []byte, error) error { return nil }})
+	if _, err := drain(t, b); !errors.Is(err, ErrLine) || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "cannot be read") {
+		t.Errorf("unreadable bad line: %v", err)
+	}
+
+	b, _ = NewJSONL(strings.NewReader(in), JSONLConfig{RunID: "r"})
+	steps, err = drain(t, b)
+	if len(steps) != 0 || !errors.Is(err, ErrLine) || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), `"sorce"`) {
+		t.Errorf("without OnBadLine: %d steps, err %v; want none and line 3's field named", len(steps), err)
+	}
 }

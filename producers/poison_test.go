@@ -20,9 +20,10 @@ import (
 	"github.com/wmrl/wmrl/topics"
 )
 
-// A JSONL input with two 10 MB lines on the real broker: a line that does not validate (an
-// unknown field padded to 10 MB) goes to the dead-letter topic without its value and the run
-// goes on; a 10 MB artifact goes by reference. Every other line is published.
+// A JSONL input with two 10 MB lines on the real broker, bad lines handed to OnBadLine (generate
+// --skip-invalid): a line that does not validate (an unknown field padded to 10 MB) goes to the
+// dead-letter topic without its value, its group (q3 of step 0, no other line) is left out and
+// the run goes on; a 10 MB artifact goes by reference. Every other line is published.
 func TestGeneratorPoisonLines(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -35,7 +36,7 @@ func TestGeneratorPoisonLines(t *testing.T) {
 		}
 		return string(b)
 	}
-	poison := string(testenv.PoisonJSON(`"step":0,"group_id":"q2","artifact":"x"`, testenv.PoisonBytes))
+	poison := string(testenv.PoisonJSON(`"step":0,"group_id":"q3","artifact":"x"`, testenv.PoisonBytes))
 	input := strings.Join([]string{
 		line(map[string]any{"step": 0, "group_id": "q1", "artifact": "a"}),
 		line(map[string]any{"step": 0, "group_id": "q1", "artifact": "b"}),

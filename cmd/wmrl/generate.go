@@ -16,6 +16,7 @@ import (
 	"github.com/wmrl/wmrl/internal/health"
 	"github.com/wmrl/wmrl/producers"
 	"github.com/wmrl/wmrl/producers/pacing"
+	"github.com/wmrl/wmrl/statestore"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -36,7 +37,8 @@ type generateOptions struct {
 	maxAhead, policyLag                                       int64
 	trainerGroups                                             []string
 	metricsAddr                                               string
-	endRun                                                    bool
+	endRun, skipInvalid                                       bool
+	redisPrefix                                               string
 }
 
 func newGenerateCmd(a *app) *cobra.Command {
@@ -62,6 +64,12 @@ Backends:
           WMRL_POLICY_API_KEY or OPENAI_API_KEY.
   jsonl   rollouts from --input FILE (or - for stdin), one JSON object per line (see docs/stages.md):
           {"step": 0, "group_id": "q1", "prompt": "...", "artifact": "..."} or a full rollout record.
+          A line that does not parse or validate stops generate (exit 2, naming the line and the
+          field) before anything of its step is published; the steps before it are published and
+          the run is not ended, so the fixed file's remaining steps can follow
+          (--end-run=false for all but the last part). With --skip-invalid the bad line goes to
+          the dead-letter topic (reason bad-input) and the whole group it names is left out of its
+          step (never published short of a rollout); the run is then not ended at the input's end.
 The built-in task's policy is not a backend here: it learns from the advantages, so only
 'wmrl demo', which closes that loop, runs it.
 
@@ -71,6 +79,9 @@ advantages topic; trainers commit only past acknowledged steps). K=1 is on-polic
 turns the bound off. A pause and a resume are logged, and --metrics-addr serves
 wmrl_generate_paused, wmrl_generate_steps_ahead, wmrl_generate_pauses_total and
 wmrl_generate_paused_seconds_total.
+
+A run that 'wmrl correct' has ended (its end recorded in Redis under --redis-prefix) is refused
+before anything is published: correct would dead-letter every record of it (run_ended).
 
 End of run: when the input ends (not on a signal or an error), generate publishes the run's
 end-of-run request on the run-control topic (<prefix>runs.v1) naming the last step it published;
@@ -98,6 +109,8 @@ end'. Pass --end-run=false also when another generate invocation continues the s
 	f.Int64Var(&o.maxAhead, "max-steps-ahead", 0, "hold a step back while it is this many steps ahead of the slowest trainer (0: no bound)")
 	f.StringSliceVar(&o.trainerGroups, "trainer-group", nil, "consumer group of a trainer of this run (repeatable; needed with --max-steps-ahead)")
 	f.BoolVar(&o.endRun, "end-run", true, "when the input ends, publish the run's end-of-run record naming the last step published (--end-run=false when more generate invocations continue the run)")
+	f.BoolVar(&o.skipInvalid, "skip-invalid", false, "jsonl: dead-letter a line that does not parse or validate and leave out the whole group it names, instead of stopping; the run is then not ended")
+	f.StringVar(&o.redisPrefix, "redis-prefix", statestore.DefaultPrefix, "key prefix of the correction state in Redis (as 'wmrl correct --redis-prefix'): a run ended there is refused")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "with --max-steps-ahead: serve Prometheus /metrics here, e.g. 127.0.0.1:9469 (empty: off)")
 	f.String("policy-api-key-file", "", "openai: file holding the policy server's API key, instead of WMRL_POLICY_API_KEY (trailing line breaks removed)")
 	f.StringVar(&o.promptsFile, "prompts", "", "openai: prompts JSONL file")
@@ -135,17 +148,24 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 		}
 	}
 	var g *producers.Generator
-	b, closeInput, err := o.newBackend(ctx, func(line int, raw []byte, lerr error) error {
-		source := "jsonl:" + o.input
-		if o.input == "" || o.input == "-" {
-			source = "jsonl:stdin"
+	var onBadLine func(int, []byte, error) error
+	if o.skipInvalid {
+		onBadLine = func(line int, raw []byte, lerr error) error {
+			source := "jsonl:" + o.input
+			if o.input == "" || o.input == "-" {
+				source = "jsonl:stdin"
+			}
+			return g.DeadLetterInput(ctx, source, int64(line), raw, lerr)
 		}
-		return g.DeadLetterInput(ctx, source, int64(line), raw, lerr)
-	})
+	}
+	b, closeInput, err := o.newBackend(ctx, onBadLine)
 	if err != nil {
 		return err
 	}
 	defer closeInput()
+	if err := o.refuseEnded(ctx); err != nil {
+		return err
+	}
 	kopts, err := a.kafkaOpts()
 	if err != nil {
 		return err
@@ -176,7 +196,15 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 	st, err := g.Run(ctx)
 	fmt.Fprintf(a.stdout, "published %d steps, %d groups (%d anchor), %d rollouts (%d by reference)\n",
 		st.Steps, st.Groups, st.AnchorGroups, st.Rollouts, st.ByReference)
-	if err == nil && o.endRun {
+	var dropped []string
+	if j, ok := b.(*producers.JSONL); ok {
+		dropped = j.DroppedGroups()
+	}
+	if len(dropped) > 0 {
+		a.log.Warn("groups left out for invalid lines (--skip-invalid; the lines are on the dead-letter topic, reason bad-input); the run is not ended",
+			"run", o.runID, "groups", len(dropped), "dropped", dropped)
+	}
+	if err == nil && o.endRun && len(dropped) == 0 {
 		switch last, eerr := g.EndRun(ctx); {
 		case errors.Is(eerr, producers.ErrNoSteps):
 			a.log.Warn("no step published: no end-of-run record")
@@ -194,9 +222,34 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 	return err
 }
 
+// refuseEnded fails when 'wmrl correct' has recorded the run's end in Redis: every record
+// published into it would be dead-lettered (run_ended) or dropped as a re-read of a sealed step.
+// Redis is a cache of correct's state, so an unreachable Redis is a warning, not a refusal.
+func (o *generateOptions) refuseEnded(ctx context.Context) error {
+	rdb, err := o.a.redis()
+	if err != nil {
+		o.a.log.Warn("cannot check whether the run has ended (Redis)", "run", o.runID, "err", err)
+		return nil
+	}
+	defer rdb.Close()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	end, err := statestore.New(rdb, o.redisPrefix, 0).ReadEnd(rctx, o.runID)
+	switch {
+	case err != nil:
+		o.a.log.Warn("cannot check whether the run has ended (Redis)", "run", o.runID, "redis_prefix", o.redisPrefix, "err", err)
+		return nil
+	case end != nil:
+		return fmt.Errorf("run %s ended after step %d (%s, %s): wmrl correct would dead-letter every record of it (run_ended); publish under a new run id",
+			o.runID, end.LastStep, end.Reason, end.EndedAt.Format(time.RFC3339))
+	}
+	return nil
+}
+
 // newBackend builds the rollout source named by --backend; closeInput closes the --input file.
-// A JSONL line that does not parse or validate goes to the dead-letter topic through onBadLine and
-// the run goes on; stdin is read only until ctx ends.
+// With onBadLine (--skip-invalid) a JSONL line that does not parse or validate goes to the
+// dead-letter topic and its group is left out; without it the line stops generate. Stdin is read
+// only until ctx ends.
 func (o *generateOptions) newBackend(ctx context.Context, onBadLine func(int, []byte, error) error) (b producers.Backend, closeInput func(), err error) {
 	closeInput = func() {}
 	switch o.backend {

@@ -55,6 +55,8 @@ but never skips it. Bad input records go to the dead-letter topic. The API key c
 	f.StringVar(&o.templateFile, "prompt-template", "", "file with a text/template for the user message (default: built in)")
 	f.String("wm-api-key-file", "", "file holding the world model server's API key, instead of WMRL_WM_API_KEY (trailing line breaks removed)")
 	o.stage.add(f, worldmodel.StageName, "9464", "time in-flight requests get to finish on shutdown")
+	f.DurationVar(&o.stage.member.StallAfter, "stall-after", worldmodel.DefaultStallAfter,
+		"warn, and fail /healthz/scoring, while requests are in flight and none has been answered for this long (0: off); raise it for a judge slower than this")
 	return cmd
 }
 
@@ -83,7 +85,7 @@ func (o *worldModelOptions) run(cmd *cobra.Command, _ []string) error {
 	return o.stage.run(a, cmd, worldmodel.StageName, func(member stage.Config, artifacts artifact.Resolver) (stageRunner, error) {
 		member.Started = func() {
 			a.log.Info("world model", "base_url", cfg.BaseURL, "model", cfg.Model, "scoring_concurrency", o.concurrency,
-				"max_failure_share", member.MaxFailureShare, "failure_window", member.FailureWindow)
+				"max_failure_share", member.MaxFailureShare, "failure_window", member.FailureWindow, "stall_after", member.StallAfter)
 		}
 		// Before the stage's client exists: it joins the group at once, and leaving it would log.
 		if err := scorer.Probe(a.startupContext()); err != nil {

@@ -37,6 +37,11 @@ const (
 	DefaultMaxBackoff          = 30 * time.Second
 	DefaultMaxIdleConnsPerHost = 64
 	DefaultMaxResponseBytes    = 4 << 20
+	// DefaultStallAfter is the stage's default --stall-after: scoring requests in flight with no
+	// answer for this long make it warn and fail /healthz/scoring. A request's own timeout
+	// (DefaultTimeout, per attempt, times DefaultMaxAttempts with backoff) is far longer, so a
+	// judge that accepts requests and never answers would otherwise stay silent for minutes.
+	DefaultStallAfter = 10 * time.Second
 )
 
 // OpenAIConfig configures an OpenAIScorer. Zero-valued fields take the defaults above.

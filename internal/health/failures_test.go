@@ -95,3 +95,71 @@ func TestServeScoringEndpoint(t *testing.T) {
 		t.Fatalf("%s after 10 failures = %d, want 503", ScoringPath, c)
 	}
 }
+
+// TestFailuresBurstCountedWhenItHappens: 1,280 failures in one second used to be logged as
+// "failed=1" (the first of the burst) and the other 1,279 only with the first failure of the next
+// incident; Watch's tick now logs them once LogEvery has passed, without a new failure.
+func TestFailuresBurstCountedWhenItHappens(t *testing.T) {
+	var logs bytes.Buffer
+	now := time.Unix(0, 0)
+	f := NewFailures(FailuresConfig{What: "scoring", LogEvery: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Now: func() time.Time { return now }})
+	fail := errors.New("judge down")
+	for range 1280 {
+		f.Observe(fail)
+	}
+	f.tick() // within LogEvery: nothing more yet
+	if got := strings.Count(logs.String(), "level=WARN"); got != 1 || !strings.Contains(logs.String(), "failed=1 results=1 ") {
+		t.Fatalf("after the burst: %d warnings, want the first failure alone:\n%s", got, logs.String())
+	}
+	now = now.Add(10 * time.Second)
+	f.tick()
+	if !strings.Contains(logs.String(), "failed=1279 results=1279 failed_total=1280") {
+		t.Fatalf("LogEvery after the burst: the rest of it not logged:\n%s", logs.String())
+	}
+	now = now.Add(time.Minute)
+	f.tick() // nothing new: no warning
+	if got := strings.Count(logs.String(), "level=WARN"); got != 2 {
+		t.Fatalf("%d warnings, want 2:\n%s", got, logs.String())
+	}
+}
+
+// TestFailuresStall: work in flight with no result for StallAfter fails Check and warns (once
+// per LogEvery); a result ends the stall.
+func TestFailuresStall(t *testing.T) {
+	var logs bytes.Buffer
+	now := time.Unix(0, 0)
+	f := NewFailures(FailuresConfig{What: "worldmodel", LogEvery: 10 * time.Second, StallAfter: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Now: func() time.Time { return now }})
+	for range 3 {
+		f.Begin()
+	}
+	now = now.Add(9 * time.Second)
+	f.tick()
+	if err := f.Check(); err != nil || logs.Len() > 0 {
+		t.Fatalf("9 s in flight: Check %v, log %q; want healthy and quiet", err, logs.String())
+	}
+	now = now.Add(time.Second)
+	f.tick()
+	f.tick()
+	if err := f.Check(); !errors.Is(err, ErrStalled) || !strings.Contains(err.Error(), "3 in flight and no result for 10s") {
+		t.Fatalf("10 s in flight: Check %v, want %v with the counts", err, ErrStalled)
+	}
+	if got := strings.Count(logs.String(), "worldmodel stalled"); got != 1 || !strings.Contains(logs.String(), "in_flight=3") {
+		t.Fatalf("want one stall warning with in_flight=3:\n%s", logs.String())
+	}
+	f.End() // an answer: progress
+	if err := f.Check(); err != nil {
+		t.Fatalf("after a result: Check %v", err)
+	}
+	now = now.Add(10 * time.Second)
+	if err := f.Check(); !errors.Is(err, ErrStalled) {
+		t.Fatalf("stalled again: Check %v", err)
+	}
+	f.End()
+	f.End()
+	now = now.Add(time.Hour)
+	if err := f.Check(); err != nil {
+		t.Fatalf("nothing in flight: Check %v", err)
+	}
+}

@@ -47,7 +47,7 @@ const resultFailed = "failed"
 func (s *Stage) newFailures() *health.Failures {
 	return health.NewFailures(health.FailuresConfig{
 		What: s.cfg.Name, MaxShare: s.cfg.MaxFailureShare, Window: s.cfg.FailureWindow,
-		Logger: s.log, Share: s.metrics.failureShare.Set,
+		Logger: s.log, Share: s.metrics.failureShare.Set, StallAfter: s.cfg.StallAfter,
 	})
 }
 

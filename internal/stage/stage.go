@@ -67,6 +67,9 @@ type Config struct {
 	// above which /healthz/scoring fails (0: 0.5; above 1: never).
 	MaxFailureShare float64
 	FailureWindow   int // 0: 100
+	// StallAfter is how long handlers may be running with none returning before the stage warns
+	// and /healthz/scoring fails (0: never; see health.FailuresConfig.StallAfter).
+	StallAfter time.Duration
 	// MaxBatchBytes is the decompressed size above which a record batch is refused unread,
 	// dead-lettered by reference and skipped (0: topics.MaxBatchBytes(topics.MaxRecordBytes), the
 	// stages' inputs being JSON records).
@@ -222,9 +225,15 @@ func (s *Stage) Run(ctx context.Context) error {
 		defer close(watchDone)
 		s.watch(watchCtx)
 	}()
+	failDone := make(chan struct{})
+	go func() {
+		defer close(failDone)
+		s.failures.Watch(watchCtx)
+	}()
 	defer func() {
 		stopWatch()
 		<-watchDone
+		<-failDone
 	}()
 	// "handlers" is the runtime's bound; a stage's own work bound (the world model's scoring
 	// requests, the sandbox's slots) is logged by the stage, so neither reads as the other.
@@ -347,7 +356,9 @@ func (s *Stage) waitHandlers(d time.Duration) {
 // acknowledged.
 func (s *Stage) handle(ctx context.Context, r *kgo.Record, release func()) {
 	start := time.Now()
+	s.failures.Begin()
 	outs, err := s.handler(ctx, r)
+	s.failures.End()
 	release()
 	done := func(result string) {
 		s.metrics.records.WithLabelValues(result).Inc()
