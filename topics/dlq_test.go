@@ -179,3 +179,35 @@ func TestDeadLetterWriterMinimal(t *testing.T) {
 		t.Errorf("empty record: omitted %+v", d.Omitted)
 	}
 }
+
+// FuzzParseDeadLetter: arbitrary headers (one "key=value" per line) never panic, and a parsed dead
+// letter names the last occurrence of each DLQ header, as ParseDeadLetter documents.
+func FuzzParseDeadLetter(f *testing.F) {
+	src := &kgo.Record{Topic: "wmrl.rollouts.v1", Partition: 5, Offset: 1234, Key: []byte("r1"), Value: []byte("{}"),
+		Timestamp: time.UnixMilli(1767225600123), Headers: Headers(SchemaRollout, "r1", 3)}
+	dl := NewDeadLetterWriter(NewNames(""), "worldmodel").Record(src, errors.New("boom"))
+	var seed strings.Builder
+	for _, h := range dl.Headers {
+		seed.WriteString(h.Key + "=" + string(h.Value) + "\n")
+	}
+	f.Add(seed.String())
+	f.Add("wmrl-dlq-reason=x\nwmrl-dlq-partition=-1\n")
+	f.Fuzz(func(t *testing.T, headers string) {
+		r := &kgo.Record{Value: []byte("v")}
+		for _, line := range strings.Split(headers, "\n") {
+			k, v, _ := strings.Cut(line, "=")
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
+		d, err := ParseDeadLetter(r)
+		if err != nil {
+			return
+		}
+		last := map[string]string{}
+		for _, h := range r.Headers {
+			last[h.Key] = string(h.Value)
+		}
+		if d.Reason != last[HeaderDLQReason] || d.Stage != last[HeaderDLQStage] || d.SourceTopic != last[HeaderDLQTopic] {
+			t.Fatalf("parsed %+v from headers %q", d, headers)
+		}
+	})
+}

@@ -148,3 +148,20 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	}
 	return seeds
 }
+
+// FuzzDecodeCalibrationChunk: arbitrary keys and values never panic, and a decoded chunk
+// re-encodes to its value under its key.
+func FuzzDecodeCalibrationChunk(f *testing.F) {
+	c := CalibrationChunk{RunID: "r1", Stream: "mle", Slot: 2, Step: 7, Chunk: 5, First: 5*64 + 3, Pairs: make([]byte, 32)}
+	f.Add(CalibrationChunkKey(c.RunID, c.Stream, c.Slot), EncodeCalibrationChunk(c))
+	f.Add([]byte("r1/mle/x"), []byte(chunkMagic))
+	f.Fuzz(func(t *testing.T, key, value []byte) {
+		got, err := DecodeCalibrationChunk(key, value, 64)
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(EncodeCalibrationChunk(got), value) || !bytes.Equal(CalibrationChunkKey(got.RunID, got.Stream, got.Slot), key) {
+			t.Fatalf("chunk %+v does not re-encode to its key %q and value %q", got, key, value)
+		}
+	})
+}
