@@ -68,7 +68,7 @@ func parseEnd(m map[string]string) (*RunEnd, error) {
 	return &RunEnd{LastStep: last, EndedAt: time.UnixMilli(at).UTC(), Reason: m[endFieldReason]}, nil
 }
 
-// ExpireRun makes every key of run expire after d (PEXPIRE): EndKey, StreamsKey and, per stream
+// ExpireRun makes every key of run expire after d (PEXPIRE): EndKey, VerdictsKey, StreamsKey and, per stream
 // of the streams set, its head, steps, lows and chunks keys, the state keys its steps set lists
 // and the chunk keys its chunks set lists (the key set write.lua maintains). `wmrl correct` calls
 // it when it retires a run, with what is left of the ended-run retention, so dashboards show a
@@ -113,6 +113,7 @@ func (s *Store) ExpireRun(ctx context.Context, run string, d time.Duration) erro
 	}
 	run1 := s.rdb.Pipeline()
 	run1.PExpire(ctx, s.EndKey(run), d)
+	run1.PExpire(ctx, s.VerdictsKey(run), d)
 	run1.PExpire(ctx, s.StreamsKey(run), d)
 	if _, err := run1.Exec(ctx); err != nil {
 		return fmt.Errorf("redis expire run %s: %w", run, s.failed(ctx, err))

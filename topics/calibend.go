@@ -33,6 +33,13 @@ const HeaderEndReason = "wmrl-end-reason"
 // the request it relays ("<topic>/<partition>/<offset>" of the run-control topic), for tracing.
 const HeaderEndRequest = "wmrl-end-request"
 
+// EndRequestID names an end-of-run request by where it lies on the run-control topic: the value
+// of HeaderEndRequest, and the key under which `wmrl correct` records its verdict in Redis
+// (statestore.EndVerdict), where `wmrl runs end` looks for it.
+func EndRequestID(topic string, partition int32, offset int64) string {
+	return fmt.Sprintf("%s/%d/%d", topic, partition, offset)
+}
+
 // endMagic opens an end record's value.
 const endMagic = "WMRLCEN\x00"
 

@@ -499,7 +499,8 @@ func (s *secureEnv) checkRunEnds(t *testing.T, h map[string]*e2eHarness) {
 	}
 
 	// 5. The trainer ends the run.
-	if out := h["train"].run(time.Minute, 0, "runs", "end", e2eRun, "--last-step", last); !strings.Contains(out, "ended after step "+last) {
+	// It waits for correct's verdict, which correct records under its --redis-prefix.
+	if out := h["train"].run(time.Minute, 0, "runs", "end", e2eRun, "--last-step", last, "--redis-prefix", "acl"); !strings.Contains(out, "ended after step "+last) {
 		t.Fatalf("the trainer's runs end printed %q", out)
 	}
 	deadline = time.Now().Add(time.Minute)

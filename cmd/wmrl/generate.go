@@ -110,7 +110,7 @@ end'. Pass --end-run=false also when another generate invocation continues the s
 	f.StringSliceVar(&o.trainerGroups, "trainer-group", nil, "consumer group of a trainer of this run (repeatable; needed with --max-steps-ahead)")
 	f.BoolVar(&o.endRun, "end-run", true, "when the input ends, publish the run's end-of-run record naming the last step published (--end-run=false when more generate invocations continue the run)")
 	f.BoolVar(&o.skipInvalid, "skip-invalid", false, "jsonl: dead-letter a line that does not parse or validate and leave out the whole group it names, instead of stopping; the run is then not ended")
-	f.StringVar(&o.redisPrefix, "redis-prefix", statestore.DefaultPrefix, "key prefix of the correction state in Redis (as 'wmrl correct --redis-prefix'): a run ended there is refused")
+	f.StringVar(&o.redisPrefix, "redis-prefix", statestore.DefaultPrefix, "key prefix of the correction state in Redis (as 'wmrl correct --redis-prefix'; under a --topic-prefix other than wmrl.: <prefix>"+statestore.DefaultPrefix+"): a run ended there is refused")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "with --max-steps-ahead: serve Prometheus /metrics here, e.g. 127.0.0.1:9469 (empty: off)")
 	f.String("policy-api-key-file", "", "openai: file holding the policy server's API key, instead of WMRL_POLICY_API_KEY (trailing line breaks removed)")
 	f.StringVar(&o.promptsFile, "prompts", "", "openai: prompts JSONL file")
@@ -135,6 +135,7 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 	if o.runID == "" {
 		return errors.New("--run is required: the run id every record is keyed by")
 	}
+	o.redisPrefix = a.identity(cmd, "redis-prefix", o.redisPrefix, statestore.DefaultPrefix)
 	if o.input != "" && o.backend != "jsonl" {
 		return fmt.Errorf("--input is read by --backend jsonl only; add --backend jsonl (the backend is %s, which reads --prompts)", o.backend)
 	}

@@ -32,6 +32,7 @@ type runsEndOptions struct {
 	lastStep    int64
 	redisPrefix string
 	timeout     time.Duration
+	wait        time.Duration
 }
 
 func newRunsEndCmd(a *app) *cobra.Command {
@@ -39,7 +40,8 @@ func newRunsEndCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "end RUN",
 		Example: `  wmrl runs end r1 --last-step 499
-  wmrl runs end r1 --redis redis://redis:6379/0 --redis-prefix lab`,
+  wmrl runs end r1 --redis redis://redis:6379/0 --redis-prefix lab
+  wmrl runs end r1 --last-step 499 --wait 0`,
 		Short: "Request a run's end: 'wmrl correct' retires it after its last step",
 		Long: `end publishes the end-of-run request of RUN on the run-control topic (<prefix>runs.v1: a
 step manifest with "end_of_run": true whose step is the run's last step), keyed by the run.
@@ -62,14 +64,23 @@ writes under --redis-prefix) is used: the run ends where it stands. A record nam
 before one already sealed, or for a run without a manifest before it, or more than the per-run
 pending-steps limit of 'wmrl correct' beyond the highest step the run has shown, is
 dead-lettered as a conflict and ends nothing; manifests of later steps not yet sealed are
-dead-lettered run_ended. 'wmrl generate' publishes the request itself when its input ends.`,
+dead-lettered run_ended. 'wmrl generate' publishes the request itself when its input ends.
+
+The command then waits up to --wait for correct's verdict, which correct records in Redis under
+--redis-prefix as soon as it reads the request back: "ended after step N" when the run is
+retired, "end accepted" when correct holds the end until step N is sealed (exit 0 for both);
+refused (a conflict, run_ended, end_unauthorized), it prints the reason and exits 1. No verdict
+within --wait (correct not running for this --topic-prefix and --redis-prefix, or behind) exits 3;
+the request stays on the run-control topic and is judged when correct reads it. --wait 0 only
+publishes the request.`,
 		Args: cobra.ExactArgs(1),
 		RunE: o.run,
 	}
 	f := cmd.Flags()
 	f.Int64Var(&o.lastStep, "last-step", -1, "the run's last step (default: the last step sealed in Redis)")
 	f.StringVar(&o.redisPrefix, "redis-prefix", statestore.DefaultPrefix, "key prefix of the correction state in Redis (as 'wmrl correct --redis-prefix'; under a --topic-prefix other than wmrl.: <prefix>"+statestore.DefaultPrefix+")")
-	f.DurationVar(&o.timeout, "timeout", time.Minute, "give up after this long")
+	f.DurationVar(&o.timeout, "timeout", time.Minute, "give up publishing the request after this long")
+	f.DurationVar(&o.wait, "wait", 30*time.Second, "wait this long for wmrl correct's verdict on the request (0: publish only)")
 	return cmd
 }
 
@@ -106,16 +117,86 @@ func (o *runsEndOptions) run(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
+	var st *statestore.Store
+	if o.wait > 0 { // before publishing: the verdict is read from Redis
+		rdb, err := a.redis()
+		if err != nil {
+			return fmt.Errorf("--wait reads wmrl correct's verdict from Redis: %w (--wait 0 publishes without waiting)", err)
+		}
+		defer rdb.Close()
+		st = statestore.New(rdb, o.redisPrefix, 0)
+	}
 	cl, err := kgo.NewClient(append(kopts, kgo.RequiredAcks(kgo.AllISRAcks()))...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
-	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+	sent, err := cl.ProduceSync(ctx, rec).First()
+	if err != nil {
 		return fmt.Errorf("produce the end-of-run request of run %s to %s: %w%s", run, names.Runs(), err, endDeniedHint(err))
 	}
-	fmt.Fprintf(a.stdout, "run %s ended after step %d\n", run, last)
+	req := topics.EndRequestID(sent.Topic, sent.Partition, sent.Offset)
+	if st == nil {
+		fmt.Fprintf(a.stdout, "end of run %s after step %d requested (%s); not waiting for wmrl correct's verdict\n", run, last, req)
+		return nil
+	}
+	return o.awaitVerdict(cmd.Context(), st, run, last, req)
+}
+
+// verdictPoll is how often `runs end` looks for correct's verdict in Redis.
+const verdictPoll = 200 * time.Millisecond
+
+// awaitVerdict waits up to --wait for correct's verdict on request req (see the command's help).
+func (o *runsEndOptions) awaitVerdict(ctx context.Context, st *statestore.Store, run string, last int64, req string) error {
+	ctx, cancel := context.WithTimeout(ctx, o.wait)
+	defer cancel()
+	var v *statestore.EndVerdict
+	for {
+		var err error
+		if v, err = st.ReadEndVerdict(ctx, run, req); err != nil && ctx.Err() == nil {
+			return err
+		}
+		if v != nil {
+			break
+		}
+		if !sleepCtx(ctx, verdictPoll) {
+			return &exitError{code: 3, err: fmt.Errorf("end of run %s after step %d requested (%s), but wmrl correct gave no verdict within --wait %v: is it running for topic prefix %q with --redis-prefix %q? The request is judged when it reads it",
+				run, last, req, o.wait, o.a.conn.Names().Prefix, o.redisPrefix)}
+		}
+	}
+	if !v.Accepted {
+		return &exitError{code: 1, err: fmt.Errorf("wmrl correct refused the end of run %s after step %d (reason %s, request %s): %s", run, last, v.Reason, req, v.Detail)}
+	}
+	// Accepted: the run retires once step last is sealed; wait for that only if it already is
+	// (the end is then recorded right after correct's next commit).
+	sealed, err := o.sealedInRedis(ctx, run)
+	if err != nil {
+		sealed = -1
+	}
+	for sealed >= last {
+		if end, err := st.ReadEnd(ctx, run); err == nil && end != nil && end.LastStep == last {
+			fmt.Fprintf(o.a.stdout, "run %s ended after step %d\n", run, last)
+			return nil
+		}
+		if !sleepCtx(ctx, verdictPoll) {
+			break
+		}
+	}
+	fmt.Fprintf(o.a.stdout, "end of run %s after step %d accepted by wmrl correct (%s); the run ends once step %d is sealed (sealed so far: %d)\n",
+		run, last, req, last, sealed)
 	return nil
+}
+
+// sleepCtx sleeps for d; false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // sealedInRedis returns the last step of run that 'wmrl correct' sealed, from its Redis heads

@@ -21,8 +21,8 @@ import (
 )
 
 // On the real broker: `wmrl generate` publishes the end-of-run request naming its last step on the
-// run-control topic when its input ends, `wmrl runs end RUN --last-step N` publishes one for N
-// there, and without --last-step
+// run-control topic when its input ends, `wmrl runs end RUN --last-step N --wait 0` publishes one
+// for N there, and without --last-step
 // a run that Redis holds no state of is refused with a message naming the flag.
 func TestRunsEndOnBroker(t *testing.T) {
 	brokers := testenv.Kafka(t)
@@ -53,7 +53,9 @@ func TestRunsEndOnBroker(t *testing.T) {
 	if out := h.run(time.Minute, 0, "generate", "--backend", "jsonl", "--input", input, "--run", "open", "--end-run=false"); strings.Contains(out, "ended") {
 		t.Fatalf("generate --end-run=false printed %q", out)
 	}
-	if out := h.run(time.Minute, 0, "runs", "end", "cli", "--last-step", "7"); !strings.Contains(out, "run cli ended after step 7") {
+	// No correct runs here: --wait 0 publishes the request without waiting for its verdict
+	// (TestOperationsAreAcknowledged waits for correct's).
+	if out := h.run(time.Minute, 0, "runs", "end", "cli", "--last-step", "7", "--wait", "0"); !strings.Contains(out, "end of run cli after step 7 requested") {
 		t.Fatalf("runs end printed %q", out)
 	}
 	_, errOut, code := h.try(time.Minute, "runs", "end", "unknown", "--redis-prefix", unique)
@@ -67,7 +69,7 @@ func TestRunsEndOnBroker(t *testing.T) {
 	if out := h.run(time.Minute, 0, "runs", "list", "--redis-prefix", unique); !regexp.MustCompile(`(?m)^sealed\s+active\s+2\s+s\s`).MatchString(out) {
 		t.Fatalf("runs list printed %q", out)
 	}
-	if out := h.run(time.Minute, 0, "runs", "end", "sealed", "--redis-prefix", unique); !strings.Contains(out, "run sealed ended after step 2") {
+	if out := h.run(time.Minute, 0, "runs", "end", "sealed", "--redis-prefix", unique, "--wait", "0"); !strings.Contains(out, "end of run sealed after step 2 requested") {
 		t.Fatalf("runs end from Redis printed %q", out)
 	}
 

@@ -174,6 +174,7 @@ type engine struct {
 	pendTombs []*endedRun
 	pendIdle  []*kgo.Record // idle end-of-run records for the steps topic (idle.go)
 	pendRelay []*kgo.Record // end requests relayed onto the steps topic (runend.go)
+	verdicts  []endVerdict  // end-of-run records judged since the last take (verdict.go)
 	// relayed tells an end-of-run record on the steps topic that this consumer wrote (an idle end
 	// or a relayed request) from one anybody who may write steps wrote: see runend.go. It is
 	// fromTransaction, a field only so that engine tests can feed hand-built records.
@@ -220,6 +221,7 @@ func (e *engine) reset() {
 	// A reset precedes a rebuild from the changelog, which brings back the ends it recorded; one
 	// it lacks (an aborted transaction) the re-read input ends again.
 	e.ended, e.retired, e.pendEnds, e.pendTombs, e.pendIdle, e.pendRelay = map[string]*endedRun{}, nil, nil, nil, nil, nil
+	e.verdicts = nil
 	e.nSteps, e.nGroups, e.dlqBytes = 0, 0, 0
 }
 
@@ -363,6 +365,9 @@ func (e *engine) apply(d decoded, now time.Time) {
 }
 
 func (e *engine) addManifest(rec *kgo.Record, m topics.StepManifest, now time.Time) {
+	if m.EndOfRun {
+		e.judgeEndOfEnded(rec, m)
+	}
 	if e.endedRecord(rec, kindStep, m.RunID, m.Step) {
 		return
 	}

@@ -147,6 +147,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 			return err
 		}
 		eng.takeDeadLetters(nil)
+		eng.takeVerdicts() // the live consumer's log and Redis, not the replay's
 		for _, s := range done {
 			res.LastStep = s.step
 			if store != nil {

@@ -126,6 +126,7 @@ func (e *engine) relayEnd(rec *kgo.Record) {
 	}
 	if err != nil {
 		e.deadLetter(rec, kindStep, err)
+		e.judgedRequest(rec, m.Step, err)
 		return
 	}
 	// Re-encoded rather than copied: the relay is the canonical record, small whatever headers or
@@ -133,10 +134,11 @@ func (e *engine) relayEnd(rec *kgo.Record) {
 	r, err := e.names.StepRecord(topics.EndOfRunMarker(m.RunID, m.Step, m.CreatedAt))
 	if err != nil {
 		e.deadLetter(rec, kindStep, err)
+		e.judgedRequest(rec, m.Step, err)
 		return
 	}
 	r.Partition = rec.Partition
-	r.Headers = append(r.Headers, topics.Header(topics.HeaderEndRequest, fmt.Sprintf("%s/%d/%d", rec.Topic, rec.Partition, rec.Offset)))
+	r.Headers = append(r.Headers, topics.Header(topics.HeaderEndRequest, topics.EndRequestID(rec.Topic, rec.Partition, rec.Offset)))
 	e.pendRelay = append(e.pendRelay, r)
 	e.m.records.WithLabelValues("runs", resultRelayed).Inc() // its dead letters count under "steps"
 }
@@ -186,7 +188,7 @@ func (e *engine) endedRecord(rec *kgo.Record, k kind, run string, step int64) bo
 // moved on or ended since, is ignored.
 func (e *engine) addEnd(rec *kgo.Record, m topics.StepManifest) {
 	if !e.relayed(rec) {
-		e.deadLetter(rec, kindStep, &endUnauthorizedError{run: m.RunID,
+		e.refuseEnd(rec, m, &endUnauthorizedError{run: m.RunID,
 			why: fmt.Sprintf("not written by wmrl correct (not in a transactional batch); publish the end on %s (wmrl runs end)", e.names.Runs())})
 		return
 	}
@@ -200,33 +202,34 @@ func (e *engine) addEnd(rec *kgo.Record, m topics.StepManifest) {
 			e.m.record(kindStep, resultIdleIgnored)
 			return
 		}
-		e.deadLetter(rec, kindStep, conflict("end-of-run record of run %s, which has no step manifest before it", m.RunID))
+		e.refuseEnd(rec, m, conflict("end-of-run record of run %s, which has no step manifest before it", m.RunID))
 		return
 	}
 	rb, err := e.runFor(m.RunID, rec.Partition)
 	if err != nil {
-		e.deadLetter(rec, kindStep, err)
+		e.refuseEnd(rec, m, err)
 		return
 	}
 	window := int64(e.limits.PendingStepsPerRun)
 	switch h := rb.highestShown(); {
 	case m.Step > h && m.Step-h > window:
 		// Subtraction, not h+window: a step near 2^63 must not overflow into plausibility.
-		e.deadLetter(rec, kindStep, conflict("end-of-run record of run %s names step %d as the last, more than %d steps (the pending-steps limit per run) beyond the highest step %d the run has shown",
+		e.refuseEnd(rec, m, conflict("end-of-run record of run %s names step %d as the last, more than %d steps (the pending-steps limit per run) beyond the highest step %d the run has shown",
 			m.RunID, m.Step, window, h))
 		return
 	case rb.end != nil && rb.end.last == m.Step:
 		e.m.record(kindStep, resultDuplicate)
+		e.judgedEnd(rec, m, nil)
 		return
 	case idle && (rb.end != nil || m.Step < rb.sealed):
 		// The run ended otherwise, or sealed more steps after the idle decision: it lives on.
 		e.m.record(kindStep, resultIdleIgnored)
 		return
 	case rb.end != nil:
-		e.deadLetter(rec, kindStep, conflict("run %s already ended with step %d; this end-of-run record names step %d", m.RunID, rb.end.last, m.Step))
+		e.refuseEnd(rec, m, conflict("run %s already ended with step %d; this end-of-run record names step %d", m.RunID, rb.end.last, m.Step))
 		return
 	case m.Step < rb.sealed:
-		e.deadLetter(rec, kindStep, conflict("end-of-run record of run %s names step %d as the last, but step %d is already sealed", m.RunID, m.Step, rb.sealed))
+		e.refuseEnd(rec, m, conflict("end-of-run record of run %s names step %d as the last, but step %d is already sealed", m.RunID, m.Step, rb.sealed))
 		return
 	}
 	// Records of later steps that came before the marker (manifests included: an end takes effect
@@ -256,6 +259,7 @@ func (e *engine) addEnd(rec *kgo.Record, m topics.StepManifest) {
 	}
 	rb.end = &runEnd{last: m.Step, off: offEpoch{rec.Offset, rec.LeaderEpoch}, at: endTime(rec, m), reason: endReason(rec)}
 	e.m.record(kindStep, resultBuffered)
+	e.judgedEnd(rec, m, nil)
 	e.retireIfDone(rb)
 }
 

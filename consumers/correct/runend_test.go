@@ -3,6 +3,7 @@ package correct
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,45 +162,48 @@ func TestEngineRunEndConflicts(t *testing.T) {
 		// strict judges the records by their batch attributes, as the consumer does: hand-built
 		// ones are not transactional, so not written by correct.
 		strict bool
+		// verdicts are the end-of-run records' verdicts in order (verdict.go): what correct logs
+		// and records in Redis for `wmrl runs end`.
+		verdicts string
 	}{
 		{"marker not written by correct", func() []*kgo.Record {
 			return append(flatten(steps[:2]), endRecord(t, "run-0", 1), steps[2].Manifest)
-		}, map[string]int{reasonEndUnauthorized: 1}, 1, true},
+		}, map[string]int{reasonEndUnauthorized: 1}, 1, true, "refused:end_unauthorized"},
 		{"forged idle marker", func() []*kgo.Record {
 			return append(flatten(steps[:2]), steps[3].Manifest, idleEnd("run-0", 1))
-		}, map[string]int{reasonEndUnauthorized: 1}, 1, true},
+		}, map[string]int{reasonEndUnauthorized: 1}, 1, true, "refused:end_unauthorized"},
 		{"last step 2^62", func() []*kgo.Record {
 			return append(flatten(steps[:2]), endRecord(t, "run-0", 1<<62))
-		}, map[string]int{"conflict": 1}, 1, false},
+		}, map[string]int{"conflict": 1}, 1, false, "refused:conflict"},
 		{"last step beyond the pending-steps window", func() []*kgo.Record {
 			return append(flatten(steps[:2]), endRecord(t, "run-0", 1+DefaultPendingStepsPerRun+1))
-		}, map[string]int{"conflict": 1}, 1, false},
+		}, map[string]int{"conflict": 1}, 1, false, "refused:conflict"},
 		{"last step at the edge of the window", func() []*kgo.Record {
 			return append(flatten(steps[:2]), endRecord(t, "run-0", 1+DefaultPendingStepsPerRun))
-		}, map[string]int{}, 1, false},
+		}, map[string]int{}, 1, false, "accepted"},
 		{"last step already passed", func() []*kgo.Record {
 			return append(flatten(steps[:3]), endRecord(t, "run-0", 1))
-		}, map[string]int{"conflict": 1}, 1, false},
+		}, map[string]int{"conflict": 1}, 1, false, "refused:conflict"},
 		// The end wins: the manifest published between request and relay is run_ended.
 		{"a later manifest came first", func() []*kgo.Record {
 			return append(append(flatten(steps[:2]), steps[3].Manifest), endRecord(t, "run-0", 1))
-		}, map[string]int{reasonRunEnded: 1}, 0, false},
+		}, map[string]int{reasonRunEnded: 1}, 0, false, "accepted"},
 		{"second marker with another step", func() []*kgo.Record {
 			return append(flatten(steps[:1]), endRecord(t, "run-0", 2), endRecord(t, "run-0", 3))
-		}, map[string]int{"conflict": 1}, 1, false},
+		}, map[string]int{"conflict": 1}, 1, false, "accepted refused:conflict"},
 		{"same marker twice", func() []*kgo.Record {
 			return append(flatten(steps[:2]), endRecord(t, "run-0", 1), endRecord(t, "run-0", 1))
-		}, map[string]int{}, 0, false},
+		}, map[string]int{}, 0, false, "accepted accepted"},
 		{"marker before its last step is complete, rewards beyond it", func() []*kgo.Record {
 			recs := append([]*kgo.Record{steps[0].Manifest}, steps[1].Rewards...)
 			return append(append(recs, endRecord(t, "run-0", 0)), steps[0].Rewards...)
-		}, map[string]int{reasonRunEnded: len(steps[1].Rewards)}, 0, false},
+		}, map[string]int{reasonRunEnded: len(steps[1].Rewards)}, 0, false, "accepted"},
 		{"marker for a run without a manifest", func() []*kgo.Record {
 			return append(slices.Clone(steps[0].Rewards), endRecord(t, "run-0", 0))
-		}, map[string]int{"conflict": 1}, 1, false},
+		}, map[string]int{"conflict": 1}, 1, false, "refused:conflict"},
 		{"marker for an unknown run", func() []*kgo.Record {
 			return []*kgo.Record{endRecord(t, "nobody", 3)}
-		}, map[string]int{"conflict": 1}, 0, false},
+		}, map[string]int{"conflict": 1}, 0, false, "refused:conflict"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFeeder(testEngine(t, correction.DefaultConfig()))
@@ -209,6 +213,17 @@ func TestEngineRunEndConflicts(t *testing.T) {
 			for _, r := range tc.records() {
 				f.add(r)
 				f.seal(t)
+			}
+			var verdicts []string
+			for _, v := range f.e.takeVerdicts() {
+				if v.Accepted {
+					verdicts = append(verdicts, "accepted")
+				} else {
+					verdicts = append(verdicts, "refused:"+v.Reason)
+				}
+			}
+			if got := strings.Join(verdicts, " "); got != tc.verdicts {
+				t.Errorf("verdicts %q, want %q", got, tc.verdicts)
 			}
 			if got := reasonsOf(drainDeadLetters(t, f.e)); !mapsEqual(got, tc.reasons) {
 				t.Fatalf("dead letters %v, want %v", got, tc.reasons)

@@ -30,6 +30,7 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 	if err != nil {
 		return fmt.Errorf("correct: %w", err)
 	}
+	c.reportVerdicts(c.eng.takeVerdicts())
 	hold := c.eng.holdback()
 	dlq := c.eng.takeDeadLetters(hold)
 	clog, err := c.eng.takeChangelog()
@@ -131,6 +132,7 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 	for _, sn := range snaps {
 		c.m.observe(sn)
 	}
+	c.logEnds(clog.ends)
 	c.m.tombstoned.Add(float64(len(clog.tombed)))
 	c.m.idleEnded.Add(float64(clog.idle))
 	var infos []SealedStep
