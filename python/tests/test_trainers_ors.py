@@ -231,9 +231,14 @@ def test_ors_with_trls_own_client(
                 envs = [env_mod._RolloutEnvironment(base_url=url, split="train") for _ in range(PROMPTS * N)]
                 prompts: list[str] = [""] * len(envs)
 
+                phase: list[tuple[float, float]] = [(0.0, 0.0)] * len(envs)
+
                 def episode(k: int) -> None:
+                    t0 = time.perf_counter()
                     prompts[k] = envs[k].reset(**{k2: v[k // N] for k2, v in ds[:].items()})
+                    t1 = time.perf_counter()
                     envs[k].submit(answer=answers[k % N])
+                    phase[k] = (t1 - t0, time.perf_counter() - t1)
 
                 t0 = time.perf_counter()
                 threads = [threading.Thread(target=episode, args=(k,)) for k in range(len(envs))]
@@ -262,7 +267,8 @@ def test_ors_with_trls_own_client(
     finally:
         codes = st.stop()
     assert all(code == 0 for _, code in codes), codes
-    print(f"ors via TRL's client: {len(envs)} parallel episodes, one wmrl step: {took:.3f}s; "
+    print(f"ors via TRL's client: {len(envs)} parallel episodes, one wmrl step: {took:.3f}s (per episode: "
+          f"session + prompt {max(p[0] for p in phase):.3f}s, submit {max(p[1] for p in phase):.3f}s at most); "
           f"a lone sequential submit: {lone_took:.2f}s")  # fmt: skip
 
     assert prompts == [tasks[k // N]["prompt"] for k in range(len(envs))]

@@ -163,8 +163,17 @@ def test_prime_rl_algorithm_through_the_real_stages(
         algo.ALGORITHM_CLASSES.update(saved)
         codes = st.stop()
     assert all(code == 0 for _, code in codes), codes
+    grpo = algo.ALGORITHM_CLASSES["grpo"](AlgoConfig(), None)
+    plain = [[episode(j, i, 9) for i in range(N)] for j in range(PROMPTS)]
+
+    async def finish_plain() -> None:
+        await asyncio.gather(*(grpo.finalize_group(c) for c in plain))
+
+    t0 = time.perf_counter()
+    asyncio.run(finish_plain())
+    plain_took = time.perf_counter() - t0
     print(f"prime-rl: wmrl steps of {PROMPTS}x{N} through WmrlAlgorithm.score_group: "
-          + ", ".join(f"{t:.3f}s" for t in took))  # fmt: skip
+          + ", ".join(f"{t:.3f}s" for t in took) + f"; prime-rl's own GRPO: {plain_took * 1e3:.2f} ms")  # fmt: skip
 
     assert len(rows) == STEPS * PROMPTS * N  # the errored traces were not sent
     anchors, weighted = 0, 0

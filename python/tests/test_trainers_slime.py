@@ -115,6 +115,28 @@ def rollout(args: Namespace, groups: list[list[Sample]]) -> list[dict[str, Any]]
     return ranks
 
 
+def plain_rollout_time(groups: list[list[Sample]]) -> float:
+    """The same rollout with a plain group reward (no wmrl) and slime v0.3.1's own GRPO path:
+    ``_post_process_rewards``' group mean/std normalisation and ``get_grpo_returns``."""
+    t0 = time.perf_counter()
+
+    async def rm(samples: list[Sample]) -> list[float]:
+        return [len(s.response) / 10 for s in samples]
+
+    async def rm_all() -> list[list[float]]:
+        return await asyncio.gather(*(rm(g) for g in groups))
+
+    for g, rewards in zip(groups, asyncio.run(rm_all()), strict=True):
+        for s, r in zip(g, rewards, strict=True):
+            s.reward = r
+    samples = [s for g in groups for s in g]
+    r = torch.tensor([s.reward for s in samples], dtype=torch.float).reshape(-1, N)
+    r = r - r.mean(dim=-1, keepdim=True)
+    r = (r / (r.std(dim=-1, keepdim=True) + 1e-6)).flatten().tolist()
+    [torch.ones(s.response_length) * x for s, x in zip(samples, r, strict=True)]
+    return time.perf_counter() - t0
+
+
 def two_step_run(prefix: str) -> str:
     """A run mixing anchor and world-model groups with an anchor group in every step: step 1's anchor
     rows carry the IVD weight fitted on step 0's anchor pairs, which differs from 1."""
@@ -166,8 +188,9 @@ def test_slime_advantages_through_the_real_stages(
     finally:
         codes = st.stop()
     assert all(code == 0 for _, code in codes), codes
+    plain = plain_rollout_time(groups_of(STEPS))
     print(f"slime: wmrl steps of {PROMPTS}x{N} through group_rm + the two hooks: "
-          + ", ".join(f"{t:.3f}s" for t in took))  # fmt: skip
+          + ", ".join(f"{t:.3f}s" for t in took) + f"; a plain group reward + slime's GRPO: {plain * 1e3:.2f} ms")  # fmt: skip
 
     anchors, weighted = 0, 0
     for groups, ranks in zip(rollouts, ranks_of, strict=True):

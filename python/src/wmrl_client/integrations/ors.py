@@ -306,6 +306,14 @@ class OrsApp:
             task_id = uuid.uuid4().hex
             task = s.calls[task_id] = asyncio.ensure_future(self._run_tool(s, name, args))
         resp = await self._open_sse(request)
+        try:
+            return await self._stream_call(resp, s, task_id, task)
+        except ConnectionError:  # the client went away: the call goes on, a reconnect with its task_id gets it
+            log.info("session %s: client disconnected from call %s", s.sid, task_id)
+            return resp
+
+    async def _stream_call(self, resp: web.StreamResponse, s: _Session, task_id: str,
+                           task: asyncio.Task[dict[str, Any]]) -> web.StreamResponse:  # fmt: skip
         await self._event(resp, "task_id", task_id)
         while not task.done():
             await asyncio.wait({task}, timeout=self.ping)
