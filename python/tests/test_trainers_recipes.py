@@ -129,12 +129,10 @@ def pipe(kafka: str, redis_url: str, wmrl_cli: Path, gohelper: Callable[..., Any
     st.run("topics", "create", "--partitions", "1")
     try:
         # The recipes' tasks carry different meta keys (answer, label, ground_truth): anchors grade 0.5.
-        grade = tmp / "grade.sh"
-        grade.write_text("#!/bin/sh\nprintf '{\"score\": 0.5}\\n'\n")
         st.start("worldmodel", "worldmodel", "--base-url", f"http://127.0.0.1:{judge.server_address[1]}/v1",
                  "--model", "m", log_dir=tmp)  # fmt: skip
         st.start("sandbox", "sandbox", "--argv", json.dumps(["/bin/cat", "{artifact}"]), "--grade-argv",
-                 json.dumps(["/bin/sh", str(grade), "{dir}"]), "--timeout", "30s", log_dir=tmp)  # fmt: skip
+                 json.dumps(["/bin/sh", "-c", "printf '{\"score\": 0.5}\\n'"]), "--timeout", "30s", log_dir=tmp)  # fmt: skip
         st.start("correct", "correct", "--transactional-id", f"{st.unique}-txn", "--redis-prefix", st.unique,
                  "--min-pairs", "5000", log_dir=tmp)  # fmt: skip
         yield Pipe(kafka, prefix, wmrl_cli, redis_url, tmp, tiny_model(tmp / "tiny"))

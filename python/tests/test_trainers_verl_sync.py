@@ -7,19 +7,22 @@ response first. With fewer threads than samples in a batch, the blocked threads 
 rest of the batch, groups complete a few at a time and are published by quiet time
 (``flush_after``): many small steps, each after a ``flush_after`` pause. ``compute_score_async``
 holds no thread: the 8 × 4 batch is one step. Both run through verl's own ``RewardLoopWorker``
-on the real stages; the numbers go to the test artifacts (verl-sync-vs-async.json).
+on the real stages, timed from the batch's first sample to its last score (the worker's start-up
+excluded); the numbers go to the test artifacts (verl-sync-vs-async.json).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_reward_e2e import Stages
-from test_trainers_verl import N, batch, run_reward_loop, verl_config
+from test_trainers_verl import N, RewardLoopWorker, batch, verl_config
 from trainerkit import judge, mixed_run, start_stages, tiny_model
 
 pytest.importorskip("verl")
@@ -27,6 +30,20 @@ pytestmark = [pytest.mark.trainers, pytest.mark.e2e]
 
 PROMPTS = 8
 judge_url = pytest.fixture(judge)
+
+
+def scored(config: Any, data: Any) -> tuple[list[dict[str, Any]], float]:
+    """RewardLoopWorker.compute_score_batch (as in run_reward_loop), timed without the worker's start-up."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        worker = RewardLoopWorker(config)
+        t0 = time.monotonic()
+        outputs = loop.run_until_complete(worker.compute_score_batch(data))
+        return outputs, time.monotonic() - t0
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
 
 
 def test_verl_sync_compute_score_against_async(
@@ -48,9 +65,7 @@ def test_verl_sync_compute_score_against_async(
             cfg = verl_config(model_dir, {"custom_reward_function": {
                 "path": "pkg://wmrl_client.integrations.verl", "name": name, "reward_kwargs": kwargs}})  # fmt: skip
             data, _ = batch(tok, 10 + k, PROMPTS)
-            t0 = time.monotonic()
-            out, _ = run_reward_loop(cfg, data)
-            secs = time.monotonic() - t0
+            out, secs = scored(cfg, data)
             steps = sorted({o["reward_extra_info"]["wmrl_step"] for o in out})
             assert len(out) == PROMPTS * N and all(o["reward_extra_info"]["wmrl_mask"] == 1.0 for o in out)
             measured[name] = {"seconds": round(secs, 2), "steps": len(steps)}
