@@ -55,3 +55,6 @@ func hostTransactionalID() string {
 	}
 	return "wmrl-correct-" + h
 }
+
+// defaultClientID is the Kafka client id of every command but train (see setClientID).
+const defaultClientID = "wmrl"

@@ -120,7 +120,7 @@ Linux, the process is non-dumpable (other processes of its uid cannot read its e
 	f := root.PersistentFlags()
 	f.StringVar(&a.config, "config", "", "YAML config file with option values (keys are option names)")
 	f.StringSliceVar(&a.conn.Brokers, "brokers", []string{"127.0.0.1:9092"}, "Kafka seed brokers, comma-separated")
-	f.StringVar(&a.conn.ClientID, "client-id", "wmrl", "Kafka client id")
+	f.StringVar(&a.conn.ClientID, "client-id", defaultClientID, "Kafka client id (train's default: wmrl-trainer/<run>, which tells other trainers in its group which run it serves)")
 	f.StringVar(&a.conn.TopicPrefix, "topic-prefix", topics.DefaultPrefix, "prefix of every wmrl topic name")
 	f.StringVar(&a.conn.SASLMechanism, "sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)")
 	f.StringVar(&a.conn.SASLUser, "sasl-user", "", "SASL user name")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"path/filepath"
@@ -18,7 +19,7 @@ import (
 // under its own topic prefix and otherwise with default flags (groups, correct's transactional
 // and static member id, Redis prefixes), and on the first one two trainers of two runs at once
 // with their default groups; the second pipeline uses one of the same run ids, so its Redis
-// state must not meet the first's. Every trainer gets every step of its run and exits 0 after the
+// state must not meet the first's (each pipeline's `runs list` shows exactly its own runs). Every trainer gets every step of its run and exits 0 after the
 // run's end, and every run's live digest equals its replay's. Before the identities derived from
 // the topic prefix, the second correct fenced the first (one transactional id per host) and the
 // trainers of one pipeline split one group's partitions, one of them starving.
@@ -115,6 +116,24 @@ func TestTwoPipelinesDefaultIdentities(t *testing.T) {
 				t.Errorf("%s run %s: replay's digest %q, live %q", p.prefix, r, replayed, live)
 			}
 			t.Logf("%s run %s: %s (replay equal)", p.prefix, r, live)
+		}
+	}
+	// Each pipeline's Redis state is its own: `runs list` with default flags finds exactly its runs,
+	// ended at their last step.
+	for _, p := range pipes {
+		var listed []runJSON
+		if err := json.Unmarshal([]byte(p.h.run(time.Minute, 0, "runs", "list", "--output", "json")), &listed); err != nil {
+			t.Fatalf("%s runs list: %v", p.prefix, err)
+		}
+		var got []string
+		for _, r := range listed {
+			got = append(got, r.Run)
+			if r.State != runEnded || r.Ended == nil || r.Ended.LastStep != e2eSteps-1 {
+				t.Errorf("%s run %s: state %s, end %+v; want ended at step %d", p.prefix, r.Run, r.State, r.Ended, e2eSteps-1)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(p.runs) {
+			t.Errorf("%s runs list: %v, want %v", p.prefix, got, p.runs)
 		}
 	}
 	for _, p := range pipes {

@@ -102,6 +102,7 @@ func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 	}
 	fix := tenantName(a.conn.TopicPrefix, trainerGroupBase(trainer.DefaultGroup, o.runID))
 	s, err := trainer.New(trainer.Config{KafkaOpts: opts, Names: a.conn.Names(), Group: a.groupFor(cmd, o.group, trainerGroupBase(trainer.DefaultGroup, o.runID)), RunID: o.runID, Logger: a.log,
+		ClientID:      a.setClientID(),
 		MaxBatchBytes: a.conn.BatchLimit(topics.MaxAdvantageBytes), BatchesSkipped: skipped})
 	if err != nil {
 		return err
@@ -240,4 +241,14 @@ func (o *trainOptions) startWatch(ctx context.Context, cmd *cobra.Command, opts 
 		w.watch(ctx, done)
 	}()
 	return w, nil
+}
+
+// setClientID is --client-id when the user set one (flag, environment or config file), else empty:
+// a trainer's default client id names its run (trainer.ClientID), which the group checks of other
+// trainers read.
+func (a *app) setClientID() string {
+	if a.conn.ClientID == defaultClientID {
+		return ""
+	}
+	return a.conn.ClientID
 }

@@ -27,6 +27,10 @@ const trainWatchEvery = 3 * time.Second
 // operator who looks at the log later still sees it, but not at every check.
 const trainWarnEvery = 30 * time.Second
 
+// finishedReadMax bounds the read that decides whether anything of an ended run is left: a group
+// further behind than this many records has work left anyway.
+const finishedReadMax = 10000
+
 // errRunDone ends a trainer's loop when its run ended and no record of it is left for the group.
 var errRunDone = errors.New("run ended; every step acknowledged")
 
@@ -198,10 +202,18 @@ func (w *trainWatch) finished(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("committed offsets of %s: %w", group, err)
 	}
-	from := kgo.NewOffset().AtStart()
+	committed := int64(0)
 	if o, ok := offs.Lookup(w.topic, p); ok && o.Err == nil && o.At >= 0 {
-		from = kgo.NewOffset().At(o.At)
+		committed = o.At
 	}
+	ends, err := w.adm.ListEndOffsets(ctx, w.topic)
+	if err != nil {
+		return false, fmt.Errorf("end offsets of %s: %w", w.topic, err)
+	}
+	if e, ok := ends.Lookup(w.topic, p); ok && e.Err == nil && e.Offset-committed > finishedReadMax {
+		return false, nil // the trainer is still well behind: no bounded read can settle it yet
+	}
+	from := kgo.NewOffset().At(committed)
 	left := 0
 	start := map[string]map[int32]kgo.Offset{w.topic: {p: from}}
 	err = topicread.ToEnd(ctx, w.opts, start, 0, w.log, func(r *kgo.Record) error {

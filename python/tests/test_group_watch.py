@@ -79,10 +79,25 @@ def test_shared_group_is_named_within_seconds(
             text = "\n".join(s._watch.problems)
             assert f"wmrl-trainer/{other}" in text
             assert f"group_id={run_group(s.run_id, prefix)!r}" in text
-            if not got[s.run_id]:
-                # It does not hold its run's partition: the partition and its holder are named.
-                assert f"records sit on partition {topic}/{run_partition(s.run_id, 2)}" in text, text
-                assert f"member wmrl-trainer/{other}" in text, text
+        # Which stream holds which partition is the group's choice: one that holds its run's
+        # partition gets its steps, one that does not is told the partition and its holder.
+        for s, other in zip(streams, (run_b, run_a), strict=True):
+            assert s._watch is not None
+            mine = run_partition(s.run_id, 2)
+            held = {tp.partition for tp in s._consumer.assignment()}
+            while True:
+                st = s.next_step(timeout=0.1)
+                if st is not None:
+                    got[s.run_id].append(st.step)
+                    st.ack()
+                text = "\n".join(s._watch.problems)
+                if mine in held and len(got[s.run_id]) == 2:
+                    break
+                if mine not in held and f"records sit on partition {topic}/{mine}" in text:
+                    assert f"member wmrl-trainer/{other}" in text, text
+                    break
+                assert time.monotonic() - start < 60, (s.run_id, held, got, text)
+            print(f"run {s.run_id}: holds {sorted(held)}, its records on {mine}, steps {got[s.run_id]}")
         warned = [r.getMessage() for r in caplog.records if "is shared with consumers of other runs" in r.getMessage()]
         assert len(warned) >= 2, warned
         print(f"both trainers named the shared group {elapsed:.1f}s after start")

@@ -151,7 +151,7 @@ class GroupWatch:
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=20)
+            self._thread.join(timeout=1)  # a check in flight ends on its own; the thread is a daemon
 
     def _loop(self) -> None:
         factory = self._admin_factory
