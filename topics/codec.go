@@ -8,7 +8,6 @@ import (
 	"io"
 	"reflect"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/goccy/go-json/jsontext"
@@ -104,28 +103,10 @@ func DecodeStep(b []byte) (StepManifest, error) {
 	return m, nil
 }
 
-// Pools of the values the reward decoders fill: decodeJSON takes them as `any`, so a local would
-// be a heap allocation per record.
-var (
-	predictedPool = sync.Pool{New: func() any { return new(PredictedReward) }}
-	executedPool  = sync.Pool{New: func() any { return new(ExecutedReward) }}
-)
-
-// decodePooled is decodeJSON into a zeroed value from pool, returned by value.
-func decodePooled[T any](pool *sync.Pool, b []byte, kind, want string) (T, error) {
-	p := pool.Get().(*T)
-	err := decodeJSON(b, kind, want, p)
-	v := *p
-	var zero T
-	*p = zero
-	pool.Put(p)
-	return v, err
-}
-
 // DecodePredicted strictly decodes and validates a world-model reward.
 func DecodePredicted(b []byte) (PredictedReward, error) {
-	p, err := decodePooled[PredictedReward](&predictedPool, b, "predicted", SchemaPredicted)
-	if err != nil {
+	var p PredictedReward
+	if err := decodeJSON(b, "predicted", SchemaPredicted, &p); err != nil {
 		return PredictedReward{}, err
 	}
 	if err := p.Validate(); err != nil {
@@ -136,8 +117,8 @@ func DecodePredicted(b []byte) (PredictedReward, error) {
 
 // DecodeExecuted strictly decodes and validates a sandbox reward.
 func DecodeExecuted(b []byte) (ExecutedReward, error) {
-	e, err := decodePooled[ExecutedReward](&executedPool, b, "executed", SchemaExecuted)
-	if err != nil {
+	var e ExecutedReward
+	if err := decodeJSON(b, "executed", SchemaExecuted, &e); err != nil {
 		return ExecutedReward{}, err
 	}
 	if err := e.Validate(); err != nil {
@@ -183,7 +164,7 @@ func DecodeCalibration(b []byte) (CalibrationSnapshot, error) {
 //
 // A valid record takes a single json v2 decode (strictJSON); everything after it is the error
 // path, which re-reads the bytes to order the faults as above. Validation is left to the caller.
-func decodeJSON(b []byte, kind, want string, v any) error {
+func decodeJSON[T any](b []byte, kind, want string, v *T) error {
 	if len(b) > MaxRecordBytes {
 		return fmt.Errorf("%s record: %d bytes exceeds the %d byte limit: %w", kind, len(b), MaxRecordBytes, ErrTooLarge)
 	}
@@ -191,7 +172,7 @@ func decodeJSON(b []byte, kind, want string, v any) error {
 	if bytes.Contains(b, []byte("null")) {
 		opts = strictNullJSON
 	}
-	err := jsonv2.Unmarshal(b, v, opts)
+	err := jsonv2.UnmarshalOf(b, v, opts)
 	if err == nil && schemaOf(v) == want {
 		return nil
 	}
@@ -201,7 +182,7 @@ func decodeJSON(b []byte, kind, want string, v any) error {
 	if err == nil { // scanJSON found the schema right where Unmarshal read a different one
 		return &FieldError{Record: kind, Field: "schema", Reason: fmt.Sprintf("want %q", want), Err: ErrUnknownSchema}
 	}
-	t := reflect.TypeOf(v).Elem()
+	t := reflect.TypeFor[T]()
 	if contentError(err) {
 		// A structural fault later in the document comes first (rule 4): look for one with
 		// every string accepted as a time and as base64.
