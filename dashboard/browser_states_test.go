@@ -175,7 +175,7 @@ func feedStates(m *Model, now time.Time) {
 func waitFor(cond string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
 		for {
-			ok, err := chromedp.Evaluate[bool]("(() => { try { return !!(" + cond + "); } catch (e) { return false; } })()")(ctx, t)
+			ok, err := chromedp.Evaluate[bool]("(() => { try { return !!("+cond+"); } catch (e) { return false; } })()")(ctx, t)
 			if err != nil {
 				return err
 			}
@@ -190,4 +190,3 @@ func waitFor(cond string) chromedp.Action[chromedp.Void] {
 		}
 	})
 }
-

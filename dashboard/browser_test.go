@@ -74,8 +74,8 @@ type pageRun struct {
 	LatestFit int `json:"latest_fit"`
 	LastFit   int `json:"last_fit"`
 	// Masked is the card's "masked rows" fact and its colour class.
-	Masked      string   `json:"masked"`
-	MaskedClass string   `json:"masked_class"`
+	Masked      string `json:"masked"`
+	MaskedClass string `json:"masked_class"`
 	// MaskedColor is the fact's computed colour: what the user sees, whatever rule wins.
 	MaskedColor string   `json:"masked_color"`
 	XTicks      []string `json:"xticks"`
