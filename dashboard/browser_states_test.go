@@ -114,6 +114,22 @@ func TestDashboardStatesInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", path)
+	// One screenshot per state, for notes and reviews.
+	for name, sel := range map[string]string{
+		"dashboard-state-live-zspace.png":       `.run[data-run="p.c-new/main"]`,
+		"dashboard-state-masked-redis-lost.png": `.run[data-run="p.b-masked/main"]`,
+		"dashboard-state-ended.png":             `.run[data-run="p.a-old/main"]`,
+		"dashboard-state-unscored-scoring.png":  `#scoring`,
+		"dashboard-state-unscored-wiring.png":   `#wiring-box`,
+	} {
+		b, err := chromedp.Run(bctx, chromedp.Screenshot(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("screenshot of %s: %v", sel, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // feedStates builds three runs of topic set p. and an unscored topic set q.:
