@@ -132,9 +132,14 @@ func TestModelWiring(t *testing.T) {
 	if sc := st.Scoring; len(sc) != 1 || !sc[0].Unscored || sc[0].Prefix != "p." || !strings.Contains(sc[0].LastError, "1 rollouts") {
 		t.Fatalf("scoring %+v, want the unscored topic set", sc)
 	}
+	// Scorers that ran and stopped (a finished demo): named under Wiring, not an unscored set.
+	m.Reward("p.rewards.predicted.v1", "p.", "r", "main", 0, time.Unix(1, 0), "")
+	if st := m.State(); len(st.Wiring) != 2 || len(st.Scoring) != 1 || st.Scoring[0].Unscored {
+		t.Fatalf("wiring %q, scoring %+v after a reward record", st.Wiring, st.Scoring)
+	}
 	m.SetGroups([]GroupLag{{Group: "p.wmrl-correct", Topic: "p.rewards.predicted.v1", State: "Stable", Members: 1},
 		{Group: "p.wmrl-worldmodel", Topic: "p.rollouts.v1", State: "Stable", Members: 1}})
-	if st := m.State(); len(st.Wiring) != 0 || len(st.Scoring) != 0 {
+	if st := m.State(); len(st.Wiring) != 0 || len(st.Scoring) != 1 || st.Scoring[0].Unscored {
 		t.Fatalf("wiring %q, scoring %+v with live readers", st.Wiring, st.Scoring)
 	}
 }

@@ -112,9 +112,11 @@ func (m *Model) RedisMissing(k runKey, redisPrefix string) {
 	m.SetRedis(k, h)
 }
 
-// unscoredState must be called with mu held. It names each topic set whose rollouts no consumer
-// group with live members reads once the groups were polled: no `wmrl worldmodel` and no
-// `wmrl sandbox` of that prefix runs, so nothing scores them and no step can seal.
+// unscoredState must be called with mu held. It names each topic set whose rollouts nothing has
+// scored: no reward record on its predicted and executed topics, and (once the groups were
+// polled) no consumer group with live members reads its rollouts topic: no `wmrl worldmodel` and
+// no `wmrl sandbox` of that prefix runs, so no step can seal. A set whose scorers ran and stopped
+// (a finished demo) has reward records and is only named under Wiring.
 func (m *Model) unscoredState() (prefixes []string, rollouts map[string]int64) {
 	rollouts = map[string]int64{}
 	if !m.groupsPolled {
@@ -129,6 +131,9 @@ func (m *Model) unscoredState() (prefixes []string, rollouts map[string]int64) {
 	for name, c := range m.topicsSeen {
 		prefix, suffix, ok := splitTopic(name)
 		if !ok || suffix != topics.SuffixRollouts || c.records == 0 || read[name] {
+			continue
+		}
+		if p, e := m.topicsSeen[prefix+topics.SuffixPredicted], m.topicsSeen[prefix+topics.SuffixExecuted]; (p != nil && p.records > 0) || (e != nil && e.records > 0) {
 			continue
 		}
 		prefixes = append(prefixes, prefix)
