@@ -74,8 +74,10 @@ type pageRun struct {
 	LatestFit int `json:"latest_fit"`
 	LastFit   int `json:"last_fit"`
 	// Masked is the card's "masked rows" fact and its colour class.
-	Masked      string   `json:"masked"`
-	MaskedClass string   `json:"masked_class"`
+	Masked      string `json:"masked"`
+	MaskedClass string `json:"masked_class"`
+	// MaskedColor is the fact's computed colour: what the user sees, whatever rule wins.
+	MaskedColor string   `json:"masked_color"`
 	XTicks      []string `json:"xticks"`
 	Dots        int      `json:"dots"`
 }
@@ -277,8 +279,8 @@ func TestDashboardInBrowserDuringDemo(t *testing.T) {
 		if p.LatestFit != p.LastFit {
 			t.Errorf("%s: map chart's newest map is fit %d, the last step's fit is %d", res.Arm, p.LatestFit, p.LastFit)
 		}
-		if !strings.HasSuffix(p.Masked, fmt.Sprintf(" of %d", cfg.Sim.Groups*cfg.Sim.GroupSize)) || !strings.Contains(p.MaskedClass, "ok") {
-			t.Errorf("%s: masked rows fact %q (class %q), want \"N of %d\" in the ok colour", res.Arm, p.Masked, p.MaskedClass, cfg.Sim.Groups*cfg.Sim.GroupSize)
+		if !strings.HasSuffix(p.Masked, fmt.Sprintf(" of %d", cfg.Sim.Groups*cfg.Sim.GroupSize)) || !strings.Contains(p.MaskedClass, "ok") || p.MaskedColor != "rgb(46, 139, 87)" {
+			t.Errorf("%s: masked rows fact %q (class %q, colour %s), want \"N of %d\" in the ok colour rgb(46, 139, 87)", res.Arm, p.Masked, p.MaskedClass, p.MaskedColor, cfg.Sim.Groups*cfg.Sim.GroupSize)
 		}
 		for _, tick := range p.XTicks {
 			if _, err := strconv.Atoi(tick); err != nil {
@@ -328,6 +330,7 @@ const pageProbe = `JSON.stringify([...document.querySelectorAll(".run")].map(car
     pairs: +m.dataset.pairs, maps: +m.dataset.maps, latest_fit: +m.dataset.latestFit,
     last_fit: wmrl.state.runs.find(r => r.id === card.dataset.run).steps.slice(-1)[0].fit_version,
     masked: card.querySelector(".masked").textContent, masked_class: card.querySelector(".masked").className,
+    masked_color: getComputedStyle(card.querySelector(".masked")).color,
     xticks: [...ce.querySelectorAll("text.xtick")].map(t => t.textContent),
     dots: chart("calibration-error").querySelectorAll("circle.pt").length};
 }))`

@@ -163,9 +163,26 @@ func (f *Follower) apply(r *kgo.Record) {
 			return
 		}
 		f.model.Advantages(r.Topic, prefix, rows, r.Timestamp)
+	case topics.SuffixSteps:
+		m, err := topics.DecodeStep(r.Value)
+		if err != nil {
+			// Bad manifests are correct's to dead-letter; the page counts the record only.
+			f.model.Count(r.Topic)
+			return
+		}
+		f.model.Manifest(r.Topic, prefix, m, r.Timestamp)
 	case topics.SuffixCalibration:
-		if r.Value == nil || topics.IsCalibrationChunk(r) || topics.IsCalibrationEnd(r) {
-			f.model.Count(r.Topic) // a compaction tombstone, a window chunk of a state, or a run's end
+		if r.Value != nil && topics.IsCalibrationEnd(r) {
+			e, err := topics.DecodeCalibrationEnd(r.Value)
+			if err != nil {
+				fail(err)
+				return
+			}
+			f.model.End(r.Topic, prefix, e)
+			return
+		}
+		if r.Value == nil || topics.IsCalibrationChunk(r) {
+			f.model.Count(r.Topic) // a compaction tombstone or a window chunk of a state
 			return
 		}
 		s, err := topics.DecodeCalibration(r.Value)
@@ -267,13 +284,15 @@ func (f *Follower) pollRedis(ctx context.Context) {
 		head := &RedisHead{Prefix: prefix, SealedStep: -1}
 		switch {
 		case errors.Is(err, redis.Nil):
-			head.Error = "no head record yet"
+			f.model.RedisMissing(k, prefix)
+			continue
 		case err != nil:
 			if ctx.Err() != nil {
 				return
 			}
-			head.Error = err.Error()
+			head.State, head.Error = HeadError, err.Error()
 		default:
+			head.State = HeadOK
 			head.SealedStep, head.FitVersion, head.AnchorWeight, head.Pairs, head.Digest = h.SealedStep, h.FitVersion, h.AnchorWeight, h.Pairs, h.Digest
 		}
 		f.model.SetRedis(k, head)

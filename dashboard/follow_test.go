@@ -56,9 +56,18 @@ func TestFollowerReadsCommittedRecordsOfEveryTopicSet(t *testing.T) {
 		}
 		return r
 	}
-	txn(true, snap(0, 1.5))
+	man, err := names.StepRecord(topics.StepManifest{Schema: topics.SchemaStep, RunID: "r", Step: 0, PolicyVersion: "p0", CreatedAt: time.Unix(1, 0),
+		Groups: []topics.GroupManifest{{GroupID: "g0", Stream: "main", Size: 2, Anchor: true}, {GroupID: "g1", Stream: "main", Size: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := names.CalibrationEndRecord(topics.CalibrationEnd{RunID: "r", LastStep: 1, EndedAt: time.Unix(2, 0), Reason: topics.EndReasonMarker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn(true, man, snap(0, 1.5))
 	txn(false, snap(1, 9)) // aborted
-	txn(true, snap(1, 2.5))
+	txn(true, snap(1, 2.5), end)
 	// A second topic set, created now, and a dead letter in it.
 	later := topics.NewNames("t.b.")
 	src := &kgo.Record{Topic: later.Executed(), Key: []byte("r"), Value: []byte("{")}
@@ -67,13 +76,16 @@ func TestFollowerReadsCommittedRecordsOfEveryTopicSet(t *testing.T) {
 	deadline := time.After(30 * time.Second)
 	for {
 		st := f.Model().State()
-		if len(st.Runs) == 1 && len(st.Runs[0].Steps) == 2 && len(st.DeadLetters) == 1 {
+		if len(st.Runs) == 1 && len(st.Runs[0].Steps) == 2 && len(st.DeadLetters) == 1 && st.Runs[0].Ended != nil && st.Runs[0].Groups > 0 {
 			s := st.Runs[0].Steps
 			if s[1].AnchorWeight != 1.5 || s[1].NextAnchorWeight != 2.5 {
 				t.Fatalf("step 1 shows the aborted snapshot: %+v", s[1])
 			}
 			if d := st.DeadLetters[0]; d.Prefix != "t.b." || d.Stage != "correct" || d.Count != 1 || d.LastError != "boom" {
 				t.Fatalf("dead letters %+v", st.DeadLetters)
+			}
+			if r := st.Runs[0]; r.Ended == nil || r.Ended.LastStep != 1 || r.Ended.Reason != topics.EndReasonMarker || r.AnchorGroups != 1 || r.Groups != 2 {
+				t.Fatalf("run %s: end %+v, groups %d anchor %d; want the end record and the manifest's 2 groups, 1 anchor", r.ID, r.Ended, r.Groups, r.AnchorGroups)
 			}
 			break
 		}

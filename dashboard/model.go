@@ -56,6 +56,15 @@ type Run struct {
 	Pairs [][3]float64 `json:"pairs"`
 	// Redis is the correction consumer's head record for the run, if a Redis client was given.
 	Redis *RedisHead `json:"redis,omitempty"`
+	// Ended is the run's end as the calibration changelog records it (null: not ended).
+	Ended *RunEnd `json:"ended"`
+	// LastActivity is the newest record timestamp of the run (rewards, advantages, snapshots,
+	// manifests, its end): runs are listed newest first by it.
+	LastActivity time.Time `json:"last_activity"`
+	// Groups and AnchorGroups count the groups (and those marked anchor) of the run's step
+	// manifests on the steps topic, sealed or not: the data `wmrl generate` reports from.
+	Groups       int `json:"groups"`
+	AnchorGroups int `json:"anchor_groups"`
 }
 
 // Step is one sealed training step as the topics show it.
@@ -84,6 +93,9 @@ type Step struct {
 	// Rows and AnchorRows count the step's advantage rows and those using an executed reward.
 	Rows       int `json:"rows"`
 	AnchorRows int `json:"anchor_rows"`
+	// Groups and AnchorGroups count the step manifest's groups and its anchor groups.
+	Groups       int `json:"groups"`
+	AnchorGroups int `json:"anchor_groups"`
 	// MaskedRows counts the step's rows with mask false (no usable reward, or stale).
 	MaskedRows int `json:"masked_rows"`
 	// LatencyMS is from the last reward record of the step (predicted or executed topic) to the
@@ -101,7 +113,16 @@ type Map struct {
 	FitVersion uint64    `json:"fit_version"`
 	X          []float64 `json:"x"`
 	Y          []float64 `json:"y"`
+	// Space is MapSpaceScore (world-model score → executed score) or MapSpaceZ (`--map zspace`:
+	// within-group standardised world-model advantage → corrected one), drawn on its own axes.
+	Space string `json:"space"`
 }
+
+// The spaces a Map acts in.
+const (
+	MapSpaceScore = "score"
+	MapSpaceZ     = "z"
+)
 
 // RedisHead is the correction consumer's head hash for a run, read from Redis.
 type RedisHead struct {
@@ -111,7 +132,10 @@ type RedisHead struct {
 	AnchorWeight float64 `json:"anchor_weight"`
 	Pairs        int     `json:"pairs"`
 	Digest       string  `json:"digest"`
-	Error        string  `json:"error,omitempty"`
+	// State is HeadOK, HeadPending, HeadLost, HeadGone or HeadError; Error says it in words
+	// when it is not HeadOK.
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
 }
 
 // GroupLag is one consumer group's lag on one followed topic.
@@ -183,6 +207,7 @@ func (k runKey) id() string { return k.prefix + k.run + "/" + k.stream }
 type stepAcc struct {
 	lastReward, lastAdvantage time.Time
 	rows, anchorRows, masked  int
+	groups, anchorGroups      int
 	pairs                     int
 	rawErr, calErr            float64
 }
@@ -196,6 +221,10 @@ type runModel struct {
 	accs  map[int64]*stepAcc
 	pairs [][3]float64
 	redis *RedisHead
+	// headSeen: Redis held a head for the run at some poll (redis.go: a later miss is a loss).
+	headSeen bool
+	end      *RunEnd
+	last     time.Time
 	// redisMaps are maps read from the consumer's Redis state, by fit version (redismap.go).
 	redisMaps map[uint64]Map
 }
@@ -230,13 +259,16 @@ type Model struct {
 	groups       []GroupLag
 	errs         []string
 	skipped      int64
-	changed      chan struct{}
+	// ends are the calibration changelog's end records by (prefix, run): a stream first seen
+	// after its run's end record still shows it.
+	ends    map[[2]string]RunEnd
+	changed chan struct{}
 }
 
 // NewModel returns an empty model for the topic sets under prefix.
 func NewModel(prefix string, maxPairs int) *Model {
 	return &Model{prefix: prefix, maxPairs: maxPairs, now: time.Now, runs: map[runKey]*runModel{},
-		topicsSeen: map[string]*topicCounter{}, dlq: map[dlqKey]*DeadLetters{}, scoring: map[scoringKey]*scoringAcc{}, changed: make(chan struct{})}
+		topicsSeen: map[string]*topicCounter{}, dlq: map[dlqKey]*DeadLetters{}, scoring: map[scoringKey]*scoringAcc{}, ends: map[[2]string]RunEnd{}, changed: make(chan struct{})}
 }
 
 // Changed returns a channel that is closed at the next change.
@@ -257,6 +289,9 @@ func (m *Model) run(k runKey) *runModel {
 	r, ok := m.runs[k]
 	if !ok {
 		r = &runModel{key: k, snaps: map[int64]snapInfo{}, accs: map[int64]*stepAcc{}}
+		if e, ok := m.ends[[2]string{k.prefix, k.run}]; ok {
+			r.end = &e
+		}
 		m.runs[k] = r
 	}
 	return r
@@ -290,6 +325,7 @@ func (r *runModel) view() (steps []Step, fitted []Map) {
 		}
 		if a, ok := r.accs[v]; ok {
 			st.Rows, st.AnchorRows, st.MaskedRows = a.rows, a.anchorRows, a.masked
+			st.Groups, st.AnchorGroups = a.groups, a.anchorGroups
 			if a.pairs > 0 {
 				raw, cal := a.rawErr/float64(a.pairs), a.calErr/float64(a.pairs)
 				st.RawMAE, st.CalibratedMAE = &raw, &cal
@@ -303,7 +339,7 @@ func (r *runModel) view() (steps []Step, fitted []Map) {
 		// Snapshots carry the breakpoints only every few steps (a fitted map without them is
 		// not shown rather than shown as the identity; the follower reads it from Redis).
 		if n := len(fitted); (n == 0 || fitted[n-1].FitVersion != s.FitVersion) && (s.FitVersion == 0 || len(s.BreakX) > 0) {
-			fitted = append(fitted, Map{Step: v, FitVersion: s.FitVersion, X: orEmpty(s.BreakX), Y: orEmpty(s.BreakY)})
+			fitted = append(fitted, Map{Step: v, FitVersion: s.FitVersion, X: orEmpty(s.BreakX), Y: orEmpty(s.BreakY), Space: MapSpaceScore})
 		}
 	}
 	return steps, r.withRedisMaps(fitted)
@@ -345,7 +381,9 @@ func (m *Model) Reward(topic, prefix, run, stream string, step int64, ts time.Ti
 		m.scoring[sk] = &scoringAcc{}
 	}
 	m.scoring[sk].add(failure)
-	a := m.run(runKey{prefix, run, stream}).acc(step)
+	r := m.run(runKey{prefix, run, stream})
+	r.seen(ts)
+	a := r.acc(step)
 	if ts.After(a.lastReward) {
 		a.lastReward = ts
 	}
@@ -360,6 +398,7 @@ func (m *Model) Advantages(topic, prefix string, rows []topics.AdvantageRow, ts 
 	for i := range rows {
 		row := &rows[i]
 		r := m.run(runKey{prefix, row.RunID, row.Stream})
+		r.seen(ts)
 		a := r.acc(row.Step)
 		if ts.After(a.lastAdvantage) {
 			a.lastAdvantage = ts
@@ -392,6 +431,7 @@ func (m *Model) Snapshot(topic, prefix string, s topics.CalibrationSnapshot, ts 
 	defer m.mu.Unlock()
 	m.countTopic(topic, m.now())
 	r := m.run(runKey{prefix, s.RunID, s.Stream})
+	r.seen(ts)
 	if _, ok := r.snaps[s.Step]; !ok {
 		// A repeated snapshot (the changelog re-read after compaction, a repair) keeps the first.
 		r.snaps[s.Step] = snapInfo{s: s, at: ts}
@@ -481,6 +521,9 @@ func (m *Model) SetRedis(k runKey, h *RedisHead) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.runs[k]
+	if ok && h.State == HeadOK {
+		r.headSeen = true
+	}
 	if !ok || (r.redis != nil && *r.redis == *h) {
 		return
 	}
@@ -499,10 +542,18 @@ func (m *Model) State() State {
 	for _, r := range m.runs {
 		steps, maps := r.view()
 		run := Run{ID: r.key.id(), Prefix: r.key.prefix, Run: r.key.run, Stream: r.key.stream,
-			Steps: steps, Maps: spread(maps, MapsInState), Pairs: orEmpty(slices.Clone(r.pairs)), Redis: r.redis}
+			Steps: steps, Maps: spread(maps, MapsInState), Pairs: orEmpty(slices.Clone(r.pairs)), Redis: r.redis,
+			Ended: r.end, LastActivity: r.last}
+		for _, a := range r.accs {
+			run.Groups += a.groups
+			run.AnchorGroups += a.anchorGroups
+		}
 		st.Runs = append(st.Runs, run)
 	}
-	sort.Slice(st.Runs, func(i, j int) bool { return st.Runs[i].ID < st.Runs[j].ID })
+	// Newest first: the run an operator just started is on top, not the alphabetically first.
+	slices.SortFunc(st.Runs, func(a, b Run) int {
+		return cmp.Or(b.LastActivity.Compare(a.LastActivity), cmp.Compare(a.ID, b.ID))
+	})
 	for name, c := range m.topicsSeen {
 		n := 0
 		for _, t := range c.times {

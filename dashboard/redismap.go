@@ -82,5 +82,9 @@ func redisMap(ctx context.Context, st *statestore.Store, k runKey, step int64) (
 		return Map{}, fmt.Errorf("decode state of %s step %d: %w", k.id(), step, err)
 	}
 	x, y := s.Breakpoints()
-	return Map{Step: step, FitVersion: s.FitVersion(), X: orEmpty(x), Y: orEmpty(y)}, nil
+	space := MapSpaceScore
+	if s.Config().Map == correction.MapZSpace {
+		space = MapSpaceZ
+	}
+	return Map{Step: step, FitVersion: s.FitVersion(), X: orEmpty(x), Y: orEmpty(y), Space: space}, nil
 }

@@ -30,6 +30,9 @@ type ScoringHealth struct {
 	RecentFailedShare float64 `json:"recent_failed_share"`
 	// LastError is "<status>: <reason>" of the newest failure record.
 	LastError string `json:"last_error"`
+	// Unscored marks a topic set whose rollouts nothing scores (Stage "world model and
+	// sandbox", Records 0): no consumer group with live members reads its rollouts topic.
+	Unscored bool `json:"unscored,omitempty"`
 }
 
 type scoringKey struct{ prefix, stage string }
@@ -98,6 +101,11 @@ func (m *Model) scoringState() []ScoringHealth {
 		}
 		out = append(out, h)
 	}
+	unscored, rollouts := m.unscoredState()
+	for _, p := range unscored {
+		out = append(out, ScoringHealth{Prefix: p, Stage: "world model and sandbox", Unscored: true, RecentFailedShare: 1,
+			LastError: fmt.Sprintf("nothing scores this topic set's %d rollouts: no wmrl worldmodel or wmrl sandbox with --topic-prefix %s is running", rollouts[p], p)})
+	}
 	slices.SortFunc(out, func(a, b ScoringHealth) int {
 		return cmp.Or(cmp.Compare(a.Prefix, b.Prefix), cmp.Compare(a.Stage, b.Stage))
 	})
@@ -123,6 +131,9 @@ func (m *Model) wiringState() []string {
 		prefix, suffix, ok := splitTopic(name)
 		if !ok || suffix != topics.SuffixRollouts || c.records == 0 {
 			continue
+		}
+		if !read[name] {
+			out = append(out, fmt.Sprintf("nothing scores the rollouts of %s: no consumer group with live members reads %s (start `wmrl worldmodel --topic-prefix %s`, and `wmrl sandbox --topic-prefix %s` for anchor groups)", prefix, name, prefix, prefix))
 		}
 		if predicted := prefix + topics.SuffixPredicted; !read[predicted] {
 			out = append(out, fmt.Sprintf("no consumer group with live members reads %s: is `wmrl correct --topic-prefix %s` running?", predicted, prefix))

@@ -124,11 +124,22 @@ func TestModelWiring(t *testing.T) {
 		t.Fatalf("wiring before the first group poll: %q", w)
 	}
 	m.SetGroups(nil)
-	if w := m.State().Wiring; len(w) != 1 || !strings.Contains(w[0], "p.rewards.predicted.v1") || !strings.Contains(w[0], "--topic-prefix p.") {
-		t.Fatalf("wiring %q, want the prefix's predicted topic named", w)
+	st := m.State()
+	if w := st.Wiring; len(w) != 2 || !strings.Contains(w[0], "p.rewards.predicted.v1") || !strings.Contains(w[0], "--topic-prefix p.") ||
+		!strings.HasPrefix(w[1], "nothing scores the rollouts of p.: no consumer group with live members reads p.rollouts.v1") {
+		t.Fatalf("wiring %q, want the prefix's predicted topic and its unscored rollouts named", w)
 	}
-	m.SetGroups([]GroupLag{{Group: "p.wmrl-correct", Topic: "p.rewards.predicted.v1", State: "Stable", Members: 1}})
-	if w := m.State().Wiring; len(w) != 0 {
-		t.Fatalf("wiring %q with a live reader", w)
+	if sc := st.Scoring; len(sc) != 1 || !sc[0].Unscored || sc[0].Prefix != "p." || !strings.Contains(sc[0].LastError, "1 rollouts") {
+		t.Fatalf("scoring %+v, want the unscored topic set", sc)
+	}
+	// Scorers that ran and stopped (a finished demo): named under Wiring, not an unscored set.
+	m.Reward("p.rewards.predicted.v1", "p.", "r", "main", 0, time.Unix(1, 0), "")
+	if st := m.State(); len(st.Wiring) != 2 || len(st.Scoring) != 1 || st.Scoring[0].Unscored {
+		t.Fatalf("wiring %q, scoring %+v after a reward record", st.Wiring, st.Scoring)
+	}
+	m.SetGroups([]GroupLag{{Group: "p.wmrl-correct", Topic: "p.rewards.predicted.v1", State: "Stable", Members: 1},
+		{Group: "p.wmrl-worldmodel", Topic: "p.rollouts.v1", State: "Stable", Members: 1}})
+	if st := m.State(); len(st.Wiring) != 0 || len(st.Scoring) != 1 || st.Scoring[0].Unscored {
+		t.Fatalf("wiring %q, scoring %+v with live readers", st.Wiring, st.Scoring)
 	}
 }

@@ -30,7 +30,9 @@ func newDashboardCmd(a *app) *cobra.Command {
 read_committed, and the correction consumer's head records in Redis, and serves a page at --listen:
 per run the calibration map and anchor pairs over time, calibration error before/after Online
 Debiasing per step, the IVD anchor weight, fit version and step latency (last reward → advantages);
-consumer-group lag and topic throughput per stage; dead letters by reason. The page updates by
+consumer-group lag and topic throughput per stage; dead letters by reason. Runs are listed newest
+first; an ended run says so; a run whose head Redis lost says "Redis lost this run's head;
+rebuilding"; a topic set whose rollouts nothing scores is named. The page updates by
 server-sent events; the JSON endpoints (/api/state, /api/events, /api/maps) are in docs/dashboard.md.`,
 		Args: cobra.NoArgs,
 		RunE: o.run,

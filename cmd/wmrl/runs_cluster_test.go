@@ -61,7 +61,7 @@ func TestRunsListRedisCluster(t *testing.T) {
 		t.Fatalf("the runs' keys are on %d masters (%v), want 3", masters.Load(), err)
 	}
 
-	code, out, errOut := runCLIOut("--redis", url, "runs", "list", "--redis-prefix", prefix)
+	code, out, errOut := runCLIOut("--redis", url, "runs", "list", "--changelog=false", "--redis-prefix", prefix)
 	if code != 0 {
 		t.Fatalf("runs list: exit %d: %s", code, errOut)
 	}

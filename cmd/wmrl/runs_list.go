@@ -31,6 +31,8 @@ type runsViewOptions struct {
 	prefix  string
 	output  string
 	timeout time.Duration
+	// changelog: `runs list` also lists the runs only the calibration changelog still holds.
+	changelog bool
 }
 
 func (o *runsViewOptions) flags(cmd *cobra.Command) {
@@ -81,6 +83,13 @@ func newRunsListCmd(a *app) *cobra.Command {
   ENDED          when the run ended, its last step and why (marker: an end-of-run record;
                  idle: correct's --run-idle-timeout), or -
 
+With --changelog (the default) it also reads the calibration changelog topic (Kafka) and lists
+the runs Redis holds nothing of (Redis restarted empty, or an ended run's keys expired while
+its changelog records are still within the retention) from their last snapshot per stream and
+their end record, with a '*' after STATE (json: "source": "changelog"); STATE_BYTES is then 0.
+'wmrl correct' rewrites an active run's Redis state at its next sealed step; nothing rewrites
+an ended or idle run's. If Kafka cannot be read, a warning says so and Redis's runs are listed.
+
 Lag (steps the trainer published that are not sealed yet) is not listed: it needs the newest
 manifest of each run on the steps topic, which only a read of the whole topic gives; 'wmrl runs
 show RUN' reads it from the tail of the run's partition.
@@ -104,14 +113,36 @@ stream, with each key's remaining time to live.`,
 			if err != nil {
 				return err
 			}
-			if o.output == "json" {
-				return writeRunsJSON(a.stdout, sums)
+			var fromLog map[string]bool
+			if o.changelog {
+				sums, fromLog = o.withChangelog(ctx, sums)
 			}
-			return writeRunsTable(a.stdout, sums, runsClock())
+			if o.output == "json" {
+				return writeRunsJSON(a.stdout, sums, fromLog)
+			}
+			return writeRunsTable(a.stdout, sums, fromLog, runsClock())
 		},
 	}
 	o.flags(cmd)
+	cmd.Flags().BoolVar(&o.changelog, "changelog", true, "also list the runs only the calibration changelog holds (Redis lost them, or their keys expired)")
 	return cmd
+}
+
+// withChangelog adds the changelog's runs Redis holds nothing of; a failed read is a warning.
+func (o *runsViewOptions) withChangelog(ctx context.Context, sums []statestore.RunSummary) ([]statestore.RunSummary, map[string]bool) {
+	topic := o.a.conn.Names().Calibration()
+	opts, err := o.a.kafkaOpts()
+	var fromLog map[string]*statestore.RunSummary
+	if err == nil {
+		lctx, cancel := context.WithTimeout(ctx, changelogTimeout)
+		fromLog, err = changelogRuns(lctx, opts, topic)
+		cancel()
+	}
+	if err != nil {
+		fmt.Fprintf(o.a.stderr, "wmrl: runs list: the calibration changelog %s was not read, so runs Redis lost are not listed (--changelog=false skips it): %v\n", topic, err)
+		return sums, nil
+	}
+	return mergeChangelog(sums, fromLog)
 }
 
 // listRuns reads the summaries of every run under st's prefix.
@@ -135,7 +166,7 @@ func runState(s *statestore.RunSummary) string {
 }
 
 // writeRunsTable prints sums as `runs list`'s table; now dates the ENDED column's "ago".
-func writeRunsTable(out io.Writer, sums []statestore.RunSummary, now time.Time) error {
+func writeRunsTable(out io.Writer, sums []statestore.RunSummary, fromLog map[string]bool, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "RUN\tSTATE\tSEALED_STEP\tSTREAMS\tSTATE_BYTES\tANCHOR_WEIGHT\tFIT_VERSION\tENDED")
 	for i := range sums {
@@ -150,11 +181,22 @@ func writeRunsTable(out io.Writer, sums []statestore.RunSummary, now time.Time) 
 			weights = append(weights, strconv.FormatFloat(ss.Head.AnchorWeight, 'g', 4, 64))
 			versions = append(versions, strconv.FormatUint(ss.Head.FitVersion, 10))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Run, runState(s), stepCell(s.SealedStep()),
+		state := runState(s)
+		if fromLog[s.Run] {
+			state += "*"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Run, state, stepCell(s.SealedStep()),
 			cmp.Or(strings.Join(streams, ","), "-"), humanBytes(s.StateBytes()), cmp.Or(strings.Join(weights, ","), "-"),
 			cmp.Or(strings.Join(versions, ","), "-"), endCell(s.End, now))
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if len(fromLog) > 0 {
+		_, err := fmt.Fprintln(out, "* Redis holds nothing of the run: read from the calibration changelog (wmrl correct rewrites an active run's state at its next sealed step)")
+		return err
+	}
+	return nil
 }
 
 func stepCell(v int64) string {
@@ -197,8 +239,10 @@ func humanBytes(n int64) string {
 
 // runJSON is one run in `runs list --output json` (and the run part of `runs show`'s).
 type runJSON struct {
-	Run        string       `json:"run"`
-	State      string       `json:"state"`
+	Run   string `json:"run"`
+	State string `json:"state"`
+	// Source is "redis", or "changelog" for a run Redis holds nothing of (`runs list`).
+	Source     string       `json:"source"`
 	SealedStep *int64       `json:"last_sealed_step"` // null: no step sealed
 	StateBytes int64        `json:"state_bytes"`
 	Ended      *endJSON     `json:"ended"`
@@ -233,7 +277,7 @@ func expiresIn(d time.Duration) *float64 {
 }
 
 func toRunJSON(s *statestore.RunSummary) runJSON {
-	r := runJSON{Run: s.Run, State: runState(s), StateBytes: s.StateBytes(), ExpiresIn: expiresIn(s.TTL), Streams: []streamJSON{}}
+	r := runJSON{Run: s.Run, State: runState(s), Source: "redis", StateBytes: s.StateBytes(), ExpiresIn: expiresIn(s.TTL), Streams: []streamJSON{}}
 	if v := s.SealedStep(); v >= 0 {
 		r.SealedStep = &v
 	}
@@ -250,10 +294,13 @@ func toRunJSON(s *statestore.RunSummary) runJSON {
 	return r
 }
 
-func writeRunsJSON(out io.Writer, sums []statestore.RunSummary) error {
+func writeRunsJSON(out io.Writer, sums []statestore.RunSummary, fromLog map[string]bool) error {
 	rs := make([]runJSON, len(sums))
 	for i := range sums {
 		rs[i] = toRunJSON(&sums[i])
+		if fromLog[sums[i].Run] {
+			rs[i].Source = "changelog"
+		}
 	}
 	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")

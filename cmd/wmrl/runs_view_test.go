@@ -162,7 +162,7 @@ func TestRunsListGolden(t *testing.T) {
 	defer func(c func() time.Time) { runsClock = c }(runsClock)
 	runsClock = func() time.Time { return runsTestClock }
 
-	code, out, errOut := runCLIOut("--redis", url, "runs", "list", "--redis-prefix", prefix)
+	code, out, errOut := runCLIOut("--redis", url, "runs", "list", "--changelog=false", "--redis-prefix", prefix)
 	if code != 0 {
 		t.Fatalf("runs list: exit %d: %s", code, errOut)
 	}
@@ -180,7 +180,7 @@ func TestRunsListGolden(t *testing.T) {
 		t.Fatalf("runs list differs from %s (go test -run TestRunsListGolden -update rewrites it):\n got:\n%s\nwant:\n%s", golden, out, want)
 	}
 
-	code, out, errOut = runCLIOut("--redis", url, "runs", "list", "--redis-prefix", prefix, "--output", "json")
+	code, out, errOut = runCLIOut("--redis", url, "runs", "list", "--changelog=false", "--redis-prefix", prefix, "--output", "json")
 	if code != 0 {
 		t.Fatalf("runs list --output json: exit %d: %s", code, errOut)
 	}
@@ -365,7 +365,7 @@ func TestRunsListThousandRuns(t *testing.T) {
 	var best time.Duration
 	for range 3 {
 		start := time.Now()
-		code, out, errOut := runCLIOut("--redis", url, "runs", "list", "--redis-prefix", prefix)
+		code, out, errOut := runCLIOut("--redis", url, "runs", "list", "--changelog=false", "--redis-prefix", prefix)
 		took := time.Since(start)
 		if code != 0 {
 			t.Fatalf("runs list: exit %d: %s", code, errOut)

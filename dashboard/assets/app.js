@@ -34,7 +34,10 @@
     const last = run.steps[run.steps.length - 1];
     let redis = "";
     if (run.redis) {
-      if (run.redis.error) redis = ` · Redis <code>${esc(run.redis.prefix)}</code>: <span class="bad">${esc(run.redis.error)}</span>`;
+      // The head's state (dashboard.RedisHead.State): lost is an alarm, a pending head or an
+      // ended run's expired keys are not.
+      const cls = { lost: "bad", error: "bad", gone: "muted", pending: "muted" }[run.redis.state] || "bad";
+      if (run.redis.error) redis = ` · Redis <code>${esc(run.redis.prefix)}</code>: <span class="head ${cls}" data-state="${esc(run.redis.state || "")}">${esc(run.redis.error)}</span>`;
       else {
         // The head is written after the commit, so one step behind is the normal flow.
         const behind = last ? last.step - run.redis.sealed_step : 0;
@@ -43,34 +46,57 @@
             : behind === 1 ? ` <span class="ok">(1 behind the topic: being written)</span>` : ` <span class="ok">(in step with the topic)</span>`);
       }
     }
-    card.innerHTML = `<h2>${esc(run.prefix)}<b>${esc(run.run)}</b> / ${esc(run.stream)}</h2>
-      <div class="facts">sealed steps <b class="sealed">${run.steps.length}</b>` +
+    if (run.ended) card.classList.add("ended");
+    const ended = run.ended ? ` <span class="state ended" title="${esc(new Date(run.ended.at).toISOString())}">ended after step ${run.ended.last_step} (${esc(run.ended.reason)})</span>`
+      : ` <span class="state live">active</span>`;
+    card.innerHTML = `<h2>${esc(run.prefix)}<b>${esc(run.run)}</b> / ${esc(run.stream)}${ended}</h2>
+      <div class="facts">sealed steps <b class="sealed">${run.steps.length}</b> · anchor groups <b class="anchor-groups">${run.anchor_groups}</b> of ${run.groups}` +
       (last ? ` · last step <b>${last.step}</b> · fit version <b>${last.fit_version}</b> · window pairs <b>${last.pairs}</b> · next anchor weight <b>${num(last.next_anchor_weight, 2)}</b>` +
         ` · masked rows <b class="masked ${last.rows && last.masked_rows / last.rows > SCORING_ALARM ? "bad" : "ok"}">${last.masked_rows} of ${last.rows}</b>` : "") +
       redis + `</div><div class="charts"></div>`;
     const charts = card.querySelector(".charts");
 
-    // 1. The calibration map over time, over the anchor pairs coloured by step.
+    // 1. The calibration map over time, over the anchor pairs coloured by step. A z-space map
+    // (--map zspace) maps standardised advantages, not scores: it gets its own chart (1b).
+    const scoreMaps = run.maps.filter(mp => mp.space !== "z"), zMaps = run.maps.filter(mp => mp.space === "z");
     const maxStep = last ? Math.max(1, last.step) : 1;
     const pairs = run.pairs.map(p => [p[1], p[2], p[0], lerpColor("#c6dbef", "#08306b", p[0] / maxStep)]);
     const series = [{ name: "identity", color: "#999", dashed: true, points: [[0, 0], [1, 1]], width: 1 },
       { name: `anchor pairs (${run.pairs.length})`, color: "#4a7db5", line: false, dots: true, radius: 1.8, opacity: 0.75, points: pairs }];
-    run.maps.forEach((mp, i) => {
+    scoreMaps.forEach((mp, i) => {
       const pts = mp.x.length ? [[0, mp.y[0]], ...mp.x.map((x, j) => [x, mp.y[j]]), [1, mp.y[mp.y.length - 1]]] : [[0, 0], [1, 1]];
-      const t = run.maps.length > 1 ? i / (run.maps.length - 1) : 1;
-      series.push({ name: `map after step ${mp.step} (fit ${mp.fit_version})`, color: lerpColor("#fdbe85", "#a63603", t), width: i === run.maps.length - 1 ? 2.6 : 1.5, points: pts });
+      const t = scoreMaps.length > 1 ? i / (scoreMaps.length - 1) : 1;
+      series.push({ name: `map after step ${mp.step} (fit ${mp.fit_version})`, color: lerpColor("#fdbe85", "#a63603", t), width: i === scoreMaps.length - 1 ? 2.6 : 1.5, points: pts });
     });
     chartBox(charts, "calibration-map", run, svgChart({
       title: "Calibration map over time", xLabel: "world-model score (raw)", yLabel: "executed score",
       xMin: 0, xMax: 1, yMin: 0, yMax: 1, series, height: 300,
       attrs: { "data-pairs": run.pairs.length, "data-maps": run.maps.length, "data-latest-fit": run.maps.length ? run.maps[run.maps.length - 1].fit_version : -1 },
-    }), run.maps.map(m => m.step));
+    }), scoreMaps.map(m => m.step));
+    if (zMaps.length) {
+      // Axes from the breakpoints themselves (plus the identity over their range), so the map
+      // stays inside its chart whatever the spread of the standardised advantages.
+      const zs = zMaps.flatMap(mp => mp.x.concat(mp.y));
+      const lo = Math.min(...zs), hi = Math.max(...zs), pad = (hi - lo) * 0.08 || 0.5;
+      const zSeries = [{ name: "identity", color: "#999", dashed: true, points: [[lo - pad, lo - pad], [hi + pad, hi + pad]], width: 1 }];
+      zMaps.forEach((mp, i) => {
+        const t = zMaps.length > 1 ? i / (zMaps.length - 1) : 1;
+        zSeries.push({ name: `φ after step ${mp.step} (fit ${mp.fit_version})`, color: lerpColor("#c7e9c0", "#00441b", t), width: i === zMaps.length - 1 ? 2.6 : 1.5, dots: true,
+          points: mp.x.map((x, j) => [x, mp.y[j]]) });
+      });
+      chartBox(charts, "zspace-map", run, svgChart({
+        title: "z-space map φ (--map zspace) over time", xLabel: "world-model advantage (within-group z)", yLabel: "corrected advantage (z)",
+        xMin: lo - pad, xMax: hi + pad, yMin: lo - pad, yMax: hi + pad, series: zSeries, height: 300,
+        attrs: { "data-maps": zMaps.length },
+      }), zMaps.map(m => m.step));
+    }
 
     // 2. Calibration error per step, raw vs debiased.
     const raw = stepSeries(run, s => s.raw_mae), cal = stepSeries(run, s => s.calibrated_mae);
     chartBox(charts, "calibration-error", run, svgChart({
       title: "Calibration error per step", xLabel: "step", yLabel: "mean |score − executed|", xInteger: true, yMin: 0,
-      empty: "no anchor rollouts yet",
+      // Pairs need both scores: anchor groups whose world-model score failed ran but give none.
+      empty: run.anchor_groups ? `${run.anchor_groups} anchor groups ran, 0 pairs: see Scoring failures` : "no anchor rollouts yet",
       series: [{ name: "raw world model", color: "#e6550d", dots: true, width: 3, points: raw }, { name: "debiased (map in force)", color: "#3182bd", dots: true, dashed: true, points: cal }],
     }), raw.map(p => p[0]));
 
@@ -123,7 +149,7 @@
     const sc = st.scoring || [];
     table("scoring", ["topic set", "stage", "records", "failed", "failed (last 100)", "last error"],
       sc.map(h => [h.prefix, h.stage, String(h.records), String(h.failed), (100 * h.recent_failed_share).toFixed(0) + "%", h.last_error]),
-      "no reward records yet", k => sc[k].recent_failed_share > SCORING_ALARM ? "bad" : (sc[k].failed ? "warn" : ""));
+      "no reward records yet", k => sc[k].unscored || sc[k].recent_failed_share > SCORING_ALARM ? "bad" : (sc[k].failed ? "warn" : ""));
     table("dlq", ["topic set", "stage", "reason", "count", "last error"],
       st.dead_letters.map(d => [d.prefix, d.stage, d.reason, String(d.count), d.last_error]), "no dead letters");
     $("headline").hidden = !st.headline;
