@@ -27,14 +27,8 @@ from stage_records import (
     encode_advantage_rows_json,
 )
 
-from wmrl_client import (
-    AdvantageRow,
-    GroupManifest,
-    Rollout,
-    StepManifest,
-    digest_rows,
-    encode_advantages,
-)
+from wmrl_client import AdvantageRow, GroupManifest, Rollout, StepManifest, digest_rows
+from client_codecs import encode_advantages
 from wmrl_client import contract as c
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from test_reward import RUN, fakes  # noqa: F401 (the fixture)
 
-from wmrl_client import RunEndedError, decode_record, reason
+from wmrl_client import RunEndedError, reason
+from client_codecs import decode_record
 
 
 def ends(producer: Any) -> list[tuple[str, bytes, int, bool, int]]:

@@ -16,11 +16,11 @@ from wmrl_client import (
     SchemaVersionError,
     StepManifest,
     TooLargeError,
-    decode_record,
     encode_record,
     reason,
-    valid_id,
 )
+from client_codecs import decode_record
+from wmrl_client.ids import valid_id
 from wmrl_client._json import go_float, go_time, parse_time
 
 T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -22,9 +22,9 @@ from wmrl_client import (
     StepTimeoutError,
     UnknownRunError,
     UnknownTopicError,
-    decode_record,
     is_anchor,
 )
+from client_codecs import decode_record
 
 RUN = "r1"
 

@@ -465,7 +465,3 @@ def encode(values: Any, spec: Spec, kind: str) -> bytes:
     if len(b) > c.MAX_RECORD_BYTES:
         raise TooLargeError(f"encode {kind}: {len(b)} bytes exceeds the {c.MAX_RECORD_BYTES} byte record limit")
     return b
-
-
-def field_names(spec: Spec) -> Sequence[str]:
-    return [f.name for f in spec.fields]
