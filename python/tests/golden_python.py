@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from client_codecs import encode_advantages
 from stage_records import (
     CalibrationSnapshot,
     DebiasShift,
@@ -28,7 +29,6 @@ from stage_records import (
 )
 
 from wmrl_client import AdvantageRow, GroupManifest, Rollout, StepManifest, digest_rows
-from client_codecs import encode_advantages
 from wmrl_client import contract as c
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from client_codecs import decode_record
+
 from wmrl_client import _json as j
 from wmrl_client import contract as c
 from wmrl_client.codec import encode_record
-
-from client_codecs import decode_record
 from wmrl_client.errors import TOO_LARGE, FieldError, MalformedError
 from wmrl_client.ids import check_id, record_name
 from wmrl_client.records import (
@@ -168,6 +168,7 @@ CALIBRATION_SPEC = j.Spec(
     ),
     CalibrationSnapshot,
 )
+
 
 @dataclass(frozen=True)
 class CalibrationEnd:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
+from client_codecs import encode_advantages, table_from_rows
 
 from wmrl_client import (
     ADVANTAGE_SCHEMA,
@@ -21,7 +22,6 @@ from wmrl_client import (
     digest_rows,
     reason,
 )
-from client_codecs import encode_advantages, table_from_rows
 from wmrl_client.arrow import validate_table
 from wmrl_client.digest import rows_from_table
 from wmrl_client.records import validate_advantage_rows

@@ -6,10 +6,10 @@ import contextlib
 from typing import Any
 
 import pytest
+from client_codecs import decode_record
 from test_reward import RUN, fakes  # noqa: F401 (the fixture)
 
 from wmrl_client import RunEndedError, reason
-from client_codecs import decode_record
 
 
 def ends(producer: Any) -> list[tuple[str, bytes, int, bool, int]]:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import golden_python
 import pytest
+from client_codecs import encode_advantages
 from stage_records import advantage_row_from_json, decode, encode
 
 from wmrl_client import AdvantageRow, WmrlError, anchor, decode_advantages, digest_rows, reason
-from client_codecs import encode_advantages
 
 VALID = [
     ("rollout.json", "wmrl.rollout.v1"),

@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from client_codecs import decode_record
 from stage_records import ExecutedReward, PredictedReward
 
 from wmrl_client import (
@@ -19,9 +20,8 @@ from wmrl_client import (
     encode_record,
     reason,
 )
-from client_codecs import decode_record
-from wmrl_client.ids import valid_id
 from wmrl_client._json import go_float, go_time, parse_time
+from wmrl_client.ids import valid_id
 
 T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

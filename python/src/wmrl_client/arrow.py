@@ -11,8 +11,6 @@ then re-checked with the scalar rules so the error names the same field and valu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -20,7 +18,6 @@ import pyarrow.ipc as ipc
 from . import contract as c
 from .digest import rows_from_table
 from .errors import CONFLICT, MALFORMED, FieldError, MalformedError, SchemaVersionError, TooLargeError, WmrlError
-from .records import AdvantageRow, validate_advantage_rows
 
 ADVANTAGE_SCHEMA: pa.Schema = pa.schema(
     [

@@ -1,7 +1,8 @@
 """The JSON codec of the records the trainer writes (``topics/codec.go``): ``encode_record``
 validates and produces the bytes Go's ``Encode*`` would produce (the strict decoder, which only
-the tests need, is tests/client_codecs.py). Advantages travel as Arrow (arrow.py). The records only Go stages write (predicted,
-executed, calibration) are not decoded here: nothing in the client reads them."""
+the tests need, is tests/client_codecs.py). Advantages travel as Arrow (arrow.py). The records
+only Go stages write (predicted, executed, calibration) are not decoded here: nothing in the
+client reads them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from dataclasses import replace
 
 from . import _json as j
 from . import contract as c
-from .errors import UNKNOWN_SCHEMA, FieldError, SchemaVersionError
 from .records import ROLLOUT_SPEC, STEP_SPEC, Rollout, StepManifest
 
 Record = Rollout | StepManifest

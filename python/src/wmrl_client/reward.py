@@ -228,7 +228,10 @@ class RewardClient:
         try:
             if connect_timeout is not None:
                 self._stream.check_topics(
-                    [c.topic_name(c.SUFFIX_ROLLOUTS, opts.topic_prefix), c.topic_name(c.SUFFIX_STEPS, opts.topic_prefix)],
+                    [
+                        c.topic_name(c.SUFFIX_ROLLOUTS, opts.topic_prefix),
+                        c.topic_name(c.SUFFIX_STEPS, opts.topic_prefix),
+                    ],
                     connect_timeout,
                 )
             self._producer = RolloutProducer(
