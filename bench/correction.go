@@ -142,18 +142,7 @@ func (r CorrectionReport) RecordsPerCPUSecond() float64 {
 // read_committed consumer. It creates (and deletes) its own topics under a fresh prefix.
 func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, error) {
 	var rep CorrectionReport
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Partitions == 0 {
-		cfg.Partitions = 3
-	}
-	if cfg.Correction == (correction.Config{}) {
-		cfg.Correction = correction.DefaultConfig()
-	}
-	if cfg.FetchMaxPartitionBytes == 0 {
-		cfg.FetchMaxPartitionBytes = 1 << 20
-	}
+	cfg.setDefaults()
 	consumeOpts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...), kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes))
 	prefix := fmt.Sprintf("wmrl-bench-%d.", time.Now().UnixNano())
 	names := topics.NewNames(prefix)
@@ -163,27 +152,13 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 	}
 	defer admCl.Close()
 	adm := kadm.NewClient(admCl)
-	plan := topicadmin.DefaultPlan(names)
-	plan.Partitions = cfg.Partitions
-	plan.RetentionMS = 3600 * 1000
-	if _, err := topicadmin.Create(ctx, adm, plan); err != nil {
-		return rep, fmt.Errorf("bench topics: %w", err)
-	}
 	passTopic := prefix + "passthrough"
 	redisPrefix := strings.TrimSuffix(prefix, ".")
-	if _, err := adm.CreateTopic(ctx, cfg.Partitions, 1, nil, passTopic); err != nil {
-		return rep, fmt.Errorf("bench topics: %w", err)
+	cleanup, err := benchTopics(ctx, adm, cfg, names, passTopic, redisPrefix)
+	if err != nil {
+		return rep, err
 	}
-	if !cfg.KeepTopics {
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			_, _ = adm.DeleteTopics(dctx, append(names.All(), passTopic)...)
-			if err := deleteRedisPrefix(dctx, cfg.Redis, redisPrefix); err != nil {
-				cfg.Logger.Warn("bench: the benchmark's Redis keys are left behind", "prefix", redisPrefix, "err", err)
-			}
-		}()
-	}
+	defer cleanup()
 
 	steps, err := workload.Synthesize(names, cfg.Workload)
 	if err != nil {
@@ -283,25 +258,8 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 	}
 
 	if cfg.LatencySteps > 0 {
-		cpu0 := cpuTime()
-		samples, err := lat.run(ctx, cfg, names)
-		rep.LatencyCPU = cpuTime() - cpu0
-		if err != nil {
-			return rep, fmt.Errorf("latency phase: %w", err)
-		}
-		after, err := topicLogBytes(ctx, adm, names, cfg.Partitions)
-		if err != nil {
+		if err := rep.latencyPhase(ctx, lat, cfg, adm, names); err != nil {
 			return rep, err
-		}
-		rep.SparseTopicBytes = make(map[string]int64, len(after))
-		for t, n := range after {
-			rep.SparseTopicBytes[t] = n - rep.TopicBytes[t]
-		}
-		slices.Sort(samples)
-		rep.LatencySamples = len(samples)
-		if len(samples) > 0 {
-			rep.LatencyP50 = samples[len(samples)/2]
-			rep.LatencyP99 = samples[min(len(samples)-1, int(float64(len(samples))*0.99))]
 		}
 	}
 	cancel()
@@ -313,6 +271,72 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 		return rep, err
 	}
 	return rep, nil
+}
+
+// benchTopics creates the benchmark's topics; cleanup deletes them and its Redis keys unless
+// cfg.KeepTopics.
+func benchTopics(ctx context.Context, adm *kadm.Client, cfg CorrectionConfig, names topics.Names, passTopic, redisPrefix string) (cleanup func(), err error) {
+	plan := topicadmin.DefaultPlan(names)
+	plan.Partitions = cfg.Partitions
+	plan.RetentionMS = 3600 * 1000
+	if _, err := topicadmin.Create(ctx, adm, plan); err != nil {
+		return nil, fmt.Errorf("bench topics: %w", err)
+	}
+	if _, err := adm.CreateTopic(ctx, cfg.Partitions, 1, nil, passTopic); err != nil {
+		return nil, fmt.Errorf("bench topics: %w", err)
+	}
+	if cfg.KeepTopics {
+		return func() {}, nil
+	}
+	return func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopics(dctx, append(names.All(), passTopic)...)
+		if err := deleteRedisPrefix(dctx, cfg.Redis, redisPrefix); err != nil {
+			cfg.Logger.Warn("bench: the benchmark's Redis keys are left behind", "prefix", redisPrefix, "err", err)
+		}
+	}, nil
+}
+
+func (cfg *CorrectionConfig) setDefaults() {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 3
+	}
+	if cfg.Correction == (correction.Config{}) {
+		cfg.Correction = correction.DefaultConfig()
+	}
+	if cfg.FetchMaxPartitionBytes == 0 {
+		cfg.FetchMaxPartitionBytes = 1 << 20
+	}
+}
+
+// latencyPhase measures the step latency of sparse steps (cfg.LatencySteps) with the consumer
+// still running, and the topic bytes they added.
+func (rep *CorrectionReport) latencyPhase(ctx context.Context, lat *latencyProbe, cfg CorrectionConfig, adm *kadm.Client, names topics.Names) error {
+	cpu0 := cpuTime()
+	samples, err := lat.run(ctx, cfg, names)
+	rep.LatencyCPU = cpuTime() - cpu0
+	if err != nil {
+		return fmt.Errorf("latency phase: %w", err)
+	}
+	after, err := topicLogBytes(ctx, adm, names, cfg.Partitions)
+	if err != nil {
+		return err
+	}
+	rep.SparseTopicBytes = make(map[string]int64, len(after))
+	for t, n := range after {
+		rep.SparseTopicBytes[t] = n - rep.TopicBytes[t]
+	}
+	slices.Sort(samples)
+	rep.LatencySamples = len(samples)
+	if len(samples) > 0 {
+		rep.LatencyP50 = samples[len(samples)/2]
+		rep.LatencyP99 = samples[min(len(samples)-1, int(float64(len(samples))*0.99))]
+	}
+	return nil
 }
 
 func flattenSteps(steps []workload.Step) []*kgo.Record {

@@ -160,32 +160,52 @@ func (c *Corrector) CorrectRetire(prev *State, step Step, dst []Row) ([]Row, *St
 		return dst, nil, err
 	}
 	next := prev.clone()
-	// prev's spare is a buffer prev never reads; the merge of prev's sorted view writes into it.
-	next.spare = prev.spare
-	// The window is append-only: next appends to the last chunk past the pairs prev reads.
-	// (What next wrote there before an error, prev overwrites when it appends again.)
-	owned := prev.win.tailOwned
-	next.win.tailOwned, prev.win.tailOwned = owned, false
+	giveBack := prev.lendBuffers(next)
 	rows, err := c.Advance(next, step, dst)
 	if err != nil {
-		prev.win.tailOwned = owned
+		giveBack()
 		return rows, nil, err
 	}
+	prev.retireInto(next)
+	next.carrySums(prev)
+	return rows, next, nil
+}
+
+// Buffer hand-over of CorrectRetire. Each buffer has one owner, the state that may write it; a
+// clone starts owning none (clone). Before next advances, s lends it the two buffers only the
+// newest state may write; after, s gives up the rest and is retired:
+//
+//	buffer                 before Advance (lendBuffers)   after Advance (retireInto)
+//	window's last chunk    s → next                        next
+//	spare (merge target)   s → next                        next, or s's old sorted view
+//	sorted view            s (next shares it)              next (taken over or copied); s none
+
+// lendBuffers gives next, a clone of s, s's merge target and the window's last chunk: next
+// appends to that chunk past the pairs s reads, and s never reads its spare. The returned func
+// gives the chunk back when Advance fails (what next wrote there, s overwrites when it appends).
+func (s *State) lendBuffers(next *State) (giveBack func()) {
+	next.spare = s.spare
+	owned := s.win.tailOwned
+	next.win.tailOwned, s.win.tailOwned = owned, false
+	return func() { s.win.tailOwned = owned }
+}
+
+// retireInto ends the hand-over once next advanced: next owns its sorted view and at most a
+// spare, s owns no buffer and is retired.
+func (s *State) retireInto(next *State) {
 	switch {
-	case next.sortedOwned && prev.sortedOwned && next.Config().Mode == ModeDefault:
-		// Merged into a buffer of its own: prev's sorted view is next's spare for the next step.
-		next.spare = prev.sorted
+	case next.sortedOwned && s.sortedOwned && next.Config().Mode == ModeDefault:
+		// Merged into a buffer of its own: s's sorted view is next's spare for the next step.
+		next.spare = s.sorted
 	case next.sortedOwned:
 		next.spare = nil
-	case next.sorted != nil && prev.sortedOwned:
-		// No pairs were added: next shares prev's sorted view, which prev gives up.
+	case next.sorted != nil && s.sortedOwned:
+		// No pairs were added: next shares s's sorted view, which s gives up.
 		next.sortedOwned, next.spare = true, nil
 	case next.sorted != nil:
 		next.sorted, next.sortedOwned, next.spare = slices.Clone(next.sorted), true, nil
 	}
-	prev.sorted, prev.spare, prev.sortedOwned, prev.retired = nil, nil, false, true
-	next.carrySums(prev)
-	return rows, next, nil
+	s.sorted, s.spare, s.sortedOwned, s.retired = nil, nil, false, true
 }
 
 // carrySums sets s's chunk hashes from prev's, the state s was made from by appending pairs:

@@ -182,6 +182,49 @@ func EvalProblems(n int) []*task.Problem {
 	return out
 }
 
+// predict is the world model's score of solution s of group j, rollout i, of step v (the error
+// model's r̂ when cfg has one), counted in rec.
+func predict(ctx context.Context, cfg Config, wm *task.WorldModel, p *task.Problem, train task.TrainView, s task.Solution, seed int64, v, j, i int, rec *StepRecord) (float64, error) {
+	rec.Predictions++
+	if em := cfg.ErrorModel; em != nil {
+		// r̂ from the real score: a simulation device, neither an
+		// execution nor world-model compute.
+		r, _, err := em.Scores.score(ctx, p, s, seed, v, j)
+		if err != nil {
+			return 0, fmt.Errorf("sim: error model: %w", err)
+		}
+		return em.predict(r, s, seed, v, j, i), nil
+	}
+	t0 := time.Now()
+	pred, err := wm.Predict(ctx, train, s)
+	rec.WMCompute += time.Since(t0)
+	if err != nil {
+		return 0, fmt.Errorf("sim: world model: %w", err)
+	}
+	return pred, nil
+}
+
+// execute is the executed score of an anchor rollout's solution s, counted in rec.
+func execute(ctx context.Context, cfg Config, p *task.Problem, s task.Solution, seed int64, v, j int, rec *StepRecord) (float64, error) {
+	t0 := time.Now()
+	var score float64
+	var err error
+	if cfg.ErrorModel != nil {
+		// Cached scores make the measured time meaningless here;
+		// error-grid reports count executions only.
+		score, _, err = cfg.ErrorModel.Scores.score(ctx, p, s, seed, v, j)
+	} else {
+		score, err = task.Execute(ctx, p, s)
+	}
+	rec.ExecCompute += time.Since(t0)
+	rec.Executions++
+	rec.ExecOverhead += cfg.ExecOverhead
+	if err != nil {
+		return 0, fmt.Errorf("sim: execute: %w", err)
+	}
+	return score, nil
+}
+
 // Run trains one arm for one seed. observe, if not nil, is called after every step (from the
 // calling goroutine). The result depends only on (cfg, arm, eval, seed), except the measured
 // wall times.
@@ -242,40 +285,15 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 				rid := topics.RolloutID(gid, i)
 				index[rid] = j*cfg.GroupSize + i
 				samples[j*cfg.GroupSize+i] = s
-				var pred float64
-				if em := cfg.ErrorModel; em != nil {
-					// r̂ from the real score: a simulation device, neither an
-					// execution nor world-model compute.
-					r, _, err := em.Scores.score(ctx, p, s, seed, v, j)
-					if err != nil {
-						return res, fmt.Errorf("sim: error model: %w", err)
-					}
-					pred = em.predict(r, s, seed, v, j, i)
-				} else {
-					t0 := time.Now()
-					pred, err = wm.Predict(ctx, train, s)
-					rec.WMCompute += time.Since(t0)
-					if err != nil {
-						return res, fmt.Errorf("sim: world model: %w", err)
-					}
+				pred, err := predict(ctx, cfg, wm, p, train, s, seed, v, j, i, &rec)
+				if err != nil {
+					return res, err
 				}
-				rec.Predictions++
 				ro := correction.Rollout{ID: rid, Predicted: correction.Reward{Score: pred, OK: true}}
 				if g.Anchor {
-					t0 := time.Now()
-					var score float64
-					if cfg.ErrorModel != nil {
-						// Cached scores make the measured time meaningless here;
-						// error-grid reports count executions only.
-						score, _, err = cfg.ErrorModel.Scores.score(ctx, p, s, seed, v, j)
-					} else {
-						score, err = task.Execute(ctx, p, s)
-					}
-					rec.ExecCompute += time.Since(t0)
-					rec.Executions++
-					rec.ExecOverhead += cfg.ExecOverhead
+					score, err := execute(ctx, cfg, p, s, seed, v, j, &rec)
 					if err != nil {
-						return res, fmt.Errorf("sim: execute: %w", err)
+						return res, err
 					}
 					ro.Executed = correction.Reward{Score: score, OK: true}
 					res.Pairs = append(res.Pairs, Pair{Step: v, Predicted: pred, Executed: score})

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -158,18 +157,12 @@ func runPeakRSS(cmd *exec.Cmd) ([]byte, int64, error) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
 		for {
-			b, err := os.ReadFile(status)
-			if err != nil {
+			n, err := testenv.VmHWM(cmd.Process.Pid)
+			if err != nil { // gone, or a zombie with no memory left to report
 				return
 			}
-			_, rest, ok := strings.Cut(string(b), "VmHWM:")
-			if !ok { // a zombie has no memory left to report
-				return
-			}
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.SplitN(rest, "\n", 2)[0], "kB")), 10, 64)
-			peak.Store(max(peak.Load(), kb<<10))
+			peak.Store(max(peak.Load(), n))
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()

@@ -162,19 +162,9 @@ func (o *demoOptions) run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	if o.out != "" {
-		settings := append([][2]string{{"backend", where},
-			{"arms", "real-grpo (every group executed), pure-wm (none), wmrl (anchors, OD + IVD)"},
-			{"anchor fraction (wmrl)", fmt.Sprint(cfg.AnchorFraction)}, {"seed", fmt.Sprint(cfg.Seed)},
-			{"held-out problems", fmt.Sprint(cfg.EvalProblems)}, {"sandbox slots per arm", fmt.Sprint(cfg.SandboxSlots)},
-			{"target", fmt.Sprintf("%.0f%% of real-GRPO's final score", 100*cfg.TargetFraction)}},
-			demo.SimSettings(cfg.Sim)...)
-		settings = append(settings, [2]string{"pipeline time", res.Elapsed.Round(time.Millisecond).String()})
-		files, err := demo.WriteReport(o.out, demo.Report{Title: "wmrl demo", Settings: settings, Results: res.Results,
-			TargetFraction: cfg.TargetFraction, FinalLine: res.FinalLine})
-		if err != nil {
+		if err := o.writeReport(where, cfg, res); err != nil {
 			return err
 		}
-		fmt.Fprintf(a.stdout, "report: %s (%d files)\n", filepath.Join(o.out, demo.FileHTML), len(files))
 	}
 	fmt.Fprintln(a.stdout, res.FinalLine)
 	if dash != nil {
@@ -184,6 +174,24 @@ func (o *demoOptions) run(cmd *cobra.Command, _ []string) error {
 	if dash != nil {
 		return lingerDashboard(ctx, a, dash, o.linger)
 	}
+	return nil
+}
+
+// writeReport writes the finished demo's HTML report into o.out and says where it is.
+func (o *demoOptions) writeReport(where string, cfg demo.Config, res *demo.Outcome) error {
+	settings := append([][2]string{{"backend", where},
+		{"arms", "real-grpo (every group executed), pure-wm (none), wmrl (anchors, OD + IVD)"},
+		{"anchor fraction (wmrl)", fmt.Sprint(cfg.AnchorFraction)}, {"seed", fmt.Sprint(cfg.Seed)},
+		{"held-out problems", fmt.Sprint(cfg.EvalProblems)}, {"sandbox slots per arm", fmt.Sprint(cfg.SandboxSlots)},
+		{"target", fmt.Sprintf("%.0f%% of real-GRPO's final score", 100*cfg.TargetFraction)}},
+		demo.SimSettings(cfg.Sim)...)
+	settings = append(settings, [2]string{"pipeline time", res.Elapsed.Round(time.Millisecond).String()})
+	files, err := demo.WriteReport(o.out, demo.Report{Title: "wmrl demo", Settings: settings, Results: res.Results,
+		TargetFraction: cfg.TargetFraction, FinalLine: res.FinalLine})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.a.stdout, "report: %s (%d files)\n", filepath.Join(o.out, demo.FileHTML), len(files))
 	return nil
 }
 

@@ -1,10 +1,6 @@
 package correct
 
 import (
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,26 +12,6 @@ import (
 // rssBoundMB is the peak RSS docs/stages.md states for `wmrl correct` under hostile input
 // (never-completing manifests, floods of runs, decompression bombs) with the default limits.
 const rssBoundMB = 256
-
-// procMB reads a field (VmHWM, VmRSS) of /proc/<pid>/status in MiB.
-func procMB(t *testing.T, pid int, field string) float64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb / 1024
-		}
-	}
-	t.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
-}
 
 // stopChild ends a consumer subprocess with SIGTERM (it commits, leaves the group and exits 0).
 func stopChild(t *testing.T, c *child) {
@@ -105,7 +81,7 @@ func TestConsumerSkipsBombsOnBroker(t *testing.T) {
 	c1 := startChild(t, first, "correct-1.log")
 	total := rollouts(wl)
 	rd.readUntil(t, total, 90*time.Second)
-	peak := procMB(t, c1.cmd.Process.Pid, "VmHWM")
+	peak := float64(testenv.PeakRSS(t, c1.cmd.Process.Pid)) / (1 << 20)
 	if n := scrape(t, first.MetricsAddr, skippedSeries); n != 3 {
 		t.Errorf("batches skipped %v, want the 3 bombs", n)
 	}

@@ -46,21 +46,20 @@ type offEpoch struct {
 // reward is one buffered reward record, reduced to what correction uses (plus the source record,
 // so that a reward found inconsistent only once the manifest arrives can still be dead-lettered).
 type reward struct {
-	stream  string
-	score   float64
-	ok      bool
-	status  topics.Status
-	imputed bool
-	hasRaw  bool
-	raw     float64
-	rec     *kgo.Record
+	stream   string
+	score    float64 // the record's score; 0 when it has none (hasScore)
+	hasScore bool
+	ok       bool
+	status   topics.Status
+	imputed  bool
+	rec      *kgo.Record
 }
 
 // sameContent reports whether two records of one rollout agree on everything correction reads;
 // timestamps, latencies and reasons may differ between an original and its redelivery.
 func (r *reward) sameContent(o *reward) bool {
 	return r.stream == o.stream && r.status == o.status && r.imputed == o.imputed &&
-		r.hasRaw == o.hasRaw && (!r.hasRaw || r.raw == o.raw)
+		r.hasScore == o.hasScore && r.score == o.score
 }
 
 type groupRewards struct {
@@ -307,10 +306,9 @@ func (e *engine) decode(rec *kgo.Record) decoded {
 		}
 		rw := &reward{stream: p.Stream, status: p.Status, rec: rec}
 		if p.Score != nil {
-			rw.hasRaw, rw.raw = true, *p.Score
+			rw.hasScore, rw.score = true, *p.Score
 		}
-		rw.ok = p.Status == topics.StatusOK && rw.hasRaw
-		rw.score = rw.raw
+		rw.ok = p.Status == topics.StatusOK && rw.hasScore
 		d.run, d.step, d.gid, d.id, d.rw = p.RunID, p.Step, p.GroupID, p.RolloutID, rw
 	case kindExecuted:
 		x, err := topics.DecodeExecuted(rec.Value)
@@ -320,11 +318,10 @@ func (e *engine) decode(rec *kgo.Record) decoded {
 		}
 		rw := &reward{stream: x.Stream, status: x.Status, imputed: x.Imputed, rec: rec}
 		if x.Score != nil {
-			rw.hasRaw, rw.raw = true, *x.Score
+			rw.hasScore, rw.score = true, *x.Score
 		}
 		// OK iff a real score, or a policy score imputed for a failure (--on-timeout=zero).
-		rw.ok = rw.hasRaw && (x.Status == topics.StatusOK || x.Imputed)
-		rw.score = rw.raw
+		rw.ok = rw.hasScore && (x.Status == topics.StatusOK || x.Imputed)
 		d.run, d.step, d.gid, d.id, d.rw = x.RunID, x.Step, x.GroupID, x.RolloutID, rw
 	}
 	if d.err == nil {

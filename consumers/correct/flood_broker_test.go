@@ -133,7 +133,7 @@ func TestConsumerRunFloodOnBroker(t *testing.T) {
 	}
 	t.Logf("flood judged %v after the first flood record was produced", time.Since(start).Round(time.Millisecond))
 	rd.readUntil(t, rollouts(wl), 60*time.Second)
-	peak := procMB(t, c.cmd.Process.Pid, "VmHWM")
+	peak := float64(testenv.PeakRSS(t, c.cmd.Process.Pid)) / (1 << 20)
 	active := scrapeSum(t, cfg.MetricsAddr, "wmrl_correct_active_runs")
 	held := scrapeSum(t, cfg.MetricsAddr, "wmrl_correct_dead_letters_held")
 	refused := scrapeSum(t, cfg.MetricsAddr, "wmrl_correct_runs_refused_total")

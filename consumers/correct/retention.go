@@ -14,35 +14,8 @@ import (
 	"github.com/wmrl/wmrl/topics"
 )
 
-// An ended run in the changelog and in Redis.
-//
-// When a run is retired (runend.go) the engine queues its end record (topics.CalibrationEnd,
-// keyed by the run id, on the run's partition) for the transaction that seals its last step, or
-// for the next one when the last step was sealed before the end-of-run record arrived; in both
-// cases the transaction also commits the input offsets past the end-of-run record, so the end
-// is on the changelog exactly when the input that caused it is consumed. A consumer that rebuilds
-// from the changelog finds the end: the run goes into ended and its states are not installed
-// (and not checked, and not repaired in Redis), so rebuild time and memory follow the live runs.
-// After the commit, Redis records the end (statestore.RecordEnd, for `wmrl runs`) and the run's
-// keys get a TTL that ends with the retention (statestore.ExpireRun); Redis is a cache of the
-// changelog here, so a failure is logged and counted like every Redis write, never fatal.
-//
-// Config.EndedRunRetention after the end (wall clock against the end's recorded time, checked
-// every lifecycleEvery), the instance owning the run's partition writes, in one transaction, a
-// tombstone for every changelog key of the run (each stream's chunk slots, its snapshot, then the
-// end record), so compaction drops the run; the advantages are not touched, so replays and
-// digests are unchanged, and Redis is told to expire the keys at once in case its TTL was never
-// set (Redis was down at retirement). An abort loses nothing: the rebuild finds the end record
-// again and the retention fires again.
-//
-// After its tombstones the run is forgotten in two stages. This instance keeps its end (a few
-// bytes: the streams' slot counts are dropped) for one more retention, so its records are still
-// dead-lettered run_ended (or dropped as sealed duplicates) meanwhile; after that, or after a
-// rebuild (the changelog no longer has the end), the run id is unknown and a record of it starts
-// a new run, like any unknown run id. We chose that over remembering every run ever ended, which
-// would grow without bound with the number of runs, the very leak retention exists to close: a
-// record arriving a retention after its run's end comes from a trainer reusing a run id, which a
-// platform must not do (a new run needs a new id).
+// An ended run in the changelog and in Redis, its retention and how it is forgotten:
+// docs/design-notes.md, "Ended runs".
 
 // endedRun is a retired run as the engine keeps it.
 type endedRun struct {

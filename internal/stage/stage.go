@@ -189,16 +189,8 @@ func (s *Stage) Run(ctx context.Context) error {
 		}
 		defer srv.Stop()
 	}
-	// A missing input topic would otherwise mean polling for ever without a word.
-	check := s.cfg.StartupTimeout
-	if check <= 0 {
-		check = startupTimeout
-	}
-	tctx, cancelCheck := context.WithTimeout(ctx, check)
-	err := topicadmin.RequireLayout(tctx, kadm.NewClient(s.cl), s.cfg.Names, s.cfg.Topics)
-	cancelCheck()
-	if err != nil {
-		return fmt.Errorf("stage %s: %w", s.cfg.Name, err)
+	if err := s.requireTopics(ctx); err != nil {
+		return err
 	}
 	if s.cfg.Started != nil {
 		s.cfg.Started()
@@ -239,63 +231,7 @@ func (s *Stage) Run(ctx context.Context) error {
 	// requests, the sandbox's slots) is logged by the stage, so neither reads as the other.
 	s.log.Info("stage running", "group", s.cfg.Group, "topics", s.cfg.Topics, "handlers", s.cfg.Concurrency)
 
-	var runErr error
-poll:
-	for {
-		fetches := s.cl.PollRecords(ctx, 4*s.cfg.Concurrency)
-		if ctx.Err() != nil || fetches.IsClientClosed() {
-			break
-		}
-		select {
-		case runErr = <-s.fatal:
-			break poll
-		default:
-		}
-		for _, ref := range s.skip.Skip(fetches) {
-			s.deadLetterBatch(ref)
-		}
-		var fenced error
-		fetches.EachError(func(t string, p int32, err error) {
-			if errors.Is(err, kerr.FencedInstanceID) {
-				fenced = err
-				return
-			}
-			if oversize.Refused(err) {
-				return // skipped above
-			}
-			s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
-		})
-		if fenced != nil {
-			runErr = fmt.Errorf("stage %s: fenced: another instance runs with --instance-id %q (give every instance its own id): %w",
-				s.cfg.Name, s.cfg.InstanceID, fenced)
-			break
-		}
-		var stop bool
-		fetches.EachRecord(func(r *kgo.Record) {
-			if stop {
-				return
-			}
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				stop = true
-				return
-			case runErr = <-s.fatal:
-				stop = true
-				return
-			}
-			if !s.track.start(r.Topic, r.Partition, r.Offset, r.LeaderEpoch) {
-				<-sem
-				return
-			}
-			s.metrics.inflight.Inc()
-			s.wg.Add(1)
-			go s.handle(hctx, r, func() { <-sem })
-		})
-		if stop {
-			break
-		}
-	}
+	runErr := s.poll(ctx, hctx, sem)
 	s.healthy.Store(false)
 	s.log.Info("stopping: waiting for in-flight records", "inflight", len(sem), "grace", s.cfg.ShutdownGrace)
 	timer := time.AfterFunc(s.cfg.ShutdownGrace, func() {
@@ -325,6 +261,84 @@ poll:
 		}
 	}
 	return runErr
+}
+
+// requireTopics checks the input topics' layout: a missing input topic would otherwise mean
+// polling for ever without a word.
+func (s *Stage) requireTopics(ctx context.Context) error {
+	check := s.cfg.StartupTimeout
+	if check <= 0 {
+		check = startupTimeout
+	}
+	tctx, cancel := context.WithTimeout(ctx, check)
+	defer cancel()
+	if err := topicadmin.RequireLayout(tctx, kadm.NewClient(s.cl), s.cfg.Names, s.cfg.Topics); err != nil {
+		return fmt.Errorf("stage %s: %w", s.cfg.Name, err)
+	}
+	return nil
+}
+
+// poll hands fetched records to handlers (under hctx), at most cap(sem) at a time, until ctx is
+// cancelled or the client closed (nil), or the instance is fenced or a handler reported a fatal
+// error (that error).
+func (s *Stage) poll(ctx, hctx context.Context, sem chan struct{}) error {
+	for {
+		fetches := s.cl.PollRecords(ctx, 4*s.cfg.Concurrency)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			return nil
+		}
+		select {
+		case err := <-s.fatal:
+			return err
+		default:
+		}
+		for _, ref := range s.skip.Skip(fetches) {
+			s.deadLetterBatch(ref)
+		}
+		var fenced error
+		fetches.EachError(func(t string, p int32, err error) {
+			if errors.Is(err, kerr.FencedInstanceID) {
+				fenced = err
+				return
+			}
+			if oversize.Refused(err) {
+				return // skipped above
+			}
+			s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+		})
+		if fenced != nil {
+			return fmt.Errorf("stage %s: fenced: another instance runs with --instance-id %q (give every instance its own id): %w",
+				s.cfg.Name, s.cfg.InstanceID, fenced)
+		}
+		var (
+			stop   bool
+			runErr error
+		)
+		fetches.EachRecord(func(r *kgo.Record) {
+			if stop {
+				return
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				stop = true
+				return
+			case runErr = <-s.fatal:
+				stop = true
+				return
+			}
+			if !s.track.start(r.Topic, r.Partition, r.Offset, r.LeaderEpoch) {
+				<-sem
+				return
+			}
+			s.metrics.inflight.Inc()
+			s.wg.Add(1)
+			go s.handle(hctx, r, func() { <-sem })
+		})
+		if stop {
+			return runErr
+		}
+	}
 }
 
 // startupTimeout is the default of Config.StartupTimeout.

@@ -23,13 +23,23 @@ func ResetPeakRSS(t testing.TB) {
 // PeakRSS returns the peak resident set size (VmHWM) of process pid (0: this process) in bytes.
 func PeakRSS(t testing.TB, pid int) int64 {
 	t.Helper()
+	n, err := VmHWM(pid)
+	if err != nil {
+		t.Fatalf("testenv: peak RSS: %v", err)
+	}
+	return n
+}
+
+// VmHWM reads the peak resident set size of process pid (0: this process) from /proc/<pid>/status,
+// in bytes. An exited process (a zombie) has no VmHWM line: an error, as is a process that is gone.
+func VmHWM(pid int) (int64, error) {
 	path := "/proc/self/status"
 	if pid > 0 {
 		path = fmt.Sprintf("/proc/%d/status", pid)
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		t.Fatalf("testenv: peak RSS: %v", err)
+		return 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -37,11 +47,10 @@ func PeakRSS(t testing.TB, pid int) int64 {
 		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			if err != nil {
-				t.Fatalf("testenv: peak RSS: %q: %v", rest, err)
+				return 0, fmt.Errorf("%s: VmHWM %q: %w", path, rest, err)
 			}
-			return kb << 10
+			return kb << 10, nil
 		}
 	}
-	t.Fatalf("testenv: peak RSS: no VmHWM in %s", path)
-	return 0
+	return 0, fmt.Errorf("no VmHWM in %s", path)
 }

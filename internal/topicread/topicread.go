@@ -100,72 +100,12 @@ func ToEnd(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.O
 	}
 	adm := kadm.NewClient(admCl)
 	defer admCl.Close()
-	names := slices.Collect(maps.Keys(start))
-	settleBy := time.Now().Add(settle)
-	ends := map[tp]int64{}
-	for {
-		hwm, err := adm.ListEndOffsets(ctx, names...)
-		if err != nil {
-			return fmt.Errorf("list end offsets: %w", err)
-		}
-		lso, err := adm.ListCommittedOffsets(ctx, names...)
-		if err != nil {
-			return fmt.Errorf("list stable offsets: %w", err)
-		}
-		logStart, err := adm.ListStartOffsets(ctx, names...)
-		if err != nil {
-			return fmt.Errorf("list start offsets: %w", err)
-		}
-		settled := true
-		for t, parts := range start {
-			for p := range parts {
-				h, ok1 := hwm.Lookup(t, p)
-				l, ok2 := lso.Lookup(t, p)
-				if !ok1 || !ok2 || h.Err != nil || l.Err != nil {
-					return fmt.Errorf("%s partition %d has no offsets (does the topic exist with enough partitions?): %w",
-						t, p, errors.Join(h.Err, l.Err))
-				}
-				ends[tp{t, p}] = l.Offset
-				if s, ok := logStart.Lookup(t, p); ok && s.Err == nil && s.Offset >= l.Offset {
-					ends[tp{t, p}] = 0 // retention removed everything below the end: nothing to read
-				}
-				if l.Offset != h.Offset {
-					settled = false
-				}
-			}
-		}
-		if settled {
-			break
-		}
-		if !time.Now().Before(settleBy) {
-			if log != nil {
-				log.Warn("open transaction on a partition; reading to its last stable offset", "topics", names)
-			}
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for stable offsets: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
+	ends, err := stableEnds(ctx, adm, start, settle, log)
+	if err != nil {
+		return err
 	}
-
-	assign := map[string]map[int32]kgo.Offset{}
-	remaining := 0
+	assign, remaining := toRead(start, ends)
 	done := map[tp]bool{}
-	for t, parts := range start {
-		for p, o := range parts {
-			end := ends[tp{t, p}]
-			if so := o.EpochOffset().Offset; end == 0 || (so >= 0 && so >= end) {
-				continue
-			}
-			if assign[t] == nil {
-				assign[t] = map[int32]kgo.Offset{}
-			}
-			assign[t][p] = o
-			remaining++
-		}
-	}
 	if remaining == 0 {
 		return nil
 	}
@@ -226,4 +166,78 @@ func ToEnd(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.O
 		}
 	}
 	return nil
+}
+
+// stableEnds is where the read of start's partitions ends: each partition's last stable offset,
+// waiting up to settle for open transactions to finish (then it reads to the last stable offset
+// and warns); 0 when retention removed everything below it.
+func stableEnds(ctx context.Context, adm *kadm.Client, start map[string]map[int32]kgo.Offset, settle time.Duration, log *slog.Logger) (map[tp]int64, error) {
+	names := slices.Collect(maps.Keys(start))
+	settleBy := time.Now().Add(settle)
+	ends := map[tp]int64{}
+	for {
+		hwm, err := adm.ListEndOffsets(ctx, names...)
+		if err != nil {
+			return nil, fmt.Errorf("list end offsets: %w", err)
+		}
+		lso, err := adm.ListCommittedOffsets(ctx, names...)
+		if err != nil {
+			return nil, fmt.Errorf("list stable offsets: %w", err)
+		}
+		logStart, err := adm.ListStartOffsets(ctx, names...)
+		if err != nil {
+			return nil, fmt.Errorf("list start offsets: %w", err)
+		}
+		settled := true
+		for t, parts := range start {
+			for p := range parts {
+				h, ok1 := hwm.Lookup(t, p)
+				l, ok2 := lso.Lookup(t, p)
+				if !ok1 || !ok2 || h.Err != nil || l.Err != nil {
+					return nil, fmt.Errorf("%s partition %d has no offsets (does the topic exist with enough partitions?): %w",
+						t, p, errors.Join(h.Err, l.Err))
+				}
+				ends[tp{t, p}] = l.Offset
+				if s, ok := logStart.Lookup(t, p); ok && s.Err == nil && s.Offset >= l.Offset {
+					ends[tp{t, p}] = 0 // retention removed everything below the end: nothing to read
+				}
+				if l.Offset != h.Offset {
+					settled = false
+				}
+			}
+		}
+		if settled {
+			return ends, nil
+		}
+		if !time.Now().Before(settleBy) {
+			if log != nil {
+				log.Warn("open transaction on a partition; reading to its last stable offset", "topics", names)
+			}
+			return ends, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for stable offsets: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// toRead assigns each partition of start that has records below its end, and counts them.
+func toRead(start map[string]map[int32]kgo.Offset, ends map[tp]int64) (assign map[string]map[int32]kgo.Offset, remaining int) {
+	assign = map[string]map[int32]kgo.Offset{}
+	for t, parts := range start {
+		for p, o := range parts {
+			end := ends[tp{t, p}]
+			if so := o.EpochOffset().Offset; end == 0 || (so >= 0 && so >= end) {
+				continue
+			}
+			if assign[t] == nil {
+				assign[t] = map[int32]kgo.Offset{}
+			}
+			assign[t][p] = o
+			remaining++
+		}
+	}
+	return assign, remaining
 }

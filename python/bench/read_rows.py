@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from wmrl_client import AdvantageStream, digest_and_count
+from wmrl_client import AdvantageStream
+from wmrl_client.digest import digest_and_count
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from client_codecs import encode_advantages
 from stage_records import (
     CalibrationSnapshot,
     DebiasShift,
@@ -27,14 +28,7 @@ from stage_records import (
     encode_advantage_rows_json,
 )
 
-from wmrl_client import (
-    AdvantageRow,
-    GroupManifest,
-    Rollout,
-    StepManifest,
-    digest_rows,
-    encode_advantages,
-)
+from wmrl_client import AdvantageRow, GroupManifest, Rollout, StepManifest, digest_rows
 from wmrl_client import contract as c
 
 ROOT = Path(__file__).resolve().parents[2]

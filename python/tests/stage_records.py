@@ -15,9 +15,11 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from client_codecs import decode_record
+
 from wmrl_client import _json as j
 from wmrl_client import contract as c
-from wmrl_client.codec import decode_record, encode_record
+from wmrl_client.codec import encode_record
 from wmrl_client.errors import TOO_LARGE, UNKNOWN_SCHEMA, FieldError, MalformedError
 from wmrl_client.ids import check_id, record_name
 from wmrl_client.records import (

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
+from client_codecs import encode_advantages, table_from_rows
 
 from wmrl_client import (
     ADVANTAGE_SCHEMA,
@@ -19,13 +20,11 @@ from wmrl_client import (
     TooLargeError,
     decode_advantages,
     digest_rows,
-    encode_advantages,
     reason,
-    rows_from_table,
-    table_from_rows,
-    validate_advantage_rows,
-    validate_table,
 )
+from wmrl_client.arrow import validate_table
+from wmrl_client.digest import rows_from_table
+from wmrl_client.records import validate_advantage_rows
 
 
 def row(i: int = 0, **kw: object) -> AdvantageRow:

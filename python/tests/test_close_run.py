@@ -6,9 +6,10 @@ import contextlib
 from typing import Any
 
 import pytest
+from client_codecs import decode_record
 from test_reward import RUN, fakes  # noqa: F401 (the fixture)
 
-from wmrl_client import RunEndedError, decode_record, reason
+from wmrl_client import RunEndedError, reason
 
 
 def ends(producer: Any) -> list[tuple[str, bytes, int, bool, int]]:

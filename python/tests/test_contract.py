@@ -11,17 +11,10 @@ from pathlib import Path
 
 import golden_python
 import pytest
+from client_codecs import encode_advantages
 from stage_records import advantage_row_from_json, decode, encode
 
-from wmrl_client import (
-    AdvantageRow,
-    WmrlError,
-    anchor,
-    decode_advantages,
-    digest_rows,
-    encode_advantages,
-    reason,
-)
+from wmrl_client import AdvantageRow, WmrlError, anchor, decode_advantages, digest_rows, reason
 
 VALID = [
     ("rollout.json", "wmrl.rollout.v1"),
@@ -78,7 +71,7 @@ def test_go_arrow_golden_matches_json_rows(golden: Path) -> None:
     table = decode_advantages((golden / "advantages.arrows").read_bytes())
     rows = golden_rows(golden)
     assert table.num_rows == len(rows)
-    from wmrl_client import rows_from_table
+    from wmrl_client.digest import rows_from_table
 
     assert rows_from_table(table) == rows
     assert table.schema.metadata == {b"wmrl-schema": b"wmrl.advantages.v1"}
@@ -97,7 +90,8 @@ def test_digest_equals_go_digest_of_golden_rows(golden: Path) -> None:
 
 
 def test_go_v2_golden_matches_json_rows_and_digest(golden: Path) -> None:
-    from wmrl_client import ADVANTAGE_SCHEMA_V2, MASK_STALE, rows_from_table
+    from wmrl_client import ADVANTAGE_SCHEMA_V2, MASK_STALE
+    from wmrl_client.digest import rows_from_table
 
     table = decode_advantages((golden / "advantages_v2.arrows").read_bytes())
     rows = [advantage_row_from_json(o) for o in json.loads((golden / "advantages_v2.json").read_text())]

@@ -36,9 +36,9 @@ from wmrl_client import (
     RolloutProducer,
     Step,
     StepManifest,
-    digest_and_count,
     is_anchor,
 )
+from wmrl_client.digest import digest_and_count
 
 pytestmark = pytest.mark.e2e
 

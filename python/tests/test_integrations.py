@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from client_codecs import decode_record, encode_advantages
 from conftest import FakeConsumer, FakeMessage, FakeProducer
 
-from wmrl_client import AdvantageRow, RewardClient, decode_record, encode_advantages
+from wmrl_client import AdvantageRow, RewardClient
 from wmrl_client.integrations import fill_masked, group_indices
 from wmrl_client.integrations import openrlhf as orl
 from wmrl_client.integrations import trl as trl_adapter

@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from client_codecs import decode_record
 from stage_records import ExecutedReward, PredictedReward
 
 from wmrl_client import (
@@ -16,12 +17,11 @@ from wmrl_client import (
     SchemaVersionError,
     StepManifest,
     TooLargeError,
-    decode_record,
     encode_record,
     reason,
-    valid_id,
 )
 from wmrl_client._json import go_float, go_time, parse_time
+from wmrl_client.ids import valid_id
 
 T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from client_codecs import decode_record
 from conftest import FakeConsumer, FakeProducer
 from test_arrow import row
 from test_stream import Log
@@ -22,7 +23,6 @@ from wmrl_client import (
     StepTimeoutError,
     UnknownRunError,
     UnknownTopicError,
-    decode_record,
     is_anchor,
 )
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from client_codecs import encode_advantages
 from conftest import FakeConsumer, FakeMessage
 from test_arrow import row
 
@@ -23,7 +24,6 @@ from wmrl_client import (
     SchemaVersionError,
     WmrlError,
     digest_rows,
-    encode_advantages,
 )
 from wmrl_client.producer import record_headers
 from wmrl_client.stream import DELIVERED_MEMORY, ChunkMismatchError, StaleStepError, parse_chunk
@@ -297,8 +297,7 @@ def test_bad_records_raise(
 def test_arrow_schema_version_mismatch_is_clear(fake_consumer: Callable[..., FakeConsumer]) -> None:
     import pyarrow as pa
     import pyarrow.ipc as ipc
-
-    from wmrl_client import table_from_rows
+    from client_codecs import table_from_rows
 
     t = table_from_rows(step_rows("r1", 0, 2)).replace_schema_metadata({"wmrl-schema": "wmrl.advantages.v9"})
     sink = pa.BufferOutputStream()

@@ -26,7 +26,8 @@ from test_e2e import wmrl_digest
 from test_reward_e2e import Stages
 from trainerkit import grade, judge, mixed_run, start_stages, tiny_model
 
-from wmrl_client import RewardClient, digest_and_count
+from wmrl_client import RewardClient
+from wmrl_client.digest import digest_and_count
 
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")

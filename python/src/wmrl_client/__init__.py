@@ -10,28 +10,11 @@ and publish rollouts and step manifests with the same validation as the Go stage
             step.ack()                       # commit: this step is trained
 """
 
-from .anchor import anchor_hash, anchor_hash_u64, is_anchor
-from .arrow import (
-    ADVANTAGE_SCHEMA,
-    ADVANTAGE_SCHEMA_V2,
-    decode_advantages,
-    encode_advantages,
-    table_from_rows,
-    validate_table,
-)
-from .codec import decode_record, encode_record
-from .contract import (
-    MASK_STALE,
-    SCHEMA_ADVANTAGES,
-    SCHEMA_ADVANTAGES_V2,
-    SCHEMA_CALIBRATION,
-    SCHEMA_EXECUTED,
-    SCHEMA_PREDICTED,
-    SCHEMA_ROLLOUT,
-    SCHEMA_STEP,
-    topic_name,
-)
-from .digest import digest_and_count, digest_rows, rows_from_table
+from .anchor import anchor_hash, is_anchor
+from .arrow import ADVANTAGE_SCHEMA, ADVANTAGE_SCHEMA_V2, decode_advantages
+from .codec import encode_record
+from .contract import MASK_STALE
+from .digest import digest_rows
 from .errors import (
     BrokerUnavailableError,
     ConflictError,
@@ -48,70 +31,59 @@ from .errors import (
     WmrlError,
     reason,
 )
-from .ids import valid_id
 from .masked import MaskedStepError
 from .options import KafkaOptions
 from .producer import PublishStats, RolloutProducer
-from .records import AdvantageRow, GroupManifest, Rollout, StepManifest, validate_advantage_rows
+from .records import AdvantageRow, GroupManifest, Rollout, StepManifest
 from .reward import Group, RewardClient, StepResult
 from .stream import AdvantageStream, ChunkMismatchError, StaleStepError, Step, StreamStats
 
 __version__ = "0.1.0"
 
+# The public API, the one list of it (python/README.md, "Public API"; tests/test_public_api.py
+# asserts exactly these names). Everything else is reached by its module path and may change.
 __all__ = [
-    "BrokerUnavailableError",
-    "Group",
+    # reading advantages
+    "AdvantageStream",
+    "Step",
+    "StreamStats",
+    "AdvantageRow",
+    "MASK_STALE",
+    # scoring a step's rollouts
     "RewardClient",
+    "Group",
     "StepResult",
-    "StepTimeoutError",
-    "UnknownRunError",
-    "UnknownTopicError",
-    "ChunkMismatchError",
-    "StaleStepError",
-    "MaskedStepError",
+    # publishing rollouts
+    "RolloutProducer",
+    "PublishStats",
+    "Rollout",
+    "GroupManifest",
+    "StepManifest",
+    "KafkaOptions",
+    "is_anchor",
+    "anchor_hash",
+    # the wire contract
+    "encode_record",
+    "decode_advantages",
     "ADVANTAGE_SCHEMA",
     "ADVANTAGE_SCHEMA_V2",
-    "MASK_STALE",
-    "AdvantageRow",
-    "AdvantageStream",
+    "digest_rows",
+    "reason",
+    # errors
+    "WmrlError",
+    "BrokerUnavailableError",
+    "ChunkMismatchError",
     "ConflictError",
     "DeliveryError",
     "FieldError",
-    "GroupManifest",
     "HeaderError",
-    "KafkaOptions",
     "MalformedError",
-    "PublishStats",
-    "Rollout",
-    "RolloutProducer",
-    "SCHEMA_ADVANTAGES",
-    "SCHEMA_ADVANTAGES_V2",
-    "SCHEMA_CALIBRATION",
-    "SCHEMA_EXECUTED",
-    "SCHEMA_PREDICTED",
-    "SCHEMA_ROLLOUT",
-    "SCHEMA_STEP",
+    "MaskedStepError",
     "RunEndedError",
     "SchemaVersionError",
-    "Step",
-    "StepManifest",
-    "StreamStats",
+    "StaleStepError",
+    "StepTimeoutError",
     "TooLargeError",
-    "WmrlError",
-    "anchor_hash",
-    "anchor_hash_u64",
-    "decode_advantages",
-    "decode_record",
-    "digest_and_count",
-    "digest_rows",
-    "encode_advantages",
-    "encode_record",
-    "is_anchor",
-    "reason",
-    "rows_from_table",
-    "table_from_rows",
-    "valid_id",
-    "validate_advantage_rows",
-    "validate_table",
-    "topic_name",
+    "UnknownRunError",
+    "UnknownTopicError",
 ]

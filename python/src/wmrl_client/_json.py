@@ -17,7 +17,6 @@ import binascii
 import json
 import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
@@ -465,7 +464,3 @@ def encode(values: Any, spec: Spec, kind: str) -> bytes:
     if len(b) > c.MAX_RECORD_BYTES:
         raise TooLargeError(f"encode {kind}: {len(b)} bytes exceeds the {c.MAX_RECORD_BYTES} byte record limit")
     return b
-
-
-def field_names(spec: Spec) -> Sequence[str]:
-    return [f.name for f in spec.fields]

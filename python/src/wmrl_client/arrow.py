@@ -11,8 +11,6 @@ then re-checked with the scalar rules so the error names the same field and valu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -20,7 +18,6 @@ import pyarrow.ipc as ipc
 from . import contract as c
 from .digest import rows_from_table
 from .errors import CONFLICT, MALFORMED, FieldError, MalformedError, SchemaVersionError, TooLargeError, WmrlError
-from .records import AdvantageRow, validate_advantage_rows
 
 ADVANTAGE_SCHEMA: pa.Schema = pa.schema(
     [
@@ -270,51 +267,3 @@ def validate_table(t: pa.Table) -> None:
                     CONFLICT,
                 )
             seen[k] = i
-
-
-def schema_id_for(rows: Sequence[AdvantageRow]) -> str:
-    """wmrl.advantages.v2 when a row uses a v2 column, else v1 (topics.AdvantageSchemaID)."""
-    return c.SCHEMA_ADVANTAGES_V2 if any(r.uses_v2() for r in rows) else c.SCHEMA_ADVANTAGES
-
-
-def table_from_rows(rows: Sequence[AdvantageRow]) -> pa.Table:
-    """A Table of the rows' schema (v1, or v2 when a row uses staleness or mask_reason); predicted,
-    executed and staleness are null where their OK flag is false."""
-    schema = schema_for(schema_id_for(rows))
-    cols: dict[str, list[object]] = {f.name: [] for f in schema}
-    for r in rows:
-        for name in cols:
-            if name == "predicted":
-                cols[name].append(r.predicted if r.predicted_ok else None)
-            elif name == "executed":
-                cols[name].append(r.executed if r.executed_ok else None)
-            elif name == "staleness":
-                cols[name].append(r.staleness if r.staleness_ok else None)
-            else:
-                cols[name].append(getattr(r, name))
-    return pa.Table.from_pydict(cols, schema=schema)
-
-
-def encode_advantages(rows: Sequence[AdvantageRow] | pa.Table) -> bytes:
-    """Validate rows and encode them, in order, as one Arrow IPC stream with one record batch."""
-    if isinstance(rows, pa.Table):
-        schema = check_schema(rows.schema)
-        table = pa.Table.from_arrays(rows.columns, schema=schema)
-        validate_table(table)
-    else:
-        validate_advantage_rows(list(rows))
-        table = table_from_rows(rows)
-        schema = table.schema
-    batch = table.combine_chunks().to_batches()
-    sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, schema) as w:
-        if batch:
-            w.write_batch(batch[0])
-        else:
-            w.write_batch(pa.RecordBatch.from_pylist([], schema=schema))
-    return bytes(sink.getvalue().to_pybytes())
-
-
-def iter_rows(t: pa.Table) -> Iterable[AdvantageRow]:
-    """Rows of a Table as AdvantageRow values."""
-    return iter(rows_from_table(t))

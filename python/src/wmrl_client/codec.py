@@ -1,8 +1,8 @@
 """The JSON codec of the records the trainer writes (``topics/codec.go``): ``encode_record``
-validates and produces the bytes Go's ``Encode*`` would produce; ``decode_record`` is as strict as
-Go's ``Decode*`` (unknown fields, duplicate keys, wrong JSON types and unknown schema ids are
-refused). Advantages travel as Arrow (arrow.py). The records only Go stages write (predicted,
-executed, calibration) are not decoded here: nothing in the client reads them."""
+validates and produces the bytes Go's ``Encode*`` would produce (the strict decoder, which only
+the tests need, is tests/client_codecs.py). Advantages travel as Arrow (arrow.py). The records
+only Go stages write (predicted, executed, calibration) are not decoded here: nothing in the
+client reads them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from dataclasses import replace
 
 from . import _json as j
 from . import contract as c
-from .errors import UNKNOWN_SCHEMA, FieldError, SchemaVersionError
 from .records import ROLLOUT_SPEC, STEP_SPEC, Rollout, StepManifest
 
 Record = Rollout | StepManifest
@@ -38,17 +37,3 @@ def encode_record(record: Record) -> bytes:
         record = replace(record, schema=schema)
     record.validate()
     return j.encode(record, _SPECS[schema], type(record).__name__)
-
-
-def decode_record(schema: str, b: bytes) -> Record:
-    """Strictly decode and validate the record named by schema (the wmrl-schema header)."""
-    if schema in c.ADVANTAGE_SCHEMAS:
-        raise SchemaVersionError(
-            c.HEADER_SCHEMA, schema, "a JSON record schema", "advantages are Arrow: use decode_advantages"
-        )
-    spec = _SPECS.get(schema)
-    if spec is None:
-        raise FieldError("", c.HEADER_SCHEMA, schema, "no decoder for this schema", UNKNOWN_SCHEMA)
-    rec: Record = j.decode(b, spec, schema)
-    rec.validate()
-    return rec

@@ -24,7 +24,7 @@ def split_brokers(brokers: str | Sequence[str]) -> list[str]:
     return [s.strip() for item in items for s in item.split(",") if s.strip()]
 
 
-def _client_options(
+def client_options(
     bootstrap: str | Sequence[str] | None, kafka: KafkaOptions | None, kafka_options: Mapping[str, object]
 ) -> KafkaOptions:
     """The options of a client made with ``kafka`` or the keyword options (not both), ``bootstrap``

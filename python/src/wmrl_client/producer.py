@@ -18,7 +18,7 @@ from typing import Any
 from . import contract as c
 from .codec import encode_record
 from .errors import DeliveryError
-from .options import KafkaOptions, _client_options
+from .options import KafkaOptions, client_options
 from .records import Rollout, StepManifest
 
 log = logging.getLogger("wmrl_client")
@@ -65,7 +65,7 @@ class RolloutProducer:
         producer_factory: Callable[[dict[str, object]], Any] | None = None,
         **kafka_options: Any,
     ) -> None:
-        opts = _client_options(bootstrap, kafka, kafka_options)
+        opts = client_options(bootstrap, kafka, kafka_options)
         conf = opts.librdkafka()
         conf.update({"linger.ms": linger_ms})
         for k, v in (producer_config or {}).items():
@@ -160,6 +160,11 @@ class RolloutProducer:
             errors.append(("*", "*", f"{remaining} record(s) still queued after {timeout}s"))
         if errors:
             raise DeliveryError(errors)
+
+    def fetch_metadata(self, topic: str, timeout: float) -> None:
+        """Fetch topic's metadata now: librdkafka connects lazily, so the first publish would
+        otherwise pay for it. Raises confluent_kafka.KafkaException when no answer comes in time."""
+        self._producer.list_topics(topic, timeout=timeout)
 
     def close(self, timeout: float = 30.0) -> None:
         """Flush and stop accepting records."""

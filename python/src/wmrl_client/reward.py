@@ -37,11 +37,11 @@ import pyarrow as pa
 
 from . import contract as c
 from .anchor import is_anchor
-from .cluster import DEFAULT_CONNECT_TIMEOUT, LIBRDKAFKA_LOGGER, check_topics
+from .cluster import DEFAULT_CONNECT_TIMEOUT, LIBRDKAFKA_LOGGER
 from .digest import digest_rows
 from .errors import ConflictError, RunEndedError, StepTimeoutError, WmrlError
 from .ids import check_id
-from .options import KafkaOptions, _client_options
+from .options import KafkaOptions, client_options
 from .producer import RolloutProducer
 from .records import GroupManifest, Rollout, StepManifest
 from .stream import AdvantageStream, Step
@@ -208,7 +208,7 @@ class RewardClient:
             raise ValueError(f"run_id {run_id!r}: {msg}")
         if not 0.0 <= anchor_fraction <= 1.0:
             raise ValueError(f"anchor_fraction {anchor_fraction}: want a value in [0, 1]")
-        opts = _client_options(bootstrap, kafka, kafka_options)
+        opts = client_options(bootstrap, kafka, kafka_options)
         self.run_id = run_id
         self.group_id = group_id
         self.anchor_fraction = anchor_fraction
@@ -227,14 +227,12 @@ class RewardClient:
         )  # fmt: skip
         try:
             if connect_timeout is not None:
-                check_topics(
-                    self._stream._consumer,
+                self._stream.check_topics(
                     [
                         c.topic_name(c.SUFFIX_ROLLOUTS, opts.topic_prefix),
                         c.topic_name(c.SUFFIX_STEPS, opts.topic_prefix),
                     ],
-                    brokers=",".join(opts.brokers),
-                    timeout=connect_timeout,
+                    connect_timeout,
                 )
             self._producer = RolloutProducer(
                 None, kafka=opts, producer_factory=producer_factory,
@@ -256,7 +254,7 @@ class RewardClient:
         for suffix in (c.SUFFIX_ROLLOUTS, c.SUFFIX_STEPS):
             topic = c.topic_name(suffix, self.kafka.topic_prefix)
             try:
-                self._producer._producer.list_topics(topic, timeout=timeout)
+                self._producer.fetch_metadata(topic, timeout)
             except Exception as e:  # a slow metadata answer only costs the first publish its latency
                 log.info("wmrl_client: producer metadata for %s not fetched at start: %s", topic, e)
         if not self._stream.join(timeout):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -29,11 +29,9 @@ _TORCH_MISSING = (
 )
 
 
-class Acker(Protocol):
-    """What a Step needs from the stream that delivered it (AdvantageStream): a callback on ack.
-    Typed by shape, so this module imports nothing from stream.py, which imports it."""
-
-    def _acked(self, st: Step) -> None: ...
+# OnAck is what a Step needs from the stream that delivered it (AdvantageStream): a callback on
+# ack. A plain callable, so this module imports nothing from stream.py, which imports it.
+OnAck = Callable[["Step"], None]
 
 
 def parse_canonical_int(s: str, what: str) -> int:
@@ -72,7 +70,7 @@ class Step:
 
     def __init__(
         self,
-        stream: Acker | None,
+        on_ack: OnAck | None,
         run_id: str,
         step: int,
         table: pa.Table,
@@ -85,7 +83,7 @@ class Step:
         self.chunks = chunks
         self.offsets: dict[TopicPartition, list[int]] = {tp: sorted(o) for tp, o in offsets.items()}
         self.acked = False
-        self._stream = stream
+        self._on_ack = on_ack
 
     @property
     def num_rows(self) -> int:
@@ -111,8 +109,8 @@ class Step:
         if self.acked:
             return
         self.acked = True
-        if self._stream is not None:
-            self._stream._acked(self)
+        if self._on_ack is not None:
+            self._on_ack(self)
 
     def rows(self) -> list[AdvantageRow]:
         return rows_from_table(self.table)

@@ -34,7 +34,7 @@ from .errors import ConflictError, HeaderError, SchemaVersionError, UnknownRunEr
 from .ids import check_id
 from .masked import check_masked, masked_rows
 from .membership import GroupWatch, run_group, trainer_client_id
-from .options import KafkaOptions, _client_options
+from .options import KafkaOptions, client_options
 from .step import NUMERIC_COLUMNS as NUMERIC_COLUMNS
 from .step import Step as Step
 from .step import TopicPartition, header_map, parse_canonical_int
@@ -169,7 +169,7 @@ class AdvantageStream:
         if on_masked not in ("warn", "raise"):
             raise ValueError(f"on_masked {on_masked!r}: want 'warn' or 'raise'")
         self._on_masked = on_masked
-        opts = _client_options(bootstrap, kafka, kafka_options)
+        opts = client_options(bootstrap, kafka, kafka_options)
         conf = opts.librdkafka()
         if conf.get("client.id") in (None, "", KafkaOptions.client_id):
             conf["client.id"] = trainer_client_id(run_id)  # names the run to the group's other members
@@ -229,9 +229,7 @@ class AdvantageStream:
         self._consumer: confluent_kafka.Consumer = consumer_factory(conf)
         if connect_timeout is not None:
             try:
-                check_topics(
-                    self._consumer, [self.topic], brokers=str(conf["bootstrap.servers"]), timeout=connect_timeout
-                )
+                self.check_topics([self.topic], connect_timeout)
             except WmrlError:
                 self._consumer.close()
                 raise
@@ -253,6 +251,11 @@ class AdvantageStream:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def check_topics(self, topics: Sequence[str], timeout: float) -> None:
+        """Raise BrokerUnavailableError when no broker answers within timeout seconds, and
+        UnknownTopicError naming the first of topics that does not exist (cluster.check_topics)."""
+        check_topics(self._consumer, topics, brokers=str(self.config["bootstrap.servers"]), timeout=timeout)
 
     def close(self) -> None:
         """Leave the group without committing anything not acknowledged."""
@@ -557,7 +560,7 @@ class AdvantageStream:
             self._sums[nxt] = [asm.sums[k] for k in range(asm.n)]
             while len(self._sums) > DELIVERED_MEMORY:
                 self._sums.popitem(last=False)
-            st = Step(self, run, nxt, asm.table, asm.n, asm.offsets)
+            st = Step(self._acked, run, nxt, asm.table, asm.n, asm.offsets)
             self._unacked[id(st)] = st
             self.stats.steps += 1
             self.stats.rows += asm.table.num_rows
