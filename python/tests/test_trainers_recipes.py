@@ -386,9 +386,21 @@ def r_publish(b: Block, p: Pipe) -> None:
     code = edit(b.code, ('RolloutProducer("127.0.0.1:9092")', f"RolloutProducer({p.kafka!r}, topic_prefix={p.prefix!r})"),
                 ('generate("run-0042", 7, sampled_groups)', f"generate({run!r}, 7, sampled_groups)"))  # fmt: skip
     run_python(code, {"sampled_groups": [("g0", ["x", "y"]), ("g1", ["z", "w"])]}, b.key)
-    with AdvantageStream(p.kafka, run, p.uid("pr"), topic_prefix=p.prefix, idle_timeout=60) as s:
-        st = s.next_step(timeout=60)
-    assert st is not None and st.step == 7 and len(st.table) == 4
+    # Step 7 of a run without steps 0-6 is never sealed: check the records themselves reached the topics.
+    from confluent_kafka import Consumer
+
+    seen = {"rollouts.v1": 0, "steps.v1": 0}
+    c = Consumer({"bootstrap.servers": p.kafka, "group.id": p.uid("pr"), "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([p.prefix + t for t in seen])
+        deadline = time.monotonic() + 60
+        while seen != {"rollouts.v1": 4, "steps.v1": 1} and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error() and run.encode() in (m.value() or b""):
+                seen[m.topic()[len(p.prefix):]] += 1
+    finally:
+        c.close()
+    assert seen == {"rollouts.v1": 4, "steps.v1": 1}, seen
 
 
 def r_tests_block(b: Block, p: Pipe) -> None:
@@ -413,8 +425,8 @@ def r_tests_block(b: Block, p: Pipe) -> None:
                 out = subprocess.run(["make", "-n", *args[1:]], cwd=cwd, capture_output=True, text=True, timeout=60)
                 assert out.returncode == 0, f"`make {' '.join(args[1:])}` in {cwd}: {out.stderr}"
                 ran.append("make -n")
-            elif prog.startswith("python"):  # python3.11 -m venv python/.venv: the venv layout it makes
-                assert args[1:3] == ["-m", "venv"] and (cwd / args[3]).parent.is_dir()
+            elif prog.startswith("python3") and args[1:3] == ["-m", "venv"]:  # the venv's place exists
+                assert (cwd / args[3]).parent.is_dir()
                 ran.append("venv")
             elif prog.endswith("/pip"):
                 assert (cwd / prog).parent.parent.name == ".venv" and args[1] == "install"
