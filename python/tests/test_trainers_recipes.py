@@ -338,7 +338,15 @@ def r_verl_mgr(b: Block, p: Pipe, monkeypatch: pytest.MonkeyPatch) -> None:
     for k, v in {"WMRL_BROKERS": p.kafka, "WMRL_RUN": p.uid("vm"), "WMRL_TRAINER_GROUP": p.uid("vm"),
                  "WMRL_TOPIC_PREFIX": p.prefix}.items():  # fmt: skip
         monkeypatch.setenv(k, v)
-    out = _verl_run(p, _overrides(b.code), 2)
+    from wmrl_client.integrations import verl_manager
+
+    try:
+        out = _verl_run(p, _overrides(b.code), 2)
+    finally:  # the manager's grouper is process-wide: later tests of this process configure their own
+        if verl_manager._grouper is not None:
+            verl_manager._grouper.close()
+            verl_manager._grouper.client.close()
+            verl_manager._grouper = None
     assert len(out) == 16 and {o["reward_extra_info"]["wmrl_step"] for o in out} == {0.0}
 
 
