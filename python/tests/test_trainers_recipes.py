@@ -205,7 +205,7 @@ def r_demo(b: Block, p: Pipe) -> None:
     prefix = f"{p.prefix}demo."
     demo = edit(" ".join(demo), ("wmrl --brokers 127.0.0.1:9092 --redis redis://127.0.0.1:6379/0",
                                  f"wmrl --brokers {p.kafka} --redis {p.redis} --topic-prefix {prefix}")).split()
-    out = subprocess.run([str(p.cli), *demo[1:]], capture_output=True, text=True, timeout=600)
+    out = subprocess.run([str(p.cli), *demo[1:]], cwd=p.tmp, capture_output=True, text=True, timeout=600)  # its report
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     m = re.search(r"run id (\S+); the wmrl arm's topic prefix is (\S+) \(advantages", out.stdout)
     assert m, out.stdout[-2000:]
