@@ -77,10 +77,11 @@ test-python:
 	if [ $$rc -eq 5 ]; then echo "test-python: pytest collected no tests" >&2; rc=1; fi; exit $$rc
 
 # Real trainer frameworks against the live services (brought up and down as in `test`): TRL 1.16
-# trains a tiny Qwen2 through the stages, verl 0.9.1's reward loop and OpenRLHF 0.11.2's request
-# shape score through them, slime 0.3.1's reward/advantage hooks and prime-rl's score_group are
-# replayed through them, TRL's ORS client and the ORS spec's requests drive the ORS server, and the
-# torch tests run (every test marked `trainers` or `torch`). The venv (python/requirements-trainers*.txt) is
+# trains a tiny Qwen2 through the stages, TRL's async scoring process, verl 0.9.1's reward loop and
+# OpenRLHF 0.11.2's executor score through them, slime 0.3.1's reward/advantage hooks and prime-rl's
+# score_group are replayed through them, TRL's ORS client and the ORS spec's requests drive the ORS
+# server, every README recipe runs, and the torch tests run (every test marked `trainers` or
+# `torch`). The venv (python/requirements-trainers*.txt) is
 # cached by python/scripts/trainers-venv.sh under ~/.cache/wmrl, keyed by those files' hash: ≈ 6 GB
 # and 6–9 min cold, 0 s warm. A skipped test fails the target (WMRL_TEST_REQUIRE_TRAINERS=1).
 test-trainers: export WMRL_TEST_KAFKA = 127.0.0.1:$(KAFKA_PORT)

@@ -53,9 +53,11 @@ judge_url = pytest.fixture(judge)
 def _samples_generator() -> Any:
     """openrlhf.trainer.ppo_utils.samples_generator, importing with a stub ``vllm`` when vllm is absent
     (the module imports ``SamplingParams`` and the engine module; the code used here needs neither)."""
+    stubbed = False
     try:
         import vllm  # noqa: F401
     except ImportError:
+        stubbed = True
         stub = types.ModuleType("vllm")
         stub.SamplingParams = type("SamplingParams", (), {})  # type: ignore[attr-defined]
         stub.__version__ = "0.0.0"  # type: ignore[attr-defined]
@@ -64,8 +66,12 @@ def _samples_generator() -> Any:
         utils.random_uuid = lambda: "0"  # type: ignore[attr-defined]
         stub.inputs, stub.utils = inputs, utils  # type: ignore[attr-defined]
         sys.modules.update({"vllm": stub, "vllm.inputs": inputs, "vllm.utils": utils})
-    from openrlhf.trainer.ppo_utils import samples_generator
-
+    try:
+        from openrlhf.trainer.ppo_utils import samples_generator
+    finally:  # never leave the stub behind: find_spec("vllm") on it raises (TRL and transformers ask)
+        if stubbed:
+            for name in ("vllm", "vllm.inputs", "vllm.utils"):
+                sys.modules.pop(name, None)
     return samples_generator
 
 

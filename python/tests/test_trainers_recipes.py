@@ -205,7 +205,7 @@ def r_demo(b: Block, p: Pipe) -> None:
     prefix = f"{p.prefix}demo."
     demo = edit(" ".join(demo), ("wmrl --brokers 127.0.0.1:9092 --redis redis://127.0.0.1:6379/0",
                                  f"wmrl --brokers {p.kafka} --redis {p.redis} --topic-prefix {prefix}")).split()
-    out = subprocess.run([str(p.cli), *demo[1:]], capture_output=True, text=True, timeout=600)
+    out = subprocess.run([str(p.cli), *demo[1:]], cwd=p.tmp, capture_output=True, text=True, timeout=600)  # its report
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     m = re.search(r"run id (\S+); the wmrl arm's topic prefix is (\S+) \(advantages", out.stdout)
     assert m, out.stdout[-2000:]
@@ -338,7 +338,15 @@ def r_verl_mgr(b: Block, p: Pipe, monkeypatch: pytest.MonkeyPatch) -> None:
     for k, v in {"WMRL_BROKERS": p.kafka, "WMRL_RUN": p.uid("vm"), "WMRL_TRAINER_GROUP": p.uid("vm"),
                  "WMRL_TOPIC_PREFIX": p.prefix}.items():  # fmt: skip
         monkeypatch.setenv(k, v)
-    out = _verl_run(p, _overrides(b.code), 2)
+    from wmrl_client.integrations import verl_manager
+
+    try:
+        out = _verl_run(p, _overrides(b.code), 2)
+    finally:  # the manager's grouper is process-wide: later tests of this process configure their own
+        if verl_manager._grouper is not None:
+            verl_manager._grouper.close()
+            verl_manager._grouper.client.close()
+            verl_manager._grouper = None
     assert len(out) == 16 and {o["reward_extra_info"]["wmrl_step"] for o in out} == {0.0}
 
 
@@ -386,9 +394,21 @@ def r_publish(b: Block, p: Pipe) -> None:
     code = edit(b.code, ('RolloutProducer("127.0.0.1:9092")', f"RolloutProducer({p.kafka!r}, topic_prefix={p.prefix!r})"),
                 ('generate("run-0042", 7, sampled_groups)', f"generate({run!r}, 7, sampled_groups)"))  # fmt: skip
     run_python(code, {"sampled_groups": [("g0", ["x", "y"]), ("g1", ["z", "w"])]}, b.key)
-    with AdvantageStream(p.kafka, run, p.uid("pr"), topic_prefix=p.prefix, idle_timeout=60) as s:
-        st = s.next_step(timeout=60)
-    assert st is not None and st.step == 7 and len(st.table) == 4
+    # Step 7 of a run without steps 0-6 is never sealed: check the records themselves reached the topics.
+    from confluent_kafka import Consumer
+
+    seen = {"rollouts.v1": 0, "steps.v1": 0}
+    c = Consumer({"bootstrap.servers": p.kafka, "group.id": p.uid("pr"), "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([p.prefix + t for t in seen])
+        deadline = time.monotonic() + 60
+        while seen != {"rollouts.v1": 4, "steps.v1": 1} and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error() and run.encode() in (m.value() or b""):
+                seen[m.topic()[len(p.prefix):]] += 1
+    finally:
+        c.close()
+    assert seen == {"rollouts.v1": 4, "steps.v1": 1}, seen
 
 
 def r_tests_block(b: Block, p: Pipe) -> None:
@@ -413,8 +433,8 @@ def r_tests_block(b: Block, p: Pipe) -> None:
                 out = subprocess.run(["make", "-n", *args[1:]], cwd=cwd, capture_output=True, text=True, timeout=60)
                 assert out.returncode == 0, f"`make {' '.join(args[1:])}` in {cwd}: {out.stderr}"
                 ran.append("make -n")
-            elif prog.startswith("python"):  # python3.11 -m venv python/.venv: the venv layout it makes
-                assert args[1:3] == ["-m", "venv"] and (cwd / args[3]).parent.is_dir()
+            elif prog.startswith("python3") and args[1:3] == ["-m", "venv"]:  # the venv's place exists
+                assert (cwd / args[3]).parent.is_dir()
                 ran.append("venv")
             elif prog.endswith("/pip"):
                 assert (cwd / prog).parent.parent.name == ".venv" and args[1] == "install"
