@@ -12,7 +12,12 @@ What each runner does, when a block cannot run as a whole on this machine:
   (test_trainers_trl_async's replay);
 * the tests block: each command is checked where it runs (cd tracked), the benchmarks are run
   (short), ``make -n`` proves the make target exists in that directory, and pytest/pip are
-  dry-run (this suite is what they would run).
+  dry-run (this suite is what they would run);
+* slime's flags: slime needs Megatron and GPUs, so every ``--custom-*-path`` the block names is
+  resolved to the callable slime would load (test_trainers_slime replays the calls);
+* prime-rl's block: run as written against the replayed prime_rl package (tests/replay, what
+  test_trainers_prime_rl runs the seam against), and the registration checked;
+* the ORS block: the command runs, and every flag of its example line is one the server takes.
 """
 
 from __future__ import annotations
@@ -473,6 +478,47 @@ def r_top_readme(b: Block, p: Pipe) -> None:
     assert pol.steps == 2
 
 
+def r_slime_flags(b: Block, p: Pipe) -> None:
+    import importlib
+
+    paths = re.findall(r"--custom-[a-z-]+-path\s+(\S+)", b.code)
+    assert len(paths) == 3, paths
+    for path in paths:
+        module, _, name = path.rpartition(".")
+        fn = getattr(importlib.import_module(module), name)
+        assert callable(fn), path
+
+
+def r_prime_rl(b: Block, p: Pipe) -> None:
+    replay = str(Path(__file__).parent / "replay")
+    sys.path.insert(0, replay)
+    try:
+        import prime_rl.orchestrator.algo as algo
+
+        saved = dict(algo.ALGORITHM_CLASSES)
+        try:
+            ns = run_python(b.code, {}, b.key)
+            assert algo.ALGORITHM_CLASSES["grpo"] is ns["wmrl_prime"].WmrlAlgorithm
+        finally:
+            algo.ALGORITHM_CLASSES.clear()
+            algo.ALGORITHM_CLASSES.update(saved)
+    finally:
+        sys.path.remove(replay)
+
+
+def r_ors_help(b: Block, p: Pipe) -> None:
+    lines = [ln for ln in b.code.splitlines() if ln.strip()]
+    cmd = shlex.split(lines[0].split("#")[0])
+    assert cmd[:3] == ["python", "-m", "wmrl_client.integrations.ors"], cmd
+    out = subprocess.run([sys.executable, *cmd[1:]], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(PY_ROOT / "src")})  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    example = [ln for ln in lines if ln.lstrip().startswith("# e.g.")]
+    assert example, b.code
+    for flag in re.findall(r"(--[a-z][a-z-]*)", example[0]):
+        assert flag in out.stdout, f"{flag} of the example is not an option of the ORS server"
+
+
 RUNNERS: dict[str, Callable[..., None]] = {
     "python/README.md | # wmrl-client — the Python trainer client | sh #0": r_pip_install,
     "python/README.md | ## Use from a PyTorch trainer | python #0": r_stream_sasl,
@@ -488,6 +534,9 @@ RUNNERS: dict[str, Callable[..., None]] = {
     "python/README.md | ## Publish rollouts from Python | python #0": r_publish,
     "python/README.md | ## Tests and benchmark | sh #0": r_tests_block,
     "README.md | ## Use from a PyTorch trainer | python #0": r_top_readme,
+    "python/README.md | ### slime ≥ 0.3 — wmrl's advantages after slime's normalisation | sh #0": r_slime_flags,
+    "python/README.md | ### prime-rl — `WmrlAlgorithm` (`score_group`) | python #0": r_prime_rl,
+    "python/README.md | ### Open Reward Standard — an ORS environment | sh #0": r_ors_help,
 }
 
 
