@@ -499,8 +499,10 @@ func (s *secureEnv) checkRunEnds(t *testing.T, h map[string]*e2eHarness) {
 	}
 
 	// 5. The trainer ends the run.
-	// It waits for correct's verdict, which correct records under its --redis-prefix.
-	if out := h["train"].run(time.Minute, 0, "runs", "end", e2eRun, "--last-step", last, "--redis-prefix", "acl"); !strings.Contains(out, "ended after step "+last) {
+	// It waits for correct's verdict, which correct records in Redis under its --redis-prefix (the
+	// trainer's mTLS harness has no Redis settings of its own: the secure Redis's are passed here).
+	if out := h["train"].run(time.Minute, 0, "runs", "end", e2eRun, "--last-step", last, "--redis", "rediss://"+s.redis.TLS+"/0",
+		"--redis-tls-ca", s.broker.Certs.CA, "--redis-password-file", s.secretFile("redis", s.redis.Password), "--redis-prefix", "acl"); !strings.Contains(out, "ended after step "+last) {
 		t.Fatalf("the trainer's runs end printed %q", out)
 	}
 	deadline = time.Now().Add(time.Minute)

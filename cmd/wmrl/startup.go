@@ -71,6 +71,7 @@ var otherEnv = map[string]bool{
 	"WMRL_SOAK": true, "WMRL_SOAK_RUNS": true, "WMRL_SOAK_OUT": true, "WMRL_SOAK_STRICT": true,
 	// The Python client's trainer integrations.
 	"WMRL_START_STEP": true, "WMRL_FLUSH_AFTER": true, "WMRL_RM_TOKEN": true,
+	"WMRL_STRIP": true, "WMRL_FAILURE_REWARD": true, "WMRL_PRIME_CREDIT": true,
 }
 
 // testEnvPrefix starts the variables tests define for themselves.

@@ -58,23 +58,28 @@ func TestTrainWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	for _, run := range []string{runA, runB} {
-		for step := int64(0); step < 2; step++ {
-			recs, err := names.AdvantageRecords(run, "", step, cliRows(run, step), topics.DefaultChunkBytes)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range recs {
-				r.Partition = topics.PartitionFor(run, 2) // where correct puts them
-			}
-			if err := prod.BeginTransaction(); err != nil {
-				t.Fatal(err)
-			}
-			if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-			if err := prod.EndTransaction(ctx, kgo.TryCommit); err != nil {
-				t.Fatal(err)
+	// The records are published once the group is stable: a member that held the other run's
+	// partition during the first rebalances would read past (and commit past) records that are
+	// not its run's, and the test would depend on that race.
+	publish := func() {
+		for _, run := range []string{runA, runB} {
+			for step := int64(0); step < 2; step++ {
+				recs, err := names.AdvantageRecords(run, "", step, cliRows(run, step), topics.DefaultChunkBytes)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range recs {
+					r.Partition = topics.PartitionFor(run, 2) // where correct puts them
+				}
+				if err := prod.BeginTransaction(); err != nil {
+					t.Fatal(err)
+				}
+				if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+				if err := prod.EndTransaction(ctx, kgo.TryCommit); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 	}
@@ -95,6 +100,7 @@ func TestTrainWatch(t *testing.T) {
 		}
 		t.Logf("train --run %s named the shared group %v after start", w.run, time.Since(start).Round(time.Second))
 	}
+	publish()
 	// Which trainer holds which partition is the group's choice: ask the group, then require of
 	// each trainer its steps (it holds its run's partition) or the warning that names the
 	// partition and its holder (it does not).
