@@ -18,7 +18,7 @@ func benchWindows(b *testing.B) map[string]*State {
 	ps := make([]pair, 5000)
 	for i := range ps {
 		x := r.u()
-		ps[i] = pair{x, x*x + 0.3*(r.u()-0.5)}
+		ps[i] = unitPair(x, x*x+0.3*(r.u()-0.5))
 	}
 	st.addPairs(ps)
 	if err := st.maybeRefit(); err != nil {

@@ -46,9 +46,23 @@ type Rollout struct {
 
 // Group is one GRPO group; Anchor groups were executed for real.
 type Group struct {
-	ID       string
-	Anchor   bool
+	ID     string
+	Anchor bool
+	// Weight is an anchor group's inverse-propensity weight 1/π_g when a policy chose it with
+	// probability π_g (docs/anchors.md); its pairs enter the isotonic fit with this weight, so
+	// the calibration stays unbiased under a choice that depends on the world model. 0 means 1,
+	// today's random choice, whose arithmetic is unchanged. Only the default mode's isotonic and
+	// centred maps take weights; states whose window holds weights are not encodable yet.
+	Weight   float64
 	Rollouts []Rollout
+}
+
+// pairWeight is the weight g's anchor pairs enter the window with.
+func (g *Group) pairWeight() float64 {
+	if g.Weight == 0 {
+		return 1
+	}
+	return g.Weight
 }
 
 // Step is one complete training step of one (run, stream).
@@ -235,6 +249,13 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 	if err != nil {
 		return dst, err
 	}
+	if c.cfg.Mode == ModeReference || c.cfg.Map == MapZSpace {
+		for _, g := range step.Groups {
+			if g.pairWeight() != 1 {
+				return dst, fmt.Errorf("%w: group %q: weight %v: inverse-propensity weights are implemented for the default mode's isotonic and centred maps only", ErrInvalidStep, g.ID, g.Weight)
+			}
+		}
+	}
 	if c.cfg.Mode == ModeReference {
 		return c.advanceReference(st, step, dst), nil
 	}
@@ -255,9 +276,14 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 		pn      []float64
 		rorder  []int
 		anchorN int
+		gws     []float64 // pair weight per group with rows, canonical order
 	)
 	for _, gi := range gorder {
 		g := &step.Groups[gi]
+		if len(g.Rollouts) > 0 {
+			// One entry per run of rows (eachGroup): a group without rollouts has none.
+			gws = append(gws, g.pairWeight())
+		}
 		rorder = rolloutOrder(g, rorder[:0])
 		start := len(dst)
 		vals, mask = vals[:0], mask[:0]
@@ -297,10 +323,15 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 			anchorN++
 		}
 	}
+	norm := ipwNorm(dst[base:], gws)
+	if norm != 0 {
+		reweightAnchorRows(dst[base:], gws, norm)
+	}
 	// Seal: fold the anchor groups into the estimator and window, in
 	// canonical order, using the calibration the rows were computed with.
 	if anchorN > 0 {
-		for i := base; i < len(dst); {
+		for i, gk := base, 0; i < len(dst); gk++ {
+			gw := gws[gk]
 			j := i
 			for j < len(dst) && dst[j].GroupID == dst[i].GroupID {
 				j++
@@ -311,7 +342,7 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 					r := &dst[k]
 					if r.PredictedOK && r.ExecutedOK {
 						if !zspace {
-							newP = append(newP, pair{r.Predicted, r.Executed})
+							newP = append(newP, pair{r.Predicted, r.Executed, gw})
 						}
 						pn = append(pn, r.Predicted)
 						dn = append(dn, r.Calibrated)
@@ -323,7 +354,11 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 					newP = zPairs(newP, pn, tn, c.cfg.Eps, c.cfg.DDOF)
 				}
 				if c.cfg.Denoise {
-					st.observeGroup(dn, tn)
+					rel := 1.0
+					if norm != 0 {
+						rel = gw / norm
+					}
+					st.observeGroup(dn, tn, rel)
 				}
 			}
 			i = j
@@ -396,6 +431,9 @@ func canonicalOrder(step Step) ([]int, error) {
 		if k > 0 && step.Groups[order[k-1]].ID == g.ID {
 			return nil, fmt.Errorf("%w: duplicate group id %q", ErrInvalidStep, g.ID)
 		}
+		if !finite(g.Weight) || g.Weight < 0 || g.Weight > maxWeight {
+			return nil, fmt.Errorf("%w: group %q: weight %v not in [0, %g]", ErrInvalidStep, g.ID, g.Weight, maxWeight)
+		}
 		for ri := range g.Rollouts {
 			r := &g.Rollouts[ri]
 			if r.ID == "" {
@@ -421,6 +459,10 @@ func canonicalOrder(step Step) ([]int, error) {
 	}
 	return order, nil
 }
+
+// maxWeight bounds a group's inverse-propensity weight (a propensity ≥ 1e-6),
+// so weighted window sums stay finite like unit ones.
+const maxWeight = 1e6
 
 // maxScore bounds accepted scores. Scores are meant to lie in [0,1]; the
 // bound only guarantees that window sums can never overflow, so a refit

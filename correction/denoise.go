@@ -58,8 +58,11 @@ const freezeFloor = 1e-12
 // observeGroup folds one anchor group's estimate into the EWMA and freezes
 // c once FreezeAfter groups have been seen (reference mode), so that the
 // weight is 2 at that moment. Reference mode clamps the half-life to >= 1,
-// as the authors do.
-func (s *State) observeGroup(d, t []float64) {
+// as the authors do. rel is the group's inverse-propensity weight relative
+// to the step's anchor rows (1 without weights): a group of weight rel moves
+// the EWMA as rel groups with its estimate would, α = 1 − ½^(rel/half-life),
+// so the smoothed variance weights groups as the isotonic fit weights pairs.
+func (s *State) observeGroup(d, t []float64, rel float64) {
 	noise, hl := noiseRatio, s.cfg.HalfLife
 	if s.cfg.Mode == ModeReference {
 		noise, hl = noiseRatioNumpy, max(hl, 1)
@@ -73,6 +76,9 @@ func (s *State) observeGroup(d, t []float64) {
 		s.ewma = r
 	} else {
 		alpha := 1 - math.Pow(0.5, 1/hl)
+		if rel != 1 {
+			alpha = 1 - math.Pow(0.5, rel/hl)
+		}
 		s.ewma = float64((1-alpha)*s.ewma) + float64(alpha*r)
 	}
 	s.groups++

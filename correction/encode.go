@@ -248,7 +248,7 @@ func DecodeState(b []byte) (*State, error) {
 			ErrCorruptState, s.sealed, n, s.totalPairs, s.pending)
 	}
 	for i := range n {
-		p := pair{d.f64(), d.f64()}
+		p := unitPair(d.f64(), d.f64())
 		if !validScore(p.x) || !validScore(p.y) {
 			return nil, fmt.Errorf("%w: window pair %d is not a valid score pair", ErrCorruptState, i)
 		}

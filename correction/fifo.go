@@ -100,6 +100,10 @@ func (f *fifo) appendRange(b []byte, i, j int) []byte {
 		lo := max(i-pos, 0)
 		hi := min(j-pos, len(c))
 		for _, p := range c[lo:hi] {
+			if p.w != 1 {
+				// Group.Weight says so; only wmrl simulate sets weights today (issue 39).
+				panic("correction: encoding a window with inverse-propensity weights is not implemented")
+			}
 			b = le.AppendUint64(b, math.Float64bits(p.x))
 			b = le.AppendUint64(b, math.Float64bits(p.y))
 		}

@@ -24,7 +24,7 @@ func TestFIFOCloneIsolation(t *testing.T) {
 			all = append(all, cur)
 		}
 		for range int(r.next() % 200) {
-			p := pair{r.u(), float64(round)}
+			p := unitPair(r.u(), float64(round))
 			if cur.f.len() == W {
 				if got := cur.f.pop(); got != cur.model[0] {
 					t.Fatalf("round %d: popped %v, want %v", round, got, cur.model[0])

@@ -32,8 +32,13 @@ type Isotonic struct {
 	x, y []float64
 }
 
-// pair is one (world-model score, true score) observation with unit weight.
-type pair struct{ x, y float64 }
+// pair is one (world-model score, true score) observation with its weight w:
+// 1 for a randomly chosen anchor, the group's inverse-propensity weight when
+// anchors are chosen by a policy (Group.Weight, docs/anchors.md).
+type pair struct{ x, y, w float64 }
+
+// unitPair is a pair with weight 1, what every window held before weights.
+func unitPair(x, y float64) pair { return pair{x, y, 1} }
 
 func cmpPair(a, b pair) int {
 	switch {
@@ -44,6 +49,10 @@ func cmpPair(a, b pair) int {
 	case a.y < b.y:
 		return -1
 	case a.y > b.y:
+		return 1
+	case a.w < b.w:
+		return -1
+	case a.w > b.w:
 		return 1
 	}
 	return 0
@@ -83,7 +92,7 @@ func FitIsotonic(x, y, w []float64) (*Isotonic, error) {
 	if len(pts) == 0 {
 		return nil, ErrZeroWeights
 	}
-	slices.SortStableFunc(pts, func(a, b sample) int { return cmpPair(pair{a.x, a.y}, pair{b.x, b.y}) })
+	slices.SortStableFunc(pts, func(a, b sample) int { return cmpPair(pair{a.x, a.y, 1}, pair{b.x, b.y, 1}) })
 	sc := getScratch(len(pts))
 	defer putScratch(sc)
 	for _, p := range pts {
@@ -259,6 +268,9 @@ func (sc *fitScratch) pava() (bx, by []float64, err error) {
 		bStart[top], bW[top], bM[top] = start, w, m
 		top++
 	}
+	if sc.centred {
+		return sc.emitCentred(top)
+	}
 	return sc.emit(top)
 }
 
@@ -332,14 +344,34 @@ func (sc *fitScratch) emit(top int) (bx, by []float64, err error) {
 	return bx, by, nil
 }
 
-// fitSortedPairs fits unit-weight pairs already sorted by (x, y): the
-// trimmed isotonic breakpoints, or with centred the block centres.
+// fitSortedPairs fits pairs already sorted by (x, y): the trimmed isotonic
+// breakpoints, or with centred the block centres. A window of unit weights
+// takes the sums path (pavaSums), exactly as before weights existed; any
+// other weight takes weighted pool-adjacent-violators, where a block's value
+// is the w-weighted mean of its pairs.
 func fitSortedPairs(ps []pair, centred bool) (bx, by []float64, err error) {
 	sc := getScratch(len(ps))
 	defer putScratch(sc)
-	sc.addUnitSorted(ps)
 	sc.centred = centred
+	if !unitWeights(ps) {
+		for _, p := range ps {
+			if p.w > 0 {
+				sc.add(p.x, p.w, p.y)
+			}
+		}
+		return sc.pava()
+	}
+	sc.addUnitSorted(ps)
 	return sc.pavaSums()
+}
+
+func unitWeights(ps []pair) bool {
+	for _, p := range ps {
+		if p.w != 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // emitCentred turns the top blocks into the centred-isotonic breakpoints:

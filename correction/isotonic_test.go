@@ -170,7 +170,7 @@ func TestNaiveMatchesIncremental(t *testing.T) {
 		}
 		ps := make([]pair, k)
 		for i := range ps {
-			ps[i] = pair{math.Floor(r.u()*15) / 15, math.Floor(r.u()*4) / 4}
+			ps[i] = unitPair(math.Floor(r.u()*15)/15, math.Floor(r.u()*4)/4)
 		}
 		st.addPairs(ps)
 		if err := st.maybeRefit(); err != nil {

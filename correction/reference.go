@@ -39,7 +39,7 @@ func (c *Corrector) advanceReference(st *State, step Step, dst []Row) []Row {
 		if g.Anchor {
 			for k := range rows {
 				if r := &rows[k]; r.PredictedOK && r.ExecutedOK {
-					st.pushReference(pair{r.Predicted, r.Executed})
+					st.pushReference(unitPair(r.Predicted, r.Executed))
 				}
 			}
 		}
@@ -55,7 +55,7 @@ func (c *Corrector) advanceReference(st *State, step Step, dst []Row) []Row {
 			}
 		}
 		if len(d) > 0 && c.cfg.Denoise {
-			st.observeGroup(d, t)
+			st.observeGroup(d, t, 1)
 		}
 		spans = append(spans, span{start, len(dst), g.Anchor})
 	}

@@ -162,7 +162,7 @@ func zPairs(dst []pair, pred, exec []float64, eps float64, ddof int) []pair {
 	standardise(pred, zp, eps, ddof)
 	standardise(exec, ze, eps, ddof)
 	for i := range zp {
-		dst = append(dst, pair{zp[i], ze[i]})
+		dst = append(dst, unitPair(zp[i], ze[i]))
 	}
 	return dst
 }

@@ -12,9 +12,9 @@ func TestFitZSpace(t *testing.T) {
 	dec := make([]pair, 120)
 	for i := range lin {
 		z := float64(i)/40 - 1.5
-		lin[i], dec[i] = pair{z, 0.5 * z}, pair{z, -z}
+		lin[i], dec[i] = unitPair(z, 0.5*z), unitPair(z, -z)
 	}
-	constant := []pair{{0, -1}, {0, 0}, {0, 1}, {0, 2}}
+	constant := []pair{{0, -1, 1}, {0, 0, 1}, {0, 1, 1}, {0, 2, 1}}
 	tests := []struct {
 		name  string
 		ps    []pair
@@ -34,7 +34,7 @@ func TestFitZSpace(t *testing.T) {
 		{"decreasing pools to one value", dec, 4, 4, func(_, by []float64) bool {
 			return by[0] == by[3] && math.Abs(by[0]-0.0125) < 1e-12 // the mean of −z
 		}},
-		{"two distinct x, two bins", []pair{{-1, -2}, {-1, -1}, {1, 1}, {1, 2}}, 12, 2, func(bx, by []float64) bool {
+		{"two distinct x, two bins", []pair{{-1, -2, 1}, {-1, -1, 1}, {1, 1, 1}, {1, 2, 1}}, 12, 2, func(bx, by []float64) bool {
 			return slices.Equal(bx, []float64{-1, 1}) && slices.Equal(by, []float64{-1.5, 1.5})
 		}},
 	}
