@@ -52,7 +52,7 @@ type Group struct {
 	// probability π_g (docs/anchors.md); its pairs enter the isotonic fit with this weight, so
 	// the calibration stays unbiased under a choice that depends on the world model. 0 means 1,
 	// today's random choice, whose arithmetic is unchanged. Only the default mode's isotonic and
-	// centred maps take weights; states whose window holds weights are not encodable yet.
+	// centred maps take weights; a window holding weights encodes as version 3 (encode.go).
 	Weight   float64
 	Rollouts []Rollout
 }

@@ -23,7 +23,18 @@ const stateMagic = "WMRLCAL\x00"
 // reads it and every earlier one. Version 2 adds the config's map kind
 // byte; Encode writes version 1 for a config with Map = MapIsotonic, so
 // those states encode (and digest) exactly as before the field existed.
-const StateEncodingVersion uint16 = 2
+// Version 3 is written only for a window holding a non-unit pair weight
+// (Group.Weight): the map kind byte is always present, and the window's
+// weights follow the tail, so unweighted states encode as before.
+const StateEncodingVersion uint16 = 3
+
+// encodingVersion is the version Encode writes for s.
+func (s *State) encodingVersion() uint16 {
+	if s.weighted > 0 {
+		return 3
+	}
+	return encodingVersion(s.cfg)
+}
 
 func encodingVersion(c Config) uint16 {
 	if c.Map != MapIsotonic {
@@ -44,10 +55,14 @@ const maxIDLen = 1 << 16
 // map kind u8 at its end) | config
 // hash[32] | run, stream (u32 length + bytes) | sealed i64 | totalPairs u64 |
 // pending u64 | n u64, n×(x f64, y f64) | fit version u64 | m u64, m×x f64,
-// m×y f64 | ewma f64 | groups u64 | skipped u64 | c f64 | frozen u8.
+// m×y f64 | ewma f64 | groups u64 | skipped u64 | c f64 | frozen u8 | v3 only:
+// n×w f64, the window's pair weights oldest first.
 func (s *State) Encode() []byte {
 	size := len(stateMagic) + 2 + configEncodedLen + 1 + 32 + 8 + len(s.run) + len(s.stream) +
 		8*4 + 16*s.win.len() + 16 + 16*len(s.fitX) + 8*4 + 1
+	if s.weighted > 0 {
+		size += 1 + 8*s.win.len()
+	}
 	b := s.appendPrefix(make([]byte, 0, size))
 	b = s.win.appendRange(b, 0, s.win.len())
 	b = s.appendFit(b, true)
@@ -58,8 +73,12 @@ func (s *State) Encode() []byte {
 func (s *State) appendPrefix(b []byte) []byte {
 	le := binary.LittleEndian
 	b = append(b, stateMagic...)
-	b = le.AppendUint16(b, encodingVersion(s.cfg))
+	v := s.encodingVersion()
+	b = le.AppendUint16(b, v)
 	b = appendConfig(b, s.cfg)
+	if v == 3 && s.cfg.Map == MapIsotonic {
+		b = append(b, byte(MapIsotonic))
+	}
 	b = append(b, s.cfgHash[:]...)
 	b = le.AppendUint32(b, uint32(len(s.run)))
 	b = append(b, s.run...)
@@ -95,7 +114,11 @@ func (s *State) appendTail(b []byte) []byte {
 	b = le.AppendUint64(b, s.groups)
 	b = le.AppendUint64(b, s.skipped)
 	b = le.AppendUint64(b, math.Float64bits(s.c))
-	return append(b, boolByte(s.frozen))
+	b = append(b, boolByte(s.frozen))
+	if s.weighted > 0 {
+		b = s.win.appendWeights(b)
+	}
+	return b
 }
 
 // decoder reads fixed-width little-endian fields, remembering the first
@@ -216,7 +239,7 @@ func DecodeState(b []byte) (*State, error) {
 	cfg.Denoise = d.boolean("denoise")
 	if version >= 2 {
 		cfg.Map = MapKind(d.u8())
-		if d.err == nil && cfg.Map == MapIsotonic {
+		if d.err == nil && version == 2 && cfg.Map == MapIsotonic {
 			return nil, fmt.Errorf("%w: version 2 with the version 1 map kind", ErrCorruptState)
 		}
 	}
@@ -247,12 +270,12 @@ func DecodeState(b []byte) (*State, error) {
 		return nil, fmt.Errorf("%w: inconsistent counters (sealed %d, pairs %d, total %d, pending %d)",
 			ErrCorruptState, s.sealed, n, s.totalPairs, s.pending)
 	}
-	for i := range n {
-		p := unitPair(d.f64(), d.f64())
-		if !validScore(p.x) || !validScore(p.y) {
+	ps := make([]pair, n)
+	for i := range ps {
+		ps[i] = unitPair(d.f64(), d.f64())
+		if !validScore(ps[i].x) || !validScore(ps[i].y) {
 			return nil, fmt.Errorf("%w: window pair %d is not a valid score pair", ErrCorruptState, i)
 		}
-		s.win.push(p)
 	}
 	s.version = d.u64()
 	m := d.count(16)
@@ -282,8 +305,25 @@ func DecodeState(b []byte) (*State, error) {
 	s.skipped = d.u64()
 	s.c = d.f64()
 	s.frozen = d.boolean("frozen")
+	if version == 3 {
+		for i := range ps {
+			ps[i].w = d.f64()
+			if !finite(ps[i].w) || !(ps[i].w > 0) || ps[i].w > maxWeight {
+				return nil, fmt.Errorf("%w: window pair %d has weight %v", ErrCorruptState, i, ps[i].w)
+			}
+			if ps[i].w != 1 {
+				s.weighted++
+			}
+		}
+		if d.err == nil && s.weighted == 0 {
+			return nil, fmt.Errorf("%w: version 3 with unit weights only", ErrCorruptState)
+		}
+	}
 	if d.err != nil {
 		return nil, d.err
+	}
+	for _, p := range ps {
+		s.win.push(p)
 	}
 	if !finite(s.ewma) || s.ewma < 0 || !finite(s.c) || s.c < 0 {
 		return nil, fmt.Errorf("%w: estimator values ewma=%v c=%v", ErrCorruptState, s.ewma, s.c)

@@ -130,7 +130,7 @@ func TestDecodeStateErrors(t *testing.T) {
 		{"empty", nil, ErrTruncated},
 		{"short magic prefix", []byte("WMR"), ErrTruncated},
 		{"bad magic", []byte("NOTASTATE"), ErrBadMagic},
-		{"version", mut(func(b []byte) []byte { b[8] = 3; return b }), ErrUnsupportedVersion},
+		{"version", mut(func(b []byte) []byte { b[8] = byte(StateEncodingVersion + 1); return b }), ErrUnsupportedVersion},
 		{"version 0", mut(func(b []byte) []byte { b[8] = 0; return b }), ErrUnsupportedVersion},
 		{"truncated", enc[:len(enc)-1], ErrTruncated},
 		{"truncated mid window", enc[:ringOff+20], ErrTruncated},

@@ -76,6 +76,12 @@ func (f *fifo) each(fn func(pair)) {
 	}
 }
 
+// appendWeights appends every pair's weight, oldest first, as little-endian float64 bits.
+func (f *fifo) appendWeights(b []byte) []byte {
+	f.each(func(p pair) { b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.w)) })
+	return b
+}
+
 // pairs returns a copy of the window, oldest first.
 func (f *fifo) pairs() []pair {
 	out := make([]pair, 0, f.n)
@@ -100,10 +106,6 @@ func (f *fifo) appendRange(b []byte, i, j int) []byte {
 		lo := max(i-pos, 0)
 		hi := min(j-pos, len(c))
 		for _, p := range c[lo:hi] {
-			if p.w != 1 {
-				// Group.Weight says so; only wmrl simulate sets weights today (issue 39).
-				panic("correction: encoding a window with inverse-propensity weights is not implemented")
-			}
 			b = le.AppendUint64(b, math.Float64bits(p.x))
 			b = le.AppendUint64(b, math.Float64bits(p.y))
 		}

@@ -21,6 +21,7 @@ type State struct {
 	spare       []pair // reusable merge target, only ever owned by this State
 	sortedOwned bool   // false when sorted is shared with the state it was cloned from
 
+	weighted   int    // window pairs whose weight is not 1 (Group.Weight); 0 encodes as before weights
 	totalPairs uint64 // pairs ever added
 	pending    uint64 // pairs added since the last refit
 

@@ -13,8 +13,14 @@ func (s *State) addPairs(ps []pair) {
 	W := s.cfg.Window
 	var evicted []pair
 	for _, p := range ps {
+		if p.w != 1 {
+			s.weighted++
+		}
 		if s.win.len() == W {
 			e := s.win.pop()
+			if e.w != 1 {
+				s.weighted--
+			}
 			if s.cfg.Mode == ModeDefault {
 				evicted = append(evicted, e)
 			}
