@@ -19,6 +19,8 @@ type Arm struct {
 	// every group (real-GRPO), 0 none (pure world model).
 	AnchorFraction float64
 	Correction     correction.Config
+	// Policy chooses the anchor groups (policy.go); the zero value is today's random choice.
+	Policy AnchorPolicy
 }
 
 // Standard arm names, in the order Arms returns them.

@@ -76,6 +76,9 @@ type StepRecord struct {
 	// prediction. NaN when the step had no anchor rollouts.
 	CalibrationMAE, RawMAE float64
 	AnchorWeight           float64 // IVD weight of anchor rows used in this step
+	// MaxPropensityWeight is the largest inverse-propensity weight 1/π_g of the step's anchor
+	// groups under a weighted policy (routed, mixed); 0 under the others.
+	MaxPropensityWeight float64
 	NoiseRatio             float64 // s̄² after the step
 	FitVersion             uint64  // refits so far
 	Pairs                  int     // anchor pairs in the window after the step
@@ -238,6 +241,17 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 	if !(arm.AnchorFraction >= 0 && arm.AnchorFraction <= 1) {
 		return Result{}, fmt.Errorf("%w: arm %s: anchor fraction %v, want in [0,1]", ErrConfig, arm.Name, arm.AnchorFraction)
 	}
+	if arm.Policy != PolicyRandom {
+		c := arm.Correction
+		switch {
+		case int(arm.Policy) >= len(policyNames):
+			return Result{}, fmt.Errorf("%w: arm %s: %v", ErrConfig, arm.Name, arm.Policy)
+		case !(arm.AnchorFraction > 0 && arm.AnchorFraction < 1):
+			return Result{}, fmt.Errorf("%w: arm %s: policy %v needs an anchor fraction in (0,1), have %v", ErrConfig, arm.Name, arm.Policy, arm.AnchorFraction)
+		case c.Mode != correction.ModeDefault || c.Map == correction.MapZSpace:
+			return Result{}, fmt.Errorf("%w: arm %s: policy %v needs the default mode with an isotonic or centred map", ErrConfig, arm.Name, arm.Policy)
+		}
+	}
 	corr, err := correction.New(arm.Correction)
 	if err != nil {
 		return Result{}, fmt.Errorf("sim: arm %s: %w", arm.Name, err)
@@ -259,6 +273,8 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 	masked := make([]bool, n)
 	index := make(map[string]int, n)
 	var rows []correction.Row
+	preds := make([][]float64, cfg.Groups)
+	var probs []*task.Problem
 	for v := range cfg.Steps {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -269,6 +285,10 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 		var calErr, rawErr float64
 		var nPairs int
 		weightInForce := state.AnchorWeight()
+		// Sample and score every group first: a policy other than random decides its anchors
+		// from the world model's scores. Executions are pure functions of (problem, solution),
+		// so running them after all predictions leaves random's results as they were.
+		probs = probs[:0]
 		for j := range cfg.Groups {
 			p := TrainingProblem(seed, v, j)
 			gid := topics.GroupID(int64(v), j)
@@ -276,11 +296,9 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 			if err != nil {
 				return res, fmt.Errorf("sim: sample: %w", err)
 			}
-			g := correction.Group{ID: gid, Anchor: topics.IsAnchor(run, gid, arm.AnchorFraction)}
-			if g.Anchor {
-				rec.AnchorGroups++
-			}
+			g := correction.Group{ID: gid}
 			train := p.Train()
+			preds[j] = preds[j][:0]
 			for i, s := range group {
 				rid := topics.RolloutID(gid, i)
 				index[rid] = j*cfg.GroupSize + i
@@ -289,21 +307,41 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 				if err != nil {
 					return res, err
 				}
-				ro := correction.Rollout{ID: rid, Predicted: correction.Reward{Score: pred, OK: true}}
-				if g.Anchor {
-					score, err := execute(ctx, cfg, p, s, seed, v, j, &rec)
-					if err != nil {
-						return res, err
-					}
-					ro.Executed = correction.Reward{Score: score, OK: true}
-					res.Pairs = append(res.Pairs, Pair{Step: v, Predicted: pred, Executed: score})
-					calErr += math.Abs(state.Calibrate(pred) - score)
-					rawErr += math.Abs(pred - score)
-					nPairs++
-				}
-				g.Rollouts = append(g.Rollouts, ro)
+				preds[j] = append(preds[j], pred)
+				g.Rollouts = append(g.Rollouts, correction.Rollout{ID: rid, Predicted: correction.Reward{Score: pred, OK: true}})
 			}
+			probs = append(probs, p)
 			step.Groups = append(step.Groups, g)
+		}
+		var unc func(float64) float64
+		if arm.Policy != PolicyRandom {
+			unc = state.Uncertainty().At
+		}
+		pis := arm.Policy.propensities(arm.AnchorFraction, unc, preds)
+		rec.MaxPropensityWeight = 0
+		for j := range step.Groups {
+			g := &step.Groups[j]
+			if g.Anchor = arm.Policy.chooses(run, g.ID, arm.AnchorFraction, pis[j]); !g.Anchor {
+				continue
+			}
+			rec.AnchorGroups++
+			if arm.Policy.weighted() {
+				g.Weight = 1 / pis[j]
+				rec.MaxPropensityWeight = max(rec.MaxPropensityWeight, g.Weight)
+			}
+			for i := range g.Rollouts {
+				ro := &g.Rollouts[i]
+				pred := ro.Predicted.Score
+				score, err := execute(ctx, cfg, probs[j], samples[j*cfg.GroupSize+i], seed, v, j, &rec)
+				if err != nil {
+					return res, err
+				}
+				ro.Executed = correction.Reward{Score: score, OK: true}
+				res.Pairs = append(res.Pairs, Pair{Step: v, Predicted: pred, Executed: score})
+				calErr += math.Abs(state.Calibrate(pred) - score)
+				rawErr += math.Abs(pred - score)
+				nPairs++
+			}
 		}
 		rows, err = corr.Advance(state, step, rows[:0])
 		if err != nil {
