@@ -79,10 +79,10 @@ type StepRecord struct {
 	// MaxPropensityWeight is the largest inverse-propensity weight 1/π_g of the step's anchor
 	// groups under a weighted policy (routed, mixed); 0 under the others.
 	MaxPropensityWeight float64
-	NoiseRatio             float64 // s̄² after the step
-	FitVersion             uint64  // refits so far
-	Pairs                  int     // anchor pairs in the window after the step
-	Entropy                float64 // policy entropy after the update (nats)
+	NoiseRatio          float64 // s̄² after the step
+	FitVersion          uint64  // refits so far
+	Pairs               int     // anchor pairs in the window after the step
+	Entropy             float64 // policy entropy after the update (nats)
 	// DebiasShift is mean |A(f(r̂)) − A(r̂)| over the step's unmasked world-model rows: how far
 	// the calibration map moved their advantages (correction.DebiasEffect; 0 without OD).
 	DebiasShift float64
