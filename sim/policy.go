@@ -125,3 +125,26 @@ func WithPolicy(arms []Arm, p AnchorPolicy) []Arm {
 	}
 	return out
 }
+
+// WithPolicies returns arms under each policy of ps in turn (WithPolicy): the first policy's
+// arms, then for every further policy the arms it renames, so arms no policy applies to
+// (real-GRPO, pure world model) appear once. Arms named twice are kept once.
+func WithPolicies(arms []Arm, ps []AnchorPolicy) []Arm {
+	if len(ps) == 0 {
+		return arms
+	}
+	out := WithPolicy(arms, ps[0])
+	seen := map[string]bool{}
+	for _, a := range out {
+		seen[a.Name] = true
+	}
+	for _, p := range ps[1:] {
+		for _, a := range WithPolicy(arms, p) {
+			if a.Policy == p && !seen[a.Name] {
+				seen[a.Name] = true
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}

@@ -61,7 +61,7 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 		return fmt.Errorf("--grid-family %q: want %s or %s", g0.family, gridFamilyBias, gridFamilyCalibration)
 	}
 	if !g0.armsChanged {
-		arms = sim.WithMap(sim.GridArms(o.anchorFraction), g0.mapKind)
+		arms = sim.WithPolicies(sim.WithMap(sim.GridArms(o.anchorFraction), g0.mapKind), o.policies)
 	}
 	g := sim.ErrorGrid{Config: cfg, Biases: g0.biases, Noises: g0.noises, Arms: arms, Seeds: seeds,
 		Workers: o.workers, TargetFraction: o.targetFraction}

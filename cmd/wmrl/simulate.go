@@ -48,6 +48,8 @@ type simulateOptions struct {
 	errorGrid      bool
 	quick          bool
 	mapName        string
+	policyNames    []string
+	policies       []sim.AnchorPolicy
 	grid           errorGridOptions
 }
 
@@ -64,8 +66,10 @@ func newSimulateCmd(a *app) *cobra.Command {
 but without Kafka, for sweeps. Arms: real-grpo (every group executed), pure-wm (no anchors, no
 correction), none (anchors, no OD/IVD), ivd, od, wmrl (OD+IVD, default mode), reference (the
 authors' code), wmrl-cir (OD+IVD with the centred isotonic map), and od-<map> / wmrl-<map> for the
-maps centred and zspace (--map sets the map of every debiasing arm at once). Every arm of a seed shares
-anchor groups, training problems and sampler seed. steps.csv's debias_shift is the mean
+maps centred and zspace (--map sets the map of every debiasing arm at once). --anchor-policy runs the
+anchored arms under other anchor choices (routed, mixed and their -noipw controls; docs/anchors.md)
+as <arm>-<policy>. Every arm of a seed shares training problems, sampler seed and, under the random
+policy, anchor groups (other policies share the per-group uniform draw). steps.csv's debias_shift is the mean
 |A(f(r̂)) − A(r̂)|: how far the map moved the world-model rows' advantages in that step.
 
 Compute is counted primarily as the number of real executions (deterministic, load-independent);
@@ -84,6 +88,8 @@ sweeps its (bias, noise) grid instead (docs/error_grid.md).`,
 	f := cmd.Flags()
 	f.StringSliceVar(&o.arms, "arms", sim.ArmNames(), "arms to run (real-grpo is always added: targets are relative to it)")
 	f.StringVar(&o.mapName, "map", "isotonic", "calibration map of the arms that debias in default mode: isotonic, centred or zspace (those arms are renamed <arm>-<map>, e.g. wmrl-zspace; --no-debias arms such as none and ivd are unchanged)")
+	f.StringSliceVar(&o.policyNames, "anchor-policy", []string{"random"}, "anchor policies, comma-separated: "+strings.Join(sim.AnchorPolicyNames(), ", ")+
+		" (docs/anchors.md); random keeps the arms as they are, every other policy runs the anchored default-mode arms as <arm>-<policy>, e.g. wmrl-routed")
 	f.IntVar(&o.seeds, "seeds", 5, "number of seeds")
 	f.Int64Var(&o.firstSeed, "seed", 1, "first seed (seeds are seed, seed+1, ...)")
 	f.IntVar(&cfg.Steps, "steps", cfg.Steps, "training steps")
@@ -137,6 +143,15 @@ func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
 		return fmt.Errorf("--map: %w", err)
 	}
 	as = sim.WithMap(as, o.grid.mapKind)
+	o.policies = o.policies[:0]
+	for _, n := range o.policyNames {
+		p, err := sim.ParseAnchorPolicy(n)
+		if err != nil {
+			return fmt.Errorf("--anchor-policy: %w", err)
+		}
+		o.policies = append(o.policies, p)
+	}
+	as = sim.WithPolicies(as, o.policies)
 	if o.seeds < 1 {
 		return fmt.Errorf("--seeds %d: want >= 1", o.seeds)
 	}
