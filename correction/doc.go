@@ -32,6 +32,12 @@
 // 0; a group with fewer than 2 usable rewards is masked whole. Unmasked
 // anchor rows carry the anchor weight (the one in force in the default mode,
 // the one after the step in reference mode), world-model rows weight 1.
+// An anchor group chosen by a policy with probability π carries
+// Group.Weight = 1/π (docs/anchors.md): its pairs enter the isotonic fit
+// with that weight (weighted pool-adjacent-violators), its noise ratio
+// enters the EWMA as that many groups would, and its rows' anchor weight is
+// multiplied by the weight over its mean on the step's anchor rows. Weight 0
+// (or 1 everywhere) is today's arithmetic, bit for bit.
 // Scores are expected in [0,1] but not clipped: the exact isotonic map works
 // on any range, and the reference bins put x outside [0,1] into the outer
 // bins. Scores must
