@@ -49,7 +49,9 @@ func ipwStep(r *splitMix64, groups, size int, weighted bool) Step {
 // over repeated draws of a window chosen as ipwStep chooses, the inverse-propensity weighted fit's
 // mean error against the truth E[y | x] = 0.3 + 0.4·x is within its standard error of 0, and the
 // unweighted fit's is not (it sits near E[δ | chosen] ≈ +0.09). Both draw the same windows
-// (same seed): only the weights differ.
+// (same seed): only the weights differ. The windows are the default window's size (≈5000 pairs):
+// a block's value is a ratio Σw·y/Σw, whose bias shrinks as 1/n, and at ≈1000 pairs per window
+// (400 groups × 5) it was visible over 200 draws (+0.0028 ± 0.0009, 3% of the unweighted bias).
 func TestWeightedFitUnbiased(t *testing.T) {
 	const draws, groups, size = 100, 1250, 8
 	for _, m := range []MapKind{MapIsotonic, MapCentred} {
