@@ -251,7 +251,7 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 	}
 	if c.cfg.Mode == ModeReference || c.cfg.Map == MapZSpace {
 		for _, g := range step.Groups {
-			if g.pairWeight() != 1 {
+			if g.Anchor && g.pairWeight() != 1 {
 				return dst, fmt.Errorf("%w: group %q: weight %v: inverse-propensity weights are implemented for the default mode's isotonic and centred maps only", ErrInvalidStep, g.ID, g.Weight)
 			}
 		}

@@ -215,7 +215,7 @@ func TestGroupWeightErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mustNew(t, tc.cfg)
 			s := ipwStep(&splitMix64{s: 1}, 4, 3, false)
-			s.Groups[2].Weight = tc.weight
+			s.Groups[2].Weight, s.Groups[2].Anchor = tc.weight, true
 			_, _, err := c.Correct(c.NewState("run", "s"), s)
 			if !errors.Is(err, ErrInvalidStep) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want ErrInvalidStep containing %q", err, tc.want)
@@ -327,5 +327,25 @@ func TestMapUncertainty(t *testing.T) {
 	pooled := ss(0.1, 0, 0.2) / 2
 	if got, want := one.At(1), math.Sqrt(pooled/1); math.Abs(got-want) > 1e-15 {
 		t.Errorf("single-pair block: u = %v, want %v", got, want)
+	}
+}
+
+// TestObserveGroupWeighted: a group of relative weight k moves IVD's EWMA as k groups with its
+// estimate would.
+func TestObserveGroupWeighted(t *testing.T) {
+	d, tr := []float64{0.1, 0.5, 0.4, 0.9}, []float64{0.2, 0.4, 0.6, 0.8}
+	seed := []float64{0.3, 0.2, 0.9, 0.1}
+	for _, k := range []int{1, 2, 3, 5} {
+		c := mustNew(t, DefaultConfig())
+		once, rep := c.NewState("run", "s"), c.NewState("run", "s")
+		once.observeGroup(seed, tr, 1)
+		rep.observeGroup(seed, tr, 1)
+		once.observeGroup(d, tr, float64(k))
+		for range k {
+			rep.observeGroup(d, tr, 1)
+		}
+		if a, b := once.ewma, rep.ewma; math.Abs(a-b) > 1e-15 {
+			t.Errorf("k=%d: weighted EWMA %v, %d repeats %v", k, a, k, b)
+		}
 	}
 }
