@@ -564,8 +564,11 @@ func TestOpenAIScorerShutdown(t *testing.T) {
 	})
 }
 
-// TestOpenAIScorerReusesConnections checks that concurrent scoring keeps a pool of at most
-// concurrency connections instead of dialling per request.
+// TestOpenAIScorerReusesConnections checks that concurrent scoring keeps a pool of connections
+// instead of dialling per request (64 here). The pool may exceed the concurrency by a few:
+// net/http's Transport starts a dial when a request finds no idle connection and uses whichever
+// comes first, the dial or a connection another request is returning; a dial that loses the race
+// still joins the idle pool (seen in CI under load: 9 for concurrency 8).
 func TestOpenAIScorerReusesConnections(t *testing.T) {
 	const conc, jobs = 8, 64
 	srv, conns := latencyServer(5 * time.Millisecond)
@@ -580,8 +583,8 @@ func TestOpenAIScorerReusesConnections(t *testing.T) {
 			t.Fatalf("job failed: %+v", r)
 		}
 	}
-	if n := conns.Load(); n > conc {
-		t.Errorf("%d connections opened for %d jobs at concurrency %d; want ≤ %d", n, jobs, conc, conc)
+	if n := conns.Load(); n > 2*conc {
+		t.Errorf("%d connections opened for %d jobs at concurrency %d; want ≤ %d", n, jobs, conc, 2*conc)
 	}
 }
 
