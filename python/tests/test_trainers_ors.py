@@ -131,7 +131,10 @@ def test_ors_episodes_through_the_real_stages(
         start_stages(st, judge_url, "label", tmp_path)
         with RewardClient(kafka, run, f"{st.unique}-ors", anchor_fraction=ANCHOR, topic_prefix=prefix) as client:
             grouper = Grouper(client, group_size=N, groups_per_step=PROMPTS, timeout=90)
-            app = ors.OrsApp(grouper, token=KEY, ping=0.2, timeout=90)
+            # ping well below the step's own floor (its anchor groups go through the sandbox's two
+            # jailed steps, ≈ 100 ms or more): at 0.2 s a quiet CI machine corrected a step before
+            # the first keep-alive comment was due.
+            app = ors.OrsApp(grouper, token=KEY, ping=0.02, timeout=90)
             srv = app.server("127.0.0.1", 0)
             threading.Thread(target=srv.serve_forever, daemon=True).start()
             base = f"http://127.0.0.1:{srv.server_address[1]}"
