@@ -8,6 +8,7 @@ GO ?= go
 LOCAL_DIR ?= $(or $(WMRL_LOCAL_DIR),$(CURDIR)/.local)
 KAFKA_PORT ?= $(or $(WMRL_KAFKA_PORT),9092)
 REDIS_PORT ?= $(or $(WMRL_REDIS_PORT),6379)
+REGISTRY_PORT ?= $(or $(WMRL_REGISTRY_PORT),8481)
 SERVICES := deploy/local/services.sh
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
@@ -22,11 +23,14 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -o bin/wmrl ./cmd/wmrl
 
-# The services the integration tests use; internal/testenv reads these.
+# The services the integration tests use (Kafka, Redis, the schema registry of
+# deploy/local/registry.sh); internal/testenv reads these.
 # WMRL_REQUIRE_SERVICES=1 turns a missing or unreachable service into a test
 # failure instead of a skip.
 test: export WMRL_TEST_KAFKA = 127.0.0.1:$(KAFKA_PORT)
 test: export WMRL_TEST_REDIS = redis://127.0.0.1:$(REDIS_PORT)/0
+test: export WMRL_TEST_REGISTRY = http://127.0.0.1:$(REGISTRY_PORT)/apis/ccompat/v7
+test: export WMRL_REGISTRY_PORT = $(REGISTRY_PORT)
 test: export WMRL_REQUIRE_SERVICES = 1
 # A state file of its own, so `down` stops only what this run's `up` started
 # and leaves a `make services-up` broker alone.
@@ -88,6 +92,8 @@ test-trainers: export WMRL_TEST_KAFKA = 127.0.0.1:$(KAFKA_PORT)
 test-trainers: export WMRL_TEST_REDIS = redis://127.0.0.1:$(REDIS_PORT)/0
 test-trainers: export WMRL_REQUIRE_SERVICES = 1
 test-trainers: export WMRL_SERVICES_STATE = $(LOCAL_DIR)/services.trainers.state
+# The trainer suites do not use the schema registry: no JVM started for nothing.
+test-trainers: export WMRL_SERVICES_REGISTRY = 0
 test-trainers:
 	@rc=0; $(SERVICES) up || rc=$$?; \
 	if [ $$rc -eq 0 ]; then $(MAKE) --no-print-directory test-trainers-suite || rc=$$?; \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# services.sh {up|down|status}: the Kafka broker and Redis server that the
+# services.sh {up|down|status}: the Kafka broker, Redis server and schema registry that the
 # integration tests need. `up` starts each one only if nothing answers on its
 # port yet, and writes what it started to a state file; `down` stops exactly
 # that, so a broker someone else started (or left running for others) is
@@ -7,7 +7,9 @@
 #
 # Environment (all optional):
 #   WMRL_SERVICES_STATE  state file (default <local dir>/services.state)
-#   WMRL_LOCAL_DIR, WMRL_KAFKA_PORT, WMRL_REDIS_PORT: see kafka.sh, redis.sh
+#   WMRL_SERVICES_REGISTRY  0: leave the schema registry out (suites that do not use it)
+#   WMRL_LOCAL_DIR, WMRL_KAFKA_PORT, WMRL_REDIS_PORT, WMRL_REGISTRY_PORT: see kafka.sh, redis.sh,
+#   registry.sh
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,6 +20,8 @@ LOCAL=${WMRL_LOCAL_DIR:-$REPO/.local}
 STATE=${WMRL_SERVICES_STATE:-$LOCAL/services.state}
 KAFKA_PORT=${WMRL_KAFKA_PORT:-9092}
 REDIS_PORT=${WMRL_REDIS_PORT:-6379}
+REGISTRY_PORT=${WMRL_REGISTRY_PORT:-8481}
+WITH_REGISTRY=${WMRL_SERVICES_REGISTRY:-1}
 
 started() { [[ -f $STATE ]] && grep -qx "$1" "$STATE"; }
 
@@ -27,6 +31,18 @@ record() {
 }
 
 up() {
+	# The registry's JVM takes the longest to serve (~20 s on 2 busy cores): it starts first, in
+	# the background, and is waited for last.
+	local reg=
+	if [[ $WITH_REGISTRY == 0 ]]; then
+		:
+	elif port_open "$REGISTRY_PORT"; then
+		log "something already answers on 127.0.0.1:$REGISTRY_PORT; using it as the schema registry"
+	else
+		record registry
+		"$HERE/registry.sh" start &
+		reg=$!
+	fi
 	if port_open "$KAFKA_PORT"; then
 		log "Kafka already answers on 127.0.0.1:$KAFKA_PORT; using it"
 	else
@@ -40,6 +56,9 @@ up() {
 		record redis
 		"$HERE/redis.sh" start
 	fi
+	if [[ -n $reg ]]; then
+		wait "$reg" || die "the schema registry did not start (registry.sh start exit $?)"
+	fi
 }
 
 down() {
@@ -50,6 +69,7 @@ down() {
 	local rc=0
 	if started redis; then "$HERE/redis.sh" stop || rc=1; fi
 	if started kafka; then "$HERE/kafka.sh" stop || rc=1; fi
+	if started registry; then "$HERE/registry.sh" stop || rc=1; fi
 	rm -f "$STATE"
 	return "$rc"
 }
@@ -57,6 +77,7 @@ down() {
 status() {
 	"$HERE/kafka.sh" status || true
 	"$HERE/redis.sh" status || true
+	[[ $WITH_REGISTRY == 0 ]] || "$HERE/registry.sh" status || true
 	if [[ -f $STATE ]]; then
 		log "started by up (stopped by down): $(paste -sd' ' "$STATE")"
 	fi
