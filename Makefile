@@ -14,7 +14,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 FUZZTIME ?= 10s
 
-.PHONY: all build test test-suites test-go test-python test-trainers test-trainers-suite services-up services-down services-status \
+.PHONY: schemas schemas-check all build test test-suites test-go test-python test-trainers test-trainers-suite services-up services-down services-status \
 	lint fmt-check vet staticcheck compose-check k8s-check fuzz-smoke clean test-cluster test-redis-ha chaos chaos-short capacity \
 	soak soak-short
 
@@ -156,7 +156,16 @@ services-down:
 services-status:
 	$(SERVICES) status
 
-lint: fmt-check vet staticcheck
+lint: fmt-check vet staticcheck schemas-check
+
+# schemas/ is the single source of every topic's schema (docs/formats.md). `make schemas`
+# regenerates the checked-in code from it: Go into topics/wirepb (protoc-gen-go), Python into
+# python/src/wmrl_client/wirepb (protoc's own Python generator). `make schemas-check` regenerates
+# into a temporary directory and fails on any difference, so code and schemas cannot drift.
+schemas:
+	@deploy/local/schemas.sh gen .
+schemas-check:
+	@deploy/local/schemas.sh check
 
 fmt-check:
 	@out=$$(find . -name '*.go' -not -path './.local/*' -not -path './.git/*' -print0 | xargs -0 -r gofmt -l); \
