@@ -26,6 +26,13 @@ var (
 	// ErrConflict marks records that contradict each other, e.g. two rows for one rollout in an
 	// advantage batch, or rows whose run/step disagree with the batch they travel in.
 	ErrConflict = errors.New("conflict")
+	// ErrSchemaNotRegistered marks a Confluent-framed record whose schema id the registry does
+	// not know (HTTP 404 from the registry, not an unreachable registry: that is retried).
+	ErrSchemaNotRegistered = errors.New("schema id not registered")
+	// ErrSchemaMismatch marks a Confluent-framed record whose schema id is registered, but under
+	// another subject than its topic's (`<topic>-value`), or whose message index names no message
+	// the topic carries.
+	ErrSchemaMismatch = errors.New("schema is not the topic's")
 )
 
 // FieldError reports one bad field of one record. It names the record (type and ids as far as
@@ -128,6 +135,8 @@ func malformed(format string, err error) error {
 //
 //	too-large             payload or inline field over its limit (ErrTooLarge)
 //	unknown-schema        missing or unknown schema identifier (ErrUnknownSchema)
+//	schema-unknown        a framed record's registry schema id is not registered (ErrSchemaNotRegistered)
+//	schema-mismatch       a framed record's schema id is another subject's (ErrSchemaMismatch)
 //	conflict              contradicting records (ErrConflict)
 //	invalid-field:<path>  a *FieldError for field <path> (validation or wrong JSON type)
 //	malformed-json        not parseable JSON (ErrMalformed from a JSON decoder)
@@ -153,6 +162,10 @@ func Reason(err error) string {
 		return "too-large"
 	case errors.Is(err, ErrUnknownSchema):
 		return "unknown-schema"
+	case errors.Is(err, ErrSchemaNotRegistered):
+		return "schema-unknown"
+	case errors.Is(err, ErrSchemaMismatch):
+		return "schema-mismatch"
 	case errors.Is(err, ErrConflict):
 		return "conflict"
 	case errors.As(err, &fe):
