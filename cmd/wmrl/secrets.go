@@ -62,6 +62,9 @@ var secretFiles = []secretFile{
 	{flag: "redis-password-file", value: "a password in --redis (WMRL_REDIS, config redis)",
 		isSet: func(a *app) bool { return conn.URLHasPassword(a.conn.RedisURL) },
 		set:   func(a *app, v string) { a.conn.RedisPassword = v }},
+	{flag: "schema-registry-password-file", value: "--schema-registry-password (WMRL_SCHEMA_REGISTRY_PASSWORD, config schema-registry-password)",
+		isSet: func(a *app) bool { return a.conn.Registry.Password != "" },
+		set:   func(a *app, v string) { a.conn.Registry.Password = v }},
 	{flag: "wm-api-key-file", value: worldmodel.EnvAPIKey,
 		isSet: func(a *app) bool { return a.keys.worldModel != "" },
 		set:   func(a *app, v string) { a.keys.worldModel = v }},
@@ -73,7 +76,7 @@ var secretFiles = []secretFile{
 // secretEnv are the variables that may carry a credential. They are removed from the process
 // environment once read, so no child (a sandbox job) inherits them; see scrubSecretEnv.
 var secretEnv = []string{
-	envName("sasl-password"), envName("redis"),
+	envName("sasl-password"), envName("redis"), envName("schema-registry-password"),
 	worldmodel.EnvAPIKey, envPolicyAPIKey, worldmodel.EnvOpenAIAPIKey,
 }
 

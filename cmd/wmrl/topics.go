@@ -88,7 +88,10 @@ func (o *topicsOptions) create(ctx context.Context, adm *kadm.Client) error {
 		}
 		fmt.Fprintf(o.a.stdout, "%-40s %s\n", r.Topic, state)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return o.registerSchemas(ctx)
 }
 
 func (o *topicsOptions) check(ctx context.Context, adm *kadm.Client) error {
@@ -108,7 +111,14 @@ func (o *topicsOptions) check(ctx context.Context, adm *kadm.Client) error {
 	for _, m := range mm {
 		fmt.Fprintln(o.a.stdout, m.String())
 	}
-	if len(mm) > 0 {
+	bad, err := o.checkSchemas(ctx)
+	if err != nil {
+		return err
+	}
+	if len(mm) > 0 || bad > 0 {
+		if len(mm) == 0 {
+			return &exitError{code: 1, err: fmt.Errorf("%d schema registry subjects missing or not at --schema-compatibility (run `wmrl topics create --schema-registry ...`)", bad)}
+		}
 		return &exitError{code: 1, err: fmt.Errorf("%d topic mismatches (run `wmrl topics create` for missing topics; fix the others by hand)", len(mm))}
 	}
 	fmt.Fprintln(o.a.stdout, "topics ok")

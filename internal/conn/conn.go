@@ -62,6 +62,9 @@ type Options struct {
 	RedisTLSCA   string
 	RedisTLSCert string
 	RedisTLSKey  string
+
+	// Registry configures the schema registry (see SchemaRegistry); zero: none.
+	Registry RegistryOptions
 }
 
 // BatchLimit is the decompressed size above which a consumer whose largest valid record is
