@@ -77,7 +77,7 @@ func TestTopicsSchemaRegistry(t *testing.T) {
 		return string(out), code
 	}
 	rollouts := prefix + "rollouts.v1-value"
-	if out, code := run("topics", "check"); code != 1 || !regexp.MustCompile(regexp.QuoteMeta(rollouts) + ` +- +- +- +missing`).MatchString(out) {
+	if out, code := run("topics", "check"); code != 1 || !regexp.MustCompile(regexp.QuoteMeta(rollouts)+` +- +- +- +missing`).MatchString(out) {
 		t.Fatalf("check before create: exit %d\n%s\nwant exit 1 and %s missing", code, out, rollouts)
 	}
 	out, code := run("topics", "create", "--partitions", "1")
