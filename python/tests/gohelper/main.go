@@ -10,6 +10,7 @@
 //	gohelper produce  --brokers B --prefix P --run R --steps N --groups G --group-size S
 //	gohelper verify-rollouts --brokers B --prefix P --run R --rollouts N --steps M [--end-of-run]
 //	gohelper delete-topics --brokers B --prefix P
+//	gohelper produce-framed --brokers B --prefix P --registry URL   (framed.go)
 //	gohelper partitions --n N KEY...   (the partition the Go stages' partitioner gives each key)
 package main
 
@@ -35,7 +36,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: gohelper produce|verify-rollouts|delete-topics|partitions [flags]")
+		fmt.Fprintln(os.Stderr, "usage: gohelper produce|verify-rollouts|delete-topics|produce-framed|partitions [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -46,6 +47,8 @@ func main() {
 		err = verifyRollouts(os.Args[2:])
 	case "delete-topics":
 		err = deleteTopics(os.Args[2:])
+	case "produce-framed":
+		err = produceFramed(os.Args[2:])
 	case "partitions":
 		err = partitions(os.Args[2:])
 	default:
