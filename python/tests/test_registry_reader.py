@@ -28,7 +28,7 @@ import grpc_tools
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient, dual_schema_id_deserializer
-from confluent_kafka.schema_registry.common.schema_registry_client import SchemaId
+from confluent_kafka.schema_registry.serde import SchemaId
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format
