@@ -108,7 +108,9 @@ func (w *wireReader) varint(field string, typ protowire.Type) uint64 {
 	return v
 }
 
-func (w *wireReader) int64(field string, typ protowire.Type) int64 { return int64(w.varint(field, typ)) }
+func (w *wireReader) int64(field string, typ protowire.Type) int64 {
+	return int64(w.varint(field, typ))
+}
 
 func (w *wireReader) bool(field string, typ protowire.Type) bool { return w.varint(field, typ) != 0 }
 
