@@ -1,6 +1,10 @@
 package topics
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
 
 // Format is the wire format of the record topics (rollouts, steps, rewards). Advantages stay Arrow
 // IPC and the calibration topic its binary layout in every format (docs/formats.md).
@@ -31,7 +35,7 @@ func ParseFormat(s string) (Format, error) {
 // String returns the flag value.
 func (f Format) String() string { return string(f) }
 
-// Set implements flag.Value.
+// Set implements flag.Value and pflag.Value.
 func (f *Format) Set(s string) error {
 	v, err := ParseFormat(s)
 	if err != nil {
@@ -115,4 +119,39 @@ func (c Codec) DecodeExecuted(b []byte) (ExecutedReward, error) {
 		return DecodeExecutedProto(b)
 	}
 	return DecodeExecuted(b)
+}
+
+// Type implements pflag.Value.
+func (f *Format) Type() string { return "format" }
+
+// RecordFormat is the format a record's content-type header names: FormatProtobuf for
+// ContentTypeProtobuf, FormatJSON otherwise (records written before formats existed carry
+// application/json or nothing). Readers decode by it, not by their own --format, so a pipeline
+// can move from one format to the other stage by stage, and JSON writers (the Python client)
+// keep working beside binary ones.
+func RecordFormat(r *kgo.Record) Format {
+	if ct, _ := HeaderValue(r.Headers, HeaderContentType); ct == ContentTypeProtobuf {
+		return FormatProtobuf
+	}
+	return FormatJSON
+}
+
+// DecodeRolloutRecord decodes a rollouts-topic record in its RecordFormat.
+func DecodeRolloutRecord(r *kgo.Record) (Rollout, error) {
+	return CodecFor(RecordFormat(r)).DecodeRollout(r.Value)
+}
+
+// DecodeStepRecord decodes a steps- or runs-topic record in its RecordFormat.
+func DecodeStepRecord(r *kgo.Record) (StepManifest, error) {
+	return CodecFor(RecordFormat(r)).DecodeStep(r.Value)
+}
+
+// DecodePredictedRecord decodes a rewards.predicted record in its RecordFormat.
+func DecodePredictedRecord(r *kgo.Record) (PredictedReward, error) {
+	return CodecFor(RecordFormat(r)).DecodePredicted(r.Value)
+}
+
+// DecodeExecutedRecord decodes a rewards.executed record in its RecordFormat.
+func DecodeExecutedRecord(r *kgo.Record) (ExecutedReward, error) {
+	return CodecFor(RecordFormat(r)).DecodeExecuted(r.Value)
 }
