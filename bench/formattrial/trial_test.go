@@ -111,6 +111,8 @@ func benchFormats[T any, P interface {
 			}
 		})
 	}
+	// validate is the part every format shares: the decoders differ by the rest.
+	run("validate", js, func([]byte) error { c := v; return P(&c).Validate() })
 	run("json", js, func(p []byte) error { _, err := decJSON(p); return err })
 	run("protobuf", pb, func(p []byte) error { _, err := decProto(p); return err })
 	var out T
