@@ -31,42 +31,129 @@ from wmrl_client.wirepb import executed_pb2, predicted_pb2, rollout_pb2, step_pb
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 REF = dict(run_id="run-0001", step=3, group_id="s3-g12", rollout_id="s3-g12-r2", stream="mle", policy_version="ckpt-3")
 ROLLOUT = Rollout(
-    **REF, anchor=True, index=2, prompt="fit the <data> & report", artifact='{"model":"ridge","alpha":0.1}',
-    artifact_size=29, meta={"task": "t17", "lang": "python"}, created_at=T0,
+    **REF,
+    anchor=True,
+    index=2,
+    prompt="fit the <data> & report",
+    artifact='{"model":"ridge","alpha":0.1}',
+    artifact_size=29,
+    meta={"task": "t17", "lang": "python"},
+    created_at=T0,
 )
 STEP = StepManifest(
-    run_id="run-0001", step=3, policy_version="ckpt-3", created_at=T0,
-    groups=[GroupManifest(group_id="s3-g0", stream="mle", size=8), GroupManifest(group_id="s3-g12", stream="mle", size=8, anchor=True),
-            GroupManifest(group_id="s3-g5", stream="dsbench", size=4)],
+    run_id="run-0001",
+    step=3,
+    policy_version="ckpt-3",
+    created_at=T0,
+    groups=[
+        GroupManifest(group_id="s3-g0", stream="mle", size=8),
+        GroupManifest(group_id="s3-g12", stream="mle", size=8, anchor=True),
+        GroupManifest(group_id="s3-g5", stream="dsbench", size=4),
+    ],
 )
-PREDICTED = dict(schema=c.SCHEMA_PREDICTED, **REF, anchor=True, score=0.625, status="ok", reason="", model="wm-proxy", attempts=1,
-                 latency_ms=12.5, created_at="2026-03-01T12:00:00Z")
-EXECUTED = dict(schema=c.SCHEMA_EXECUTED, **REF, score=0.0, imputed=True, status="timeout", reason="wall clock 600s exceeded",
-                exit_code=-9, duration_ms=600000.0, stderr_tail="killed\n", created_at="2026-03-01T12:00:00Z")
+PREDICTED = dict(
+    schema=c.SCHEMA_PREDICTED,
+    **REF,
+    anchor=True,
+    score=0.625,
+    status="ok",
+    reason="",
+    model="wm-proxy",
+    attempts=1,
+    latency_ms=12.5,
+    created_at="2026-03-01T12:00:00Z",
+)
+EXECUTED = dict(
+    schema=c.SCHEMA_EXECUTED,
+    **REF,
+    score=0.0,
+    imputed=True,
+    status="timeout",
+    reason="wall clock 600s exceeded",
+    exit_code=-9,
+    duration_ms=600000.0,
+    stderr_tail="killed\n",
+    created_at="2026-03-01T12:00:00Z",
+)
 
 _REF_AVRO = [{"name": k, "type": "long" if k == "step" else "string"} for k in REF]
 _TIME_AVRO = {"name": "created_at", "type": {"type": "long", "logicalType": "timestamp-micros"}}
 _SCORE_AVRO = {"name": "score", "type": ["null", "double"], "default": None}
 AVRO = {
-    "rollout": {"type": "record", "name": "Rollout", "fields": _REF_AVRO + [
-        {"name": "anchor", "type": "boolean"}, {"name": "index", "type": "long"}, {"name": "prompt", "type": "string"},
-        {"name": "artifact", "type": "string"}, {"name": "artifact_uri", "type": "string"},
-        {"name": "artifact_sha256", "type": "string"}, {"name": "artifact_size", "type": "long"},
-        {"name": "meta", "type": {"type": "map", "values": "string"}}, _TIME_AVRO]},
-    "step": {"type": "record", "name": "StepManifest", "fields": [
-        {"name": "run_id", "type": "string"}, {"name": "step", "type": "long"}, {"name": "policy_version", "type": "string"},
-        {"name": "policy_step", "type": ["null", "long"], "default": None}, {"name": "end_of_run", "type": "boolean"},
-        {"name": "groups", "type": {"type": "array", "items": {"type": "record", "name": "GroupManifest", "fields": [
-            {"name": "group_id", "type": "string"}, {"name": "stream", "type": "string"}, {"name": "size", "type": "long"},
-            {"name": "anchor", "type": "boolean"}]}}}, _TIME_AVRO]},
-    "predicted": {"type": "record", "name": "PredictedReward", "fields": _REF_AVRO + [
-        {"name": "anchor", "type": "boolean"}, _SCORE_AVRO, {"name": "status", "type": "string"},
-        {"name": "reason", "type": "string"}, {"name": "model", "type": "string"}, {"name": "attempts", "type": "long"},
-        {"name": "latency_ms", "type": "double"}, _TIME_AVRO]},
-    "executed": {"type": "record", "name": "ExecutedReward", "fields": _REF_AVRO + [
-        _SCORE_AVRO, {"name": "imputed", "type": "boolean"}, {"name": "status", "type": "string"},
-        {"name": "reason", "type": "string"}, {"name": "exit_code", "type": "long"}, {"name": "duration_ms", "type": "double"},
-        {"name": "stderr_tail", "type": "string"}, _TIME_AVRO]},
+    "rollout": {
+        "type": "record",
+        "name": "Rollout",
+        "fields": _REF_AVRO
+        + [
+            {"name": "anchor", "type": "boolean"},
+            {"name": "index", "type": "long"},
+            {"name": "prompt", "type": "string"},
+            {"name": "artifact", "type": "string"},
+            {"name": "artifact_uri", "type": "string"},
+            {"name": "artifact_sha256", "type": "string"},
+            {"name": "artifact_size", "type": "long"},
+            {"name": "meta", "type": {"type": "map", "values": "string"}},
+            _TIME_AVRO,
+        ],
+    },
+    "step": {
+        "type": "record",
+        "name": "StepManifest",
+        "fields": [
+            {"name": "run_id", "type": "string"},
+            {"name": "step", "type": "long"},
+            {"name": "policy_version", "type": "string"},
+            {"name": "policy_step", "type": ["null", "long"], "default": None},
+            {"name": "end_of_run", "type": "boolean"},
+            {
+                "name": "groups",
+                "type": {
+                    "type": "array",
+                    "items": {
+                        "type": "record",
+                        "name": "GroupManifest",
+                        "fields": [
+                            {"name": "group_id", "type": "string"},
+                            {"name": "stream", "type": "string"},
+                            {"name": "size", "type": "long"},
+                            {"name": "anchor", "type": "boolean"},
+                        ],
+                    },
+                },
+            },
+            _TIME_AVRO,
+        ],
+    },
+    "predicted": {
+        "type": "record",
+        "name": "PredictedReward",
+        "fields": _REF_AVRO
+        + [
+            {"name": "anchor", "type": "boolean"},
+            _SCORE_AVRO,
+            {"name": "status", "type": "string"},
+            {"name": "reason", "type": "string"},
+            {"name": "model", "type": "string"},
+            {"name": "attempts", "type": "long"},
+            {"name": "latency_ms", "type": "double"},
+            _TIME_AVRO,
+        ],
+    },
+    "executed": {
+        "type": "record",
+        "name": "ExecutedReward",
+        "fields": _REF_AVRO
+        + [
+            _SCORE_AVRO,
+            {"name": "imputed", "type": "boolean"},
+            {"name": "status", "type": "string"},
+            {"name": "reason", "type": "string"},
+            {"name": "exit_code", "type": "long"},
+            {"name": "duration_ms", "type": "double"},
+            {"name": "stderr_tail", "type": "string"},
+            _TIME_AVRO,
+        ],
+    },
 }
 PARSED = {k: fastavro.parse_schema(v) for k, v in AVRO.items()}
 
@@ -88,13 +175,37 @@ def _fields(o, names) -> None:
 
 def cases():
     """(record, format) → (payload, decode function)."""
-    r = {k: getattr(ROLLOUT, k) for k in ("run_id", "step", "group_id", "rollout_id", "stream", "policy_version", "anchor",
-                                           "index", "prompt", "artifact", "artifact_uri", "artifact_sha256", "artifact_size", "meta")}
-    s = dict(run_id=STEP.run_id, step=STEP.step, policy_version=STEP.policy_version, end_of_run=False,
-             groups=[dict(group_id=g.group_id, stream=g.stream, size=g.size, anchor=g.anchor) for g in STEP.groups])
+    r = {
+        k: getattr(ROLLOUT, k)
+        for k in (
+            "run_id",
+            "step",
+            "group_id",
+            "rollout_id",
+            "stream",
+            "policy_version",
+            "anchor",
+            "index",
+            "prompt",
+            "artifact",
+            "artifact_uri",
+            "artifact_sha256",
+            "artifact_size",
+            "meta",
+        )
+    }
+    s = dict(
+        run_id=STEP.run_id,
+        step=STEP.step,
+        policy_version=STEP.policy_version,
+        end_of_run=False,
+        groups=[dict(group_id=g.group_id, stream=g.stream, size=g.size, anchor=g.anchor) for g in STEP.groups],
+    )
     pb_r = rollout_pb2.Rollout(**r)
     pb_r.created_at.FromDatetime(T0)
-    pb_s = step_pb2.StepManifest(**{k: v for k, v in s.items() if k != "groups"}, groups=[step_pb2.GroupManifest(**g) for g in s["groups"]])
+    pb_s = step_pb2.StepManifest(
+        **{k: v for k, v in s.items() if k != "groups"}, groups=[step_pb2.GroupManifest(**g) for g in s["groups"]]
+    )
     pb_s.created_at.FromDatetime(T0)
     nojson = lambda d: {k: v for k, v in d.items() if k not in ("schema", "created_at")}  # noqa: E731
     pb_p = predicted_pb2.PredictedReward(**nojson(PREDICTED))
@@ -102,16 +213,28 @@ def cases():
     pf, ef = list(nojson(PREDICTED)), list(nojson(EXECUTED))
 
     def rollout_from(m, ts):
-        x = Rollout(**{k: m[k] if isinstance(m, dict) else getattr(m, k) for k in r if k != "meta"},
-                    meta=dict(m["meta"] if isinstance(m, dict) else m.meta), created_at=ts)
+        x = Rollout(
+            **{k: m[k] if isinstance(m, dict) else getattr(m, k) for k in r if k != "meta"},
+            meta=dict(m["meta"] if isinstance(m, dict) else m.meta),
+            created_at=ts,
+        )
         x.validate()
         return x
 
     def step_from(m, ts):
         get = (lambda o, k: o[k]) if isinstance(m, dict) else getattr  # noqa: E731
-        x = StepManifest(run_id=get(m, "run_id"), step=get(m, "step"), policy_version=get(m, "policy_version"),
-                         groups=[GroupManifest(group_id=get(g, "group_id"), stream=get(g, "stream"), size=get(g, "size"),
-                                               anchor=get(g, "anchor")) for g in get(m, "groups")], created_at=ts)
+        x = StepManifest(
+            run_id=get(m, "run_id"),
+            step=get(m, "step"),
+            policy_version=get(m, "policy_version"),
+            groups=[
+                GroupManifest(
+                    group_id=get(g, "group_id"), stream=get(g, "stream"), size=get(g, "size"), anchor=get(g, "anchor")
+                )
+                for g in get(m, "groups")
+            ],
+            created_at=ts,
+        )
         x.validate()
         return x
 
@@ -120,6 +243,7 @@ def cases():
             m = cls()
             m.ParseFromString(b)
             return conv(m)
+
         return dec
 
     def av(kind, conv):
@@ -129,16 +253,31 @@ def cases():
     return {
         ("rollout", "json"): (encode_record(ROLLOUT), lambda b: decode_record(c.SCHEMA_ROLLOUT, b)),
         ("rollout", "protobuf"): (pb_r.SerializeToString(), pb(rollout_pb2.Rollout, lambda m: rollout_from(m, _ts(m)))),
-        ("rollout", "avro"): (_avro_bytes("rollout", {**r, "created_at": T0}), av("rollout", lambda m: rollout_from(m, m["created_at"]))),
+        ("rollout", "avro"): (
+            _avro_bytes("rollout", {**r, "created_at": T0}),
+            av("rollout", lambda m: rollout_from(m, m["created_at"])),
+        ),
         ("step", "json"): (encode_record(STEP), lambda b: decode_record(c.SCHEMA_STEP, b)),
         ("step", "protobuf"): (pb_s.SerializeToString(), pb(step_pb2.StepManifest, lambda m: step_from(m, _ts(m)))),
-        ("step", "avro"): (_avro_bytes("step", {**s, "created_at": T0}), av("step", lambda m: step_from(m, m["created_at"]))),
+        ("step", "avro"): (
+            _avro_bytes("step", {**s, "created_at": T0}),
+            av("step", lambda m: step_from(m, m["created_at"])),
+        ),
         ("predicted", "json"): (json.dumps(PREDICTED).encode(), lambda b: _fields(json.loads(b), pf)),
-        ("predicted", "protobuf"): (pb_p.SerializeToString(), pb(predicted_pb2.PredictedReward, lambda m: _fields(m, pf))),
-        ("predicted", "avro"): (_avro_bytes("predicted", {**nojson(PREDICTED), "created_at": T0}), av("predicted", lambda m: _fields(m, pf))),
+        ("predicted", "protobuf"): (
+            pb_p.SerializeToString(),
+            pb(predicted_pb2.PredictedReward, lambda m: _fields(m, pf)),
+        ),
+        ("predicted", "avro"): (
+            _avro_bytes("predicted", {**nojson(PREDICTED), "created_at": T0}),
+            av("predicted", lambda m: _fields(m, pf)),
+        ),
         ("executed", "json"): (json.dumps(EXECUTED).encode(), lambda b: _fields(json.loads(b), ef)),
         ("executed", "protobuf"): (pb_e.SerializeToString(), pb(executed_pb2.ExecutedReward, lambda m: _fields(m, ef))),
-        ("executed", "avro"): (_avro_bytes("executed", {**nojson(EXECUTED), "created_at": T0}), av("executed", lambda m: _fields(m, ef))),
+        ("executed", "avro"): (
+            _avro_bytes("executed", {**nojson(EXECUTED), "created_at": T0}),
+            av("executed", lambda m: _fields(m, ef)),
+        ),
     }
 
 
