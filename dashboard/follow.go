@@ -155,7 +155,7 @@ func (f *Follower) apply(r *kgo.Record) {
 			f.model.Count(r.Topic)
 			return
 		}
-		f.model.Reward(r.Topic, prefix, run, stream, step, r.Timestamp, rewardFailure(suffix, r.Value))
+		f.model.Reward(r.Topic, prefix, run, stream, step, r.Timestamp, rewardFailure(suffix, r))
 	case topics.SuffixAdvantages:
 		rows, err := topics.DecodeAdvantages(r.Value)
 		if err != nil {
@@ -164,7 +164,7 @@ func (f *Follower) apply(r *kgo.Record) {
 		}
 		f.model.Advantages(r.Topic, prefix, rows, r.Timestamp)
 	case topics.SuffixSteps:
-		m, err := topics.DecodeStep(r.Value)
+		m, err := topics.DecodeStepRecord(r)
 		if err != nil {
 			// Bad manifests are correct's to dead-letter; the page counts the record only.
 			f.model.Count(r.Topic)

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -68,18 +70,18 @@ func (a *scoringAcc) add(failure string) {
 
 // rewardFailure is "" for a scored reward record, else "<status>: <reason>"; a record that does
 // not decode counts as scored (the follower reports it separately).
-func rewardFailure(suffix string, value []byte) string {
+func rewardFailure(suffix string, r *kgo.Record) string {
 	var status topics.Status
 	var reason string
 	switch suffix {
 	case topics.SuffixPredicted:
-		p, err := topics.DecodePredicted(value)
+		p, err := topics.DecodePredictedRecord(r)
 		if err != nil {
 			return ""
 		}
 		status, reason = p.Status, p.Reason
 	case topics.SuffixExecuted:
-		e, err := topics.DecodeExecuted(value)
+		e, err := topics.DecodeExecutedRecord(r)
 		if err != nil {
 			return ""
 		}

@@ -78,10 +78,10 @@ func TestRewardFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := rewardFailure(topics.SuffixPredicted, ok.Value); f != "" {
+	if f := rewardFailure(topics.SuffixPredicted, ok); f != "" {
 		t.Errorf("scored record read as failure %q", f)
 	}
-	if f := rewardFailure(topics.SuffixExecuted, bad.Value); f != "error: exit status 2" {
+	if f := rewardFailure(topics.SuffixExecuted, bad); f != "error: exit status 2" {
 		t.Errorf("failure record read as %q", f)
 	}
 }

@@ -84,3 +84,26 @@ func ExampleNames_AdvantageRecords() {
 	// Output:
 	// wmrl.advantages.v1 r1 0/1 2 -1
 }
+
+func ExampleCodec() {
+	// One place picks the codec: the stage's --format (topics.Names.Format) for what it writes,
+	// the record's content-type header for what it reads.
+	names := topics.NewNames("")
+	names.Format = topics.FormatProtobuf
+	rec, err := names.PredictedRecord(topics.PredictedReward{
+		RolloutRef: topics.RolloutRef{RunID: "r1", Step: 1, GroupID: "g3", RolloutID: "g3-r2", Stream: "mle"},
+		Score:      new(0.5), Status: topics.StatusOK, CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+	})
+	if err != nil {
+		panic(err)
+	}
+	ct, _ := topics.HeaderValue(rec.Headers, topics.HeaderContentType)
+	p, err := topics.DecodePredictedRecord(rec)
+	fmt.Println(len(rec.Value), "bytes,", ct, "|", p.Schema, p.RolloutID, *p.Score, err)
+
+	_, err = topics.CodecFor(topics.FormatProtobuf).DecodePredicted(rec.Value[:len(rec.Value)-2])
+	fmt.Println(topics.Reason(err))
+	// Output:
+	// 43 bytes, application/x-protobuf | wmrl.reward.predicted.v1 g3-r2 0.5 <nil>
+	// invalid-field:created_at
+}

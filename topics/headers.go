@@ -49,6 +49,8 @@ const (
 	// ContentTypeBinary marks the calibration topic's binary values (snapshots, window
 	// chunks), whose layouts EncodeCalibration and EncodeCalibrationChunk document.
 	ContentTypeBinary = "application/octet-stream"
+	// ContentTypeProtobuf marks a record topic's value written in FormatProtobuf.
+	ContentTypeProtobuf = "application/x-protobuf"
 )
 
 // ContentTypeFor returns the content type of a schema's values: Arrow for advantages, binary for

@@ -11,20 +11,20 @@ import (
 
 // RolloutRecord encodes r as a record for the rollouts topic, keyed by run_id.
 func (n Names) RolloutRecord(r Rollout) (*kgo.Record, error) {
-	b, err := EncodeRollout(r)
+	b, err := n.Codec().EncodeRollout(r)
 	if err != nil {
 		return nil, err
 	}
-	return keyedRecord(n.Rollouts(), SchemaRollout, r.RunID, r.Step, r.Stream, b), nil
+	return n.keyedRecord(n.Rollouts(), SchemaRollout, r.RunID, r.Step, r.Stream, b), nil
 }
 
 // StepRecord encodes m as a record for the steps topic, keyed by run_id.
 func (n Names) StepRecord(m StepManifest) (*kgo.Record, error) {
-	b, err := EncodeStep(m)
+	b, err := n.Codec().EncodeStep(m)
 	if err != nil {
 		return nil, err
 	}
-	return keyedRecord(n.Steps(), SchemaStep, m.RunID, m.Step, "", b), nil
+	return n.keyedRecord(n.Steps(), SchemaStep, m.RunID, m.Step, "", b), nil
 }
 
 // EndRequestRecord encodes the end-of-run record of run (EndOfRunMarker) as a request on the
@@ -33,29 +33,29 @@ func (n Names) StepRecord(m StepManifest) (*kgo.Record, error) {
 // runend.go), so only principals that may write the run-control topic can end runs.
 func (n Names) EndRequestRecord(run string, lastStep int64, at time.Time) (*kgo.Record, error) {
 	m := EndOfRunMarker(run, lastStep, at)
-	b, err := EncodeStep(m)
+	b, err := n.Codec().EncodeStep(m)
 	if err != nil {
 		return nil, err
 	}
-	return keyedRecord(n.Runs(), SchemaStep, m.RunID, m.Step, "", b), nil
+	return n.keyedRecord(n.Runs(), SchemaStep, m.RunID, m.Step, "", b), nil
 }
 
 // PredictedRecord encodes p as a record for the predicted-rewards topic, keyed by run_id.
 func (n Names) PredictedRecord(p PredictedReward) (*kgo.Record, error) {
-	b, err := EncodePredicted(p)
+	b, err := n.Codec().EncodePredicted(p)
 	if err != nil {
 		return nil, err
 	}
-	return keyedRecord(n.Predicted(), SchemaPredicted, p.RunID, p.Step, p.Stream, b), nil
+	return n.keyedRecord(n.Predicted(), SchemaPredicted, p.RunID, p.Step, p.Stream, b), nil
 }
 
 // ExecutedRecord encodes e as a record for the executed-rewards topic, keyed by run_id.
 func (n Names) ExecutedRecord(e ExecutedReward) (*kgo.Record, error) {
-	b, err := EncodeExecuted(e)
+	b, err := n.Codec().EncodeExecuted(e)
 	if err != nil {
 		return nil, err
 	}
-	return keyedRecord(n.Executed(), SchemaExecuted, e.RunID, e.Step, e.Stream, b), nil
+	return n.keyedRecord(n.Executed(), SchemaExecuted, e.RunID, e.Step, e.Stream, b), nil
 }
 
 // CalibrationRecord encodes s as a record for the compacted calibration topic, keyed by
@@ -77,6 +77,16 @@ func keyedRecord(topic, schema, run string, step int64, stream string, value []b
 		extra = append(extra, Header(HeaderStream, stream))
 	}
 	return &kgo.Record{Topic: topic, Key: []byte(run), Value: value, Headers: Headers(schema, run, step, extra...)}
+}
+
+// keyedRecord is keyedRecord for a record topic in n's format: a binary record's content-type
+// says so, since its bytes do not.
+func (n Names) keyedRecord(topic, schema, run string, step int64, stream string, value []byte) *kgo.Record {
+	r := keyedRecord(topic, schema, run, step, stream, value)
+	if n.Codec().binary() {
+		r.Headers[1].Value = []byte(ContentTypeProtobuf)
+	}
+	return r
 }
 
 // AdvantageRecords chunks one step's rows (ChunkAdvantages with maxBytes, e.g. DefaultChunkBytes)

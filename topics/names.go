@@ -18,10 +18,17 @@ const (
 	SuffixDLQ         = "dlq.v1"
 )
 
-// Names resolves the full topic names for one prefix.
+// Names resolves the full topic names for one prefix, and the format their records are written in.
 type Names struct {
 	Prefix string
+	// Format is the wire format of the record topics (rollouts, steps, runs, rewards) that the
+	// Names' record builders write and Codec decodes; empty is FormatJSON. Every stage of one
+	// pipeline must use the same format, as it uses the same prefix.
+	Format Format
 }
+
+// Codec returns the codec of n's format.
+func (n Names) Codec() Codec { return Codec{Format: n.Format} }
 
 // NewNames returns the names under prefix; an empty prefix means DefaultPrefix.
 func NewNames(prefix string) Names {

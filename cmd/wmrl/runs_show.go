@@ -201,7 +201,7 @@ func (o *runsViewOptions) steps(ctx context.Context, topic, run string) (*stepsI
 		if string(r.Key) != run {
 			return nil
 		}
-		if m, err := topics.DecodeStep(r.Value); err == nil && !m.EndOfRun {
+		if m, err := topics.DecodeStepRecord(r); err == nil && !m.EndOfRun {
 			info.newest = max(info.newest, m.Step)
 		}
 		return nil

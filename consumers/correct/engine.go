@@ -296,10 +296,10 @@ func (e *engine) decode(rec *kgo.Record) decoded {
 	}
 	switch d.kind {
 	case kindStep:
-		d.man, d.err = topics.DecodeStep(rec.Value)
+		d.man, d.err = topics.DecodeStepRecord(rec)
 		d.run = d.man.RunID
 	case kindPredicted:
-		p, err := topics.DecodePredicted(rec.Value)
+		p, err := topics.DecodePredictedRecord(rec)
 		if err != nil {
 			d.err = err
 			return d
@@ -311,7 +311,7 @@ func (e *engine) decode(rec *kgo.Record) decoded {
 		rw.ok = p.Status == topics.StatusOK && rw.hasScore
 		d.run, d.step, d.gid, d.id, d.rw = p.RunID, p.Step, p.GroupID, p.RolloutID, rw
 	case kindExecuted:
-		x, err := topics.DecodeExecuted(rec.Value)
+		x, err := topics.DecodeExecutedRecord(rec)
 		if err != nil {
 			d.err = err
 			return d

@@ -131,19 +131,19 @@ func referenceRows(t *testing.T, cfg correction.Config, recs []*kgo.Record) []to
 	for _, r := range recs {
 		switch r.Topic {
 		case testNames.Steps():
-			m, err := topics.DecodeStep(r.Value)
+			m, err := topics.DecodeStepRecord(r)
 			if err != nil {
 				t.Fatal(err)
 			}
 			manifests[key{m.RunID, m.Step}] = m
 		case testNames.Predicted():
-			p, err := topics.DecodePredicted(r.Value)
+			p, err := topics.DecodePredictedRecord(r)
 			if err != nil {
 				t.Fatal(err)
 			}
 			pred[p.RunID+"|"+p.RolloutID] = p
 		case testNames.Executed():
-			x, err := topics.DecodeExecuted(r.Value)
+			x, err := topics.DecodeExecutedRecord(r)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -110,7 +110,7 @@ const resultRelayed = "relayed"
 // Whether the end is plausible for the run is judged when the relayed record is read back
 // (addEnd), in the order of the steps partition, as a replay judges it.
 func (e *engine) relayEnd(rec *kgo.Record) {
-	m, err := topics.DecodeStep(rec.Value)
+	m, err := topics.DecodeStepRecord(rec)
 	switch {
 	case err != nil:
 	case !m.EndOfRun:

@@ -36,6 +36,8 @@ type Options struct {
 	Brokers     []string
 	ClientID    string
 	TopicPrefix string
+	// Format is the wire format of the record topics (--format).
+	Format topics.Format
 
 	SASLMechanism string
 	SASLUser      string
@@ -78,7 +80,11 @@ func (o Options) BatchLimit(recordLimit int) int {
 }
 
 // Names returns the topic names under the configured prefix.
-func (o Options) Names() topics.Names { return topics.NewNames(o.TopicPrefix) }
+func (o Options) Names() topics.Names {
+	n := topics.NewNames(o.TopicPrefix)
+	n.Format = o.Format
+	return n
+}
 
 // KafkaOpts returns the franz-go options for seeds, client id, SASL and TLS. Stage-specific
 // options (groups, transactions) are appended by the caller.
