@@ -245,7 +245,8 @@ type Frame struct {
 // that the id is one of topic's subject's versions. Errors: a value without the Confluent frame
 // wraps topics.ErrMalformed; an id the registry does not know wraps topics.ErrSchemaNotRegistered;
 // an id of another subject wraps topics.ErrSchemaMismatch; a registry that could not be asked
-// returns its error (none of the three: retry, do not dead-letter).
+// returns its error (none of the three: retry, do not dead-letter). A dead letter's value keeps
+// its source's frame: unframe it as a record of its source topic (header wmrl-dlq-source-topic).
 func (r *Registry) Unframe(ctx context.Context, topic string, value []byte) (Frame, error) {
 	id, rest, err := r.hdr.DecodeID(value)
 	if err != nil {
