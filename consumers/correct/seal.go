@@ -172,6 +172,12 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 			}
 		}
 		prevTotal := prev.TotalPairs()
+		var gate *topics.TrustGate
+		if e.corr.Config().TrustGate {
+			// The gate CorrectRetire applies: decided on the window before the step.
+			g := prev.Gate()
+			gate = &topics.TrustGate{Closed: g.Closed, Pairs: g.N, Rho: g.Rho, Lo: g.Lo, Hi: g.Hi}
+		}
 		// The engine keeps only the newest state of a stream (older ones are read for Redis
 		// writes, never advanced), so prev hands its buffers on.
 		rows, st, err := e.corr.CorrectRetire(prev, correction.Step{Run: rb.id, Stream: s, Step: v, Groups: byStream[s]}, sc.rows[:0])
@@ -209,6 +215,7 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 			BreakX: bx, BreakY: by, AnchorWeight: st.AnchorWeight(),
 			BiasBefore: biasRaw, BiasAfter: biasCal, StepPairs: pairs,
 			Debias: debiasShift(e.corr.DebiasEffect(rows)),
+			Gate:   gate,
 		})
 		if rb.rewrite[s] {
 			prevTotal = 0
