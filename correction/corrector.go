@@ -261,7 +261,12 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 		return c.advanceReference(st, step, dst), nil
 	}
 	// The gate is decided on the window the rows are calibrated with, before it takes the step's pairs.
-	gated := c.cfg.TrustGate && st.Gate().Closed
+	st.stepGate = nil
+	gated := false
+	if c.cfg.TrustGate {
+		g := st.Gate()
+		st.stepGate, gated = &g, g.Closed
+	}
 	total := 0
 	for _, g := range step.Groups {
 		total += len(g.Rollouts)

@@ -54,6 +54,17 @@ func (g Gate) String() string {
 // Config.TrustGate is on, so an ungated run can report what the gate would have done.
 func (s *State) Gate() Gate { return gateOf(&s.win) }
 
+// StepGate is the trust gate that decided the rows of the step this state sealed, as Gate of its
+// predecessor gave it: ok only for a state that Correct, CorrectRetire or Advance produced under
+// Config.TrustGate in the default mode (a decoded state, or one built without the gate, has none).
+// It spares a caller that reports the gate a second pass over the window.
+func (s *State) StepGate() (g Gate, ok bool) {
+	if s.stepGate == nil {
+		return Gate{}, false
+	}
+	return *s.stepGate, true
+}
+
 // gateOf computes the gate over the window's pairs, oldest first.
 //
 // Weighted windows (Group.Weight ≠ 1, inverse-propensity weights) give a weighted Pearson
@@ -67,20 +78,33 @@ func gateOf(win *fifo) Gate {
 	if g.N == 0 {
 		return g
 	}
+	// Two passes (means, then centred sums) for accuracy; over the chunks directly, as this runs
+	// once per step over the whole window.
+	chunks := win.chunks
+	part := func(i int) []pair {
+		if i == 0 {
+			return chunks[0][win.off:]
+		}
+		return chunks[i]
+	}
 	var sw, sx, sy float64
-	win.each(func(p pair) {
-		sw += p.w
-		sx += p.w * p.x
-		sy += p.w * p.y
-	})
+	for i := range chunks {
+		for _, p := range part(i) {
+			sw += p.w
+			sx += p.w * p.x
+			sy += p.w * p.y
+		}
+	}
 	mx, my := sx/sw, sy/sw
 	var vx, vy, cxy float64
-	win.each(func(p pair) {
-		dx, dy := p.x-mx, p.y-my
-		vx += p.w * dx * dx
-		vy += p.w * dy * dy
-		cxy += p.w * dx * dy
-	})
+	for i := range chunks {
+		for _, p := range part(i) {
+			dx, dy := p.x-mx, p.y-my
+			vx += p.w * dx * dx
+			vy += p.w * dy * dy
+			cxy += p.w * dx * dy
+		}
+	}
 	vx, vy, cxy = vx/sw, vy/sw, cxy/sw
 	if vx >= gateFlatVar && vy >= gateFlatVar {
 		g.Rho = max(-1, min(1, cxy/math.Sqrt(vx*vy)))

@@ -212,6 +212,9 @@ func TestTrustGateInCorrect(t *testing.T) {
 					if gate.Closed {
 						closedSteps++
 					}
+					if sg, ok := next.StepGate(); !ok || sg != gate {
+						t.Fatalf("step %d: StepGate %+v %v, want %+v", i, sg, ok, gate)
+					}
 					for k, r := range rows {
 						want := offRows[i][k]
 						if gate.Closed && r.Source == SourceWorldModel {
@@ -226,6 +229,9 @@ func TestTrustGateInCorrect(t *testing.T) {
 						}
 					}
 					st = next
+				}
+				if _, ok := offSt.StepGate(); ok {
+					t.Fatal("a state sealed without the gate reports one")
 				}
 				if st.Digest() != offSt.Digest() {
 					t.Fatal("the gate changed the state")

@@ -172,12 +172,6 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 			}
 		}
 		prevTotal := prev.TotalPairs()
-		var gate *topics.TrustGate
-		if e.corr.Config().TrustGate {
-			// The gate CorrectRetire applies: decided on the window before the step.
-			g := prev.Gate()
-			gate = &topics.TrustGate{Closed: g.Closed, Pairs: g.N, Rho: g.Rho, Lo: g.Lo, Hi: g.Hi}
-		}
 		// The engine keeps only the newest state of a stream (older ones are read for Redis
 		// writes, never advanced), so prev hands its buffers on.
 		rows, st, err := e.corr.CorrectRetire(prev, correction.Step{Run: rb.id, Stream: s, Step: v, Groups: byStream[s]}, sc.rows[:0])
@@ -185,6 +179,11 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 			return nil, fmt.Errorf("correct run %s stream %s step %d: %w", rb.id, s, v, err)
 		}
 		sc.rows = rows
+		var gate *topics.TrustGate
+		if g, ok := st.StepGate(); ok {
+			// The gate that decided the step (--trust-gate), on the window before it.
+			gate = &topics.TrustGate{Closed: g.Closed, Pairs: g.N, Rho: g.Rho, Lo: g.Lo, Hi: g.Hi}
+		}
 		var pairs int
 		var biasRaw, biasCal float64
 		for i := range rows {
