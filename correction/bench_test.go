@@ -106,7 +106,8 @@ func BenchmarkStep8x8(b *testing.B) {
 	for _, mode := range []struct {
 		name string
 		cfg  Config
-	}{{"default", DefaultConfig()}, {"reference", ReferenceConfig()}} {
+	}{{"default", DefaultConfig()}, {"default-gate", func() Config { c := DefaultConfig(); c.TrustGate = true; return c }()}, {"reference", ReferenceConfig()}} {
+		// default-gate: the trust gate's pass over the window per step, against default in the same run.
 		c := mustNew(b, mode.cfg)
 		_, warm := run(b, c, steps[:warmup])
 		b.Run(mode.name+"/Correct", func(b *testing.B) {
@@ -172,4 +173,22 @@ func BenchmarkStep8x8NaiveRefit(b *testing.B) {
 		i++
 	}
 	_ = slices.Clone(rows)
+}
+
+// BenchmarkGate times the trust gate's pass over a full window (5000 pairs), which the default
+// mode adds to every step with Config.TrustGate; compare with BenchmarkStep8x8/default/Advance.
+func BenchmarkGate(b *testing.B) {
+	for _, name := range []string{"sim", "continuous"} {
+		st := benchWindows(b)[name]
+		b.Run(name, func(b *testing.B) {
+			var closed int
+			for b.Loop() {
+				if st.Gate().Closed {
+					closed++
+				}
+			}
+			_ = closed
+			b.ReportMetric(float64(st.Pairs()), "pairs")
+		})
+	}
 }

@@ -42,6 +42,9 @@ type State struct {
 	sumsValid bool
 
 	retired bool // handed to CorrectRetire: never advanced again
+
+	// stepGate is the trust gate that decided the step just sealed (StepGate); not encoded.
+	stepGate *Gate
 }
 
 // newState returns the empty state of a (run, stream) for a validated cfg:

@@ -65,6 +65,19 @@ type Run struct {
 	// manifests on the steps topic, sealed or not: the data `wmrl generate` reports from.
 	Groups       int `json:"groups"`
 	AnchorGroups int `json:"anchor_groups"`
+	// GatedSince is the first step of the closed trust gate's current streak when the newest
+	// sealed step's gate is closed (the world model is gated off since that step); null otherwise.
+	GatedSince *int64 `json:"gated_since"`
+}
+
+// gatedSince is Run.GatedSince of steps (in step order).
+func gatedSince(steps []Step) *int64 {
+	var since *int64
+	for i := len(steps) - 1; i >= 0 && steps[i].Gate != nil && steps[i].Gate.Closed; i-- {
+		v := steps[i].Step
+		since = &v
+	}
+	return since
 }
 
 // Step is one sealed training step as the topics show it.
@@ -96,8 +109,12 @@ type Step struct {
 	// Groups and AnchorGroups count the step manifest's groups and its anchor groups.
 	Groups       int `json:"groups"`
 	AnchorGroups int `json:"anchor_groups"`
-	// MaskedRows counts the step's rows with mask false (no usable reward, or stale).
+	// MaskedRows counts the step's rows with mask false (no usable reward, stale, or the trust
+	// gate closed).
 	MaskedRows int `json:"masked_rows"`
+	// Gate is the snapshot's trust gate (`wmrl correct --trust-gate`): whether it masked the
+	// step's world-model rows, and the window's correlation that decided it; null without the gate.
+	Gate *topics.TrustGate `json:"gate"`
 	// LatencyMS is from the last reward record of the step (predicted or executed topic) to the
 	// last advantages chunk, by record timestamps; null when either side was not seen, or when
 	// a reward record is newer than the advantages (a stage redid the step after it sealed, e.g.
@@ -323,6 +340,10 @@ func (r *runModel) view() (steps []Step, fitted []Map) {
 			}
 			st.DebiasShift, st.DebiasReordered = &shift, &share
 		}
+		if g := s.Gate; g != nil {
+			gate := *g
+			st.Gate = &gate
+		}
 		if a, ok := r.accs[v]; ok {
 			st.Rows, st.AnchorRows, st.MaskedRows = a.rows, a.anchorRows, a.masked
 			st.Groups, st.AnchorGroups = a.groups, a.anchorGroups
@@ -543,7 +564,7 @@ func (m *Model) State() State {
 		steps, maps := r.view()
 		run := Run{ID: r.key.id(), Prefix: r.key.prefix, Run: r.key.run, Stream: r.key.stream,
 			Steps: steps, Maps: spread(maps, MapsInState), Pairs: orEmpty(slices.Clone(r.pairs)), Redis: r.redis,
-			Ended: r.end, LastActivity: r.last}
+			Ended: r.end, LastActivity: r.last, GatedSince: gatedSince(steps)}
 		for _, a := range r.accs {
 			run.Groups += a.groups
 			run.AnchorGroups += a.anchorGroups

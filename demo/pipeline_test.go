@@ -42,20 +42,22 @@ func tinyConfig() Config {
 func TestEmbeddedPipelineMatchesSimulation(t *testing.T) {
 	ctx := testContext(t)
 	cfg := tinyConfig()
+	// wmrl-gate: the trust gate (correct --trust-gate) decides each step as the simulation does.
+	cfg.Arms = sim.WithTrustGate(Arms(cfg.AnchorFraction), []bool{false, true})
 	steps := map[string]int{}
 	cfg.OnStep = func(arm string, rec sim.StepRecord) { steps[arm]++ }
 	out, err := Run(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !out.Embedded || len(out.Results) != 3 {
+	if !out.Embedded || len(out.Results) != 4 {
 		t.Fatalf("embedded %v, %d results", out.Embedded, len(out.Results))
 	}
 	eval, err := sim.Eval(ctx, cfg.EvalProblems, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, arm := range Arms(cfg.AnchorFraction) {
+	for i, arm := range cfg.Arms {
 		got := out.Results[i]
 		if steps[arm.Name] != cfg.Sim.Steps {
 			t.Errorf("%s: progress saw %d steps", arm.Name, steps[arm.Name])
@@ -70,7 +72,8 @@ func TestEmbeddedPipelineMatchesSimulation(t *testing.T) {
 		for v := range want.Steps {
 			g, w := got.Steps[v], want.Steps[v]
 			if g.Score != w.Score || g.Executions != w.Executions || g.Predictions != w.Predictions ||
-				g.AnchorWeight != w.AnchorWeight || g.AnchorGroups != w.AnchorGroups || g.FitVersion != w.FitVersion || g.Pairs != w.Pairs {
+				g.AnchorWeight != w.AnchorWeight || g.AnchorGroups != w.AnchorGroups || g.FitVersion != w.FitVersion || g.Pairs != w.Pairs ||
+				g.Gate != w.Gate || g.GateOn != w.GateOn {
 				t.Fatalf("%s step %d: pipeline %+v\nsim %+v", arm.Name, v, g, w)
 			}
 		}

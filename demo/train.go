@@ -28,6 +28,8 @@ func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *state
 	if err != nil {
 		return res, fmt.Errorf("trainer: arm %s: %w", a.arm.Name, err)
 	}
+	// window is the state sealed after the previous step: the trust gate of step v is decided on it.
+	window := corr.NewState(run, sim.Stream)
 	for v := int64(0); v < int64(a.cfg.Sim.Steps); v++ {
 		sctx, cancel := context.WithTimeout(ctx, a.cfg.StallTimeout)
 		st, err := stream.Next(sctx)
@@ -48,7 +50,8 @@ func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *state
 		if len(st.Rows) != n || len(samples) != n {
 			return res, fmt.Errorf("trainer: step %d has %d rows and %d samples, want %d", v, len(st.Rows), len(samples), n)
 		}
-		rec := sim.StepRecord{Step: int(v), CalibrationMAE: math.NaN(), RawMAE: math.NaN(), AnchorWeight: weightInForce}
+		rec := sim.StepRecord{Step: int(v), CalibrationMAE: math.NaN(), RawMAE: math.NaN(), AnchorWeight: weightInForce,
+			Gate: window.Gate(), GateOn: a.arm.Correction.TrustGate}
 		var calErr, rawErr float64
 		pairs := 0
 		groups := map[string]bool{}
@@ -91,6 +94,7 @@ func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *state
 		rec.FitVersion = state.FitVersion()
 		rec.Pairs = state.Pairs()
 		weightInForce = state.AnchorWeight()
+		window = state
 		res.State = state
 		res.Steps = append(res.Steps, rec)
 		res.Maps = sim.AppendMap(res.Maps, int(v), state)

@@ -19,8 +19,10 @@ const snapMagic = "WMRLCAL\x04"
 //
 // Layout (little endian): magic[8] | run_id, stream, config_hash, settings, digest (u16 length +
 // bytes) | step i64 | fit_version u64 | pairs u64 | step_pairs u64 | anchor_weight, bias_before,
-// bias_after f64 | created_at unix seconds i64, nanoseconds u32 | has_debias u8 (0 or 1), then
-// when 1 the debias effect: rows, groups, reordered, flattened u32 | mean_shift f64 | n u32,
+// bias_after f64 | created_at unix seconds i64, nanoseconds u32 | blocks u8 (bit 0: debias,
+// bit 1: gate; a snapshot without the gate writes 0 or 1 as before it existed), then with bit 0 the
+// debias effect: rows, groups, reordered, flattened u32 | mean_shift f64, then with bit 1 the
+// trust gate: closed u8 | pairs u32 | rho, lo, hi f64 | n u32,
 // n×break_x f64, n×break_y f64 | state (u32 length + bytes). Nothing may follow.
 func EncodeCalibration(s CalibrationSnapshot) ([]byte, error) {
 	if s.Schema == "" {
@@ -49,18 +51,43 @@ func appendCalibration(b []byte, s *CalibrationSnapshot) []byte {
 		Pairs: uint64(s.Pairs), StepPairs: uint64(s.StepPairs),
 		AnchorWeight: s.AnchorWeight, BiasBefore: s.BiasBefore, BiasAfter: s.BiasAfter,
 		Sec: s.CreatedAt.Unix(), Nsec: uint32(s.CreatedAt.Nanosecond())})
+	var blocks uint8
+	if s.Debias != nil {
+		blocks |= snapHasDebias
+	}
+	if s.Gate != nil {
+		blocks |= snapHasGate
+	}
+	b = append(b, blocks)
 	if d := s.Debias; d != nil {
-		b = append(b, 1)
 		b, _ = binary.Append(b, le, snapDebias{Rows: uint32(d.Rows), Groups: uint32(d.Groups),
 			Reordered: uint32(d.Reordered), Flattened: uint32(d.Flattened), MeanShift: d.MeanShift})
-	} else {
-		b = append(b, 0)
+	}
+	if g := s.Gate; g != nil {
+		var closed uint8
+		if g.Closed {
+			closed = 1
+		}
+		b, _ = binary.Append(b, le, snapGate{Closed: closed, Pairs: uint32(g.Pairs), Rho: g.Rho, Lo: g.Lo, Hi: g.Hi})
 	}
 	b = le.AppendUint32(b, uint32(len(s.BreakX)))
 	b, _ = binary.Append(b, le, s.BreakX)
 	b, _ = binary.Append(b, le, s.BreakY)
 	b = le.AppendUint32(b, uint32(len(s.State)))
 	return append(b, s.State...)
+}
+
+// Bits of the blocks byte: which optional blocks follow the fixed part.
+const (
+	snapHasDebias uint8 = 1 << iota
+	snapHasGate
+)
+
+// snapGate is the trust gate block (TrustGate on the wire).
+type snapGate struct {
+	Closed      uint8
+	Pairs       uint32
+	Rho, Lo, Hi float64
 }
 
 // snapDebias is the debias block (DebiasShift on the wire).
@@ -124,16 +151,24 @@ func decodeCalibrationBinary(b []byte) (CalibrationSnapshot, error) {
 	s.RunID, s.Stream, s.ConfigHash, s.Settings, s.Digest = str(), str(), str(), str(), str()
 	var f snapFixed
 	read(&f)
-	var hasDebias uint8
-	read(&hasDebias)
-	if err == nil && hasDebias > 1 {
-		return CalibrationSnapshot{}, malformed("binary", fmt.Errorf("calibration: has_debias byte %d (want 0 or 1)", hasDebias))
+	var blocks uint8
+	read(&blocks)
+	if err == nil && blocks&^(snapHasDebias|snapHasGate) != 0 {
+		return CalibrationSnapshot{}, malformed("binary", fmt.Errorf("calibration: blocks byte %d (want bits 0 and 1 only)", blocks))
 	}
-	if hasDebias == 1 {
+	if blocks&snapHasDebias != 0 {
 		var d snapDebias
 		read(&d)
 		s.Debias = &DebiasShift{Rows: int(d.Rows), Groups: int(d.Groups), Reordered: int(d.Reordered),
 			Flattened: int(d.Flattened), MeanShift: d.MeanShift}
+	}
+	if blocks&snapHasGate != 0 {
+		var g snapGate
+		read(&g)
+		if err == nil && g.Closed > 1 {
+			return CalibrationSnapshot{}, malformed("binary", fmt.Errorf("calibration: gate closed byte %d (want 0 or 1)", g.Closed))
+		}
+		s.Gate = &TrustGate{Closed: g.Closed == 1, Pairs: int(g.Pairs), Rho: g.Rho, Lo: g.Lo, Hi: g.Hi}
 	}
 	if n := count(16); n > 0 {
 		s.BreakX, s.BreakY = make([]float64, n), make([]float64, n)

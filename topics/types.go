@@ -271,6 +271,21 @@ type CalibrationSnapshot struct {
 	// Debias is what Online Debiasing did to this step's world-model advantages; nil when the
 	// writer did not record it, which is not the same as a map that did nothing (all zero).
 	Debias *DebiasShift `json:"debias,omitempty"`
+	// Gate is the trust gate that decided this step's world-model rows (`wmrl correct
+	// --trust-gate`), evaluated on the window before the step; nil when the writer ran without it.
+	Gate *TrustGate `json:"gate,omitempty"`
+}
+
+// TrustGate is the trust gate of one step (correction.Gate): the window's world model–truth
+// correlation and whether it masked the step's world-model rows.
+type TrustGate struct {
+	// Closed: the step's world-model rows were masked (Pairs >= 10 and Rho < 1/√(Pairs−2)).
+	Closed bool `json:"closed"`
+	Pairs  int  `json:"pairs"`
+	// Rho is the window's Pearson correlation, Lo and Hi its 95% Fisher-z interval.
+	Rho float64 `json:"rho"`
+	Lo  float64 `json:"lo"`
+	Hi  float64 `json:"hi"`
 }
 
 // DebiasShift is the effect of the calibration map on one step's world-model advantages

@@ -431,6 +431,19 @@ func (s *CalibrationSnapshot) Validate() error {
 		}
 		c.nonNegative("debias.mean_shift", d.MeanShift)
 	}
+	if g := s.Gate; g != nil {
+		if g.Pairs < 0 || g.Pairs > math.MaxInt32 {
+			c.fail("gate.pairs", g.Pairs, nil, "not in [0, %d]", math.MaxInt32)
+		}
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"gate.rho", g.Rho}, {"gate.lo", g.Lo}, {"gate.hi", g.Hi}} {
+			if !(f.v >= -1 && f.v <= 1) {
+				c.fail(f.name, f.v, nil, "not in [-1, 1]")
+			}
+		}
+	}
 	return c.result()
 }
 

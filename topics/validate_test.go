@@ -199,6 +199,9 @@ func TestValidateCalibration(t *testing.T) {
 		{"Inf weight", func(s *CalibrationSnapshot) { s.AnchorWeight = math.Inf(1) }, "anchor_weight"},
 		{"negative weight", func(s *CalibrationSnapshot) { s.AnchorWeight = -1 }, "anchor_weight"},
 		{"NaN bias", func(s *CalibrationSnapshot) { s.BiasAfter = math.NaN() }, "bias_after"},
+		{"gate rho above 1", func(s *CalibrationSnapshot) { s.Gate = &TrustGate{Pairs: 20, Rho: 1.5, Lo: -1, Hi: 1} }, "gate.rho"},
+		{"gate NaN lo", func(s *CalibrationSnapshot) { s.Gate = &TrustGate{Pairs: 20, Lo: math.NaN(), Hi: 1} }, "gate.lo"},
+		{"gate negative pairs", func(s *CalibrationSnapshot) { s.Gate = &TrustGate{Pairs: -1} }, "gate.pairs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -286,5 +289,32 @@ func TestReason(t *testing.T) {
 		if got := Reason(tt.err); got != tt.want {
 			t.Errorf("Reason(%v) = %q, want %q", tt.err, got, tt.want)
 		}
+	}
+}
+
+// TestCalibrationGateRoundTrip: the trust gate block survives encoding; a snapshot without it
+// encodes byte for byte as before the block existed (blocks byte 0 or 1).
+func TestCalibrationGateRoundTrip(t *testing.T) {
+	s := sampleCalibration()
+	plain, err := EncodeCalibration(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Gate = &TrustGate{Closed: true, Pairs: 48, Rho: 0.05, Lo: -0.23, Hi: 0.33}
+	b, err := EncodeCalibration(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeCalibration(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Gate == nil || *got.Gate != *s.Gate {
+		t.Fatalf("gate %+v, want %+v", got.Gate, s.Gate)
+	}
+	s.Gate = nil
+	again, err := EncodeCalibration(s)
+	if err != nil || string(again) != string(plain) || len(b) != len(plain)+1+4+3*8 {
+		t.Fatalf("without the gate: %v, %d bytes vs %d; with it %d", err, len(again), len(plain), len(b))
 	}
 }

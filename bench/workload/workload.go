@@ -25,6 +25,9 @@ type Config struct {
 	Seed      uint64
 	// RunPrefix names the runs RunPrefix-0, RunPrefix-1, … (default "run").
 	RunPrefix string
+	// Uninformative draws the world model's score independently of the truth (a judge that ranks
+	// nothing), for the trust gate's tests; by default it is a biased, noisy function of it.
+	Uninformative bool
 }
 
 // Step is one step of one run: its manifest and reward records, in generation order.
@@ -68,6 +71,9 @@ func Synthesize(names topics.Names, cfg Config) ([]Step, error) {
 					truth := clamp01(0.3*difficulty + 0.6*rng.float())
 					// A biased, noisy world model: over-confident at the low end.
 					pred := clamp01(0.15 + 0.8*truth + 0.1*(rng.float()-0.5))
+					if cfg.Uninformative {
+						pred = rng.float()
+					}
 					counter++
 					p := topics.PredictedReward{RolloutRef: ref, Anchor: anchor, Status: topics.StatusOK, CreatedAt: ts}
 					if cfg.FailEvery > 0 && counter%cfg.FailEvery == 0 {

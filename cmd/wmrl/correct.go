@@ -24,6 +24,7 @@ func correctionFlags(f *pflag.FlagSet) func() (correction.Config, error) {
 		weightCap, eps      float64
 		ddof                int
 		noDebias, noDenoise bool
+		trustGate           bool
 	)
 	f.StringVar(&mode, "mode", "default", "correction mode: default (exact isotonic, per-step refit) or reference (the authors' code)")
 	f.StringVar(&adv, "advantage", "grpo", "advantage estimator: grpo or drgrpo")
@@ -35,6 +36,9 @@ func correctionFlags(f *pflag.FlagSet) func() (correction.Config, error) {
 	f.IntVar(&ddof, "ddof", 0, "0 population or 1 sample std for GRPO")
 	f.BoolVar(&noDebias, "no-debias", false, "ablation: disable Online Debiasing (identity calibration)")
 	f.BoolVar(&noDenoise, "no-denoise", false, "ablation: disable Inverse-Variance Denoising (anchor weight 1)")
+	f.BoolVar(&trustGate, "trust-gate", false, "mask a step's world-model rows (weight 0, mask false; the anchors carry the step) while the window's anchor pairs "+
+		"correlate with the world model below 1/√(n−2), n ≥ 10 pairs: there the world model says too little about the truth to help (docs/anchors.md, "+
+		"\"Trust gate\"); IVD cannot see this case, it measures scatter around the map, not whether the map has a slope. Default mode only")
 	return func() (correction.Config, error) {
 		var c correction.Config
 		switch strings.ToLower(mode) {
@@ -81,6 +85,7 @@ func correctionFlags(f *pflag.FlagSet) func() (correction.Config, error) {
 		}
 		c.Debias = !noDebias
 		c.Denoise = !noDenoise
+		c.TrustGate = trustGate
 		if err := c.Validate(); err != nil {
 			return c, err
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -56,12 +57,15 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 	switch g0.family {
 	case gridFamilyBias:
 	case gridFamilyCalibration:
+		if slices.Contains(o.gates, true) {
+			return fmt.Errorf("--trust-gate on: the calibration family's arms are fixed (OD only, per map); use --grid-family bias")
+		}
 		return o.runCalibrationGrid(ctx, cfg, seeds)
 	default:
 		return fmt.Errorf("--grid-family %q: want %s or %s", g0.family, gridFamilyBias, gridFamilyCalibration)
 	}
 	if !g0.armsChanged {
-		arms = sim.WithPolicies(sim.WithMap(sim.GridArms(o.anchorFraction), g0.mapKind), o.policies)
+		arms = sim.WithTrustGate(sim.WithPolicies(sim.WithMap(sim.GridArms(o.anchorFraction), g0.mapKind), o.policies), o.gates)
 	}
 	g := sim.ErrorGrid{Config: cfg, Biases: g0.biases, Noises: g0.noises, Arms: arms, Seeds: seeds,
 		Workers: o.workers, TargetFraction: o.targetFraction}

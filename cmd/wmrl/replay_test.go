@@ -47,7 +47,7 @@ func TestReplaySettingsOnBroker(t *testing.T) {
 	}
 	testenv.Produce(t, brokers, recs)
 
-	live := []string{"--max-staleness", "2", "--max-step-rows", "5000", "--max-pending-steps-per-run", "300"}
+	live := []string{"--max-staleness", "2", "--max-step-rows", "5000", "--max-pending-steps-per-run", "300", "--trust-gate"}
 	corr := h.start("correct", append([]string{"correct", "--metrics-addr", "127.0.0.1:0", "--transactional-id", unique + "-txn",
 		"--group", group, "--redis-prefix", unique}, live...)...)
 	liveDigest := strings.Fields(h.pollDigestRun(run, steps, 90*time.Second))[1]
@@ -71,8 +71,9 @@ func TestReplaySettingsOnBroker(t *testing.T) {
 		flags []string
 		want  []string // flags the refusal must name
 	}{
-		{"staleness", []string{"--max-staleness", "3", "--max-step-rows", "5000", "--max-pending-steps-per-run", "300"}, []string{"--max-staleness (max-staleness): live 2, replay 3"}},
-		{"step-rows", []string{"--max-staleness", "2", "--max-step-rows", "4000", "--max-pending-steps-per-run", "300"}, []string{"--max-step-rows (max-step-rows): live 5000, replay 4000"}},
+		{"staleness", []string{"--max-staleness", "3", "--max-step-rows", "5000", "--max-pending-steps-per-run", "300", "--trust-gate"}, []string{"--max-staleness (max-staleness): live 2, replay 3"}},
+		{"step-rows", []string{"--max-staleness", "2", "--max-step-rows", "4000", "--max-pending-steps-per-run", "300", "--trust-gate"}, []string{"--max-step-rows (max-step-rows): live 5000, replay 4000"}},
+		{"trust-gate", live[:len(live)-1], []string{"--trust-gate (trust-gate): live true, replay (not recorded)"}},
 		{"defaults", nil, []string{"--max-staleness", "--max-step-rows", "--max-pending-steps-per-run"}},
 		{"map", append([]string{"--map", "centred"}, live...), []string{"--map (map): live isotonic, replay centred"}},
 	}

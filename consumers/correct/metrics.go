@@ -40,6 +40,8 @@ type metrics struct {
 	windowPairs  *prometheus.GaugeVec
 	sealedStep   *prometheus.GaugeVec
 	maskedShare  *prometheus.GaugeVec
+	gateClosed   *prometheus.GaugeVec // --trust-gate only
+	gateRho      *prometheus.GaugeVec
 	debias       *debiasMetrics // debias.go
 	maskedRows   prometheus.Counter
 	staleRows    prometheus.Counter
@@ -115,8 +117,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		fitVersion:   s.gaugeVec("wmrl_correct_fit_version", "Refits of the calibration map so far.", "run", "stream"),
 		windowPairs:  s.gaugeVec("wmrl_correct_window_pairs", "Anchor pairs in the sliding calibration window.", "run", "stream"),
 		sealedStep:   s.gaugeVec("wmrl_correct_sealed_step", "Last step sealed in a committed transaction.", "run", "stream"),
-		reinits:      s.counter("wmrl_correct_session_reinits_total", "New transactional sessions after the broker fenced a transaction that timed out during an outage."),
-		staleRows:    s.counter("wmrl_correct_stale_rows_total", "Advantage rows masked as stale (--max-staleness) in committed transactions."),
+		gateClosed: s.gaugeVec("wmrl_correct_trust_gate_closed",
+			"--trust-gate: 1 when the last sealed step's world-model rows were masked because the window's anchor pairs showed the world model uninformative (Pearson rho < 1/sqrt(n-2), n >= 10 pairs), else 0; absent without --trust-gate.",
+			"run", "stream"),
+		gateRho: s.gaugeVec("wmrl_correct_trust_gate_rho",
+			"--trust-gate: Pearson correlation of world-model and executed scores over the window's anchor pairs that decided the last sealed step's gate (0 when either side is constant).",
+			"run", "stream"),
+		reinits:   s.counter("wmrl_correct_session_reinits_total", "New transactional sessions after the broker fenced a transaction that timed out during an outage."),
+		staleRows: s.counter("wmrl_correct_stale_rows_total", "Advantage rows masked as stale (--max-staleness) in committed transactions."),
 		dlqRefused: s.counter("wmrl_correct_dead_letters_undeliverable_total",
 			"ERROR: input records skipped because Kafka refused their dead letter for good (e.g. MESSAGE_TOO_LARGE on a DLQ topic with a small max.message.bytes)."),
 		activeRuns: s.gauge("wmrl_correct_active_runs",
@@ -154,13 +162,26 @@ func (m *metrics) observe(sn *topics.CalibrationSnapshot) {
 	m.fitVersion.WithLabelValues(sn.RunID, sn.Stream).Set(float64(sn.FitVersion))
 	m.windowPairs.WithLabelValues(sn.RunID, sn.Stream).Set(float64(sn.Pairs))
 	m.sealedStep.WithLabelValues(sn.RunID, sn.Stream).Set(float64(sn.Step))
+	if g := sn.Gate; g != nil {
+		closed := 0.0
+		if g.Closed {
+			closed = 1
+		}
+		m.gateClosed.WithLabelValues(sn.RunID, sn.Stream).Set(closed)
+		m.gateRho.WithLabelValues(sn.RunID, sn.Stream).Set(g.Rho)
+	}
 	m.debias.observe(sn)
+}
+
+// streamVecs are the per-(run, stream) gauges besides the debias ones.
+func (m *metrics) streamVecs() []*prometheus.GaugeVec {
+	return []*prometheus.GaugeVec{m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.maskedShare, m.gateClosed, m.gateRho}
 }
 
 // forgetStreams drops every per-(run, stream) series: after a reassignment the instance reports
 // only the runs it now owns, as their next steps seal.
 func (m *metrics) forgetStreams() {
-	for _, g := range []*prometheus.GaugeVec{m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.maskedShare} {
+	for _, g := range m.streamVecs() {
 		g.Reset()
 	}
 	m.debias.reset()

@@ -346,8 +346,7 @@ func (e *engine) stateBytes() int64 {
 // forgetRuns deletes the per-run metric series of retired runs; called after the transaction
 // that sealed their last step committed (and so after observe set them a last time).
 func (m *metrics) forgetRuns(runs []string) {
-	vecs := append([]*prometheus.GaugeVec{m.calError, m.anchorWeight, m.fitVersion, m.windowPairs, m.sealedStep, m.maskedShare},
-		m.debias.vecs()...)
+	vecs := append(m.streamVecs(), m.debias.vecs()...)
 	for _, run := range runs {
 		for _, g := range vecs {
 			g.DeletePartialMatch(prometheus.Labels{"run": run})

@@ -179,6 +179,11 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 			return nil, fmt.Errorf("correct run %s stream %s step %d: %w", rb.id, s, v, err)
 		}
 		sc.rows = rows
+		var gate *topics.TrustGate
+		if g, ok := st.StepGate(); ok {
+			// The gate that decided the step (--trust-gate), on the window before it.
+			gate = &topics.TrustGate{Closed: g.Closed, Pairs: g.N, Rho: g.Rho, Lo: g.Lo, Hi: g.Hi}
+		}
 		var pairs int
 		var biasRaw, biasCal float64
 		for i := range rows {
@@ -209,6 +214,7 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 			BreakX: bx, BreakY: by, AnchorWeight: st.AnchorWeight(),
 			BiasBefore: biasRaw, BiasAfter: biasCal, StepPairs: pairs,
 			Debias: debiasShift(e.corr.DebiasEffect(rows)),
+			Gate:   gate,
 		})
 		if rb.rewrite[s] {
 			prevTotal = 0

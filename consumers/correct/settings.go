@@ -31,6 +31,9 @@ type DigestConfig struct {
 // digestSettings lists DigestConfig's settings in their canonical order: the name each has in
 // Text and the flag of `wmrl correct` and `wmrl replay` that sets it. Settings without a flag of
 // their own follow --mode (and --map's zspace bins).
+// A setting whose value is nil is left out of Text: one added later is nil at its old default, so
+// runs recorded before it existed (or with it at that default) keep their text and replay
+// without a difference.
 var digestSettings = []struct {
 	name, flag string
 	value      func(*DigestConfig) any
@@ -54,19 +57,32 @@ var digestSettings = []struct {
 	{"max-step-groups", "--max-step-groups", func(d *DigestConfig) any { return d.Limits.StepGroups }},
 	{"max-step-rows", "--max-step-rows", func(d *DigestConfig) any { return d.Limits.StepRows }},
 	{"max-batch-bytes", "--max-batch-bytes", func(d *DigestConfig) any { return d.Limits.BatchBytes }},
+	{"trust-gate", "--trust-gate", func(d *DigestConfig) any { return ifOn(d.Correction.TrustGate) }},
+}
+
+// ifOn is true when on, else nil: a setting written only when on.
+func ifOn(on bool) any {
+	if on {
+		return true
+	}
+	return nil
 }
 
 // Text is the canonical form written with the snapshots: name=value pairs separated by spaces, in
 // digestSettings' order (floats in their shortest exact form).
 func (d DigestConfig) Text() string {
 	var b strings.Builder
-	for i, s := range digestSettings {
-		if i > 0 {
+	for _, s := range digestSettings {
+		v := s.value(&d)
+		if v == nil {
+			continue
+		}
+		if b.Len() > 0 {
 			b.WriteByte(' ')
 		}
 		b.WriteString(s.name)
 		b.WriteByte('=')
-		switch v := s.value(&d).(type) {
+		switch v := v.(type) {
 		case float64:
 			b.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
 		default:

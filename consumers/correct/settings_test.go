@@ -76,3 +76,21 @@ func TestSettingsDiff(t *testing.T) {
 		t.Errorf("settings text of %d bytes, written with every snapshot", n)
 	}
 }
+
+// TestTrustGateSetting: the gate is recorded only when on, so a run recorded with it off (or
+// before it existed) keeps its settings text, and a replay with the other setting is refused
+// naming --trust-gate.
+func TestTrustGateSetting(t *testing.T) {
+	off := DigestConfig{Correction: correction.DefaultConfig(), Limits: DefaultLimits()}
+	on := off
+	on.Correction.TrustGate = true
+	if strings.Contains(off.Text(), "trust-gate") || !strings.HasSuffix(on.Text(), " trust-gate=true") {
+		t.Fatalf("off %q\non %q", off.Text(), on.Text())
+	}
+	for _, d := range [][2]string{{on.Text(), off.Text()}, {off.Text(), on.Text()}} {
+		got := strings.Join(SettingsDiff(d[0], d[1]), "; ")
+		if !strings.HasPrefix(got, "--trust-gate (trust-gate): ") {
+			t.Errorf("diff %q", got)
+		}
+	}
+}

@@ -49,10 +49,15 @@
     if (run.ended) card.classList.add("ended");
     const ended = run.ended ? ` <span class="state ended" title="${esc(new Date(run.ended.at).toISOString())}">ended after step ${run.ended.last_step} (${esc(run.ended.reason)})</span>`
       : ` <span class="state live">active</span>`;
-    card.innerHTML = `<h2>${esc(run.prefix)}<b>${esc(run.run)}</b> / ${esc(run.stream)}${ended}</h2>
+    // The trust gate (wmrl correct --trust-gate): a badge while it keeps the world model out.
+    const gate = last && last.gate;
+    const gated = run.gated_since != null
+      ? ` <span class="state gated" title="window: ${gate.pairs} anchor pairs, ρ̂ ${num(gate.rho, 3)} [${num(gate.lo, 3)}, ${num(gate.hi, 3)}] < 1/√(n−2)">world model gated off since step ${run.gated_since}</span>` : "";
+    card.innerHTML = `<h2>${esc(run.prefix)}<b>${esc(run.run)}</b> / ${esc(run.stream)}${ended}${gated}</h2>
       <div class="facts">sealed steps <b class="sealed">${run.steps.length}</b> · anchor groups <b class="anchor-groups">${run.anchor_groups}</b> of ${run.groups}` +
       (last ? ` · last step <b>${last.step}</b> · fit version <b>${last.fit_version}</b> · window pairs <b>${last.pairs}</b> · next anchor weight <b>${num(last.next_anchor_weight, 2)}</b>` +
-        ` · masked rows <b class="masked ${last.rows && last.masked_rows / last.rows > SCORING_ALARM ? "bad" : "ok"}">${last.masked_rows} of ${last.rows}</b>` : "") +
+        ` · masked rows <b class="masked ${last.rows && last.masked_rows / last.rows > SCORING_ALARM ? "bad" : "ok"}">${last.masked_rows} of ${last.rows}</b>` +
+        (gate ? ` · trust gate <b class="gate">${gate.closed ? "closed" : "open"}</b> (ρ̂ ${num(gate.rho, 2)}, ${gate.pairs} pairs)` : "") : "") +
       redis + `</div><div class="charts"></div>`;
     const charts = card.querySelector(".charts");
 
