@@ -207,8 +207,8 @@ func (s *Store) Summaries(ctx context.Context, runs []string) ([]RunSummary, err
 			continue // the state value expired or was trimmed between the round trips
 		}
 		ss.StateBytes = int64(len(v))
-		if len(v) < sha256.Size || !correction.IsHead(v[sha256.Size:]) {
-			continue // a full encoding, window included
+		if len(v) < sha256.Size {
+			return nil, fmt.Errorf("redis state of %s/%s step %d: %d bytes, shorter than its digest", runs[r.run], ss.Stream, ss.Head.SealedStep, len(v))
 		}
 		first, n, _, err := correction.HeadWindow(v[sha256.Size:])
 		if err != nil {
