@@ -321,8 +321,8 @@ func (g *Generator) build(b StepBatch) ([]*kgo.Record, topics.StepManifest, Stat
 			}
 			rolloutIDs[rid] = true
 			r := topics.Rollout{
-				RunID: g.cfg.RunID, Step: b.Step, GroupID: gid, RolloutID: rid, Stream: stream,
-				PolicyVersion: pv, Anchor: anchor, Index: i, Prompt: gs.Prompt, Meta: rs.Meta, CreatedAt: now,
+				RolloutRef: topics.RolloutRef{RunID: g.cfg.RunID, Step: b.Step, GroupID: gid, RolloutID: rid, Stream: stream, PolicyVersion: pv},
+				Anchor:     anchor, Index: i, Prompt: gs.Prompt, Meta: rs.Meta, CreatedAt: now,
 			}
 			byRef, err := g.placeArtifact(&r, rs)
 			if err != nil {

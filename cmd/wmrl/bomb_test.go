@@ -41,8 +41,8 @@ func TestBombRolloutStages(t *testing.T) {
 	h.run(time.Minute, 0, "topics", "create", "--partitions", "1")
 
 	rollout := func(i int) *kgo.Record {
-		r := topics.Rollout{RunID: "r", Step: 0, GroupID: "0-q", RolloutID: fmt.Sprintf("0-q-%d", i), Stream: "main",
-			PolicyVersion: "v", Anchor: true, Index: i, Artifact: fmt.Sprintf(`{"rollout":"%d","wm":0.5,"exec":0.7}`, i),
+		r := topics.Rollout{RolloutRef: topics.RolloutRef{RunID: "r", Step: 0, GroupID: "0-q", RolloutID: fmt.Sprintf("0-q-%d", i), Stream: "main", PolicyVersion: "v"},
+			Anchor: true, Index: i, Artifact: fmt.Sprintf(`{"rollout":"%d","wm":0.5,"exec":0.7}`, i),
 			CreatedAt: time.Unix(1_700_000_000, 0).UTC()}
 		rec, err := names.RolloutRecord(r)
 		if err != nil {

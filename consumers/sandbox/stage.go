@@ -73,7 +73,7 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 	if !r.Anchor {
 		return nil, nil
 	}
-	e := topics.ExecutedReward{RolloutRef: r.Ref()}
+	e := topics.ExecutedReward{RolloutRef: r.RolloutRef}
 	data := []byte(r.Artifact)
 	if r.ArtifactURI != "" {
 		if data, err = artifact.Resolve(ctx, h.cfg.Artifacts, r.ArtifactURI, r.ArtifactSHA256); err != nil {

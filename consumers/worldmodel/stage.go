@@ -81,7 +81,7 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 	if err != nil {
 		return nil, fmt.Errorf("worldmodel: %w", err)
 	}
-	p := topics.PredictedReward{RolloutRef: r.Ref(), Anchor: r.Anchor, Model: h.cfg.Model}
+	p := topics.PredictedReward{RolloutRef: r.RolloutRef, Anchor: r.Anchor, Model: h.cfg.Model}
 	in := Input{
 		RunID: r.RunID, GroupID: r.GroupID, RolloutID: r.RolloutID, Stream: r.Stream, Step: r.Step,
 		Prompt: r.Prompt, Artifact: []byte(r.Artifact), ArtifactURI: r.ArtifactURI, Meta: r.Meta,
