@@ -154,9 +154,7 @@ func New(b Backend, cfg Config) (*Generator, error) {
 	if cfg.InlineLimit < 0 || cfg.InlineLimit > topics.MaxInlineArtifact {
 		return nil, fmt.Errorf("%w: inline limit %d outside [0,%d]", ErrConfig, cfg.InlineLimit, topics.MaxInlineArtifact)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

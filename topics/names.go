@@ -25,9 +25,7 @@ type Names struct {
 
 // NewNames returns the names under prefix; an empty prefix means DefaultPrefix.
 func NewNames(prefix string) Names {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
+	prefix = cmp.Or(prefix, DefaultPrefix)
 	return Names{Prefix: prefix}
 }
 

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -158,9 +159,7 @@ func limitText(s string, max int) string {
 // overlap with the executions, and a freed slot is taken by the next anchor rollout at once.
 func NewStage(sc stage.Config, hc HandlerConfig) (*stage.Stage, error) {
 	hc.Names = sc.Names
-	if sc.Name == "" {
-		sc.Name = StageName
-	}
+	sc.Name = cmp.Or(sc.Name, StageName)
 	if len(sc.Topics) == 0 {
 		sc.Topics = []string{sc.Names.Rollouts()}
 	}

@@ -114,9 +114,7 @@ func New(cfg Config, h Handler) (*Stage, error) {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 30 * time.Second
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}

@@ -40,6 +40,7 @@
 package jail
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -339,18 +340,12 @@ func New(cfg Config, argv []string) (*Jail, error) {
 	if cfg.KillGrace < 0 {
 		return nil, fmt.Errorf("%w: negative kill grace", ErrConfig)
 	}
-	if cfg.KillGrace == 0 {
-		cfg.KillGrace = DefaultKillGrace
-	}
+	cfg.KillGrace = cmp.Or(cfg.KillGrace, DefaultKillGrace)
 	if cfg.TempDir == "" {
 		cfg.TempDir = os.TempDir()
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.JobDirBytes == 0 {
-		cfg.JobDirBytes = DefaultJobDirBytes
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.JobDirBytes = cmp.Or(cfg.JobDirBytes, DefaultJobDirBytes)
 	if cfg.RunAsRange != nil {
 		switch err := cfg.RunAsRange.check(); {
 		case err != nil:
