@@ -108,7 +108,7 @@ type StepManifest struct {
 	PolicyStep *int64 `json:"policy_step,omitempty"`
 	// EndOfRun marks the run's end-of-run record instead of a step: Step is then the run's last
 	// step (the run has steps 0..Step) and Groups is empty. Why it travels on the steps topic:
-	// consumers/correct/runend.go. Absent (false) in every ordinary manifest, so manifests written
+	// docs/design-notes.md, "How a run ends". Absent (false) in every ordinary manifest, so manifests written
 	// before it existed are unchanged byte for byte.
 	EndOfRun  bool            `json:"end_of_run,omitempty"`
 	Groups    []GroupManifest `json:"groups"`

@@ -39,11 +39,11 @@
 // instead of an abort loop.
 //
 // A run ends with its end-of-run record on the steps topic (topics.StepManifest.EndOfRun, naming
-// the run's last step; why the steps topic: runend.go), honoured only from correct's own
+// the run's last step; why the steps topic: docs/design-notes.md), honoured only from correct's own
 // transactions: end requests on the run-control topic are relayed onto the steps topic. Once its last step is sealed the run leaves memory, its per-run metric
 // series are deleted after the commit (wmrl_correct_active_runs counts the runs held), later
 // records of steps beyond the end are dead-lettered with reason run_ended and re-reads of sealed
-// steps dropped as sealed_duplicate. Runs do not resume after their end; runend.go says why. The
+// steps dropped as sealed_duplicate. Runs do not resume after their end; docs/design-notes.md says why. The
 // end is recorded on the calibration changelog (a rebuild installs only live runs) and in Redis
 // (key <prefix>:{run}:end); after Config.EndedRunRetention the run's changelog keys are
 // tombstoned and its Redis keys expire (retention.go). Config.RunIdleTimeout ends runs without
