@@ -229,3 +229,15 @@ def token_from(token_file: str | None) -> str | None:
         return os.environ.get("WMRL_RM_TOKEN") or None
     with open(token_file, encoding="utf-8") as f:
         return f.read().strip() or None
+
+
+def serve(srv: RewardServer, *close: Any) -> None:
+    """Serve until interrupted, then release the socket and close what the server used, in order."""
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server_close()
+        for c in close:
+            c.close()

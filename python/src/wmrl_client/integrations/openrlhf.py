@@ -99,6 +99,7 @@ from wmrl_client.integrations._server import (
     client_from_args,
     json_reply,
     read_json,
+    serve,
     token_from,
 )
 from wmrl_client.options import KafkaOptions
@@ -482,15 +483,7 @@ def main(argv: list[str] | None = None) -> None:
     log.info("stripping %d special-token text(s) from responses: %s", len(strip), " ".join(strip) or "none")
     log.info("serving OpenRLHF reward requests (%s mode%s) on http://%s:%d/ for run %s", args.mode,
              ", token required" if token else "", args.host, srv.server_address[1], args.run)  # fmt: skip
-    try:
-        srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        srv.server_close()
-        if isinstance(scorer, Grouper):
-            scorer.close()
-        client.close()
+    serve(srv, *([scorer] if isinstance(scorer, Grouper) else []), client)
 
 
 if __name__ == "__main__":

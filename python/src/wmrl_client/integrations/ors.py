@@ -76,6 +76,7 @@ from wmrl_client.integrations._server import (
     client_from_args,
     json_reply,
     read_json,
+    serve,
     token_from,
 )
 
@@ -409,14 +410,7 @@ def main(argv: list[str] | None = None) -> None:
     srv = app.server(args.host, args.port)
     log.info("serving ORS environment %r on http://%s:%d/ for run %s%s", args.env_name, args.host,
              srv.server_address[1], args.run, " (API key required)" if token else "")  # fmt: skip
-    try:
-        srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        srv.server_close()
-        grouper.close()
-        client.close()
+    serve(srv, grouper, client)
 
 
 if __name__ == "__main__":
