@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -299,18 +300,12 @@ func benchTopics(ctx context.Context, adm *kadm.Client, cfg CorrectionConfig, na
 }
 
 func (cfg *CorrectionConfig) setDefaults() {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Partitions == 0 {
-		cfg.Partitions = 3
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Partitions = cmp.Or(cfg.Partitions, 3)
 	if cfg.Correction == (correction.Config{}) {
 		cfg.Correction = correction.DefaultConfig()
 	}
-	if cfg.FetchMaxPartitionBytes == 0 {
-		cfg.FetchMaxPartitionBytes = 1 << 20
-	}
+	cfg.FetchMaxPartitionBytes = cmp.Or(cfg.FetchMaxPartitionBytes, 1<<20)
 }
 
 // latencyPhase measures the step latency of sparse steps (cfg.LatencySteps) with the consumer

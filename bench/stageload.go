@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -40,9 +41,7 @@ func (l StageLoad) withDefaults(slots int) StageLoad {
 	if l.Logger == nil {
 		l.Logger = slog.New(slog.DiscardHandler)
 	}
-	if l.StageConcurrency == 0 {
-		l.StageConcurrency = 2 * slots
-	}
+	l.StageConcurrency = cmp.Or(l.StageConcurrency, 2*slots)
 	return l
 }
 

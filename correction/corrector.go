@@ -250,12 +250,8 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 	if err != nil {
 		return dst, err
 	}
-	if c.cfg.Mode == ModeReference || c.cfg.Map == MapZSpace {
-		for _, g := range step.Groups {
-			if g.Anchor && g.pairWeight() != 1 {
-				return dst, fmt.Errorf("%w: group %q: weight %v: inverse-propensity weights are implemented for the default mode's isotonic and centred maps only", ErrInvalidStep, g.ID, g.Weight)
-			}
-		}
+	if err := c.checkWeights(step); err != nil {
+		return dst, err
 	}
 	if c.cfg.Mode == ModeReference {
 		return c.advanceReference(st, step, dst), nil
@@ -271,17 +267,12 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 	for _, g := range step.Groups {
 		total += len(g.Rollouts)
 	}
-	dst = slices.Grow(dst, total)
-	base := len(dst)
+	dst, base := slices.Grow(dst, total), len(dst)
 	weight := st.AnchorWeight()
-	zspace := c.cfg.Map == MapZSpace
 	var (
 		vals    []float64
 		mask    []bool
 		adv     []float64
-		newP    []pair
-		dn, tn  []float64
-		pn      []float64
 		rorder  []int
 		anchorN int
 		gws     []float64 // pair weight per group with rows, canonical order
@@ -312,24 +303,14 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 		}
 		adv = slices.Grow(adv[:0], len(vals))[:len(vals)]
 		groupAdvantages(vals, mask, adv, c.cfg.Advantage, c.cfg.Eps, c.cfg.DDOF)
-		if zspace && !g.Anchor {
+		if c.cfg.Map == MapZSpace && !g.Anchor {
 			st.applyZSpace(vals, mask, adv)
 		}
-		for k := range vals {
-			row := &dst[start+k]
-			row.Mask = mask[k]
-			if !row.Mask {
-				continue
-			}
-			row.Used, row.Advantage = vals[k], adv[k]
-			row.Weight = 1
-			if g.Anchor {
-				row.Weight = weight
-			}
-		}
+		w := 1.0
 		if g.Anchor {
-			anchorN++
+			w, anchorN = weight, anchorN+1
 		}
+		setAdvantages(dst[start:], vals, mask, adv, w)
 	}
 	if gated {
 		maskGated(dst[base:])
@@ -338,50 +319,83 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 	if norm != 0 {
 		reweightAnchorRows(dst[base:], gws, norm)
 	}
-	// Seal: fold the anchor groups into the estimator and window, in
-	// canonical order, using the calibration the rows were computed with.
 	if anchorN > 0 {
-		for i, gk := base, 0; i < len(dst); gk++ {
-			gw := gws[gk]
-			j := i
-			for j < len(dst) && dst[j].GroupID == dst[i].GroupID {
-				j++
-			}
-			if dst[i].Source == SourceAnchor {
-				dn, tn, pn = dn[:0], tn[:0], pn[:0]
-				for k := i; k < j; k++ {
-					r := &dst[k]
-					if r.PredictedOK && r.ExecutedOK {
-						if !zspace {
-							newP = append(newP, pair{r.Predicted, r.Executed, gw})
-						}
-						pn = append(pn, r.Predicted)
-						dn = append(dn, r.Calibrated)
-						tn = append(tn, r.Executed)
-					}
-				}
-				if zspace {
-					// The window holds standardised pairs (zspace.go).
-					newP = zPairs(newP, pn, tn, c.cfg.Eps, c.cfg.DDOF)
-				}
-				if c.cfg.Denoise {
-					rel := 1.0
-					if norm != 0 {
-						rel = gw / norm
-					}
-					st.observeGroup(dn, tn, rel)
-				}
-			}
-			i = j
-		}
+		c.sealAnchors(st, dst[base:], gws, norm)
 	}
-	st.addPairs(newP)
 	if err := st.maybeRefit(); err != nil {
 		// Unreachable: validated scores are bounded, so sums stay finite.
 		return dst[:base], fmt.Errorf("correction: refit after step %d: %w", step.Step, err)
 	}
 	st.sealed = step.Step
 	return dst, nil
+}
+
+// checkWeights refuses inverse-propensity weights where they are not implemented.
+func (c *Corrector) checkWeights(step Step) error {
+	if c.cfg.Mode != ModeReference && c.cfg.Map != MapZSpace {
+		return nil
+	}
+	for _, g := range step.Groups {
+		if g.Anchor && g.pairWeight() != 1 {
+			return fmt.Errorf("%w: group %q: weight %v: inverse-propensity weights are implemented for the default mode's isotonic and centred maps only", ErrInvalidStep, g.ID, g.Weight)
+		}
+	}
+	return nil
+}
+
+// setAdvantages fills in a group's rows the mask, the values the advantages used (vals) and the
+// advantages, with the group's row weight.
+func setAdvantages(rows []Row, vals []float64, mask []bool, adv []float64, weight float64) {
+	for k := range vals {
+		row := &rows[k]
+		row.Mask = mask[k]
+		if row.Mask {
+			row.Used, row.Advantage, row.Weight = vals[k], adv[k], weight
+		}
+	}
+}
+
+// sealAnchors folds the anchor groups of one step's rows (canonical order; gws the pair weight
+// per group) into the estimator and the window, using the calibration the rows were computed
+// with.
+func (c *Corrector) sealAnchors(st *State, rows []Row, gws []float64, norm float64) {
+	zspace := c.cfg.Map == MapZSpace
+	var newP []pair
+	var dn, tn, pn []float64
+	for i, gk := 0, 0; i < len(rows); gk++ {
+		gw := gws[gk]
+		j := i
+		for j < len(rows) && rows[j].GroupID == rows[i].GroupID {
+			j++
+		}
+		if rows[i].Source == SourceAnchor {
+			dn, tn, pn = dn[:0], tn[:0], pn[:0]
+			for k := i; k < j; k++ {
+				r := &rows[k]
+				if r.PredictedOK && r.ExecutedOK {
+					if !zspace {
+						newP = append(newP, pair{r.Predicted, r.Executed, gw})
+					}
+					pn = append(pn, r.Predicted)
+					dn = append(dn, r.Calibrated)
+					tn = append(tn, r.Executed)
+				}
+			}
+			if zspace {
+				// The window holds standardised pairs (zspace.go).
+				newP = zPairs(newP, pn, tn, c.cfg.Eps, c.cfg.DDOF)
+			}
+			if c.cfg.Denoise {
+				rel := 1.0
+				if norm != 0 {
+					rel = gw / norm
+				}
+				st.observeGroup(dn, tn, rel)
+			}
+		}
+		i = j
+	}
+	st.addPairs(newP)
 }
 
 // inputRow is rollout r of group g as the step's input gives it: its identity and source, and

@@ -26,17 +26,11 @@ func ChunkSlots(window int) int { return (window+ChunkPairs-1)/ChunkPairs + 2 }
 // headMagic opens every encoded head; HeadEncodingVersion follows it.
 const headMagic = "WMRLCHD\x00"
 
-// HeadEncodingVersion is the version EncodeHead writes. The layout of
-// versions 1 and 2 is the same; the version says which digest definition
-// the head is recorded with (HeadDigestVersion): version 1 heads, written
-// before DigestChunked existed, carry DigestFlat digests.
+// HeadEncodingVersion is the version EncodeHead writes and the one
+// headParts reads (docs/compatibility.md).
 const HeadEncodingVersion uint16 = 2
 
 const headFitIncluded = 1
-
-// IsHead reports whether b is an EncodeHead output (as opposed to a full
-// Encode output, which starts with a different magic).
-func IsHead(b []byte) bool { return bytes.HasPrefix(b, []byte(headMagic)) }
 
 // WindowSpan returns the absolute index of the oldest window pair and the
 // number of pairs in the window; the window is [first, first+n).
@@ -96,14 +90,14 @@ func (s *State) EncodeHead() []byte {
 // the window length) and the rest (fit and tail).
 func headParts(head []byte) (flags byte, prefix, rest []byte, err error) {
 	const fixed = len(headMagic) + 2 + 1 + 4
-	if !IsHead(head) {
+	if !bytes.HasPrefix(head, []byte(headMagic)) {
 		return 0, nil, nil, ErrBadMagic
 	}
 	if len(head) < fixed {
 		return 0, nil, nil, fmt.Errorf("%w: head of %d bytes", ErrTruncated, len(head))
 	}
-	if v := binary.LittleEndian.Uint16(head[len(headMagic):]); v < 1 || v > HeadEncodingVersion {
-		return 0, nil, nil, fmt.Errorf("%w: head version %d (this build reads 1..%d)", ErrUnsupportedVersion, v, HeadEncodingVersion)
+	if v := binary.LittleEndian.Uint16(head[len(headMagic):]); v != HeadEncodingVersion {
+		return 0, nil, nil, fmt.Errorf("%w: head version %d (this build reads %d)", ErrUnsupportedVersion, v, HeadEncodingVersion)
 	}
 	flags = head[len(headMagic)+2]
 	if flags > headFitIncluded {
@@ -115,19 +109,6 @@ func headParts(head []byte) (flags byte, prefix, rest []byte, err error) {
 		return 0, nil, nil, fmt.Errorf("%w: head split %d of %d bytes", ErrCorruptState, split, len(body))
 	}
 	return flags, body[:split], body[split:], nil
-}
-
-// HeadDigestVersion returns the digest definition the digest recorded with
-// head was computed under: DigestFlat for version 1 heads, DigestChunked for
-// version 2.
-func HeadDigestVersion(head []byte) (DigestVersion, error) {
-	if _, _, _, err := headParts(head); err != nil {
-		return 0, err
-	}
-	if binary.LittleEndian.Uint16(head[len(headMagic):]) == 1 {
-		return DigestFlat, nil
-	}
-	return DigestChunked, nil
 }
 
 // HeadWindow returns the window span a head describes: the absolute index
@@ -158,8 +139,8 @@ func HeadWindow(head []byte) (first uint64, n int, window int, err error) {
 
 // AssembleState joins a head (EncodeHead) and its window pairs (oldest
 // first, as AppendWindow writes them) into the state, refitting the map
-// when the head left it out. The caller checks the result's digest under
-// HeadDigestVersion(head) against the digest recorded with the head.
+// when the head left it out. The caller checks the result's Digest against
+// the digest recorded with the head.
 func AssembleState(head, window []byte) (*State, error) {
 	flags, prefix, rest, err := headParts(head)
 	if err != nil {

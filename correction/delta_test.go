@@ -102,9 +102,6 @@ func TestHeadAndChunksReassemble(t *testing.T) {
 				if !bytes.Equal(back.Encode(), st.Encode()) {
 					t.Fatalf("step %d: reassembled state differs", i)
 				}
-				if flat, _ := st.DigestAs(DigestFlat); flat != sha256.Sum256(st.Encode()) {
-					t.Fatalf("step %d: the flat digest is not the SHA-256 of Encode", i)
-				}
 				// The digest Correct carried forward chunk by chunk is the one a state
 				// hashing its whole window computes, and the definition's.
 				if d := st.Digest(); d != back.Digest() || d != chunkedDigestSpec(t, st.Encode(), len(st.appendPrefix(nil))) {
@@ -179,7 +176,7 @@ func TestAssembleStateErrors(t *testing.T) {
 	}
 }
 
-// chunkedDigestSpec computes DigestChunked from an encoding whose window pairs start at byte
+// chunkedDigestSpec computes Digest from an encoding whose window pairs start at byte
 // split, straight from its definition: SHA-256 of the tag, the bytes before the window, the
 // SHA-256 of each ChunkPairs-aligned run of window pairs (by absolute index), the bytes after.
 func chunkedDigestSpec(t *testing.T, enc []byte, split int) [32]byte {
@@ -208,39 +205,36 @@ func chunkedDigestSpec(t *testing.T, enc []byte, split int) [32]byte {
 	return out
 }
 
-// TestHeadDigestVersion: a head says which digest definition it was recorded with, and a version
-// 1 head (same layout, written before DigestChunked) still assembles.
-func TestHeadDigestVersion(t *testing.T) {
+// TestHeadVersion: a head of the one version EncodeHead writes assembles; any other version, and a
+// full encoding, is refused.
+func TestHeadVersion(t *testing.T) {
 	c := mustNew(t, DefaultConfig())
 	_, st := run(t, c, simulate("run-0", "main", 10, 3))
 	head := st.EncodeHead()
 	win := st.AppendWindow(nil, 0, st.TotalPairs())
-	v1 := bytes.Clone(head)
-	binary.LittleEndian.PutUint16(v1[len(headMagic):], 1)
-	v0 := bytes.Clone(head)
-	binary.LittleEndian.PutUint16(v0[len(headMagic):], 0)
+	version := func(v uint16) []byte {
+		b := bytes.Clone(head)
+		binary.LittleEndian.PutUint16(b[len(headMagic):], v)
+		return b
+	}
 	for _, tc := range []struct {
 		name string
 		head []byte
-		want DigestVersion
 		err  error
 	}{
-		{"current", head, DigestChunked, nil},
-		{"version 1", v1, DigestFlat, nil},
-		{"version 0", v0, 0, ErrUnsupportedVersion},
-		{"full encoding", st.Encode(), 0, ErrBadMagic},
+		{"current", head, nil},
+		{"version 1", version(1), ErrUnsupportedVersion},
+		{"version 0", version(0), ErrUnsupportedVersion},
+		{"version 3", version(3), ErrUnsupportedVersion},
+		{"full encoding", st.Encode(), ErrBadMagic},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v, err := HeadDigestVersion(tc.head)
-			if !errors.Is(err, tc.err) || v != tc.want {
-				t.Fatalf("got %v, %v; want %v, %v", v, err, tc.want, tc.err)
-			}
-			if err != nil {
-				return
-			}
 			back, err := AssembleState(tc.head, win)
-			if err != nil || !bytes.Equal(back.Encode(), st.Encode()) {
-				t.Fatalf("assemble: %v", err)
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("got %v, want %v", err, tc.err)
+			}
+			if err == nil && !bytes.Equal(back.Encode(), st.Encode()) {
+				t.Fatal("assembled state differs")
 			}
 		})
 	}

@@ -141,20 +141,6 @@ const (
 	MapSpaceZ     = "z"
 )
 
-// RedisHead is the correction consumer's head hash for a run, read from Redis.
-type RedisHead struct {
-	Prefix       string  `json:"prefix"`
-	SealedStep   int64   `json:"sealed_step"`
-	FitVersion   uint64  `json:"fit_version"`
-	AnchorWeight float64 `json:"anchor_weight"`
-	Pairs        int     `json:"pairs"`
-	Digest       string  `json:"digest"`
-	// State is HeadOK, HeadPending, HeadLost, HeadGone or HeadError; Error says it in words
-	// when it is not HeadOK.
-	State string `json:"state"`
-	Error string `json:"error,omitempty"`
-}
-
 // GroupLag is one consumer group's lag on one followed topic.
 type GroupLag struct {
 	Group   string `json:"group"`
@@ -535,21 +521,6 @@ func (m *Model) RunKeys() []runKey {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Collect(maps.Keys(m.runs))
-}
-
-// SetRedis sets a run's Redis head.
-func (m *Model) SetRedis(k runKey, h *RedisHead) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r, ok := m.runs[k]
-	if ok && h.State == HeadOK {
-		r.headSeen = true
-	}
-	if !ok || (r.redis != nil && *r.redis == *h) {
-		return
-	}
-	r.redis = h
-	m.bump()
 }
 
 // State returns a copy of the current state.

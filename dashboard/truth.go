@@ -16,6 +16,20 @@ type RunEnd struct {
 	Reason string `json:"reason"`
 }
 
+// RedisHead is the correction consumer's head hash for a run, read from Redis.
+type RedisHead struct {
+	Prefix       string  `json:"prefix"`
+	SealedStep   int64   `json:"sealed_step"`
+	FitVersion   uint64  `json:"fit_version"`
+	AnchorWeight float64 `json:"anchor_weight"`
+	Pairs        int     `json:"pairs"`
+	Digest       string  `json:"digest"`
+	// State is HeadOK, HeadPending, HeadLost, HeadGone or HeadError; Error says it in words
+	// when it is not HeadOK.
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
+}
+
 // The states of RedisHead.State.
 const (
 	// HeadOK: the head was read.
@@ -80,6 +94,21 @@ func (m *Model) Manifest(topic, prefix string, man topics.StepManifest, ts time.
 			a.anchorGroups++
 		}
 	}
+	m.bump()
+}
+
+// SetRedis sets a run's Redis head.
+func (m *Model) SetRedis(k runKey, h *RedisHead) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.runs[k]
+	if ok && h.State == HeadOK {
+		r.headSeen = true
+	}
+	if !ok || (r.redis != nil && *r.redis == *h) {
+		return
+	}
+	r.redis = h
 	m.bump()
 }
 

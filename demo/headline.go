@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"fmt"
 	"html/template"
 	"math"
@@ -32,9 +33,7 @@ func newHeadline(sums []sim.ArmSummary, prefer string) *headline {
 			first = s
 		}
 	}
-	if arm == nil {
-		arm = first
-	}
+	arm = cmp.Or(arm, first)
 	if arm == nil {
 		return nil
 	}

@@ -154,9 +154,7 @@ func New(b Backend, cfg Config) (*Generator, error) {
 	if cfg.InlineLimit < 0 || cfg.InlineLimit > topics.MaxInlineArtifact {
 		return nil, fmt.Errorf("%w: inline limit %d outside [0,%d]", ErrConfig, cfg.InlineLimit, topics.MaxInlineArtifact)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -321,8 +319,8 @@ func (g *Generator) build(b StepBatch) ([]*kgo.Record, topics.StepManifest, Stat
 			}
 			rolloutIDs[rid] = true
 			r := topics.Rollout{
-				RunID: g.cfg.RunID, Step: b.Step, GroupID: gid, RolloutID: rid, Stream: stream,
-				PolicyVersion: pv, Anchor: anchor, Index: i, Prompt: gs.Prompt, Meta: rs.Meta, CreatedAt: now,
+				RolloutRef: topics.RolloutRef{RunID: g.cfg.RunID, Step: b.Step, GroupID: gid, RolloutID: rid, Stream: stream, PolicyVersion: pv},
+				Anchor:     anchor, Index: i, Prompt: gs.Prompt, Meta: rs.Meta, CreatedAt: now,
 			}
 			byRef, err := g.placeArtifact(&r, rs)
 			if err != nil {

@@ -68,8 +68,8 @@ func TestJSONLFullRecords(t *testing.T) {
 	anchor := topics.IsAnchor(run, gid, frac)
 	// Indices out of order: the backend places rollouts by index.
 	for _, i := range []int{1, 0} {
-		rec, err := topics.EncodeRollout(topics.Rollout{RunID: run, Step: 7, GroupID: gid, RolloutID: gid + "-r" + string(rune('0'+i)),
-			Stream: "main", Anchor: anchor, Index: i, Artifact: "art" + string(rune('0'+i))})
+		rec, err := topics.EncodeRollout(topics.Rollout{RolloutRef: topics.RolloutRef{RunID: run, Step: 7, GroupID: gid, RolloutID: gid + "-r" + string(rune('0'+i)), Stream: "main"},
+			Anchor: anchor, Index: i, Artifact: "art" + string(rune('0'+i))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,8 @@ func TestJSONLFullRecords(t *testing.T) {
 
 func TestJSONLErrors(t *testing.T) {
 	full := func(run string, anchor bool, index int) string {
-		b, err := topics.EncodeRollout(topics.Rollout{RunID: run, Step: 0, GroupID: "g", RolloutID: "g-" + string(rune('0'+index)), Stream: "main", Anchor: anchor, Index: index})
+		b, err := topics.EncodeRollout(topics.Rollout{RolloutRef: topics.RolloutRef{RunID: run, Step: 0, GroupID: "g", RolloutID: "g-" + string(rune('0'+index)), Stream: "main"},
+			Anchor: anchor, Index: index})
 		if err != nil {
 			t.Fatal(err)
 		}

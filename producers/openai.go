@@ -132,9 +132,7 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	if len(cfg.Prompts) == 0 {
 		return nil, fmt.Errorf("%w: no prompts", ErrConfig)
 	}
-	if cfg.API == "" {
-		cfg.API = APIChat
-	}
+	cfg.API = cmp.Or(cfg.API, APIChat)
 	path := map[string]string{APIChat: "/chat/completions", APICompletions: "/completions"}[cfg.API]
 	if path == "" {
 		return nil, fmt.Errorf("%w: api %q: want %s or %s", ErrConfig, cfg.API, APIChat, APICompletions)
@@ -154,9 +152,7 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 4)
 	cfg.BaseBackoff = cmp.Or(cfg.BaseBackoff, time.Second)
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, time.Minute)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	api := chatapi.Client{BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, HTTP: cfg.HTTPClient, Timeout: cfg.Timeout, Limit: 256 << 20, Now: time.Now}
 	if err := api.Init(cfg.GroupsPerStep); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)

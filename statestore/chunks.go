@@ -35,20 +35,6 @@ func WindowChunks(st *correction.State, prevTotal uint64) []Chunk {
 	return out
 }
 
-// RecordedDigest returns st's digest under the definition its recorded form rec was written
-// with: a full encoding (written before heads existed) and a version 1 head carry the SHA-256 of
-// the full encoding, a newer head the chunked digest (correction.HeadDigestVersion).
-func RecordedDigest(st *correction.State, rec []byte) ([32]byte, error) {
-	v := correction.DigestFlat
-	if correction.IsHead(rec) {
-		var err error
-		if v, err = correction.HeadDigestVersion(rec); err != nil {
-			return [32]byte{}, err
-		}
-	}
-	return st.DigestAs(v)
-}
-
 // WindowFromChunks collects the window pairs a head names from its chunks; chunk(slot, number)
 // returns what is stored for chunk number in its slot (Redis stores by number, the changelog by
 // slot).

@@ -104,17 +104,39 @@ func (s *Store) ListRuns(ctx context.Context) ([]string, error) {
 // streams set nor an end yields a summary without streams or end (the caller names it missing).
 func (s *Store) Summaries(ctx context.Context, runs []string) ([]RunSummary, error) {
 	out := make([]RunSummary, len(runs))
-	if len(runs) == 0 {
-		return out, nil
+	refs, err := s.runSummaries(ctx, runs, out)
+	if err == nil {
+		refs, err = s.streamHeads(ctx, refs)
 	}
-	exec := func(what string, pipe redis.Pipeliner) error {
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("redis %s: %w", what, s.failed(ctx, err))
-		}
-		return nil
+	if err == nil {
+		err = s.stateBytes(ctx, refs)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
-	// 1. Streams sets, ends, TTLs.
+// streamRef is one stream of a run in Summaries.
+type streamRef struct {
+	run string
+	ss  *StreamSummary
+}
+
+// exec runs a read pipeline; a missing key is not an error.
+func (s *Store) exec(ctx context.Context, what string, pipe redis.Pipeliner) error {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("redis %s: %w", what, s.failed(ctx, err))
+	}
+	return nil
+}
+
+// runSummaries fills out with the runs' streams, ends and TTLs (round trip 1) and returns their
+// streams.
+func (s *Store) runSummaries(ctx context.Context, runs []string, out []RunSummary) ([]streamRef, error) {
+	if len(runs) == 0 {
+		return nil, nil
+	}
 	pipe := s.rdb.Pipeline()
 	members := make([]*redis.StringSliceCmd, len(runs))
 	ends := make([]*redis.MapStringStringCmd, len(runs))
@@ -126,11 +148,10 @@ func (s *Store) Summaries(ctx context.Context, runs []string) ([]RunSummary, err
 		ttls[i] = pipe.PTTL(ctx, s.StreamsKey(run))
 		endTTLs[i] = pipe.PTTL(ctx, s.EndKey(run))
 	}
-	if err := exec("run summaries", pipe); err != nil {
+	if err := s.exec(ctx, "run summaries", pipe); err != nil {
 		return nil, err
 	}
-	type ref struct{ run, stream int }
-	var refs []ref
+	var refs []streamRef
 	for i, run := range runs {
 		out[i].Run = run
 		streams, err := members[i].Result()
@@ -140,7 +161,9 @@ func (s *Store) Summaries(ctx context.Context, runs []string) ([]RunSummary, err
 		slices.Sort(streams)
 		for _, st := range streams {
 			out[i].Streams = append(out[i].Streams, StreamSummary{Stream: st})
-			refs = append(refs, ref{i, len(out[i].Streams) - 1})
+		}
+		for j := range out[i].Streams {
+			refs = append(refs, streamRef{run, &out[i].Streams[j]})
 		}
 		if m, err := ends[i].Result(); err == nil && len(m) > 0 {
 			e, err := parseEnd(m)
@@ -151,87 +174,83 @@ func (s *Store) Summaries(ctx context.Context, runs []string) ([]RunSummary, err
 		}
 		out[i].TTL = cmp.Or(ttl(ttls[i]), ttl(endTTLs[i]))
 	}
-	if len(refs) == 0 {
-		return out, nil
-	}
+	return refs, nil
+}
 
-	// 2. Heads and their TTLs.
-	pipe = s.rdb.Pipeline()
+// streamHeads reads the streams' heads and their TTLs (round trip 2) and returns the streams
+// that have a head.
+func (s *Store) streamHeads(ctx context.Context, refs []streamRef) ([]streamRef, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	pipe := s.rdb.Pipeline()
 	heads := make([]*redis.MapStringStringCmd, len(refs))
 	headTTLs := make([]*redis.DurationCmd, len(refs))
 	for j, r := range refs {
-		run, st := runs[r.run], out[r.run].Streams[r.stream].Stream
-		heads[j] = pipe.HGetAll(ctx, s.HeadKey(run, st))
-		headTTLs[j] = pipe.PTTL(ctx, s.HeadKey(run, st))
+		heads[j] = pipe.HGetAll(ctx, s.HeadKey(r.run, r.ss.Stream))
+		headTTLs[j] = pipe.PTTL(ctx, s.HeadKey(r.run, r.ss.Stream))
 	}
-	if err := exec("heads", pipe); err != nil {
+	if err := s.exec(ctx, "heads", pipe); err != nil {
 		return nil, err
 	}
-	var withHead []int
+	var withHead []streamRef
 	for j, r := range refs {
-		ss := &out[r.run].Streams[r.stream]
-		ss.TTL = ttl(headTTLs[j])
+		r.ss.TTL = ttl(headTTLs[j])
 		m, err := heads[j].Result()
 		if err != nil || len(m) == 0 {
 			continue
 		}
-		if ss.Head, err = parseHead(m); err != nil {
-			return nil, fmt.Errorf("redis head of %s/%s: %w", runs[r.run], ss.Stream, err)
+		if r.ss.Head, err = parseHead(m); err != nil {
+			return nil, fmt.Errorf("redis head of %s/%s: %w", r.run, r.ss.Stream, err)
 		}
-		withHead = append(withHead, j)
+		withHead = append(withHead, r)
 	}
-	if len(withHead) == 0 {
-		return out, nil
-	}
+	return withHead, nil
+}
 
-	// 3. The state values at the heads' steps.
-	pipe = s.rdb.Pipeline()
-	values := make([]*redis.StringCmd, len(withHead))
-	for k, j := range withHead {
-		r := refs[j]
-		ss := &out[r.run].Streams[r.stream]
-		values[k] = pipe.Get(ctx, s.StateKey(runs[r.run], ss.Stream, ss.Head.SealedStep))
+// stateBytes sums the bytes of the state values at the streams' heads (round trip 3) and of the
+// window chunks those states reach (round trip 4).
+func (s *Store) stateBytes(ctx context.Context, refs []streamRef) error {
+	if len(refs) == 0 {
+		return nil
 	}
-	if err := exec("state values", pipe); err != nil {
-		return nil, err
+	pipe := s.rdb.Pipeline()
+	values := make([]*redis.StringCmd, len(refs))
+	for k, r := range refs {
+		values[k] = pipe.Get(ctx, s.StateKey(r.run, r.ss.Stream, r.ss.Head.SealedStep))
 	}
-
-	// 4. The lengths of the chunks each state's window reaches.
+	if err := s.exec(ctx, "state values", pipe); err != nil {
+		return err
+	}
 	pipe = s.rdb.Pipeline()
-	chunkLens := make([][]*redis.IntCmd, len(withHead))
-	for k, j := range withHead {
-		r := refs[j]
-		ss := &out[r.run].Streams[r.stream]
+	chunkLens := make([][]*redis.IntCmd, len(refs))
+	for k, r := range refs {
 		v, err := values[k].Bytes()
 		if err != nil {
 			continue // the state value expired or was trimmed between the round trips
 		}
-		ss.StateBytes = int64(len(v))
-		if len(v) < sha256.Size || !correction.IsHead(v[sha256.Size:]) {
-			continue // a full encoding, window included
+		r.ss.StateBytes = int64(len(v))
+		if len(v) < sha256.Size {
+			return fmt.Errorf("redis state of %s/%s step %d: %d bytes, shorter than its digest", r.run, r.ss.Stream, r.ss.Head.SealedStep, len(v))
 		}
 		first, n, _, err := correction.HeadWindow(v[sha256.Size:])
 		if err != nil {
-			return nil, fmt.Errorf("redis state of %s/%s step %d: %w", runs[r.run], ss.Stream, ss.Head.SealedStep, err)
-		}
-		if n == 0 {
-			continue
+			return fmt.Errorf("redis state of %s/%s step %d: %w", r.run, r.ss.Stream, r.ss.Head.SealedStep, err)
 		}
 		const c = correction.ChunkPairs
-		for ch := first / c; ch <= (first+uint64(n)-1)/c; ch++ {
-			chunkLens[k] = append(chunkLens[k], pipe.StrLen(ctx, s.keys(runs[r.run], ss.Stream).chunk(ch)))
+		for ch := first / c; n > 0 && ch <= (first+uint64(n)-1)/c; ch++ {
+			chunkLens[k] = append(chunkLens[k], pipe.StrLen(ctx, s.keys(r.run, r.ss.Stream).chunk(ch)))
 		}
 	}
-	if err := exec("window chunks", pipe); err != nil {
-		return nil, err
+	if err := s.exec(ctx, "window chunks", pipe); err != nil {
+		return err
 	}
-	for k, j := range withHead {
-		r := refs[j]
+	for k, r := range refs {
 		for _, c := range chunkLens[k] {
-			out[r.run].Streams[r.stream].StateBytes += c.Val()
+			r.ss.StateBytes += c.Val()
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // ttl is a PTTL reply as a duration: NoExpiry for a key without expiry, 0 for a missing key.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -48,8 +47,8 @@ func (s *Store) Load(ctx context.Context, want []*topics.CalibrationSnapshot) ([
 		heads[i] = pipe.HGetAll(ctx, s.HeadKey(sn.RunID, sn.Stream))
 		states[i] = pipe.Get(ctx, s.StateKey(sn.RunID, sn.Stream, sn.Step))
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("redis state load: %w", s.failed(ctx, err))
+	if err := s.exec(ctx, "state load", pipe); err != nil {
+		return nil, err
 	}
 	out := make([]Loaded, len(want))
 	for i := range want {
@@ -106,8 +105,8 @@ func (s *Store) ReadState(ctx context.Context, run, stream string, step int64) (
 	if err != nil {
 		return nil, s.failed(ctx, err)
 	}
-	if len(v) < sha256.Size || !correction.IsHead(v[sha256.Size:]) {
-		return v, nil
+	if len(v) < sha256.Size {
+		return nil, fmt.Errorf("redis state %s: %d bytes, shorter than its digest", s.StateKey(run, stream, step), len(v))
 	}
 	head := v[sha256.Size:]
 	first, n, _, err := correction.HeadWindow(head)
@@ -123,8 +122,8 @@ func (s *Store) ReadState(ctx context.Context, run, stream string, step int64) (
 		for k := lo; k <= hi; k++ {
 			cmds = append(cmds, pipe.Get(ctx, s.keys(run, stream).chunk(k)))
 		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("redis window chunks of %s/%s: %w", run, stream, s.failed(ctx, err))
+		if err := s.exec(ctx, "window chunks of "+run+"/"+stream, pipe); err != nil {
+			return nil, err
 		}
 		for _, cmd := range cmds {
 			b, err := cmd.Bytes()
@@ -149,11 +148,7 @@ func (s *Store) ReadState(ctx context.Context, run, stream string, step int64) (
 	if err != nil {
 		return nil, fmt.Errorf("redis state of %s/%s step %d: %w", run, stream, step, err)
 	}
-	sum, err := RecordedDigest(st, head)
-	if err != nil {
-		return nil, fmt.Errorf("redis state of %s/%s step %d: %w", run, stream, step, err)
-	}
-	if string(sum[:]) != string(v[:sha256.Size]) {
+	if sum := st.Digest(); string(sum[:]) != string(v[:sha256.Size]) {
 		return nil, fmt.Errorf("redis state of %s/%s step %d: assembled state does not match its digest", run, stream, step)
 	}
 	return st.Encode(), nil

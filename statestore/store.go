@@ -194,11 +194,8 @@ func (s *Store) write(ctx context.Context, ws []Write, newStreams map[string][]s
 		out[i] = Outcome{Snap: sn, Status: Status(st)}
 		if Status(st) == Differs && len(res) > 1 {
 			b, _ := res[1].(string)
-			if len(b) >= sha256.Size && correction.IsHead([]byte(b[sha256.Size:])) {
+			if len(b) >= sha256.Size {
 				out[i].Existing = hex.EncodeToString([]byte(b[:sha256.Size]))
-			} else {
-				sum := sha256.Sum256([]byte(b))
-				out[i].Existing = hex.EncodeToString(sum[:])
 			}
 		}
 	}
@@ -256,12 +253,8 @@ func headArgs(sn *topics.CalibrationSnapshot) []any {
 }
 
 // RedisValue is what Redis stores under state:<v>: the raw digest and the head, so a reader can
-// check the state it assembles from the head and the chunks. A snapshot holding a full
-// encoding (written before heads existed) is stored as it is.
+// check the state it assembles from the head and the chunks.
 func RedisValue(sn *topics.CalibrationSnapshot) []byte {
-	if !correction.IsHead(sn.State) {
-		return sn.State
-	}
 	d, err := hex.DecodeString(sn.Digest)
 	if err != nil || len(d) != sha256.Size {
 		d = make([]byte, sha256.Size)

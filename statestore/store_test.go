@@ -3,6 +3,8 @@ package statestore
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -16,7 +18,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/wmrl/wmrl/correction"
-	"github.com/wmrl/wmrl/correction/correctiontest"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -172,37 +173,47 @@ func TestStoreDeltaWrites(t *testing.T) {
 	}
 }
 
-// TestStoreReadsVersion1Heads: Redis written before the chunked digest holds version 1 heads with
-// the flat digest; they must still read back, and a digest of the wrong definition must not pass.
-func TestStoreReadsVersion1Heads(t *testing.T) {
+// TestStoreRefusesOtherForms: Redis holds one form of a state, the digest and the current head;
+// ReadState refuses another head version, a digest that does not match, and a full encoding.
+func TestStoreRefusesOtherForms(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 	s := New(rdb, "p", 3)
 	ctx := context.Background()
-	states := sealedStates(t, 40)
+	st := sealedStates(t, 31)[30]
+	w := storeWrite(st, nil, true)
+	if res, err := s.Write(ctx, []Write{w}, map[string][]string{"r": {"s"}}); err != nil || res[0].Status != Written {
+		t.Fatalf("write: %v %v", res, err)
+	}
 	for _, tc := range []struct {
-		name   string
-		step   int
-		digest func(*correction.State) string
-		ok     bool
+		name  string
+		value func(v []byte) []byte
+		want  error  // errors.Is
+		msg   string // or the error says this
 	}{
-		{"flat digest", 30, correctiontest.FlatDigest, true},
-		{"chunked digest on a version 1 head", 39, func(st *correction.State) string { d := st.Digest(); return hex.EncodeToString(d[:]) }, false},
+		{"current", func(v []byte) []byte { return v }, nil, ""},
+		{"version 1 head", func(v []byte) []byte {
+			binary.LittleEndian.PutUint16(v[sha256.Size+len("WMRLCHD\x00"):], 1)
+			return v
+		}, correction.ErrUnsupportedVersion, ""},
+		{"other digest", func(v []byte) []byte { v[0] ^= 1; return v }, nil, "does not match its digest"},
+		{"full encoding", func([]byte) []byte { return st.Encode() }, correction.ErrBadMagic, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := states[tc.step]
-			w := storeWrite(st, nil, true)
-			w.Snap.State, w.Snap.Digest = correctiontest.V1Head(w.Snap.State), tc.digest(st)
-			if res, err := s.Write(ctx, []Write{w}, map[string][]string{"r": {"s"}}); err != nil || res[0].Status != Written {
-				t.Fatalf("write: %v %v", res, err)
-			}
-			b, err := s.ReadState(ctx, "r", "s", int64(tc.step))
-			if tc.ok != (err == nil) {
-				t.Fatalf("read: %v, want success %v", err, tc.ok)
-			}
-			if tc.ok && !bytes.Equal(b, st.Encode()) {
-				t.Fatal("state read back differs")
+			mr.Set(s.StateKey("r", "s", 30), string(tc.value(RedisValue(w.Snap))))
+			b, err := s.ReadState(ctx, "r", "s", 30)
+			switch {
+			case tc.want != nil:
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("read: %v, want %v", err, tc.want)
+				}
+			case tc.msg != "":
+				if err == nil || !strings.Contains(err.Error(), tc.msg) {
+					t.Fatalf("read: %v, want %q", err, tc.msg)
+				}
+			case err != nil || !bytes.Equal(b, st.Encode()):
+				t.Fatalf("read: %v, or the state read back differs", err)
 			}
 		})
 	}

@@ -25,9 +25,7 @@ const snapMagic = "WMRLCAL\x04"
 // trust gate: closed u8 | pairs u32 | rho, lo, hi f64 | n u32,
 // n×break_x f64, n×break_y f64 | state (u32 length + bytes). Nothing may follow.
 func EncodeCalibration(s CalibrationSnapshot) ([]byte, error) {
-	if s.Schema == "" {
-		s.Schema = SchemaCalibration
-	}
+	s.Schema = cmp.Or(s.Schema, SchemaCalibration)
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package topics
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,33 +28,25 @@ type validator interface{ Validate() error }
 // EncodeRollout validates r and marshals it as JSON. An empty Schema is set to SchemaRollout;
 // any other schema is refused, because the type alone decides the wire schema.
 func EncodeRollout(r Rollout) ([]byte, error) {
-	if r.Schema == "" {
-		r.Schema = SchemaRollout
-	}
+	r.Schema = cmp.Or(r.Schema, SchemaRollout)
 	return encodeJSON(&r)
 }
 
 // EncodeStep validates m and marshals it as JSON (empty Schema → SchemaStep).
 func EncodeStep(m StepManifest) ([]byte, error) {
-	if m.Schema == "" {
-		m.Schema = SchemaStep
-	}
+	m.Schema = cmp.Or(m.Schema, SchemaStep)
 	return encodeJSON(&m)
 }
 
 // EncodePredicted validates p and marshals it as JSON (empty Schema → SchemaPredicted).
 func EncodePredicted(p PredictedReward) ([]byte, error) {
-	if p.Schema == "" {
-		p.Schema = SchemaPredicted
-	}
+	p.Schema = cmp.Or(p.Schema, SchemaPredicted)
 	return encodeJSON(&p)
 }
 
 // EncodeExecuted validates e and marshals it as JSON (empty Schema → SchemaExecuted).
 func EncodeExecuted(e ExecutedReward) ([]byte, error) {
-	if e.Schema == "" {
-		e.Schema = SchemaExecuted
-	}
+	e.Schema = cmp.Or(e.Schema, SchemaExecuted)
 	return encodeJSON(&e)
 }
 

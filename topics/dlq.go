@@ -1,6 +1,7 @@
 package topics
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -111,9 +112,7 @@ func (w *DeadLetterWriter) Record(src *kgo.Record, err error) *kgo.Record {
 	if err != nil {
 		text = truncateUTF8(err.Error(), MaxDLQErrorLen)
 	}
-	if reason == "" {
-		reason = "error"
-	}
+	reason = cmp.Or(reason, "error")
 	hs = append(hs,
 		Header(HeaderDLQReason, reason),
 		Header(HeaderDLQError, text),

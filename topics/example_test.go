@@ -12,12 +12,13 @@ import (
 
 func ExampleEncodeRollout() {
 	b, err := topics.EncodeRollout(topics.Rollout{
-		RunID: "r1", Step: 0, GroupID: "g0", RolloutID: "g0-r1", Stream: "mle", Index: 1,
-		Artifact: "model=ridge", CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		RolloutRef: topics.RolloutRef{RunID: "r1", Step: 0, GroupID: "g0", RolloutID: "g0-r1", Stream: "mle"},
+		Index:      1,
+		Artifact:   "model=ridge", CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 	})
 	fmt.Println(string(b), err)
 
-	_, err = topics.EncodeRollout(topics.Rollout{RunID: "r1/x", GroupID: "g0", RolloutID: "g0-r1", Stream: "mle"})
+	_, err = topics.EncodeRollout(topics.Rollout{RolloutRef: topics.RolloutRef{RunID: "r1/x", GroupID: "g0", RolloutID: "g0-r1", Stream: "mle"}})
 	fmt.Println(topics.Reason(err))
 	// Output:
 	// {"schema":"wmrl.rollout.v1","run_id":"r1","step":0,"group_id":"g0","rollout_id":"g0-r1","stream":"mle","policy_version":"","anchor":false,"index":1,"artifact":"model=ridge","created_at":"2026-01-02T03:04:05Z"} <nil>

@@ -12,8 +12,8 @@ func ptr(f float64) *float64 { return &f }
 
 func sampleRollout() Rollout {
 	return Rollout{
-		Schema: SchemaRollout, RunID: "r1", Step: 3, GroupID: "g3", RolloutID: "g3-r2", Stream: "mle",
-		PolicyVersion: "ckpt-3", Anchor: true, Index: 2, Prompt: "fit the <data> & report",
+		Schema: SchemaRollout, RolloutRef: RolloutRef{RunID: "r1", Step: 3, GroupID: "g3", RolloutID: "g3-r2", Stream: "mle", PolicyVersion: "ckpt-3"},
+		Anchor: true, Index: 2, Prompt: "fit the <data> & report",
 		Artifact: `{"model":"ridge","alpha":0.1}`, ArtifactSize: 29,
 		Meta: map[string]string{"task": "t17", "lang": "python"}, CreatedAt: t0,
 	}

@@ -32,9 +32,7 @@ func (n Names) Codec() Codec { return Codec{Format: n.Format} }
 
 // NewNames returns the names under prefix; an empty prefix means DefaultPrefix.
 func NewNames(prefix string) Names {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
+	prefix = cmp.Or(prefix, DefaultPrefix)
 	return Names{Prefix: prefix}
 }
 

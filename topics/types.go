@@ -63,16 +63,7 @@ const MaskStale MaskReason = "stale"
 type Rollout struct {
 	// Schema is SchemaRollout; EncodeRollout fills it when empty.
 	Schema string `json:"schema"`
-	// RunID, GroupID, RolloutID and Stream are ids (see ValidID). Stream names the task
-	// distribution the rollout belongs to; calibration is kept per (run, stream).
-	RunID string `json:"run_id"`
-	// Step is the training step (>= 0) whose policy produced the rollout.
-	Step      int64  `json:"step"`
-	GroupID   string `json:"group_id"`
-	RolloutID string `json:"rollout_id"`
-	Stream    string `json:"stream"`
-	// PolicyVersion is a free-form label of the policy checkpoint (optional, <= MaxLabelLen).
-	PolicyVersion string `json:"policy_version"`
+	RolloutRef
 	// Anchor is decided once by the generator (IsAnchor) and copied to the manifest.
 	Anchor bool `json:"anchor"`
 	// Index is the rollout's position within its group, 0..size-1.
@@ -117,7 +108,7 @@ type StepManifest struct {
 	PolicyStep *int64 `json:"policy_step,omitempty"`
 	// EndOfRun marks the run's end-of-run record instead of a step: Step is then the run's last
 	// step (the run has steps 0..Step) and Groups is empty. Why it travels on the steps topic:
-	// consumers/correct/runend.go. Absent (false) in every ordinary manifest, so manifests written
+	// docs/design-notes.md, "How a run ends". Absent (false) in every ordinary manifest, so manifests written
 	// before it existed are unchanged byte for byte.
 	EndOfRun  bool            `json:"end_of_run,omitempty"`
 	Groups    []GroupManifest `json:"groups"`
@@ -130,21 +121,20 @@ func EndOfRunMarker(run string, lastStep int64, at time.Time) StepManifest {
 	return StepManifest{Schema: SchemaStep, RunID: run, Step: lastStep, EndOfRun: true, CreatedAt: at}
 }
 
-// RolloutRef is the rollout a reward scores, as its Rollout names it (Rollout.Ref). Both reward
-// records embed it right after their schema; encoding/json and json v2 inline an embedded struct's
-// fields, so on the wire they are the reward's own members, in this order.
+// RolloutRef names a rollout. A Rollout and both reward records embed it right after their schema;
+// encoding/json and json v2 inline an embedded struct's fields, so on the wire they are the
+// record's own members, in this order.
 type RolloutRef struct {
-	RunID         string `json:"run_id"`
-	Step          int64  `json:"step"`
-	GroupID       string `json:"group_id"`
-	RolloutID     string `json:"rollout_id"`
-	Stream        string `json:"stream"`
+	// RunID, GroupID, RolloutID and Stream are ids (see ValidID). Stream names the task
+	// distribution the rollout belongs to; calibration is kept per (run, stream).
+	RunID string `json:"run_id"`
+	// Step is the training step (>= 0) whose policy produced the rollout.
+	Step      int64  `json:"step"`
+	GroupID   string `json:"group_id"`
+	RolloutID string `json:"rollout_id"`
+	Stream    string `json:"stream"`
+	// PolicyVersion is a free-form label of the policy checkpoint (optional, <= MaxLabelLen).
 	PolicyVersion string `json:"policy_version"`
-}
-
-// Ref is the reference a reward to r carries.
-func (r *Rollout) Ref() RolloutRef {
-	return RolloutRef{RunID: r.RunID, Step: r.Step, GroupID: r.GroupID, RolloutID: r.RolloutID, Stream: r.Stream, PolicyVersion: r.PolicyVersion}
 }
 
 // PredictedReward is the world model's score for one rollout. Score is present iff Status is ok.

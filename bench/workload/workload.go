@@ -4,6 +4,7 @@
 package workload
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"time"
@@ -47,9 +48,7 @@ func Synthesize(names topics.Names, cfg Config) ([]Step, error) {
 	if cfg.Streams < 1 {
 		cfg.Streams = 1
 	}
-	if cfg.RunPrefix == "" {
-		cfg.RunPrefix = "run"
-	}
+	cfg.RunPrefix = cmp.Or(cfg.RunPrefix, "run")
 	rng := splitmix(cfg.Seed)
 	ts := time.Unix(1_700_000_000, 0).UTC()
 	var out []Step

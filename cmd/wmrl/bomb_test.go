@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -29,73 +27,13 @@ import (
 // batch-too-large, its offset range), counts it, scores the rollouts after it, and its peak RSS
 // stays inside the documented bound; restarted, neither meets the batch again.
 func TestBombRolloutStages(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	unique := testenv.Name(t)
-	prefix := unique + "."
-	names := topics.NewNames(prefix)
-	groups := map[string]string{"worldmodel": unique + "-worldmodel", "sandbox": unique + "-sandbox"}
-	redisURL := testenv.Redis(t)
-	t.Cleanup(func() { e2eCleanup(t, brokers, redisURL, prefix, unique, groups) })
-	h := &e2eHarness{t: t, bin: buildWMRLForRSS(t), global: []string{"--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix}}
-	t.Cleanup(h.stopAll)
-	h.run(time.Minute, 0, "topics", "create", "--partitions", "1")
-
-	rollout := func(i int) *kgo.Record {
-		r := topics.Rollout{RunID: "r", Step: 0, GroupID: "0-q", RolloutID: fmt.Sprintf("0-q-%d", i), Stream: "main",
-			PolicyVersion: "v", Anchor: true, Index: i, Artifact: fmt.Sprintf(`{"rollout":"%d","wm":0.5,"exec":0.7}`, i),
-			CreatedAt: time.Unix(1_700_000_000, 0).UTC()}
-		rec, err := names.RolloutRecord(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rec
-	}
+	s := newRolloutStages(t, buildWMRLForRSS(t))
+	brokers, names, count, dead := s.brokers, s.names, s.count, s.dead
+	rollout := s.rollout
 	testenv.Produce(t, brokers, []*kgo.Record{rollout(0)})
 	bomb := testenv.Bomb(t, brokers, names.Rollouts(), 0, 256<<20)
 	testenv.Produce(t, brokers, []*kgo.Record{rollout(1), rollout(2)})
-
-	wm := httptest.NewServer(testenv.WorldModel(nil))
-	t.Cleanup(wm.Close)
-	argv := e2eScoreArgv(t)
-	start := func() []*e2eProc {
-		return []*e2eProc{
-			h.start("worldmodel", "worldmodel", "--backend", "openai", "--base-url", wm.URL+"/v1", "--model", "m",
-				"--metrics-addr", "127.0.0.1:0", "--group", groups["worldmodel"]),
-			h.start("sandbox", "sandbox", "--single-step-no-private", "--argv", argv, "--slots", "1", "--timeout", "10s",
-				"--metrics-addr", "127.0.0.1:0", "--group", groups["sandbox"]),
-		}
-	}
-
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(names.Predicted(), names.Executed(), names.DLQ()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	count := map[string]int{}
-	dead := map[string]topics.DeadLetter{}
-	readUntil := func(outputs int) {
-		t.Helper()
-		for count[names.Predicted()] < outputs || count[names.Executed()] < outputs || len(dead) < 2 {
-			fs := cl.PollFetches(ctx)
-			if ctx.Err() != nil {
-				t.Fatalf("outputs %v, dead letters from %d stages: a stage stalled", count, len(dead))
-			}
-			fs.EachRecord(func(r *kgo.Record) {
-				count[r.Topic]++
-				if r.Topic != names.DLQ() {
-					return
-				}
-				d, err := topics.ParseDeadLetter(r)
-				if err != nil {
-					t.Fatal(err)
-				}
-				dead[d.Stage] = d
-			})
-		}
-	}
+	start, readUntil := s.start, s.reader(3*time.Minute)
 
 	procs := start()
 	readUntil(3)

@@ -247,8 +247,8 @@ func TestSandboxDocTasks(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, r := range tc.rollouts {
-				rec, err := topics.NewNames("").RolloutRecord(topics.Rollout{RunID: "run", Step: 1, GroupID: "1-0", RolloutID: fmt.Sprintf("1-0-%d", i),
-					Stream: "main", PolicyVersion: "v1", Anchor: true, Index: i, Artifact: r.artifact, Meta: r.meta, CreatedAt: time.Now()})
+				rec, err := topics.NewNames("").RolloutRecord(topics.Rollout{RolloutRef: topics.RolloutRef{RunID: "run", Step: 1, GroupID: "1-0", RolloutID: fmt.Sprintf("1-0-%d", i), Stream: "main", PolicyVersion: "v1"},
+					Anchor: true, Index: i, Artifact: r.artifact, Meta: r.meta, CreatedAt: time.Now()})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -48,14 +48,11 @@ func (c *Consumer) reload(ctx context.Context) error {
 		e := got.states[k]
 		sn := &e.snap
 		want[i] = sn
-		st, legacy, err := e.stateOf()
+		st, err := e.stateOf()
 		if err != nil {
 			return err
 		}
 		ws[i] = statestore.Write{Snap: sn, State: st, Full: true}
-		if legacy {
-			rewrite[sn.RunID] = append(rewrite[sn.RunID], sn.Stream)
-		}
 		if sn.ConfigHash != c.eng.hash {
 			if !c.cfg.AllowConfigChange {
 				return fmt.Errorf("%w: run %s stream %s (stored %s, running %s); restart with the original settings, or pass --allow-config-change to restart its calibration",

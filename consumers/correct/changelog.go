@@ -181,40 +181,33 @@ func tombstone(states map[string]*changelogState, ends map[string]changelogEnd, 
 	}
 }
 
-// stateOf rebuilds the state a changelog entry describes and checks it against the snapshot's
-// digest. legacy is true when the snapshot holds the full encoding (written before the head and
-// chunk form): such a state's chunks are not in the changelog yet.
-func (e *changelogState) stateOf() (st *correction.State, legacy bool, err error) {
+// stateOf rebuilds the state a changelog entry describes (its snapshot's head joined with its
+// window chunks) and checks it against the snapshot's digest.
+func (e *changelogState) stateOf() (*correction.State, error) {
 	sn := &e.snap
-	if correction.IsHead(sn.State) {
-		win, err := statestore.WindowFromChunks(sn.State, func(slot int, _ uint64) (topics.CalibrationChunk, bool) {
-			ch, ok := e.chunks[slot]
-			return ch, ok
-		})
-		if err != nil {
-			return nil, false, fmt.Errorf("%w: snapshot %s/%s step %d: %w", ErrChangelog, sn.RunID, sn.Stream, sn.Step, err)
-		}
-		if st, err = correction.AssembleState(sn.State, win); err != nil {
-			return nil, false, fmt.Errorf("%w: snapshot %s/%s step %d: %w", ErrChangelog, sn.RunID, sn.Stream, sn.Step, err)
-		}
-	} else {
-		legacy = true
-		if st, err = correction.DecodeState(sn.State); err != nil {
-			return nil, false, fmt.Errorf("%w: snapshot %s/%s step %d: %w", ErrChangelog, sn.RunID, sn.Stream, sn.Step, err)
-		}
-	}
-	sum, err := statestore.RecordedDigest(st, sn.State)
+	st, err := e.assemble()
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: snapshot %s/%s step %d: %w", ErrChangelog, sn.RunID, sn.Stream, sn.Step, err)
+		return nil, fmt.Errorf("%w: snapshot %s/%s step %d: %w", ErrChangelog, sn.RunID, sn.Stream, sn.Step, err)
 	}
-	if hex.EncodeToString(sum[:]) != sn.Digest {
-		return nil, false, fmt.Errorf("%w: snapshot %s/%s step %d: state bytes do not match its digest", ErrChangelog, sn.RunID, sn.Stream, sn.Step)
+	if sum := st.Digest(); hex.EncodeToString(sum[:]) != sn.Digest {
+		return nil, fmt.Errorf("%w: snapshot %s/%s step %d: state bytes do not match its digest", ErrChangelog, sn.RunID, sn.Stream, sn.Step)
 	}
 	if st.Run() != sn.RunID || st.Stream() != sn.Stream || st.SealedStep() != sn.Step {
-		return nil, false, fmt.Errorf("%w: snapshot %s/%s step %d holds state of %s/%s step %d", ErrChangelog,
+		return nil, fmt.Errorf("%w: snapshot %s/%s step %d holds state of %s/%s step %d", ErrChangelog,
 			sn.RunID, sn.Stream, sn.Step, st.Run(), st.Stream(), st.SealedStep())
 	}
-	return st, legacy, nil
+	return st, nil
+}
+
+func (e *changelogState) assemble() (*correction.State, error) {
+	win, err := statestore.WindowFromChunks(e.snap.State, func(slot int, _ uint64) (topics.CalibrationChunk, bool) {
+		ch, ok := e.chunks[slot]
+		return ch, ok
+	})
+	if err != nil {
+		return nil, err
+	}
+	return correction.AssembleState(e.snap.State, win)
 }
 
 // RebuildFromChangelog reads the given partitions of the calibration topic and rebuilds every
@@ -230,7 +223,7 @@ func RebuildFromChangelog(ctx context.Context, kafkaOpts []kgo.Opt, names topics
 		if _, ended := got.ends[e.snap.RunID]; ended {
 			continue
 		}
-		st, _, err := e.stateOf()
+		st, err := e.stateOf()
 		if err != nil {
 			return nil, err
 		}

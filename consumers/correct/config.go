@@ -1,6 +1,7 @@
 package correct
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -129,9 +130,19 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TransactionalID == "" {
 		return c, fmt.Errorf("%w: TransactionalID required", ErrConfig)
 	}
-	if c.Group == "" {
-		c.Group = DefaultGroup
-	}
+	c.Group = cmp.Or(c.Group, DefaultGroup)
+	// Correction is validated (and hashed) once, by correction.New in NewConsumer.
+	c.Correction = cmp.Or(c.Correction, correction.DefaultConfig())
+	c.ChunkBytes = cmp.Or(c.ChunkBytes, topics.DefaultChunkBytes)
+	c.KeepStates = cmp.Or(c.KeepStates, DefaultKeepStates)
+	c.RedisPrefix = cmp.Or(c.RedisPrefix, DefaultRedisPrefix)
+	c.TxnTimeout = cmp.Or(c.TxnTimeout, DefaultTxnTimeout)
+	c.MaxTxnSteps = cmp.Or(c.MaxTxnSteps, DefaultMaxTxnSteps)
+	c.MaxTxnLinger = cmp.Or(c.MaxTxnLinger, DefaultMaxTxnLinger)
+	c.EndedRunRetention = cmp.Or(c.EndedRunRetention, DefaultEndedRunRetention)
+	c.ChangelogTimeout = cmp.Or(c.ChangelogTimeout, DefaultChangelogTimeout)
+	c.ProgressInterval = cmp.Or(c.ProgressInterval, DefaultProgressInterval)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.MaxStaleness < 0 {
 		return c, fmt.Errorf("%w: MaxStaleness %d must be >= 0 (0 turns masking off)", ErrConfig, c.MaxStaleness)
 	}
@@ -142,57 +153,23 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Limits, err = c.Limits.withDefaults(true); err != nil {
 		return c, err
 	}
-	// Correction is validated (and hashed) once, by correction.New in NewConsumer.
-	if c.Correction == (correction.Config{}) {
-		c.Correction = correction.DefaultConfig()
-	}
-	if c.ChunkBytes == 0 {
-		c.ChunkBytes = topics.DefaultChunkBytes
-	}
 	if c.ChunkBytes < minChunkBytes || c.ChunkBytes > topics.MaxAdvantageBytes {
 		return c, fmt.Errorf("%w: ChunkBytes %d not in [%d,%d]", ErrConfig, c.ChunkBytes, minChunkBytes, topics.MaxAdvantageBytes)
-	}
-	if c.KeepStates == 0 {
-		c.KeepStates = DefaultKeepStates
 	}
 	if c.KeepStates < 1 {
 		return c, fmt.Errorf("%w: KeepStates %d must be >= 1", ErrConfig, c.KeepStates)
 	}
-	if c.RedisPrefix == "" {
-		c.RedisPrefix = DefaultRedisPrefix
-	}
 	if !validPrefix(c.RedisPrefix) {
 		return c, fmt.Errorf("%w: RedisPrefix %q must be non-empty without '{', '}' or spaces", ErrConfig, c.RedisPrefix)
 	}
-	if c.TxnTimeout == 0 {
-		c.TxnTimeout = DefaultTxnTimeout
-	}
-	if c.MaxTxnSteps == 0 {
-		c.MaxTxnSteps = DefaultMaxTxnSteps
-	}
 	if c.MaxTxnSteps < 1 {
 		return c, fmt.Errorf("%w: MaxTxnSteps %d must be >= 1", ErrConfig, c.MaxTxnSteps)
-	}
-	if c.MaxTxnLinger == 0 {
-		c.MaxTxnLinger = DefaultMaxTxnLinger
 	}
 	if c.MaxTxnLinger < 0 {
 		return c, fmt.Errorf("%w: MaxTxnLinger %v must be >= 0", ErrConfig, c.MaxTxnLinger)
 	}
 	if c.RunIdleTimeout < 0 {
 		return c, fmt.Errorf("%w: RunIdleTimeout %v must be >= 0 (0 turns it off)", ErrConfig, c.RunIdleTimeout)
-	}
-	if c.EndedRunRetention == 0 {
-		c.EndedRunRetention = DefaultEndedRunRetention
-	}
-	if c.ChangelogTimeout == 0 {
-		c.ChangelogTimeout = DefaultChangelogTimeout
-	}
-	if c.ProgressInterval == 0 {
-		c.ProgressInterval = DefaultProgressInterval
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()

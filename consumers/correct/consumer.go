@@ -97,7 +97,7 @@ func (p outputPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 }
 
 // inputs are the topics the consumer subscribes to: the engine's inputs and the run-control
-// topic, whose end requests it relays onto the steps topic (runend.go says why a replay needs no
+// topic, whose end requests it relays onto the steps topic (docs/design-notes.md says why a replay needs no
 // more than the relayed records).
 func (c *Consumer) inputs() []string { return append(inputTopics(c.cfg.Names), c.cfg.Names.Runs()) }
 

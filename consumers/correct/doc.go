@@ -39,11 +39,11 @@
 // instead of an abort loop.
 //
 // A run ends with its end-of-run record on the steps topic (topics.StepManifest.EndOfRun, naming
-// the run's last step; why the steps topic: runend.go), honoured only from correct's own
+// the run's last step; why the steps topic: docs/design-notes.md), honoured only from correct's own
 // transactions: end requests on the run-control topic are relayed onto the steps topic. Once its last step is sealed the run leaves memory, its per-run metric
 // series are deleted after the commit (wmrl_correct_active_runs counts the runs held), later
 // records of steps beyond the end are dead-lettered with reason run_ended and re-reads of sealed
-// steps dropped as sealed_duplicate. Runs do not resume after their end; runend.go says why. The
+// steps dropped as sealed_duplicate. Runs do not resume after their end; docs/design-notes.md says why. The
 // end is recorded on the calibration changelog (a rebuild installs only live runs) and in Redis
 // (key <prefix>:{run}:end); after Config.EndedRunRetention the run's changelog keys are
 // tombstoned and its Redis keys expire (retention.go). Config.RunIdleTimeout ends runs without
@@ -90,17 +90,14 @@
 // (correction.State.EncodeHead: scalars, and the breakpoints only when the window does not
 // determine them) and whose settings are the consumer's DigestConfig (what a replay must repeat).
 // Snapshots carry BreakX/BreakY for dashboards every mapEvery (64) steps only.
-// A stream's first step, and the first step after a state was taken from a snapshot holding the
-// full encoding (written before this form existed) or restarted for a config change, writes every
-// chunk of its window. The snapshot's digest is correction.State.Digest (a two-level SHA-256 over
-// the head's fields and the hash of each window chunk, so sealing costs O(change) there too);
-// snapshots written before it (full encodings and version 1 heads) carry the SHA-256 of the full
-// state encoding and are checked with that definition (correction.HeadDigestVersion).
+// A stream's first step, and the first step after its calibration restarted for a config change,
+// writes every chunk of its window. The snapshot's digest is correction.State.Digest (a two-level
+// SHA-256 over the head's fields and the hash of each window chunk, so sealing costs O(change)
+// there too).
 //
 // On every assignment the consumer reads the owned calibration partitions (read_committed) to
 // their stable end, takes each (run, stream)'s latest snapshot and the latest chunk of every slot,
-// joins head and chunks (correction.AssembleState) and checks the digest; a snapshot holding a
-// full encoding is read as it is. Then Redis is compared with the changelog and repaired with
+// joins head and chunks (correction.AssembleState) and checks the digest. Then Redis is compared with the changelog and repaired with
 // whole windows where it is missing, behind, ahead or different
 // (wmrl_correct_state_rebuilds_total{reason}); a (run, stream) Redis holds nothing of counts as
 // lost data (wmrl_correct_redis_state_lost_total) and the run's streams set is re-added.

@@ -106,8 +106,7 @@ type runBuf struct {
 	states map[string]*correction.State
 	steps  map[int64]*stepBuf
 	// rewrite names the streams whose next snapshot must carry every window chunk: their
-	// changelog holds no chunks yet (state taken from a snapshot of the full encoding, or
-	// restarted for a config change).
+	// changelog holds no chunks yet (calibration restarted for a config change).
 	rewrite map[string]bool
 	// end is the run's buffered end-of-run record, nil until it arrives (runend.go).
 	end *runEnd

@@ -418,8 +418,8 @@ func TestEngineLateStreamFastForward(t *testing.T) {
 	if d := topics.DigestRows(rowsOf(got)); d != want {
 		t.Fatalf("digest %s, want %s", d, want)
 	}
-	st, legacy, err := changelogOf(got, 2)[string(topics.CalibrationKey(got[2].run, "stream1"))].stateOf()
-	if err != nil || legacy || st.SealedStep() != 2 || st.Stream() != "stream1" {
+	st, err := changelogOf(got, 2)[string(topics.CalibrationKey(got[2].run, "stream1"))].stateOf()
+	if err != nil || st.SealedStep() != 2 || st.Stream() != "stream1" {
 		t.Fatalf("fast-forwarded state: %v sealed %d", err, st.SealedStep())
 	}
 }
@@ -444,7 +444,7 @@ func TestEngineInstallResumes(t *testing.T) {
 		rows = append(rows, s.rows...)
 		if s.step == 2 {
 			for _, sn := range s.snaps {
-				st, _, err := log[string(topics.CalibrationKey(sn.RunID, sn.Stream))].stateOf()
+				st, err := log[string(topics.CalibrationKey(sn.RunID, sn.Stream))].stateOf()
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -17,7 +17,7 @@ import (
 // A run with no input record for the timeout is ended by the instance owning it: it publishes the
 // run's end-of-run record on the steps topic, on the run's partition, with header
 // wmrl-end-reason: idle, inside its next transaction (the header is honoured only on a record of a
-// transactional batch, i.e. correct's own: runend.go, which also says why the steps topic); until
+// transactional batch, i.e. correct's own: runend.go; why the steps topic: docs/design-notes.md); until
 // it is read back nothing changes. The record names the run's last sealed step; buffered incomplete steps beyond
 // it (a trainer that died mid-step) are dead-lettered run_ended when it arrives, as for a relayed
 // end (runend.go addEnd). A duplicate (an instance that crashed

@@ -1,6 +1,7 @@
 package correct
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -68,113 +69,38 @@ type ReplayResult struct {
 // same engine as the live consumer, so the rows are bit-identical) and calls emit with every
 // sealed step's rows in canonical order, in step order.
 func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []topics.AdvantageRow) error) (ReplayResult, error) {
-	res := ReplayResult{FirstStep: -1, LastStep: -1}
-	if len(cfg.KafkaOpts) == 0 || !topics.ValidID(cfg.Run) {
-		return res, fmt.Errorf("%w: KafkaOpts and a valid run id are required", ErrReplay)
-	}
-	if cfg.MaxStaleness < 0 {
-		return res, fmt.Errorf("%w: MaxStaleness %d must be >= 0", ErrReplay, cfg.MaxStaleness)
-	}
-	if cfg.Correction == (correction.Config{}) {
-		cfg.Correction = correction.DefaultConfig()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 5 * time.Minute
-	}
-	if cfg.KeepStates == 0 {
-		cfg.KeepStates = DefaultKeepStates
-	}
-	if cfg.Redis != nil && (cfg.RedisPrefix == "" || cfg.RedisPrefix == cfg.StatePrefix || !validPrefix(cfg.RedisPrefix)) {
-		return res, fmt.Errorf("%w: RedisPrefix %q must be a valid prefix different from the live namespace %q", ErrReplay, cfg.RedisPrefix, cfg.StatePrefix)
-	}
-	corr, err := correction.New(cfg.Correction)
+	rp := replay{res: ReplayResult{FirstStep: -1, LastStep: -1}, fromStep: cfg.FromStep, emit: emit,
+		dig: topics.NewDigest(), written: map[string]bool{}}
+	eng, corr, err := cfg.engine()
 	if err != nil {
-		return res, fmt.Errorf("%w: %w", ErrReplay, err)
+		return rp.res, err
 	}
-	cfg.Limits.PendingSteps, cfg.Limits.PendingGroups, cfg.Limits.ActiveRuns, cfg.Limits.HeldDeadLetters = 0, 0, 0, 0
-	limits, err := cfg.Limits.withDefaults(false)
-	if err != nil {
-		return res, fmt.Errorf("%w: %w", ErrReplay, err)
-	}
-	m, _ := newMetrics(prometheus.NewRegistry())
-	eng := newEngine(corr, cfg.Names, cfg.MaxStaleness, limits, m)
-
+	rp.eng = eng
 	var part int32
 	if cfg.Partition != nil {
 		part = *cfg.Partition
 	} else if part, err = runPartition(ctx, cfg.KafkaOpts, cfg.Names.Steps(), cfg.Run); err != nil {
-		return res, err
+		return rp.res, err
 	}
-	readOpts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...), kgo.MaxDecompressBatchBytes(limits.BatchBytes))
+	readOpts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...), kgo.MaxDecompressBatchBytes(eng.limits.BatchBytes))
 	if err := checkSettings(ctx, cfg, readOpts, part, eng.settings); err != nil {
-		return res, err
+		return rp.res, err
 	}
-	inputs := inputTopics(cfg.Names)
-	start := map[string]map[int32]kgo.Offset{}
-	for _, t := range inputs {
-		o := kgo.NewOffset().AtStart()
-		if off, ok := cfg.FromOffsets[t]; ok {
-			o = kgo.NewOffset().At(off)
-		}
-		start[t] = map[int32]kgo.Offset{part: o}
-	}
-	for t := range cfg.FromOffsets {
-		if _, ok := start[t]; !ok {
-			return res, fmt.Errorf("%w: --from-offsets names %q, not an input topic (%v)", ErrReplay, t, inputs)
-		}
+	start, err := replayOffsets(cfg, part)
+	if err != nil {
+		return rp.res, err
 	}
 	if len(cfg.FromOffsets) > 0 && cfg.FromStep > 0 {
 		states, err := loadReplayStart(ctx, cfg, corr)
 		if err != nil {
-			return res, err
+			return rp.res, err
 		}
 		if err := eng.install(cfg.Run, part, states); err != nil {
-			return res, err
+			return rp.res, err
 		}
 	}
-	var store *statestore.Store
 	if cfg.Redis != nil {
-		store = statestore.New(cfg.Redis, cfg.RedisPrefix, cfg.KeepStates)
-	}
-	dig := topics.NewDigest()
-	written := map[string]bool{}
-	flush := func() error {
-		done, err := eng.sealReady()
-		if err != nil {
-			return err
-		}
-		eng.takeDeadLetters(nil)
-		eng.takeVerdicts() // the live consumer's log and Redis, not the replay's
-		for _, s := range done {
-			res.LastStep = s.step
-			if store != nil {
-				ws, _ := sealedWrites([]*sealed{s})
-				for i := range ws {
-					// A replay namespace starts empty: each stream's first write carries its window.
-					ws[i].Full = !written[ws[i].Snap.Stream]
-					written[ws[i].Snap.Stream] = true
-				}
-				if _, err := store.Write(ctx, ws, map[string][]string{s.run: s.newStream}); err != nil {
-					return fmt.Errorf("%w: %w", ErrReplay, err)
-				}
-			}
-			if s.step < cfg.FromStep {
-				continue
-			}
-			if res.FirstStep < 0 {
-				res.FirstStep = s.step
-			}
-			res.Steps++
-			res.Rows += len(s.rows)
-			dig.Add(s.rows...)
-			if err := emit(s.step, s.rows); err != nil {
-				return err
-			}
-		}
-		return nil
+		rp.store = statestore.New(cfg.Redis, cfg.RedisPrefix, cfg.KeepStates)
 	}
 	now := time.Now()
 	n := 0
@@ -192,21 +118,117 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 		}
 		eng.add(r, now)
 		if n++; n%4096 == 0 {
-			return flush()
+			return rp.flush(ctx)
 		}
 		return nil
 	}, skip)
 	if err != nil {
-		return res, fmt.Errorf("%w: read inputs: %w", ErrReplay, err)
+		return rp.res, fmt.Errorf("%w: read inputs: %w", ErrReplay, err)
 	}
-	if err := flush(); err != nil {
-		return res, err
+	if err := rp.flush(ctx); err != nil {
+		return rp.res, err
 	}
-	res.Digest = dig.Hex()
-	res.DeadLetters = eng.deadLettered
-	res.SkippedBatches = eng.skippedBatches
-	res.Incomplete = eng.bufferedSteps()
-	return res, nil
+	rp.res.Digest = rp.dig.Hex()
+	rp.res.DeadLetters = eng.deadLettered
+	rp.res.SkippedBatches = eng.skippedBatches
+	rp.res.Incomplete = eng.bufferedSteps()
+	return rp.res, nil
+}
+
+// engine checks cfg, fills its defaults and builds the engine a replay runs: the live consumer's
+// settings, without the per-instance limits.
+func (cfg *ReplayConfig) engine() (*engine, *correction.Corrector, error) {
+	if len(cfg.KafkaOpts) == 0 || !topics.ValidID(cfg.Run) {
+		return nil, nil, fmt.Errorf("%w: KafkaOpts and a valid run id are required", ErrReplay)
+	}
+	if cfg.MaxStaleness < 0 {
+		return nil, nil, fmt.Errorf("%w: MaxStaleness %d must be >= 0", ErrReplay, cfg.MaxStaleness)
+	}
+	if cfg.Redis != nil && (cfg.RedisPrefix == "" || cfg.RedisPrefix == cfg.StatePrefix || !validPrefix(cfg.RedisPrefix)) {
+		return nil, nil, fmt.Errorf("%w: RedisPrefix %q must be a valid prefix different from the live namespace %q", ErrReplay, cfg.RedisPrefix, cfg.StatePrefix)
+	}
+	cfg.Correction = cmp.Or(cfg.Correction, correction.DefaultConfig())
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Timeout = cmp.Or(cfg.Timeout, 5*time.Minute)
+	cfg.KeepStates = cmp.Or(cfg.KeepStates, DefaultKeepStates)
+	corr, err := correction.New(cfg.Correction)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrReplay, err)
+	}
+	cfg.Limits.PendingSteps, cfg.Limits.PendingGroups, cfg.Limits.ActiveRuns, cfg.Limits.HeldDeadLetters = 0, 0, 0, 0
+	limits, err := cfg.Limits.withDefaults(false)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrReplay, err)
+	}
+	m, _ := newMetrics(prometheus.NewRegistry())
+	return newEngine(corr, cfg.Names, cfg.MaxStaleness, limits, m), corr, nil
+}
+
+// replayOffsets is where a replay reads the run's partition of each input topic.
+func replayOffsets(cfg ReplayConfig, part int32) (map[string]map[int32]kgo.Offset, error) {
+	inputs := inputTopics(cfg.Names)
+	start := map[string]map[int32]kgo.Offset{}
+	for _, t := range inputs {
+		o := kgo.NewOffset().AtStart()
+		if off, ok := cfg.FromOffsets[t]; ok {
+			o = kgo.NewOffset().At(off)
+		}
+		start[t] = map[int32]kgo.Offset{part: o}
+	}
+	for t := range cfg.FromOffsets {
+		if _, ok := start[t]; !ok {
+			return nil, fmt.Errorf("%w: --from-offsets names %q, not an input topic (%v)", ErrReplay, t, inputs)
+		}
+	}
+	return start, nil
+}
+
+// replay is a running Replay: its engine, where the replayed states go, and what it emitted.
+type replay struct {
+	eng      *engine
+	store    *statestore.Store // nil without ReplayConfig.Redis
+	written  map[string]bool   // the streams whose window the store holds
+	fromStep int64
+	emit     func(step int64, rows []topics.AdvantageRow) error
+	dig      *topics.Digest
+	res      ReplayResult
+}
+
+// flush seals the steps that are ready, stores their states and emits their rows.
+func (rp *replay) flush(ctx context.Context) error {
+	done, err := rp.eng.sealReady()
+	if err != nil {
+		return err
+	}
+	rp.eng.takeDeadLetters(nil)
+	rp.eng.takeVerdicts() // the live consumer's log and Redis, not the replay's
+	for _, s := range done {
+		rp.res.LastStep = s.step
+		if rp.store != nil {
+			ws, _ := sealedWrites([]*sealed{s})
+			for i := range ws {
+				// A replay namespace starts empty: each stream's first write carries its window.
+				ws[i].Full = !rp.written[ws[i].Snap.Stream]
+				rp.written[ws[i].Snap.Stream] = true
+			}
+			if _, err := rp.store.Write(ctx, ws, map[string][]string{s.run: s.newStream}); err != nil {
+				return fmt.Errorf("%w: %w", ErrReplay, err)
+			}
+		}
+		if s.step < rp.fromStep {
+			continue
+		}
+		if rp.res.FirstStep < 0 {
+			rp.res.FirstStep = s.step
+		}
+		rp.res.Steps++
+		rp.res.Rows += len(s.rows)
+		rp.dig.Add(s.rows...)
+		if err := rp.emit(s.step, s.rows); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // loadReplayStart reads the states sealed after FromStep−1 of every stream of the run from the

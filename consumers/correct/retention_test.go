@@ -59,7 +59,7 @@ func TestEngineEndedRunChangelog(t *testing.T) {
 	slots := map[string]int{}
 	for _, ent := range log {
 		if ent.snap.RunID != run {
-			st, _, err := ent.stateOf()
+			st, err := ent.stateOf()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,55 +12,8 @@ import (
 	"github.com/wmrl/wmrl/topics"
 )
 
-// A run ends with its end-of-run record (topics.StepManifest.EndOfRun): Step names the run's
-// last step. Who may end a run is an ACL (docs/security.md, "Who may end a run"): trainers and
-// operators (`wmrl runs end`, `wmrl generate`'s end, the Python client's close_run) publish an end
-// *request* on the run-control topic (topics.Names.Runs), which the generator's principal may not
-// write; this consumer relays each valid request onto the run's steps partition inside its
-// transaction (relayEnd), which also commits the request's offset, so each request is relayed
-// exactly once. Only an end-of-run record of a transactional batch is honoured on the steps
-// topic: only this consumer's principal holds a transactional-id ACL, so such a record is a
-// relayed request or this consumer's own idle end (idle.go), never one a principal that merely
-// writes steps produced. Any other is dead-lettered (reason end_unauthorized) and pins nothing.
-//
-// Why the end-of-run record goes on the steps topic (this is the one place that says it): keyed by
-// run_id among the run's manifests, where it falls in the run's input is fixed, and a replay,
-// which reads the input topics and not the run-control topic, sees it where the live consumer did. A requester that publishes its request after its
-// last manifest was acknowledged (all of ours do) has that manifest before the relayed record.
-//
-// Once the marker is buffered and the last step is sealed, the run is retired: its states and
-// buffers leave memory and its per-run metric series are deleted after the transaction that
-// sealed the last step commits. Until then the marker holds the steps partition's commit back
-// (like any buffered record), so a crash before the last step commits re-reads the marker.
-//
-// Records that arrive later for the run are judged against its last step: those of steps up to
-// it are re-reads of sealed steps (sealed_duplicate, as for a live run) and those beyond it are
-// dead-lettered with reason run_ended. We chose that over resuming: resuming would need the
-// retired state back (an engine is free of I/O, and a resumed run would seal the same steps a
-// second time under a different calibration than a replay that never saw the end), while a
-// trainer restarting from a checkpoint either continues before the end (its steps are already
-// sealed, and it receives them again as duplicates) or starts a new run id. Rewards of steps
-// beyond the last one that arrived before the marker (topics interleave freely) are
-// dead-lettered with the same reason when the marker arrives, so the set of dead letters does not
-// depend on that interleaving. The same holds for manifests of later steps buffered before the
-// marker: the end takes effect where correct relays it, so a manifest another client published
-// between the request and the relay precedes it on the steps partition, and the end (which only
-// trainers and operators may request) wins. A marker contradicting the run (no manifest of the
-// run before it, the run already sealed beyond it, a second marker with another step, or a last
-// step beyond the highest step the run has shown plus Limits.PendingStepsPerRun, which would hold
-// the partition's commit back for steps that may never come) is dead-lettered as a conflict and
-// pins nothing.
-//
-// The end is recorded on the calibration changelog when the run retires, so a consumer that
-// rebuilds (a restart, a rebalance) knows the run ended and does not install it; after
-// Config.EndedRunRetention its changelog keys are tombstoned and its Redis keys expire
-// (retention.go). Config.RunIdleTimeout ends runs without input (idle.go).
-//
-// Known limits: a run forgotten after its tombstones (one more retention later, or at once after a
-// rebuild) is an unknown run id again, so a record of it starts a new run (retention.go says why).
-// A run that never sealed a step cannot be ended by the idle timeout, and a run whose producer's
-// end-of-run record names a step that never completes stays buffered (the idle timeout ignores
-// runs with an end): both keep holding their partition's commit back, as any incomplete step does.
+// How a run ends (who may end it, why the end-of-run record goes on the steps topic, what becomes
+// of later records, the known limits) is docs/design-notes.md, "How a run ends".
 
 // reasonRunEnded is the dead-letter reason of records for steps beyond an ended run's last step.
 const reasonRunEnded = "run_ended"

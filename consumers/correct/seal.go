@@ -119,30 +119,7 @@ type sealScratch struct {
 func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) {
 	v := b.step
 	stale := stalenessOf(b.manifest, e.maxStaleness)
-	byStream := map[string][]correction.Group{}
-	// The correction core reads the rollouts only while it runs, so one scratch holds them all.
-	total := 0
-	for _, g := range b.manifest.Groups {
-		total += len(b.pred[g.GroupID].order)
-	}
-	all := slices.Grow(sc.rollouts[:0], total)
-	for _, g := range b.manifest.Groups {
-		p := b.pred[g.GroupID]
-		at := len(all)
-		all = all[:at+len(p.order)]
-		grp := correction.Group{ID: g.GroupID, Anchor: g.Anchor, Rollouts: all[at : at : at+len(p.order)]}
-		for _, rid := range p.order {
-			pr := p.byID[rid]
-			r := correction.Rollout{ID: rid, Predicted: correction.Reward{Score: pr.score, OK: pr.ok}, Stale: stale.masked}
-			if g.Anchor {
-				x := b.exec[g.GroupID].byID[rid]
-				r.Executed = correction.Reward{Score: x.score, OK: x.ok}
-			}
-			grp.Rollouts = append(grp.Rollouts, r)
-		}
-		byStream[g.Stream] = append(byStream[g.Stream], grp)
-	}
-	sc.rollouts = all
+	byStream := sc.groups(b, stale.masked)
 	streams := slices.Collect(maps.Keys(rb.states))
 	var fresh []string
 	for s := range byStream {
@@ -153,7 +130,6 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 	}
 	sort.Strings(streams)
 	sort.Strings(fresh)
-
 	out := &sealed{run: rb.id, part: rb.part, step: v, newStream: fresh, lastInput: b.lastInput}
 	nrows := 0
 	for _, g := range b.manifest.Groups {
@@ -162,14 +138,9 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 	out.rows = make([]topics.AdvantageRow, 0, nrows)
 	next := make(map[string]*correction.State, len(streams))
 	for _, s := range streams {
-		prev := rb.states[s]
-		if prev == nil {
-			prev = e.corr.NewState(rb.id, s)
-			for i := int64(0); i < v; i++ {
-				if _, err := e.corr.Advance(prev, correction.Step{Run: rb.id, Stream: s, Step: i}, nil); err != nil {
-					return nil, fmt.Errorf("fast-forward run %s stream %s to step %d: %w", rb.id, s, v-1, err)
-				}
-			}
+		prev, err := e.prevState(rb, s, v)
+		if err != nil {
+			return nil, err
 		}
 		prevTotal := prev.TotalPairs()
 		// The engine keeps only the newest state of a stream (older ones are read for Redis
@@ -229,6 +200,50 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 	rb.sealed = v
 	delete(rb.steps, v)
 	return out, nil
+}
+
+// groups returns the step's groups per stream, their rollouts in sc (the correction core reads
+// them only while it runs, so one scratch holds them all).
+func (sc *sealScratch) groups(b *stepBuf, stale bool) map[string][]correction.Group {
+	byStream := map[string][]correction.Group{}
+	total := 0
+	for _, g := range b.manifest.Groups {
+		total += len(b.pred[g.GroupID].order)
+	}
+	all := slices.Grow(sc.rollouts[:0], total)
+	for _, g := range b.manifest.Groups {
+		p := b.pred[g.GroupID]
+		at := len(all)
+		all = all[:at+len(p.order)]
+		grp := correction.Group{ID: g.GroupID, Anchor: g.Anchor, Rollouts: all[at : at : at+len(p.order)]}
+		for _, rid := range p.order {
+			pr := p.byID[rid]
+			r := correction.Rollout{ID: rid, Predicted: correction.Reward{Score: pr.score, OK: pr.ok}, Stale: stale}
+			if g.Anchor {
+				x := b.exec[g.GroupID].byID[rid]
+				r.Executed = correction.Reward{Score: x.score, OK: x.ok}
+			}
+			grp.Rollouts = append(grp.Rollouts, r)
+		}
+		byStream[g.Stream] = append(byStream[g.Stream], grp)
+	}
+	sc.rollouts = all
+	return byStream
+}
+
+// prevState returns the state stream is sealed at before step v; for a stream first seen at v, an
+// empty state fast-forwarded through empty steps 0..v−1, which is deterministic.
+func (e *engine) prevState(rb *runBuf, stream string, v int64) (*correction.State, error) {
+	if st := rb.states[stream]; st != nil {
+		return st, nil
+	}
+	st := e.corr.NewState(rb.id, stream)
+	for i := int64(0); i < v; i++ {
+		if _, err := e.corr.Advance(st, correction.Step{Run: rb.id, Stream: stream, Step: i}, nil); err != nil {
+			return nil, fmt.Errorf("fast-forward run %s stream %s to step %d: %w", rb.id, stream, v-1, err)
+		}
+	}
+	return st, nil
 }
 
 func toAdvantageRow(r *correction.Row, policy string) topics.AdvantageRow {

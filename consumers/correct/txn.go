@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,24 +53,8 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 		// Still in an unconfirmed transaction, or the producer id could not be reloaded yet.
 		return c.abortTxn(ctx, sess, fmt.Errorf("begin transaction: %w", err))
 	}
-	var perr error
-	var refused []refusedDeadLetter
-	var pmu sync.Mutex
-	produce := func(r *kgo.Record) {
-		sess.Produce(tctx, r, func(r *kgo.Record, err error) {
-			if err != nil {
-				pmu.Lock()
-				if perr == nil {
-					perr = fmt.Errorf("produce to %s/%d: %w", r.Topic, r.Partition, err)
-				}
-				if rd, ok := c.refused(r, err); ok {
-					refused = append(refused, rd)
-				}
-				pmu.Unlock()
-			}
-		})
-	}
-	snaps, err := c.produceOutputs(done, produce)
+	out := &txnOutputs{c: c, ctx: tctx, sess: sess}
+	snaps, err := c.produceOutputs(done, out.produce)
 	if err != nil {
 		// Nothing of this transaction may become visible; the consumer stops with err.
 		if aerr := c.abortTxn(ctx, sess, err); aerr != nil {
@@ -78,18 +63,15 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 		return err
 	}
 	// After the sealed steps' records, so a run's end record follows its last snapshots.
-	for _, r := range clog.recs {
-		produce(r)
-	}
-	for _, r := range dlq {
-		produce(r)
+	for _, r := range slices.Concat(clog.recs, dlq) {
+		out.produce(r)
 	}
 	if err := sess.Client().Flush(tctx); err != nil {
 		return c.abortTxn(ctx, sess, fmt.Errorf("flush: %w", err))
 	}
-	pmu.Lock()
-	ferr := perr
-	pmu.Unlock()
+	out.mu.Lock()
+	ferr, refused := out.err, out.refused
+	out.mu.Unlock()
 	if ferr != nil {
 		// A failed produce dooms the transaction. A dead letter refused for good would be refused
 		// again after the rebuild; its source is skipped from now on, so the redo commits.
@@ -120,6 +102,13 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 		c.markChanged()
 		return nil
 	}
+	c.committed(done, dlq, snaps, clog)
+	return nil
+}
+
+// committed accounts for a committed transaction (metrics, stats, logs), retires what it ended
+// and hands its states to Redis.
+func (c *Consumer) committed(done []*sealed, dlq []*kgo.Record, snaps []*topics.CalibrationSnapshot, clog changelogOut) {
 	c.outage.committed()
 	c.m.txns.WithLabelValues("committed").Inc()
 	c.stats.txns++
@@ -156,7 +145,33 @@ func (c *Consumer) commitReady(ctx context.Context, sess *kgo.GroupTransactSessi
 	c.afterCommit()
 	// Redis only after the commit, so it is never ahead of committed output.
 	c.writeRedisAsync(done, infos, clog)
-	return nil
+}
+
+// txnOutputs produces records into the open transaction and keeps the first failure and the
+// dead letters refused for good (produce callbacks run on the client's goroutines).
+type txnOutputs struct {
+	c       *Consumer
+	ctx     context.Context
+	sess    *kgo.GroupTransactSession
+	mu      sync.Mutex
+	err     error
+	refused []refusedDeadLetter
+}
+
+func (o *txnOutputs) produce(r *kgo.Record) {
+	o.sess.Produce(o.ctx, r, func(r *kgo.Record, err error) {
+		if err == nil {
+			return
+		}
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if o.err == nil {
+			o.err = fmt.Errorf("produce to %s/%d: %w", r.Topic, r.Partition, err)
+		}
+		if rd, ok := o.c.refused(r, err); ok {
+			o.refused = append(o.refused, rd)
+		}
+	})
 }
 
 // holdOffsets lowers each partition's offset in req to the holdback, never raising one.

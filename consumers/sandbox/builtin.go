@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,9 +41,7 @@ func NewBuiltinExecutor(fn ExecFunc, cfg BuiltinConfig) (*BuiltinExecutor, error
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("%w: negative timeout", ErrConfig)
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
 	rng, err := newScoreRange(cfg.ScoreMin, cfg.ScoreMax)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)

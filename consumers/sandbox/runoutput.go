@@ -111,3 +111,76 @@ func claim(taken map[string]bool, name string) bool {
 	}
 	return true
 }
+
+// classify maps a step's outcome onto the four statuses: the program's
+// last stdout line is the score.
+func (e *CommandExecutor) classify(s *step, o jail.Outcome) Result {
+	r, stopped := e.failure(s, o)
+	if stopped {
+		return r
+	}
+	switch {
+	case o.Signaled:
+		r.Status, r.Reason = StatusError, "killed by signal "+jail.SignalName(o.Signal)+jail.SignalHint(o.Signal)
+		if e.cfg.UseBwrap {
+			r.ExitCode = o.ExitCode
+		}
+	case o.ExitCode != 0:
+		r.Status, r.ExitCode = StatusError, o.ExitCode
+		r.Reason = fmt.Sprintf("exit status %d", o.ExitCode)
+	default:
+		r.ExitCode = 0
+		score, err := e.rng.parse(o.Stdout)
+		if err != nil {
+			r.Status, r.Reason = StatusInvalid, err.Error()
+		} else {
+			r.Status, r.Score = StatusOK, score
+		}
+	}
+	return withPipeHeld(r, o)
+}
+
+// failure classifies what ended a step other than its program's own exit:
+// the host (setup, start), shutdown, and the budgets (memory, wall clock,
+// CPU). stopped is false when the program ran to its own end; r then holds
+// only the duration and stderr.
+func (e *CommandExecutor) failure(s *step, o jail.Outcome) (r Result, stopped bool) {
+	r = Result{
+		Duration:   o.Duration,
+		ExitCode:   -1,
+		StderrTail: validUTF8(o.Stderr),
+	}
+	switch {
+	case o.SetupErr != nil:
+		r.Status, r.Reason = StatusError, o.SetupErr.Error()
+	case o.StartErr != nil:
+		r.Status, r.Reason = StatusError, fmt.Sprintf("sandbox: start: %v", o.StartErr)
+	case o.Canceled:
+		r.Status, r.Reason, r.canceled = StatusError, "canceled: "+o.CancelCause.Error(), true
+	case o.OOMKills > 0:
+		// Checked before the timeout: a job whose worker was OOM-killed
+		// often hangs waiting for it, and the memory is the real cause.
+		r.Status, r.oom = StatusError, true
+		r.Reason = fmt.Sprintf("out of memory: job exceeded its memory limit of %d bytes (%d process(es) OOM-killed)", e.cfg.Limits.MemoryBytes, o.OOMKills)
+	case o.Refused != "":
+		// The host, not the rollout, decided this outcome: whatever the step
+		// printed is no grade (an honest job whose subprocesses could not
+		// start would be graded as failing). Before the timeout: a job that
+		// cannot fork often hangs.
+		r.Status, r.Reason = StatusError, "host refused a resource: "+o.Refused
+	case o.TimedOut:
+		r.Status, r.Reason = StatusTimeout, fmt.Sprintf("wall-clock timeout after %s: %s killed", s.timeout, s.jail.KillScope())
+	case o.CPULimitHit:
+		r.Status, r.Reason = StatusTimeout, fmt.Sprintf("cpu time limit %ds exceeded: killed by %s", e.cfg.Limits.CPUSeconds, jail.SignalName(o.Signal))
+	default:
+		return r, false
+	}
+	return withPipeHeld(r, o), true
+}
+
+func withPipeHeld(r Result, o jail.Outcome) Result {
+	if o.PipeHeld {
+		r.Reason = strings.TrimPrefix(r.Reason+"; output pipe held open by an escaped process", "; ")
+	}
+	return r
+}

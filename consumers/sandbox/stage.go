@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,7 +74,7 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 	if !r.Anchor {
 		return nil, nil
 	}
-	e := topics.ExecutedReward{RolloutRef: r.Ref()}
+	e := topics.ExecutedReward{RolloutRef: r.RolloutRef}
 	data := []byte(r.Artifact)
 	if r.ArtifactURI != "" {
 		if data, err = artifact.Resolve(ctx, h.cfg.Artifacts, r.ArtifactURI, r.ArtifactSHA256); err != nil {
@@ -158,9 +159,7 @@ func limitText(s string, max int) string {
 // overlap with the executions, and a freed slot is taken by the next anchor rollout at once.
 func NewStage(sc stage.Config, hc HandlerConfig) (*stage.Stage, error) {
 	hc.Names = sc.Names
-	if sc.Name == "" {
-		sc.Name = StageName
-	}
+	sc.Name = cmp.Or(sc.Name, StageName)
 	if len(sc.Topics) == 0 {
 		sc.Topics = []string{sc.Names.Rollouts()}
 	}

@@ -19,8 +19,8 @@ var stageNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func anchorRollout(artifact string) topics.Rollout {
 	return topics.Rollout{
-		RunID: "run", Step: 1, GroupID: "1-0", RolloutID: "1-0-3", Stream: "main", PolicyVersion: "v1",
-		Anchor: true, Index: 3, Artifact: artifact, CreatedAt: stageNow,
+		RolloutRef: topics.RolloutRef{RunID: "run", Step: 1, GroupID: "1-0", RolloutID: "1-0-3", Stream: "main", PolicyVersion: "v1"},
+		Anchor:     true, Index: 3, Artifact: artifact, CreatedAt: stageNow,
 	}
 }
 

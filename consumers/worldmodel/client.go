@@ -128,9 +128,7 @@ func NewOpenAIScorer(cfg OpenAIConfig) (*OpenAIScorer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 
 	lo, hi := cfg.ScoreMin, cfg.ScoreMax
 	tmpl, err := template.New("prompt").Option("missingkey=zero").Funcs(template.FuncMap{

@@ -1,6 +1,7 @@
 package worldmodel
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -60,9 +61,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	if cfg.Concurrency < 1 {
 		cfg.Concurrency = 1
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -81,7 +80,7 @@ func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, e
 	if err != nil {
 		return nil, fmt.Errorf("worldmodel: %w", err)
 	}
-	p := topics.PredictedReward{RolloutRef: r.Ref(), Anchor: r.Anchor, Model: h.cfg.Model}
+	p := topics.PredictedReward{RolloutRef: r.RolloutRef, Anchor: r.Anchor, Model: h.cfg.Model}
 	in := Input{
 		RunID: r.RunID, GroupID: r.GroupID, RolloutID: r.RolloutID, Stream: r.Stream, Step: r.Step,
 		Prompt: r.Prompt, Artifact: []byte(r.Artifact), ArtifactURI: r.ArtifactURI, Meta: r.Meta,
@@ -158,19 +157,13 @@ func NewStage(sc stage.Config, hc HandlerConfig) (*stage.Stage, error) {
 		sc.Registry = prometheus.NewRegistry()
 	}
 	hc.Registerer = sc.Registry
-	if sc.Name == "" {
-		sc.Name = StageName
-	}
+	sc.Name = cmp.Or(sc.Name, StageName)
 	if len(sc.Topics) == 0 {
 		sc.Topics = []string{sc.Names.Rollouts()}
 	}
-	if hc.Logger == nil {
-		hc.Logger = sc.Logger
-	}
+	hc.Logger = cmp.Or(hc.Logger, sc.Logger)
 	scoring := max(hc.Concurrency, 1)
-	if sc.Concurrency == 0 {
-		sc.Concurrency = 2 * scoring
-	}
+	sc.Concurrency = cmp.Or(sc.Concurrency, 2*scoring)
 	if sc.Concurrency < scoring {
 		return nil, errors.Join(ErrInvalidConfig, fmt.Errorf("stage concurrency %d below scoring concurrency %d would leave scoring slots idle", sc.Concurrency, scoring))
 	}

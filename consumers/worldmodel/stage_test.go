@@ -31,8 +31,8 @@ func rolloutRecord(t testing.TB, r topics.Rollout) *kgo.Record {
 
 func baseRollout() topics.Rollout {
 	return topics.Rollout{
-		RunID: "run", Step: 2, GroupID: "2-0", RolloutID: "2-0-1", Stream: "main", PolicyVersion: "ckpt-2",
-		Anchor: true, Index: 1, Prompt: "task", Artifact: "solution", CreatedAt: stageNow,
+		RolloutRef: topics.RolloutRef{RunID: "run", Step: 2, GroupID: "2-0", RolloutID: "2-0-1", Stream: "main", PolicyVersion: "ckpt-2"},
+		Anchor:     true, Index: 1, Prompt: "task", Artifact: "solution", CreatedAt: stageNow,
 	}
 }
 

@@ -88,9 +88,7 @@ func NewFailures(cfg FailuresConfig) *Failures {
 	if cfg.LogEvery <= 0 {
 		cfg.LogEvery = DefaultLogEvery
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

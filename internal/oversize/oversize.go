@@ -8,6 +8,7 @@
 package oversize
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -63,9 +64,7 @@ type Skipper struct {
 // NewSkipper returns a Skipper for cl (built with kgo.MaxDecompressBatchBytes), warning on log
 // (slog.Default when nil), counting on counter (none when nil); action completes the warning.
 func NewSkipper(cl *kgo.Client, log *slog.Logger, counter *prometheus.CounterVec, action string) *Skipper {
-	if log == nil {
-		log = slog.Default()
-	}
+	log = cmp.Or(log, slog.Default())
 	limit, _ := cl.OptValue(kgo.MaxDecompressBatchBytes).(int)
 	return &Skipper{cl: cl, log: log, counter: counter, limit: limit, action: action}
 }

@@ -18,6 +18,7 @@
 package pacing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,9 +95,7 @@ func New(cfg Config) (*Pace, error) {
 	if cfg.Poll <= 0 {
 		cfg.Poll = DefaultPoll
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	topic := cfg.Names.Advantages()
 	// The limit goes first so that one in cfg.KafkaOpts (--max-batch-bytes) overrides it.
 	opts := append(append([]kgo.Opt{kgo.MaxDecompressBatchBytes(topics.MaxBatchBytes(topics.MaxAdvantageBytes))}, cfg.KafkaOpts...),

@@ -1,6 +1,7 @@
 package steps
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"maps"
@@ -151,9 +152,7 @@ func (a *Assembler) Add(rec *kgo.Record) ([]*Step, []error) {
 	}
 
 	p := rs.open[step]
-	if p == nil {
-		p = rs.ready[step]
-	}
+	p = cmp.Or(p, rs.ready[step])
 	if p != nil {
 		if p.n != n {
 			return nil, a.reject(pos, run, step, fmt.Errorf("chunk %d/%d, but the step's chunk set (record %s) has %d chunks: %w", i, n, p.first(), p.n, ErrChunkMismatch))

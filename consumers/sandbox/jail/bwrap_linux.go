@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,9 +12,7 @@ import (
 )
 
 func findBwrap(path string) (string, error) {
-	if path == "" {
-		path = "bwrap"
-	}
+	path = cmp.Or(path, "bwrap")
 	p, err := exec.LookPath(path)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrBwrapMissing, err)

@@ -7,53 +7,22 @@
 // (consumers/sandbox); it hands this package a directory, files, a command
 // line and an environment, and gets an Outcome back.
 //
-// Isolation choices, in short:
-//
-//   - rlimits are applied by wrapping the command in prlimit(1) (util-linux),
-//     which sets them on itself and execs, so they hold from the first
-//     instruction of untrusted code; see prlimitPrefix for the alternatives.
-//     In the jail prlimit runs inside the job's user namespace, so that
-//     RLIMIT_NPROC is the job's own count (see Jail.command).
-//   - Each slot's budget is its own: a pids and memory cgroup per job where
-//     the host allows it, else RLIMIT_NPROC in the job's user namespace, or a
-//     uid per slot (Config.RunAsRange); a budget the slots share is named at
-//     start-up. A job the host refused a resource is Outcome.Refused.
-//   - A job's processes are held by a Containment chosen at start-up (see
-//     its doc): a cgroup per job where the host allows it, else a PID
-//     namespace, else only a process group. The cgroup and the namespace are
-//     killed as a whole at the timeout and again after the main process
-//     exits (while it is still an unreaped zombie, so its pid cannot be
-//     recycled), so no descendant — not even a setsid escapee — outlives
-//     its job; a bare process group cannot stop that, and the jail then
-//     stops reading the escapee's pipes after KillGrace and says so.
-//   - Memory is a cgroup limit for the whole job where available (an OOM
-//     kill is reported as such), else RLIMIT_AS per process.
-//   - UseBwrap is the jail (see jailArgs): no capabilities, no network,
-//     its own PID namespace and /proc, a read-only minimal view of the host
-//     and size-limited tmpfs as the only writable places. Without it, or
-//     with jobs under the stage's uid or root, New refuses to
-//     start unless AllowWeakContainment is set (ErrWeakContainment).
-//   - Every jailed job runs under a seccomp filter (seccomp_linux.go) that
-//     bwrap installs last, and in a user namespace that cannot nest
-//     (--disable-userns); descriptors the stage inherited are marked
-//     close-on-exec at New (fds_linux.go), so only 0–2 reach a job.
+// The isolation choices (bubblewrap, the job's uid and budgets, rlimits through prlimit(1),
+// the Containment, seccomp, descriptors) and what each falls back to are docs/security.md's
+// "Running the sandbox safely"; the code starts at New, jailArgs and prlimitPrefix.
 package jail
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/wmrl/wmrl/internal/retry"
 )
 
 // Errors returned by New; callers (the CLI) can branch on them to print
@@ -140,73 +109,6 @@ func DefaultLimits() Limits {
 		FileSizeBytes: 1 << 30,
 	}
 }
-
-// RunAs is the unprivileged identity the child runs as.
-type RunAs struct{ UID, GID uint32 }
-
-// UIDRange is a range of uids, First to Last inclusive, one per pool slot:
-// slot i's jobs run as uid and gid First+i, so a uid's RLIMIT_NPROC is one
-// slot's process budget where no pids cgroup per job holds it.
-type UIDRange struct{ First, Last uint32 }
-
-// maxUIDRange bounds a range: the start-up check visits every uid.
-const maxUIDRange = 1 << 16
-
-// Size is the number of uids, so the most slots the range serves.
-func (r UIDRange) Size() int { return int(r.Last-r.First) + 1 }
-
-func (r UIDRange) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last) }
-
-// ErrRunAsRange is wrapped by a bad --run-as-range.
-var ErrRunAsRange = fmt.Errorf("%w: --run-as-range", ErrConfig)
-
-// ParseUIDRange parses "FIRST-LAST" and checks it (see UIDRange.check).
-func ParseUIDRange(s string) (UIDRange, error) {
-	a, b, ok := strings.Cut(strings.TrimSpace(s), "-")
-	first, err1 := strconv.ParseUint(a, 10, 32)
-	last, err2 := strconv.ParseUint(b, 10, 32)
-	if !ok || err1 != nil || err2 != nil {
-		return UIDRange{}, fmt.Errorf("%w %q: want FIRST-LAST (uids, e.g. 100000-100063)", ErrRunAsRange, s)
-	}
-	r := UIDRange{First: uint32(first), Last: uint32(last)}
-	return r, r.check()
-}
-
-// check refuses a range that is empty, too large, or holds a uid that is not
-// the jobs' alone: root, nobody (DefaultRunAs, shared with other programs),
-// the invalid uid (uint32 max) or the stage's own uid.
-func (r UIDRange) check() error {
-	euid := uint32(os.Geteuid())
-	switch {
-	case r.First > r.Last:
-		return fmt.Errorf("%w %s: first uid above last", ErrRunAsRange, r)
-	case r.Size() > maxUIDRange:
-		return fmt.Errorf("%w %s: %d uids, at most %d", ErrRunAsRange, r, r.Size(), maxUIDRange)
-	case r.First == 0:
-		return fmt.Errorf("%w %s: holds root", ErrRunAsRange, r)
-	case r.First <= DefaultRunAs.UID && DefaultRunAs.UID <= r.Last:
-		return fmt.Errorf("%w %s: holds %d (nobody), which other programs share", ErrRunAsRange, r, DefaultRunAs.UID)
-	case r.Last == ^uint32(0):
-		return fmt.Errorf("%w %s: holds %d, the invalid uid", ErrRunAsRange, r, r.Last)
-	case r.First <= euid && euid <= r.Last:
-		return fmt.Errorf("%w %s: holds the stage's own uid %d", ErrRunAsRange, r, euid)
-	}
-	return nil
-}
-
-// uid is slot's identity.
-func (r UIDRange) uid(slot int) (*RunAs, error) {
-	if slot < 0 || slot >= r.Size() {
-		return nil, fmt.Errorf("%w %s: slot %d has no uid (%d uids for slots 0–%d)", ErrRunAsRange, r, slot, r.Size(), r.Size()-1)
-	}
-	id := r.First + uint32(slot)
-	return &RunAs{UID: id, GID: id}, nil
-}
-
-// DefaultRunAs is the identity of a root stage's jobs when RunAs is nil:
-// nobody, so a job owns no file on the host and RLIMIT_NPROC binds it.
-// Give the sandbox a uid of its own with RunAs where the host has one.
-var DefaultRunAs = RunAs{UID: 65534, GID: 65534}
 
 // Config configures a Jail.
 type Config struct {
@@ -339,18 +241,12 @@ func New(cfg Config, argv []string) (*Jail, error) {
 	if cfg.KillGrace < 0 {
 		return nil, fmt.Errorf("%w: negative kill grace", ErrConfig)
 	}
-	if cfg.KillGrace == 0 {
-		cfg.KillGrace = DefaultKillGrace
-	}
+	cfg.KillGrace = cmp.Or(cfg.KillGrace, DefaultKillGrace)
 	if cfg.TempDir == "" {
 		cfg.TempDir = os.TempDir()
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.JobDirBytes == 0 {
-		cfg.JobDirBytes = DefaultJobDirBytes
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.JobDirBytes = cmp.Or(cfg.JobDirBytes, DefaultJobDirBytes)
 	if cfg.RunAsRange != nil {
 		switch err := cfg.RunAsRange.check(); {
 		case err != nil:
@@ -583,226 +479,4 @@ func (j *Jail) cpuLimitHit(sig syscall.Signal, cpu time.Duration) bool {
 		return false
 	}
 	return sig == sigXCPU || (sig == sigKill && cpu >= time.Duration(lim)*time.Second-50*time.Millisecond)
-}
-
-// prepareDir writes the job's files into its host directory (0700 from
-// MkdirTemp). Without the jail the job works there, so it is chowned to
-// RunAs; in the jail the files are copied into the job's own tmpfs from
-// descriptors (openJobFiles) and the host directory stays the stage's.
-func (j *Jail) prepareDir(dir string, files []File, ra *RunAs) error {
-	paths := []string{dir}
-	for _, f := range files {
-		p := filepath.Join(dir, f.Name)
-		// A name may be nested (the grade step's run/out/…): its directories first.
-		for d := filepath.Dir(p); d != dir; d = filepath.Dir(d) {
-			paths = append(paths, d)
-		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			return fmt.Errorf("sandbox: write %s: %w", f.Name, err)
-		}
-		// 0700 for the artifact: it may be executed directly ({artifact} as argv[0]).
-		if err := os.WriteFile(p, f.Data, f.Mode); err != nil {
-			return fmt.Errorf("sandbox: write %s: %w", f.Name, err)
-		}
-		paths = append(paths, p)
-	}
-	if ra != nil && !j.cfg.UseBwrap {
-		for _, p := range paths {
-			if err := os.Chown(p, int(ra.UID), int(ra.GID)); err != nil {
-				return fmt.Errorf("sandbox: chown job dir: %w", err)
-			}
-		}
-	}
-	return nil
-}
-
-// openJobFiles opens the job's files for bubblewrap's --file, in order.
-func openJobFiles(dir string, files []File) ([]*os.File, error) {
-	var fds []*os.File
-	for _, f := range files {
-		fd, err := os.Open(filepath.Join(dir, f.Name))
-		if err != nil {
-			closeAll(fds)
-			return nil, fmt.Errorf("sandbox: open %s: %w", f.Name, err)
-		}
-		fds = append(fds, fd)
-	}
-	return fds, nil
-}
-
-// jailFiles are the descriptors bwrap gets from jailFD on: the job's files,
-// then the seccomp filter (jailSpec numbers them the same way).
-func (j *Jail) jailFiles(dir string, files []File) ([]*os.File, error) {
-	fds, err := openJobFiles(dir, files)
-	if err != nil || j.seccomp == nil {
-		return fds, err
-	}
-	f, err := j.seccomp.file()
-	if err != nil {
-		closeAll(fds)
-		return nil, err
-	}
-	return append(fds, f), nil
-}
-
-func closeAll(fs []*os.File) {
-	for _, f := range fs {
-		f.Close()
-	}
-}
-
-// absArgs are the argv elements that name existing host files (the program,
-// its script), which the job's uid must be able to read.
-func absArgs(argv []string) []string {
-	var out []string
-	for _, a := range argv {
-		if !filepath.IsAbs(a) || strings.Contains(a, "{") {
-			continue
-		}
-		if st, err := os.Stat(a); err == nil && !st.IsDir() {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// startDir is where the child starts: the job directory, or / for the
-// jail, whose (possibly dropped) uid may not enter the stage's host copy of
-// the directory; bwrap --chdir then moves into the job's tmpfs.
-func (j *Jail) startDir(dir string) string {
-	if j.cfg.UseBwrap {
-		return "/"
-	}
-	return dir
-}
-
-// jailSpec is the jail of a job working in dir.
-func (j *Jail) jailSpec(dir string, files []File) jailSpec {
-	s := jailSpec{bwrap: j.cfg.BwrapPath, dir: dir, tmpfsBytes: j.cfg.JobDirBytes,
-		allowNetwork: j.cfg.AllowNetwork, readOnly: j.readOnly, noProc: j.cfg.Proc == ProcNone}
-	for _, f := range files {
-		s.files, s.modes = append(s.files, f.Name), append(s.modes, f.Mode)
-	}
-	if j.seccomp != nil {
-		s.seccompFD = jailFD + len(files)
-	}
-	s.usernsOpen = j.usernsOpen
-	return s
-}
-
-// probePatience bounds the start-up probes that fail with EAGAIN: the job uid is at its
-// RLIMIT_NPROC (the kernel counts every process of that uid on the host, other stages' and other
-// programs' included), which frees up as those processes exit, so a stage started next to a burst
-// of jobs waits for it rather than refusing to start. The probes are spaced by retry.Backoff.
-var probePatience = 15 * time.Second
-
-// errProbeEAGAIN marks a probe whose bwrap could not clone: "Resource temporarily unavailable".
-var errProbeEAGAIN = errors.New("the job uid has no process to spare")
-
-func (j *Jail) probeBwrapPatiently() error {
-	ctx, cancel := context.WithTimeout(context.Background(), probePatience)
-	defer cancel()
-	var last error
-	_, err := retry.Forever(ctx, retry.Backoff{Base: time.Second, Max: 8 * time.Second}.New(), func() error {
-		if last = j.probeBwrap(); last != nil && !errors.Is(last, errProbeEAGAIN) {
-			return retry.Permanent(last)
-		}
-		return last
-	}, func(_ int, err error, wait time.Duration) {
-		j.cfg.Logger.Warn("sandbox: bwrap probe could not create a namespace (EAGAIN); trying again", "err", err, "wait", wait)
-	})
-	if err != nil && last != nil {
-		return last // the probe's own error, not the patience running out
-	}
-	return err
-}
-
-// probeBwrap runs /bin/true through exactly the wrapper real jobs use, because
-// an installed bwrap often cannot create namespaces (containers without user
-// namespaces, restrictive AppArmor) and that must be a startup error.
-func (j *Jail) probeBwrap() error {
-	truePath, err := exec.LookPath("true")
-	if err != nil {
-		return fmt.Errorf("%w: no true(1) to probe with: %w", ErrBwrapUnusable, err)
-	}
-	dir, err := os.MkdirTemp(j.cfg.TempDir, "wmrl-bwrap-probe-")
-	if err != nil {
-		return fmt.Errorf("%w: probe dir: %w", ErrBwrapUnusable, err)
-	}
-	defer os.RemoveAll(dir)
-	files := []File{{Name: "probe", Data: []byte("probe"), Mode: 0o600}}
-	// Slot 0's uid: a RunAsRange's uids differ only in number, and
-	// checkReachable has checked each.
-	ra, err := j.runAs(0)
-	if err != nil {
-		return err
-	}
-	if err := j.prepareDir(dir, files, ra); err != nil {
-		return fmt.Errorf("%w: probe dir: %w", ErrBwrapUnusable, err)
-	}
-	fds, err := j.jailFiles(dir, files)
-	if err != nil {
-		return fmt.Errorf("%w: probe dir: %w", ErrBwrapUnusable, err)
-	}
-	defer closeAll(fds)
-	cell, err := j.contain.newCell(j.cfg.Limits)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrBwrapUnusable, err)
-	}
-	o := runProcess(context.Background(), runSpec{
-		cell:      cell,
-		files:     fds,
-		argv:      j.command(dir, files, []string{truePath}),
-		dir:       j.startDir(dir),
-		env:       []string{"HOME=" + dir, "PATH=" + DefaultPath, "TMPDIR=" + dir},
-		runAs:     ra,
-		timeout:   10 * time.Second,
-		stdoutMax: 4 << 10,
-		stderrMax: 4 << 10,
-		grace:     j.cfg.KillGrace,
-	})
-	var what string
-	switch {
-	case o.StartErr != nil:
-		what = o.StartErr.Error()
-	case o.TimedOut:
-		what = "timed out after 10s"
-	case o.Signaled:
-		what = "killed by " + SignalName(o.Signal)
-	case o.ExitCode != 0:
-		what = fmt.Sprintf("exit status %d", o.ExitCode)
-	default:
-		return nil
-	}
-	uid, id := "the stage's uid", os.Getuid()
-	if ra != nil {
-		uid, id = fmt.Sprintf("uid %d", ra.UID), int(ra.UID)
-	}
-	stderr := strings.TrimSpace(strings.ToValidUTF8(string(o.Stderr), "\uFFFD"))
-	if strings.Contains(stderr, "Resource temporarily unavailable") || errors.Is(o.StartErr, syscall.EAGAIN) {
-		// The jail's bwrap runs under the stage's RLIMIT_NPROC (the job's own applies inside it).
-		return fmt.Errorf("%w: probe %q as %s: %s: %s: %w (it has %s processes on this host, and the stage's RLIMIT_NPROC, which the jail inherits, is %s; give the jobs uids of their own with --run-as or --run-as-range)",
-			ErrBwrapUnusable, j.cfg.BwrapPath, uid, what, stderr, errProbeEAGAIN, countUIDProcs(id), stageNproc())
-	}
-	return fmt.Errorf("%w: probe %q as %s: %s: %s (the jail needs user namespaces for that uid; see docs/security.md)",
-		ErrBwrapUnusable, j.cfg.BwrapPath, uid, what, stderr)
-}
-
-// countUIDProcs counts the processes whose real uid is uid, from /proc ("?" where it cannot).
-func countUIDProcs(uid int) string {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return "?"
-	}
-	want, n := fmt.Sprintf("Uid:\t%d\t", uid), 0
-	for _, e := range ents {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
-		if err == nil && strings.Contains(string(b), want) {
-			n++
-		}
-	}
-	return fmt.Sprint(n)
 }

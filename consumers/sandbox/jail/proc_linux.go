@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -30,10 +31,7 @@ const (
 // be recycled under us.
 func runProcess(ctx context.Context, s runSpec) (o Outcome) {
 	o.ExitCode = -1
-	cell := s.cell
-	if cell == nil {
-		cell = pgroupCell{}
-	}
+	cell := cmp.Or(s.cell, jobCell(pgroupCell{}))
 	defer func() {
 		if err := cell.release(); err != nil {
 			o.CellErr = err
@@ -43,15 +41,8 @@ func runProcess(ctx context.Context, s runSpec) (o Outcome) {
 		o.Canceled, o.CancelCause = true, context.Cause(ctx)
 		return o
 	}
-	outR, outW, err := os.Pipe()
+	outR, outW, errR, errW, err := outputPipes()
 	if err != nil {
-		o.StartErr = err
-		return o
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
 		o.StartErr = err
 		return o
 	}
@@ -104,13 +95,41 @@ func runProcess(ctx context.Context, s runSpec) (o Outcome) {
 	readers.Go(func() { _, _ = io.Copy(stdout, outR) })
 	readers.Go(func() { _, _ = io.Copy(stderr, errR) })
 
-	pid := cmd.Process.Pid
+	awaitExit(ctx, s.timeout, cell, cmd.Process.Pid, &o)
+	o.Duration = time.Since(start)
+	cell.kill(cmd.Process.Pid)
+	_ = cmd.Wait() // the outcome is read from ProcessState
+	o.setStatus(cmd.ProcessState)
+	o.PipeHeld = drain(&readers, s.grace, outR, errR)
+	o.OOMKills = cell.oomKills()
+	o.PidsRefused = cell.pidsRefused()
+	o.Stdout = stdout.Bytes()
+	o.Stderr = stderr.Bytes()
+	return o
+}
+
+// outputPipes returns the pipes of the child's stdout and stderr.
+func outputPipes() (outR, outW, errR, errW *os.File, err error) {
+	if outR, outW, err = os.Pipe(); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if errR, errW, err = os.Pipe(); err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, nil, nil, nil, err
+	}
+	return outR, outW, errR, errW, nil
+}
+
+// awaitExit waits until the leader pid has exited (unreaped), killing the cell at the timeout or
+// when ctx ends.
+func awaitExit(ctx context.Context, timeout time.Duration, cell jobCell, pid int, o *Outcome) {
 	exited := make(chan struct{})
 	go func() {
 		waitExited(pid)
 		close(exited)
 	}()
-	timer := time.NewTimer(s.timeout)
+	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case <-exited:
@@ -127,23 +146,28 @@ func runProcess(ctx context.Context, s runSpec) (o Outcome) {
 		cell.kill(pid)
 		<-exited
 	}
-	o.Duration = time.Since(start)
-	cell.kill(pid)
-	_ = cmd.Wait() // the outcome is read from ProcessState below
-	if ps := cmd.ProcessState; ps != nil {
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
-			switch {
-			case ws.Signaled():
-				o.Signaled, o.Signal = true, ws.Signal()
-			case ws.Exited():
-				o.ExitCode = ws.ExitStatus()
-			}
-		}
-		o.CPU = ps.UserTime() + ps.SystemTime()
-	} else {
-		o.StartErr = errors.New("sandbox: process state unavailable after wait")
-	}
+}
 
+// setStatus records how the reaped process ended.
+func (o *Outcome) setStatus(ps *os.ProcessState) {
+	if ps == nil {
+		o.StartErr = errors.New("sandbox: process state unavailable after wait")
+		return
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case ws.Signaled():
+			o.Signaled, o.Signal = true, ws.Signal()
+		case ws.Exited():
+			o.ExitCode = ws.ExitStatus()
+		}
+	}
+	o.CPU = ps.UserTime() + ps.SystemTime()
+}
+
+// drain waits for the pipe readers. A process that left our group (setsid) still holds the pipe:
+// after grace, reading stops rather than wait for it, and drain reports the pipe held.
+func drain(readers *sync.WaitGroup, grace time.Duration, pipes ...*os.File) (held bool) {
 	drained := make(chan struct{})
 	go func() {
 		readers.Wait()
@@ -151,19 +175,14 @@ func runProcess(ctx context.Context, s runSpec) (o Outcome) {
 	}()
 	select {
 	case <-drained:
-	case <-time.After(s.grace):
-		// A process that left our group (setsid) still holds the pipe;
-		// stop reading rather than wait for it.
-		o.PipeHeld = true
-		_ = outR.SetReadDeadline(time.Now())
-		_ = errR.SetReadDeadline(time.Now())
+	case <-time.After(grace):
+		for _, p := range pipes {
+			_ = p.SetReadDeadline(time.Now())
+		}
 		<-drained
+		return true
 	}
-	o.OOMKills = cell.oomKills()
-	o.PidsRefused = cell.pidsRefused()
-	o.Stdout = stdout.Bytes()
-	o.Stderr = stderr.Bytes()
-	return o
+	return false
 }
 
 // waitExited blocks until pid has exited without reaping it.

@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"cmp"
 	"fmt"
 	"os/exec"
 	"strconv"
@@ -22,9 +23,7 @@ import (
 // place before the first instruction of untrusted code, with no race. Core
 // dumps are always disabled so SIGXCPU/SIGSEGV do not fill the disk.
 func prlimitPrefix(path string, l Limits) ([]string, error) {
-	if path == "" {
-		path = "prlimit"
-	}
+	path = cmp.Or(path, "prlimit")
 	p, err := exec.LookPath(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPrlimitMissing, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"sort"
@@ -323,9 +324,7 @@ func (o *objects) checkServiceMonitor(m Manifest, fail func(Manifest, string, ..
 
 func (o *objects) checkScaledObject(m Manifest, fail func(Manifest, string, ...any)) {
 	kind, _ := dig(m.Obj, "spec", "scaleTargetRef", "kind").(string)
-	if kind == "" {
-		kind = "Deployment"
-	}
+	kind = cmp.Or(kind, "Deployment")
 	target, _ := dig(m.Obj, "spec", "scaleTargetRef", "name").(string)
 	if !o.has(kind, target) {
 		fail(m, "scaleTargetRef %s/%s is not an object of this release", kind, target)
@@ -334,9 +333,7 @@ func (o *objects) checkScaledObject(m Manifest, fail func(Manifest, string, ...a
 	for i, tr := range trs {
 		if ref, _ := dig(tr, "authenticationRef", "name").(string); ref != "" {
 			k, _ := dig(tr, "authenticationRef", "kind").(string)
-			if k == "" {
-				k = "TriggerAuthentication"
-			}
+			k = cmp.Or(k, "TriggerAuthentication")
 			if k == "TriggerAuthentication" && !o.has(k, ref) {
 				fail(m, "triggers[%d].authenticationRef %s/%s is not an object of this release", i, k, ref)
 			}

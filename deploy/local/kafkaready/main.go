@@ -6,6 +6,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -23,9 +24,7 @@ import (
 
 func main() {
 	port := os.Getenv("WMRL_KAFKA_PORT")
-	if port == "" {
-		port = "9092"
-	}
+	port = cmp.Or(port, "9092")
 	brokers := flag.String("brokers", "127.0.0.1:"+port, "comma-separated seed brokers")
 	timeout := flag.Duration("timeout", 60*time.Second, "give up after this long")
 	topic := flag.String("topic", "wmrl.__ready", "topic that receives the transactional probe record")

@@ -19,6 +19,7 @@
 package secure
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -291,9 +292,7 @@ func jars(t testing.TB) string {
 		cache = filepath.Join(home, ".cache", "wmrl")
 	}
 	version := os.Getenv("WMRL_KAFKA_VERSION")
-	if version == "" {
-		version = "4.4.0"
-	}
+	version = cmp.Or(version, "4.4.0")
 	lib := filepath.Join(cache, "kafka-"+version, "lib")
 	if _, err := os.Stat(filepath.Join(lib, ".complete")); err == nil {
 		return lib
