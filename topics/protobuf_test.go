@@ -33,14 +33,14 @@ func tsTime(ts *timestamppb.Timestamp) time.Time {
 
 func protoCases() []protoCase {
 	return []protoCase{
-		{"rollout", []any{sampleRollout(), Rollout{Schema: SchemaRollout, RunID: "r", GroupID: "g", RolloutID: "x", Stream: "s"}},
+		{"rollout", []any{sampleRollout(), Rollout{Schema: SchemaRollout, RolloutRef: RolloutRef{RunID: "r", GroupID: "g", RolloutID: "x", Stream: "s"}}},
 			func(v any) ([]byte, error) { return EncodeRolloutProto(v.(Rollout)) },
 			func(b []byte) (any, error) { return DecodeRolloutProto(b) },
 			func() proto.Message { return &wirepb.Rollout{} },
 			func(p proto.Message) any {
 				m := p.(*wirepb.Rollout)
-				r := Rollout{Schema: SchemaRollout, RunID: m.RunId, Step: m.Step, GroupID: m.GroupId, RolloutID: m.RolloutId,
-					Stream: m.Stream, PolicyVersion: m.PolicyVersion, Anchor: m.Anchor, Index: int(m.Index), Prompt: m.Prompt,
+				r := Rollout{Schema: SchemaRollout, RolloutRef: RolloutRef{RunID: m.RunId, Step: m.Step, GroupID: m.GroupId, RolloutID: m.RolloutId,
+					Stream: m.Stream, PolicyVersion: m.PolicyVersion}, Anchor: m.Anchor, Index: int(m.Index), Prompt: m.Prompt,
 					Artifact: m.Artifact, ArtifactURI: m.ArtifactUri, ArtifactSHA256: m.ArtifactSha256, ArtifactSize: m.ArtifactSize,
 					Meta: m.Meta, CreatedAt: tsTime(m.CreatedAt)}
 				if len(r.Meta) == 0 {
