@@ -33,6 +33,8 @@ type wireReader struct {
 	prefix string
 	index  int
 	err    error
+	// tsSec and tsNanos are the timestamp read so far (timestamp merges repeated occurrences).
+	tsSec, tsNanos int64
 }
 
 func newWireReader(b []byte, kind string) wireReader {
@@ -61,6 +63,10 @@ func (w *wireReader) next() (protowire.Number, protowire.Type, bool) {
 	num, typ, n := protowire.ConsumeTag(w.b[w.off:])
 	if n < 0 {
 		w.fail("", protowire.ParseError(n))
+		return 0, 0, false
+	}
+	if !num.IsValid() { // ConsumeTag checks the lower bound only
+		w.fail("", fmt.Errorf("field number %d out of range", num))
 		return 0, 0, false
 	}
 	w.off += n
@@ -177,13 +183,16 @@ func (w *wireReader) join(sub *wireReader) {
 	}
 }
 
-// timestamp reads a google.protobuf.Timestamp field.
+// timestamp reads a google.protobuf.Timestamp field (a record has one). A message field that
+// occurs twice is merged, as Protobuf does: the second occurrence's fields overwrite the first's,
+// so the seconds and nanos read so far are kept on w.
 func (w *wireReader) timestamp(field string, typ protowire.Type) time.Time {
 	r, ok := w.sub(field, -1, typ)
 	if !ok {
 		return time.Time{}
 	}
-	var sec, nanos int64
+	sec, nanos := w.tsSec, w.tsNanos
+	defer func() { w.tsSec, w.tsNanos = sec, nanos }()
 	for num, t, ok := r.next(); ok; num, t, ok = r.next() {
 		switch num {
 		case 1:
