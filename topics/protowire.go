@@ -13,7 +13,9 @@ import (
 // types with protowire, instead of unmarshalling a generated message and copying it: the generated
 // path costs one allocation per string field plus the message, and was barely faster than the
 // JSON decoder (docs/formats.md). Here every string of a record is a substring of one copy of the
-// record (one allocation), and nothing else is allocated but maps and slices the record has.
+// record (one allocation), and nothing else is allocated but maps and slices the record has. The
+// price: any one string kept keeps the record's copy alive, which for these records (ids and
+// short labels, kept no longer than the record itself) is the same memory.
 // TestProtoWireMatchesGenerated and FuzzDecodeProto hold these decoders to the generated code
 // (topics/wirepb): whatever they accept, the generated code accepts and decodes to equal values.
 //
