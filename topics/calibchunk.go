@@ -102,6 +102,14 @@ func DecodeCalibrationChunkValue(value []byte, chunkPairs uint64) (CalibrationCh
 	c := CalibrationChunk{Slot: int(le.Uint32(value[8:])),
 		Step: int64(le.Uint64(value[12:])), Chunk: le.Uint64(value[20:]), First: le.Uint64(value[28:]),
 		Pairs: value[fixed:]}
+	return checkChunk(c, chunkPairs)
+}
+
+// checkChunk validates a decoded chunk value, whichever format carried it.
+func checkChunk(c CalibrationChunk, chunkPairs uint64) (CalibrationChunk, error) {
+	bad := func(field string, v any, reason string) (CalibrationChunk, error) {
+		return CalibrationChunk{}, &FieldError{Record: "calibration chunk", Field: field, Value: v, Reason: reason}
+	}
 	n := uint64(len(c.Pairs) / 16)
 	if chunkPairs == 0 || c.Chunk >= math.MaxUint64/chunkPairs-1 {
 		return bad("chunk", c.Chunk, "out of range")

@@ -21,9 +21,9 @@ const (
 // Names resolves the full topic names for one prefix, and the format their records are written in.
 type Names struct {
 	Prefix string
-	// Format is the wire format of the record topics (rollouts, steps, runs, rewards) that the
-	// Names' record builders write and Codec decodes; empty is FormatJSON. Every stage of one
-	// pipeline must use the same format, as it uses the same prefix.
+	// Format is the wire format the Names' record builders write the record topics (rollouts,
+	// steps, runs, rewards) in; empty is FormatJSON. Readers decode by each record's content-type
+	// (RecordFormat), so writers in different formats can share the topics.
 	Format Format
 }
 

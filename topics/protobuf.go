@@ -56,6 +56,13 @@ func protoTime(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
+func goTime(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
+		return time.Time{}
+	}
+	return time.Unix(ts.Seconds, int64(ts.Nanos)).UTC()
+}
+
 // schemaFor fills an empty schema with want; any other value is left for Validate to refuse.
 func schemaFor(s *string, want string) {
 	if *s == "" {

@@ -123,7 +123,7 @@ Linux, the process is non-dumpable (other processes of its uid cannot read its e
 	f.StringVar(&a.conn.ClientID, "client-id", defaultClientID, "Kafka client id (train's default: wmrl-trainer/<run>, which tells other trainers in its group which run it serves)")
 	f.StringVar(&a.conn.TopicPrefix, "topic-prefix", topics.DefaultPrefix, "prefix of every wmrl topic name")
 	a.conn.Format = topics.FormatJSON
-	f.Var(&a.conn.Format, "format", "wire format of the record topics (rollouts, steps, rewards): json or protobuf (schemas/wmrl/v1; docs/formats.md); every stage of a pipeline must use the same")
+	f.Var(&a.conn.Format, "format", "format the stages write the record topics in (rollouts, steps, rewards): json or protobuf (schemas/wmrl/v1; docs/formats.md); readers decode each record by its content-type header")
 	f.StringVar(&a.conn.SASLMechanism, "sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)")
 	f.StringVar(&a.conn.SASLUser, "sasl-user", "", "SASL user name")
 	f.StringVar(&a.conn.SASLPassword, "sasl-password", "", "SASL password (prefer --sasl-password-file; never the flag, argv is public)")

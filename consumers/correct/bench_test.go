@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/topics"
 )
 
 // BenchmarkEngine measures the consumer's CPU path without Kafka: decode, buffer, dedupe,
@@ -20,8 +21,17 @@ func BenchmarkEngineLong(b *testing.B) {
 	benchEngine(b, SynthConfig{Runs: 1, Steps: 1000, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1})
 }
 
-func benchEngine(b *testing.B, wl SynthConfig) {
-	steps, err := Synthesize(testNames, wl)
+// BenchmarkEngineLongProtobuf is BenchmarkEngineLong with its input in Protobuf (docs/formats.md).
+func BenchmarkEngineLongProtobuf(b *testing.B) {
+	benchEngineFormat(b, SynthConfig{Runs: 1, Steps: 1000, Groups: 8, GroupSize: 8, AnchorEvery: 4, Streams: 2, FailEvery: 50, Seed: 1}, topics.FormatProtobuf)
+}
+
+func benchEngine(b *testing.B, wl SynthConfig) { benchEngineFormat(b, wl, topics.FormatJSON) }
+
+func benchEngineFormat(b *testing.B, wl SynthConfig, f topics.Format) {
+	in := testNames
+	in.Format = f
+	steps, err := Synthesize(in, wl)
 	if err != nil {
 		b.Fatal(err)
 	}
