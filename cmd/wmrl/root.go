@@ -226,6 +226,9 @@ func (a *app) preRun(cmd *cobra.Command, _ []string) error {
 	if a.startupTimeout <= 0 {
 		return fmt.Errorf("--startup-timeout %v: want > 0", a.startupTimeout)
 	}
+	if err := a.resolveFormat(cmd); err != nil {
+		return err
+	}
 	a.startup, a.stopStartup = context.WithTimeout(context.Background(), a.startupTimeout)
 	return a.setupLogger()
 }
