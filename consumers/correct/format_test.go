@@ -119,14 +119,20 @@ func TestFormatsGiveTheSameDigest(t *testing.T) {
 
 // TestFormatsGiveTheSameDigestOnBroker is TestFormatsGiveTheSameDigest on the real broker and
 // Redis (WMRL_TEST_KAFKA, WMRL_TEST_REDIS), framed against the real registry of
-// WMRL_TEST_REGISTRY.
+// WMRL_TEST_REGISTRY (that mode alone skips without one, unless services are required).
 func TestFormatsGiveTheSameDigestOnBroker(t *testing.T) {
 	digests := map[string]string{}
-	for _, m := range formatModes(testenv.Registry(t)) {
+	for _, m := range formatModes("") {
 		t.Run(m.name, func(t *testing.T) {
+			if m.name == "registry" {
+				m.registry = testenv.Registry(t)
+			}
 			seeds, rdb, names := onBroker(t)
 			digests[m.name] = digestInFormat(t, m.f, m.registry, seeds, rdb, names)
 		})
+	}
+	if len(digests) == 0 {
+		t.Skip("no broker: every mode skipped")
 	}
 	sameDigests(t, digests)
 }
@@ -142,9 +148,11 @@ func formatModes(registry string) []formatMode {
 	return []formatMode{{"json", topics.FormatJSON, ""}, {"protobuf", topics.FormatProtobuf, ""}, {"registry", topics.FormatProtobuf, registry}}
 }
 
+// sameDigests wants json and protobuf, and registry if it ran, all equal.
 func sameDigests(t *testing.T, digests map[string]string) {
 	t.Helper()
-	if len(digests) != 3 || digests["json"] != digests["protobuf"] || digests["json"] != digests["registry"] {
+	reg, ran := digests["registry"]
+	if len(digests) < 2 || digests["json"] == "" || digests["json"] != digests["protobuf"] || ran && reg != digests["json"] {
 		t.Fatalf("digests by format: %v", digests)
 	}
 }
