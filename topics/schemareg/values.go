@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/wmrl/wmrl/topics"
@@ -22,7 +24,7 @@ var recordIndex = map[string][]int{
 // index returns the message index of topic's record message.
 func (r *Registry) index(topic string) ([]int, error) {
 	for suffix, idx := range recordIndex {
-		if len(topic) >= len(suffix) && topic[len(topic)-len(suffix):] == suffix {
+		if strings.HasSuffix(topic, suffix) {
 			return idx, nil
 		}
 	}
@@ -84,15 +86,7 @@ func equalIndex(got, want []int) bool {
 	if len(got) == 0 {
 		got = []int{0}
 	}
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			return false
-		}
-	}
-	return true
+	return slices.Equal(got, want)
 }
 
 var _ topics.Framer = (*Registry)(nil)
