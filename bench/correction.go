@@ -46,6 +46,8 @@ type CorrectionConfig struct {
 	// MaxTxnSteps and MaxTxnLinger are passed to the correction consumer (correct.Config).
 	MaxTxnSteps  int
 	MaxTxnLinger time.Duration
+	// Format is the wire format of the benchmark's input records (--format; docs/formats.md).
+	Format topics.Format
 }
 
 // CorrectionReport is the result of Benchmark.
@@ -146,6 +148,7 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 	consumeOpts := append(append([]kgo.Opt(nil), cfg.KafkaOpts...), kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes))
 	prefix := fmt.Sprintf("wmrl-bench-%d.", time.Now().UnixNano())
 	names := topics.NewNames(prefix)
+	names.Format = cfg.Format
 	admCl, err := kgo.NewClient(cfg.KafkaOpts...)
 	if err != nil {
 		return rep, err

@@ -100,3 +100,49 @@ func TestProtoAdvantagesWrapper(t *testing.T) {
 		t.Errorf("wrapper with a rollout schema: %v", err)
 	}
 }
+
+// FuzzDecodeCalibrationProto: no input panics the calibration topic's and the advantages
+// wrapper's Protobuf decoders, and what they accept re-encodes to bytes that decode to the same.
+func FuzzDecodeCalibrationProto(f *testing.F) {
+	snap, _ := EncodeCalibrationProto(sampleCalibrationDebias())
+	chunk, _ := EncodeCalibrationChunkProto(CalibrationChunk{Slot: 1, Step: 2, Chunk: 1, First: 64, Pairs: make([]byte, 32)})
+	end, _ := EncodeCalibrationEndProto(sampleCalibrationEnd())
+	arrowIPC, _ := EncodeAdvantages(sampleAdvantages())
+	adv, _ := EncodeAdvantagesProto(arrowIPC, SchemaAdvantages)
+	for i, b := range [][]byte{snap, chunk, end, adv} {
+		f.Add(uint8(i), b)
+	}
+	f.Fuzz(func(t *testing.T, which uint8, b []byte) {
+		switch which % 4 {
+		case 0:
+			if s, err := DecodeCalibrationProto(b); err == nil {
+				again, err := EncodeCalibrationProto(s)
+				if err != nil {
+					t.Fatalf("decoded snapshot does not re-encode: %v", err)
+				}
+				if s2, err := DecodeCalibrationProto(again); err != nil || !reflect.DeepEqual(s, s2) {
+					t.Fatalf("snapshot round trip: %+v, %v", s2, err)
+				}
+			}
+		case 1:
+			if c, err := DecodeCalibrationChunkValueProto(b, 64); err == nil {
+				again, _ := EncodeCalibrationChunkProto(c)
+				if c2, err := DecodeCalibrationChunkValueProto(again, 64); err != nil || !reflect.DeepEqual(c, c2) {
+					t.Fatalf("chunk round trip: %+v, %v", c2, err)
+				}
+			}
+		case 2:
+			if e, err := DecodeCalibrationEndProto(b); err == nil {
+				again, err := EncodeCalibrationEndProto(e)
+				if err != nil {
+					t.Fatalf("decoded end does not re-encode: %v", err)
+				}
+				if e2, err := DecodeCalibrationEndProto(again); err != nil || !reflect.DeepEqual(e, e2) {
+					t.Fatalf("end round trip: %+v, %v", e2, err)
+				}
+			}
+		case 3:
+			_, _ = DecodeAdvantagesProto(b)
+		}
+	})
+}

@@ -216,3 +216,22 @@ func TestCodecFormats(t *testing.T) {
 		t.Error("ParseFormat(avro) succeeded")
 	}
 }
+
+// TestProtoRepeatedMessageFieldMerges: an embedded message that occurs twice is merged, as the
+// generated code merges it (seconds from the first, nanos from the second).
+func TestProtoRepeatedMessageFieldMerges(t *testing.T) {
+	c := protoCases()[2] // predicted
+	b := mustEnc(t, c, samplePredicted())
+	ts := protowire.AppendTag(nil, 2, protowire.VarintType)
+	ts = protowire.AppendVarint(ts, 7)
+	b = protowire.AppendTag(b, 14, protowire.BytesType)
+	b = protowire.AppendBytes(b, ts)
+	checkAgainstGenerated(t, c, b)
+	got, err := DecodePredictedProto(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := t0.Add(7 * time.Nanosecond); !got.CreatedAt.Equal(want) {
+		t.Errorf("created_at %v, want %v", got.CreatedAt, want)
+	}
+}

@@ -13,7 +13,9 @@ import (
 // types with protowire, instead of unmarshalling a generated message and copying it: the generated
 // path costs one allocation per string field plus the message, and was barely faster than the
 // JSON decoder (docs/formats.md). Here every string of a record is a substring of one copy of the
-// record (one allocation), and nothing else is allocated but maps and slices the record has.
+// record (one allocation), and nothing else is allocated but maps and slices the record has. The
+// price: any one string kept keeps the record's copy alive, which for these records (ids and
+// short labels, kept no longer than the record itself) is the same memory.
 // TestProtoWireMatchesGenerated and FuzzDecodeProto hold these decoders to the generated code
 // (topics/wirepb): whatever they accept, the generated code accepts and decodes to equal values.
 //
@@ -33,6 +35,8 @@ type wireReader struct {
 	prefix string
 	index  int
 	err    error
+	// tsSec and tsNanos are the timestamp read so far (timestamp merges repeated occurrences).
+	tsSec, tsNanos int64
 }
 
 func newWireReader(b []byte, kind string) wireReader {
@@ -61,6 +65,10 @@ func (w *wireReader) next() (protowire.Number, protowire.Type, bool) {
 	num, typ, n := protowire.ConsumeTag(w.b[w.off:])
 	if n < 0 {
 		w.fail("", protowire.ParseError(n))
+		return 0, 0, false
+	}
+	if !num.IsValid() { // ConsumeTag checks the lower bound only
+		w.fail("", fmt.Errorf("field number %d out of range", num))
 		return 0, 0, false
 	}
 	w.off += n
@@ -177,13 +185,16 @@ func (w *wireReader) join(sub *wireReader) {
 	}
 }
 
-// timestamp reads a google.protobuf.Timestamp field.
+// timestamp reads a google.protobuf.Timestamp field (a record has one). A message field that
+// occurs twice is merged, as Protobuf does: the second occurrence's fields overwrite the first's,
+// so the seconds and nanos read so far are kept on w.
 func (w *wireReader) timestamp(field string, typ protowire.Type) time.Time {
 	r, ok := w.sub(field, -1, typ)
 	if !ok {
 		return time.Time{}
 	}
-	var sec, nanos int64
+	sec, nanos := w.tsSec, w.tsNanos
+	defer func() { w.tsSec, w.tsNanos = sec, nanos }()
 	for num, t, ok := r.next(); ok; num, t, ok = r.next() {
 		switch num {
 		case 1:

@@ -84,6 +84,7 @@ func (o *benchCorrectionOptions) run(_ *cobra.Command, _ []string) error {
 	}
 	cfg.Correction = cc
 	cfg.Logger = a.log.With("bench", "correction")
+	cfg.Format = a.conn.Format // the global --format: the input records' wire format
 	if o.embedded {
 		kc, err := kfake.NewCluster(kfake.NumBrokers(1))
 		if err != nil {

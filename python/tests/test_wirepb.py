@@ -9,12 +9,9 @@ import struct
 from pathlib import Path
 
 import pytest
+from google.protobuf.message import DecodeError  # the client's [test] extra installs protobuf
 
-pytest.importorskip("google.protobuf", reason="the protobuf package is in the client's [test] extra")
-
-from google.protobuf.message import DecodeError  # noqa: E402
-
-from wmrl_client.wirepb import executed_pb2, predicted_pb2, rollout_pb2, step_pb2  # noqa: E402
+from wmrl_client.wirepb import executed_pb2, predicted_pb2, rollout_pb2, step_pb2
 
 GOLDEN = Path(__file__).resolve().parents[2] / "topics" / "testdata" / "golden"
 CASES = [
