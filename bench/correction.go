@@ -25,6 +25,7 @@ import (
 	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/topicadmin"
 	"github.com/wmrl/wmrl/topics"
+	"github.com/wmrl/wmrl/topics/schemareg"
 )
 
 // CorrectionConfig configures Benchmark.
@@ -49,6 +50,9 @@ type CorrectionConfig struct {
 	MaxTxnLinger time.Duration
 	// Format is the wire format of the benchmark's input records (--format; docs/formats.md).
 	Format topics.Format
+	// Registry, when set (Format Protobuf), Confluent-frames the input records against it and
+	// the correction consumer checks their ids; the benchmark's schemas are registered first.
+	Registry *schemareg.Registry
 }
 
 // CorrectionReport is the result of Benchmark.
@@ -150,6 +154,16 @@ func Correction(ctx context.Context, cfg CorrectionConfig) (CorrectionReport, er
 	prefix := fmt.Sprintf("wmrl-bench-%d.", time.Now().UnixNano())
 	names := topics.NewNames(prefix)
 	names.Format = cfg.Format
+	if cfg.Registry != nil {
+		ss, err := schemareg.Schemas(names)
+		if err != nil {
+			return rep, err
+		}
+		if _, err := cfg.Registry.Register(ctx, ss...); err != nil {
+			return rep, fmt.Errorf("bench: %w", err)
+		}
+		names.Registry = cfg.Registry
+	}
 	admCl, err := kgo.NewClient(cfg.KafkaOpts...)
 	if err != nil {
 		return rep, err

@@ -29,6 +29,7 @@ import (
 	"github.com/wmrl/wmrl/sinks/trainer"
 	"github.com/wmrl/wmrl/task"
 	"github.com/wmrl/wmrl/topics"
+	"github.com/wmrl/wmrl/topics/schemareg"
 )
 
 // ErrConfig reports an unusable demo configuration.
@@ -69,6 +70,10 @@ type Config struct {
 	// SandboxSlots bounds concurrent executions per arm; WMConcurrency concurrent predictions.
 	SandboxSlots  int
 	WMConcurrency int
+	// Format is the record topics' wire format (empty: JSON). Registry, when set, Confluent-frames
+	// them against it (Format must then be Protobuf): each arm's schemas are registered at start.
+	Format   topics.Format
+	Registry *schemareg.Registry
 	// StallTimeout fails the demo when an arm seals no step for this long (default 2 min).
 	StallTimeout time.Duration
 	Logger       *slog.Logger
@@ -225,9 +230,24 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		mu   sync.Mutex
 		arms = make([]*armRun, len(cfg.Arms))
 	)
+	if cfg.Registry != nil && cfg.Format != topics.FormatProtobuf {
+		return nil, fmt.Errorf("%w: a schema registry frames Protobuf records, format is %q", ErrConfig, cfg.Format)
+	}
 	for i, arm := range cfg.Arms {
+		names := topics.NewNames(cfg.ArmTopicPrefix(arm.Name))
+		names.Format = cfg.Format
+		if cfg.Registry != nil {
+			ss, err := schemareg.Schemas(names)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := cfg.Registry.Register(ctx, ss...); err != nil {
+				return nil, fmt.Errorf("demo: %s: %w", arm.Name, err)
+			}
+			names.Registry = cfg.Registry
+		}
 		a := &armRun{cfg: cfg, arm: arm, eval: eval, kopts: kopts, rdb: rdb, log: cfg.Logger.With("arm", arm.Name),
-			names: topics.NewNames(cfg.ArmTopicPrefix(arm.Name))}
+			names: names}
 		a.onStep = func(rec sim.StepRecord) {
 			mu.Lock()
 			defer mu.Unlock()

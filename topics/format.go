@@ -1,6 +1,7 @@
 package topics
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -125,33 +126,35 @@ func (c Codec) DecodeExecuted(b []byte) (ExecutedReward, error) {
 func (f *Format) Type() string { return "format" }
 
 // RecordFormat is the format a record's content-type header names: FormatProtobuf for
-// ContentTypeProtobuf, FormatJSON otherwise (records written before formats existed carry
-// application/json or nothing). Readers decode by it, not by their own --format, so a pipeline
-// can move from one format to the other stage by stage, and JSON writers (the Python client)
-// keep working beside binary ones.
+// ContentTypeProtobuf and ContentTypeProtobufConfluent, FormatJSON otherwise (records written
+// before formats existed carry application/json or nothing). Readers decode by it, not by their
+// own --format, so a pipeline can move from one format to the other stage by stage, and JSON
+// writers (the Python client) keep working beside binary ones.
 func RecordFormat(r *kgo.Record) Format {
-	if ct, _ := HeaderValue(r.Headers, HeaderContentType); ct == ContentTypeProtobuf {
+	switch ct, _ := HeaderValue(r.Headers, HeaderContentType); ct {
+	case ContentTypeProtobuf, ContentTypeProtobufConfluent:
 		return FormatProtobuf
 	}
 	return FormatJSON
 }
 
-// DecodeRolloutRecord decodes a rollouts-topic record in its RecordFormat.
+// DecodeRolloutRecord decodes a rollouts-topic record by its content-type, a framed one unchecked
+// (no registry: Names.DecodeRolloutRecord is the stages' reader).
 func DecodeRolloutRecord(r *kgo.Record) (Rollout, error) {
-	return CodecFor(RecordFormat(r)).DecodeRollout(r.Value)
+	return Names{}.DecodeRolloutRecord(context.Background(), r)
 }
 
-// DecodeStepRecord decodes a steps- or runs-topic record in its RecordFormat.
+// DecodeStepRecord decodes a steps- or runs-topic record by its content-type (no registry).
 func DecodeStepRecord(r *kgo.Record) (StepManifest, error) {
-	return CodecFor(RecordFormat(r)).DecodeStep(r.Value)
+	return Names{}.DecodeStepRecord(context.Background(), r)
 }
 
-// DecodePredictedRecord decodes a rewards.predicted record in its RecordFormat.
+// DecodePredictedRecord decodes a rewards.predicted record by its content-type (no registry).
 func DecodePredictedRecord(r *kgo.Record) (PredictedReward, error) {
-	return CodecFor(RecordFormat(r)).DecodePredicted(r.Value)
+	return Names{}.DecodePredictedRecord(context.Background(), r)
 }
 
-// DecodeExecutedRecord decodes a rewards.executed record in its RecordFormat.
+// DecodeExecutedRecord decodes a rewards.executed record by its content-type (no registry).
 func DecodeExecutedRecord(r *kgo.Record) (ExecutedReward, error) {
-	return CodecFor(RecordFormat(r)).DecodeExecuted(r.Value)
+	return Names{}.DecodeExecutedRecord(context.Background(), r)
 }

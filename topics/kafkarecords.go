@@ -15,7 +15,7 @@ func (n Names) RolloutRecord(r Rollout) (*kgo.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	return n.keyedRecord(n.Rollouts(), SchemaRollout, r.RunID, r.Step, r.Stream, b), nil
+	return n.keyedRecord(n.Rollouts(), SchemaRollout, r.RunID, r.Step, r.Stream, b)
 }
 
 // StepRecord encodes m as a record for the steps topic, keyed by run_id.
@@ -24,7 +24,7 @@ func (n Names) StepRecord(m StepManifest) (*kgo.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	return n.keyedRecord(n.Steps(), SchemaStep, m.RunID, m.Step, "", b), nil
+	return n.keyedRecord(n.Steps(), SchemaStep, m.RunID, m.Step, "", b)
 }
 
 // EndRequestRecord encodes the end-of-run record of run (EndOfRunMarker) as a request on the
@@ -37,7 +37,7 @@ func (n Names) EndRequestRecord(run string, lastStep int64, at time.Time) (*kgo.
 	if err != nil {
 		return nil, err
 	}
-	return n.keyedRecord(n.Runs(), SchemaStep, m.RunID, m.Step, "", b), nil
+	return n.keyedRecord(n.Runs(), SchemaStep, m.RunID, m.Step, "", b)
 }
 
 // PredictedRecord encodes p as a record for the predicted-rewards topic, keyed by run_id.
@@ -46,7 +46,7 @@ func (n Names) PredictedRecord(p PredictedReward) (*kgo.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	return n.keyedRecord(n.Predicted(), SchemaPredicted, p.RunID, p.Step, p.Stream, b), nil
+	return n.keyedRecord(n.Predicted(), SchemaPredicted, p.RunID, p.Step, p.Stream, b)
 }
 
 // ExecutedRecord encodes e as a record for the executed-rewards topic, keyed by run_id.
@@ -55,7 +55,7 @@ func (n Names) ExecutedRecord(e ExecutedReward) (*kgo.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	return n.keyedRecord(n.Executed(), SchemaExecuted, e.RunID, e.Step, e.Stream, b), nil
+	return n.keyedRecord(n.Executed(), SchemaExecuted, e.RunID, e.Step, e.Stream, b)
 }
 
 // CalibrationRecord encodes s as a record for the compacted calibration topic, keyed by
@@ -80,13 +80,24 @@ func keyedRecord(topic, schema, run string, step int64, stream string, value []b
 }
 
 // keyedRecord is keyedRecord for a record topic in n's format: a binary record's content-type
-// says so, since its bytes do not.
-func (n Names) keyedRecord(topic, schema, run string, step int64, stream string, value []byte) *kgo.Record {
-	r := keyedRecord(topic, schema, run, step, stream, value)
-	if n.Codec().binary() {
-		r.Headers[1].Value = []byte(ContentTypeProtobuf)
+// says so, since its bytes do not, and says whether it is Confluent-framed (Names.Framed).
+func (n Names) keyedRecord(topic, schema, run string, step int64, stream string, value []byte) (*kgo.Record, error) {
+	ct := ""
+	switch {
+	case n.Framed(topic):
+		v, err := n.Registry.FrameValue(topic, value)
+		if err != nil {
+			return nil, err
+		}
+		value, ct = v, ContentTypeProtobufConfluent
+	case n.Codec().binary():
+		ct = ContentTypeProtobuf
 	}
-	return r
+	r := keyedRecord(topic, schema, run, step, stream, value)
+	if ct != "" {
+		r.Headers[1].Value = []byte(ct)
+	}
+	return r, nil
 }
 
 // AdvantageRecords chunks one step's rows (ChunkAdvantages with maxBytes, e.g. DefaultChunkBytes)

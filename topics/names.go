@@ -25,6 +25,10 @@ type Names struct {
 	// steps, runs, rewards) in; empty is FormatJSON. Readers decode by each record's content-type
 	// (RecordFormat), so writers in different formats can share the topics.
 	Format Format
+	// Registry, when set with FormatProtobuf, makes the record builders write the topics Framed
+	// reports in the Confluent wire format, and the Names' Decode*Record methods check a framed
+	// record's schema id against it. nil: no framing.
+	Registry Framer
 }
 
 // Codec returns the codec of n's format.

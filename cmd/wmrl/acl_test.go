@@ -279,8 +279,8 @@ func TestSecureStagesLeastPrivilege(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	opts := s.broker.AdminOpts()
-	checkPredicted(t, readCommitted(ctx, t, opts, s.names.Predicted()), rollouts)
-	checkExecuted(t, readCommitted(ctx, t, opts, s.names.Executed()), rollouts)
+	checkPredicted(t, readCommittedRecords(ctx, t, opts, s.names.Predicted()), rollouts)
+	checkExecuted(t, readCommittedRecords(ctx, t, opts, s.names.Executed()), rollouts)
 	checkAdvantageTopic(ctx, t, opts, s.names.Advantages(), rollouts, live, e2eSteps)
 }
 

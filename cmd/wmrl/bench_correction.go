@@ -85,6 +85,10 @@ func (o *benchCorrectionOptions) run(_ *cobra.Command, _ []string) error {
 	cfg.Correction = cc
 	cfg.Logger = a.log.With("bench", "correction")
 	cfg.Format = a.conn.Format // the global --format: the input records' wire format
+	// --schema-registry: the input is Confluent-framed and correct checks the ids, as in a stage.
+	if cfg.Registry, err = a.conn.SchemaRegistry(); err != nil {
+		return err
+	}
 	if o.embedded {
 		kc, err := kfake.NewCluster(kfake.NumBrokers(1))
 		if err != nil {

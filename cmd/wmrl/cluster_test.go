@@ -241,12 +241,12 @@ func TestClusterFailover(t *testing.T) {
 	// franz-go drops the group session and the work since the last commit is redone. The
 	// redelivered records must be the same verdict; the correction consumer (exactly-once) keeps
 	// one, which the advantage checks below prove.
-	checkPredicted(t, redelivered(t, "predicted", readCommitted(ctx, t, opts, names.Predicted()), func(b []byte) (string, string, error) {
-		p, err := topics.DecodePredicted(b)
+	checkPredicted(t, redelivered(t, "predicted", readCommittedRecords(ctx, t, opts, names.Predicted()), func(r *kgo.Record) (string, string, error) {
+		p, err := topics.DecodePredictedRecord(r)
 		return p.RolloutID, fmt.Sprint(p.Status, p.Reason, scoreText(p.Score)), err
 	}), rollouts)
-	checkExecuted(t, redelivered(t, "executed", readCommitted(ctx, t, opts, names.Executed()), func(b []byte) (string, string, error) {
-		e, err := topics.DecodeExecuted(b)
+	checkExecuted(t, redelivered(t, "executed", readCommittedRecords(ctx, t, opts, names.Executed()), func(r *kgo.Record) (string, string, error) {
+		e, err := topics.DecodeExecutedRecord(r)
 		return e.RolloutID, fmt.Sprint(e.Status, e.Reason, scoreText(e.Score)), err
 	}), rollouts)
 	rows := checkAdvantageTopic(ctx, t, opts, names.Advantages(), rollouts, live, clusterSteps) // exactly one row per rollout: 0 lost, 0 duplicated
@@ -305,10 +305,10 @@ func clusterWorkload(t *testing.T) []e2eRollout {
 
 // redelivered returns values with records of an already seen rollout removed, after checking
 // that each repeats the first record's verdict; it logs how many there were.
-func redelivered(t *testing.T, what string, values [][]byte, key func([]byte) (id, verdict string, err error)) [][]byte {
+func redelivered(t *testing.T, what string, values []*kgo.Record, key func(*kgo.Record) (id, verdict string, err error)) []*kgo.Record {
 	t.Helper()
 	first := map[string]string{}
-	var out [][]byte
+	var out []*kgo.Record
 	dups := 0
 	for _, v := range values {
 		id, verdict, err := key(v)

@@ -203,6 +203,9 @@ func (o *correctOptions) run(cmd *cobra.Command, _ []string) error {
 	}
 	defer rdb.Close()
 	cfg.Redis = rdb
+	if err := a.useRegistry(); err != nil {
+		return err
+	}
 	cfg.Names = a.conn.Names()
 	cfg.Group = a.groupFor(cmd, cfg.Group, correct.DefaultGroup)
 	cfg.Logger = a.log

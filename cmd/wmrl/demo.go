@@ -16,6 +16,8 @@ import (
 	"github.com/wmrl/wmrl/internal/conn"
 	"github.com/wmrl/wmrl/sim"
 	"github.com/wmrl/wmrl/task"
+	"github.com/wmrl/wmrl/topics"
+	"github.com/wmrl/wmrl/topics/schemareg"
 )
 
 func init() { register(newDemoCmd) }
@@ -117,6 +119,11 @@ func (o *demoOptions) run(cmd *cobra.Command, _ []string) error {
 	}
 	cfg.Arms = demo.Arms(cfg.AnchorFraction)
 	fmt.Fprintf(a.stdout, "wmrl demo: %s\n", where)
+	closeReg, err := o.useFormat(&cfg)
+	if err != nil {
+		return err
+	}
+	defer closeReg()
 	var dash *dashboard.Server
 	if o.dashAddr != "" {
 		// The dashboard reads the same topics and Redis as the arms; an embedded Kafka and
@@ -178,6 +185,34 @@ func (o *demoOptions) run(cmd *cobra.Command, _ []string) error {
 }
 
 // writeReport writes the finished demo's HTML report into o.out and says where it is.
+// useFormat puts --format on the demo and, for Protobuf, a schema registry: the configured
+// --schema-registry, else an in-process one (schemareg.NewDouble, closed by the returned
+// function), so a demo run shows the Confluent framing without a registry to run. JSON, the
+// default, uses none and prints nothing.
+func (o *demoOptions) useFormat(cfg *demo.Config) (func(), error) {
+	a := o.a
+	cfg.Format = a.conn.Format
+	if cfg.Format != topics.FormatProtobuf {
+		return func() {}, nil
+	}
+	reg, err := a.conn.SchemaRegistry()
+	if err != nil {
+		return nil, err
+	}
+	closeReg, which := func() {}, strings.Join(a.conn.Registry.URLs, ",")
+	if reg == nil {
+		fake := schemareg.NewDouble()
+		if reg, err = schemareg.New(schemareg.Config{URLs: []string{fake.URL()}}); err != nil {
+			fake.Close()
+			return nil, err
+		}
+		closeReg, which = fake.Close, "in-process registry (srfake) "+fake.URL()
+	}
+	cfg.Registry = reg
+	fmt.Fprintf(a.stdout, "format: protobuf, Confluent-framed (schema registry: %s)\n", which)
+	return closeReg, nil
+}
+
 func (o *demoOptions) writeReport(where string, cfg demo.Config, res *demo.Outcome) error {
 	settings := append([][2]string{{"backend", where},
 		{"arms", "real-grpo (every group executed), pure-wm (none), wmrl (anchors, OD + IVD)"},

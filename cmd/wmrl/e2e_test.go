@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -54,7 +55,22 @@ type e2eRollout struct {
 // Redis — from `topics create` to `train`, `replay` and `digest`, and checks the
 // exactly-one-record-per-rollout contract, failure statuses, masking, graceful SIGTERM and that
 // a replay reproduces the live digest.
+//
+// It runs twice: in the default JSON, and in Protobuf Confluent-framed against the real schema
+// registry of WMRL_TEST_REGISTRY (that run alone skips without one unless services are
+// required); both give the same live digest.
 func TestE2E(t *testing.T) {
+	digests := map[string]string{}
+	t.Run("json", func(t *testing.T) { digests["json"] = e2eInMode(t, "") })
+	t.Run("registry", func(t *testing.T) { digests["registry"] = e2eInMode(t, testenv.Registry(t)) })
+	if j, r := digests["json"], digests["registry"]; j != "" && r != "" && j != r {
+		t.Fatalf("live digests differ: json %s, registry %s", j, r)
+	}
+}
+
+// e2eInMode is TestE2E's run, with --schema-registry registry when not empty; it returns the
+// live digest line.
+func e2eInMode(t *testing.T, registry string) string {
 	brokers := testenv.Kafka(t)
 	redisURL := testenv.Redis(t)
 	unique := testenv.Name(t)
@@ -71,6 +87,9 @@ func TestE2E(t *testing.T) {
 	h := &e2eHarness{t: t, bin: bin, global: []string{
 		"--brokers", strings.Join(brokers, ","), "--redis", redisURL, "--topic-prefix", prefix,
 	}}
+	if registry != "" {
+		h.global = append(h.global, "--schema-registry", registry)
+	}
 	t.Cleanup(h.stopAll)
 
 	// 1. Topics.
@@ -129,8 +148,18 @@ func TestE2E(t *testing.T) {
 	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	checkPredicted(t, readCommitted(ctx, t, opts, names.Predicted()), rollouts)
-	checkExecuted(t, readCommitted(ctx, t, opts, names.Executed()), rollouts)
+	pred, exec := readCommittedRecords(ctx, t, opts, names.Predicted()), readCommittedRecords(ctx, t, opts, names.Executed())
+	wantCT := topics.ContentTypeJSON
+	if registry != "" {
+		wantCT = topics.ContentTypeProtobufConfluent
+	}
+	for _, r := range append(slices.Clone(pred), exec...) {
+		if ct, _ := topics.HeaderValue(r.Headers, topics.HeaderContentType); ct != wantCT {
+			t.Fatalf("%s: content-type %q, want %q", r.Topic, ct, wantCT)
+		}
+	}
+	checkPredicted(t, pred, rollouts)
+	checkExecuted(t, exec, rollouts)
 	rows := checkAdvantageTopic(ctx, t, opts, names.Advantages(), rollouts, live, e2eSteps)
 
 	// 9. Replay reproduces the live digest.
@@ -143,6 +172,7 @@ func TestE2E(t *testing.T) {
 	if fromFile := strings.TrimSpace(h.run(time.Minute, 0, "digest", "--run", e2eRun, "--file", replayFile)); fromFile != live {
 		t.Errorf("digest of the replay file %q, of the live topic %q", fromFile, live)
 	}
+	return live
 }
 
 // e2eWorkload lays out the rollouts and picks the two failure cases: the second rollout of the
@@ -433,6 +463,16 @@ func checkTrainOutput(t *testing.T, out string, rowsPerStep int) {
 // stable offset.
 func readCommitted(ctx context.Context, t *testing.T, opts []kgo.Opt, topic string) [][]byte {
 	t.Helper()
+	var values [][]byte
+	for _, r := range readCommittedRecords(ctx, t, opts, topic) {
+		values = append(values, r.Value)
+	}
+	return values
+}
+
+// readCommittedRecords is readCommitted keeping the records (headers: the content-type).
+func readCommittedRecords(ctx context.Context, t *testing.T, opts []kgo.Opt, topic string) []*kgo.Record {
+	t.Helper()
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -465,7 +505,7 @@ func readCommitted(ctx context.Context, t *testing.T, opts []kgo.Opt, topic stri
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	var values [][]byte
+	var recs []*kgo.Record
 	for len(open) > 0 {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -478,14 +518,14 @@ func readCommitted(ctx context.Context, t *testing.T, opts []kgo.Opt, topic stri
 				return
 			}
 			if !r.Attrs.IsControl() {
-				values = append(values, r.Value)
+				recs = append(recs, r)
 			}
 			if r.Offset+1 >= end {
 				delete(open, r.Partition)
 			}
 		})
 	}
-	return values
+	return recs
 }
 
 // e2eScoreArgv is the sandbox's --argv (a JSON array) that runs testdata/e2e/score.sh, the
@@ -545,11 +585,11 @@ func onePerRollout[T any](t *testing.T, what string, items []T, id func(T) strin
 	return one
 }
 
-func checkPredicted(t *testing.T, values [][]byte, rollouts []e2eRollout) {
+func checkPredicted(t *testing.T, recs []*kgo.Record, rollouts []e2eRollout) {
 	t.Helper()
 	var ps []topics.PredictedReward
-	for _, v := range values {
-		p, err := topics.DecodePredicted(v)
+	for _, v := range recs {
+		p, err := topics.DecodePredictedRecord(v)
 		if err != nil {
 			t.Fatalf("predicted record: %v", err)
 		}
@@ -579,11 +619,11 @@ func checkPredicted(t *testing.T, values [][]byte, rollouts []e2eRollout) {
 	}
 }
 
-func checkExecuted(t *testing.T, values [][]byte, rollouts []e2eRollout) {
+func checkExecuted(t *testing.T, recs []*kgo.Record, rollouts []e2eRollout) {
 	t.Helper()
 	got := map[string][]topics.ExecutedReward{}
-	for _, v := range values {
-		e, err := topics.DecodeExecuted(v)
+	for _, v := range recs {
+		e, err := topics.DecodeExecutedRecord(v)
 		if err != nil {
 			t.Fatalf("executed record: %v", err)
 		}
@@ -615,8 +655,8 @@ func checkExecuted(t *testing.T, values [][]byte, rollouts []e2eRollout) {
 			t.Errorf("rollout %s: executed status %q score %v reason %q stderr %q, want ok %s", r.id, e.Status, e.Score, e.Reason, e.StderrTail, r.exec)
 		}
 	}
-	if len(values) != anchors {
-		t.Errorf("%d executed records, want one per anchor rollout (%d)", len(values), anchors)
+	if len(recs) != anchors {
+		t.Errorf("%d executed records, want one per anchor rollout (%d)", len(recs), anchors)
 	}
 }
 

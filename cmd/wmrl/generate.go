@@ -176,6 +176,9 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 	if err := a.requireTopics(kopts, a.conn.Names().Rollouts(), a.conn.Names().Steps()); err != nil {
 		return err
 	}
+	if err := a.useRegistry(); err != nil {
+		return err
+	}
 	pacer, stop, err := o.newPacer(ctx, kopts)
 	if err != nil {
 		return err

@@ -76,6 +76,9 @@ func (s *stageFlags) config(a *app, cmd *cobra.Command, name string) (stage.Conf
 	if err != nil {
 		return member, err
 	}
+	if err := a.useRegistry(); err != nil {
+		return member, err
+	}
 	member.Group, member.Names, member.KafkaOpts = a.groupFor(cmd, s.group, "wmrl-"+name), a.conn.Names(), kopts
 	member.MetricsAddr, member.Logger, member.ShutdownGrace = s.metricsAddr, a.log, s.grace
 	member.StartupTimeout = a.startupLeft()

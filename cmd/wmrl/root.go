@@ -140,7 +140,7 @@ Linux, the process is non-dumpable (other processes of its uid cannot read its e
 	f.StringVar(&a.conn.RedisTLSCA, "redis-tls-ca", "", "PEM file with the CA certificates that sign the rediss:// server's certificate (default: system roots)")
 	f.StringVar(&a.conn.RedisTLSCert, "redis-tls-cert", "", "PEM client certificate for a rediss:// server that requires one")
 	f.StringVar(&a.conn.RedisTLSKey, "redis-tls-key", "", "PEM client key for --redis-tls-cert")
-	f.StringSliceVar(&a.conn.Registry.URLs, "schema-registry", nil, "Confluent-compatible schema registry base URL(s), comma-separated (Apicurio: http://host:8080/apis/ccompat/v7); empty: none. topics create registers each topic's schema under <topic>-value, topics check reports the subjects")
+	f.StringSliceVar(&a.conn.Registry.URLs, "schema-registry", nil, "Confluent-compatible schema registry base URL(s), comma-separated (Apicurio: http://host:8080/apis/ccompat/v7); empty: none. topics create and the stages register each topic's schema under <topic>-value, the stages write rollouts, steps and rewards Confluent-framed and check the schema ids they read (implies --format protobuf), topics check reports the subjects")
 	f.StringVar(&a.conn.Registry.User, "schema-registry-user", "", "schema registry HTTP basic-auth user")
 	f.StringVar(&a.conn.Registry.Password, "schema-registry-password", "", "schema registry basic-auth password (prefer --schema-registry-password-file)")
 	f.String("schema-registry-password-file", "", "file holding the schema registry password (trailing line breaks removed)")
@@ -225,6 +225,9 @@ func (a *app) preRun(cmd *cobra.Command, _ []string) error {
 	}
 	if a.startupTimeout <= 0 {
 		return fmt.Errorf("--startup-timeout %v: want > 0", a.startupTimeout)
+	}
+	if err := a.resolveFormat(cmd); err != nil {
+		return err
 	}
 	a.startup, a.stopStartup = context.WithTimeout(context.Background(), a.startupTimeout)
 	return a.setupLogger()

@@ -275,7 +275,12 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 				batch = append(batch, r)
 			}
 		})
-		for _, d := range c.decodeAll(batch) {
+		decoded := c.decodeAll(ctx, batch)
+		if ctx.Err() != nil {
+			// A decode may have given up on an unreachable registry: apply none of the poll.
+			return ctx.Err()
+		}
+		for _, d := range decoded {
 			c.eng.apply(d, now)
 		}
 		n := len(batch)
@@ -352,11 +357,11 @@ func (c *Consumer) batching(sess *kgo.GroupTransactSession, from *time.Time) boo
 // decodeAll decodes a poll's records on all cores (decoding is most of the consumer's CPU and
 // pure), in chunks of decodeChunk; they are applied to the engine afterwards in input order, so
 // results do not change.
-func (c *Consumer) decodeAll(recs []*kgo.Record) []decoded {
+func (c *Consumer) decodeAll(ctx context.Context, recs []*kgo.Record) []decoded {
 	out := make([]decoded, len(recs))
 	_ = ordered((len(recs)+decodeChunk-1)/decodeChunk, func(_, i int) error {
 		for j := i * decodeChunk; j < min((i+1)*decodeChunk, len(recs)); j++ {
-			out[j] = c.eng.decode(recs[j])
+			out[j] = c.eng.decode(ctx, recs[j])
 		}
 		return nil
 	}, nil)

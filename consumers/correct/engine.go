@@ -1,6 +1,7 @@
 package correct
 
 import (
+	"context"
 	"encoding/hex"
 	"fmt"
 	"maps"
@@ -287,7 +288,9 @@ type decoded struct {
 	rw   *reward
 }
 
-func (e *engine) decode(rec *kgo.Record) decoded {
+// decode is pure but for a framed record's first schema id, which the registry is asked about
+// (retried while it is away, until ctx ends: the caller then drops the poll, never applies it).
+func (e *engine) decode(ctx context.Context, rec *kgo.Record) decoded {
 	d := decoded{rec: rec}
 	d.kind, d.ok = e.kinds[rec.Topic]
 	if !d.ok {
@@ -295,10 +298,10 @@ func (e *engine) decode(rec *kgo.Record) decoded {
 	}
 	switch d.kind {
 	case kindStep:
-		d.man, d.err = topics.DecodeStepRecord(rec)
+		d.man, d.err = e.names.DecodeStepRecord(ctx, rec)
 		d.run = d.man.RunID
 	case kindPredicted:
-		p, err := topics.DecodePredictedRecord(rec)
+		p, err := e.names.DecodePredictedRecord(ctx, rec)
 		if err != nil {
 			d.err = err
 			return d
@@ -310,7 +313,7 @@ func (e *engine) decode(rec *kgo.Record) decoded {
 		rw.ok = p.Status == topics.StatusOK && rw.hasScore
 		d.run, d.step, d.gid, d.id, d.rw = p.RunID, p.Step, p.GroupID, p.RolloutID, rw
 	case kindExecuted:
-		x, err := topics.DecodeExecutedRecord(rec)
+		x, err := e.names.DecodeExecutedRecord(ctx, rec)
 		if err != nil {
 			d.err = err
 			return d
@@ -335,7 +338,9 @@ func (e *engine) decode(rec *kgo.Record) decoded {
 }
 
 // add takes one input record. Bad records become pending dead letters; nothing here fails.
-func (e *engine) add(rec *kgo.Record, now time.Time) { e.apply(e.decode(rec), now) }
+func (e *engine) add(rec *kgo.Record, now time.Time) {
+	e.apply(e.decode(context.Background(), rec), now)
+}
 
 // apply folds a decoded record into the buffers; records must be applied in input order.
 func (e *engine) apply(d decoded, now time.Time) {

@@ -2,6 +2,8 @@ package correct
 
 import (
 	"bytes"
+	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/topics"
+	"github.com/wmrl/wmrl/topics/schemareg"
 )
 
 // formatWorkload is the workload both format tests run.
@@ -18,10 +21,27 @@ var formatWorkload = SynthConfig{Runs: 2, Steps: 4, Groups: 4, GroupSize: 8, Anc
 
 // digestInFormat writes formatWorkload in format f onto names' topics at seeds, runs `wmrl
 // correct` over it and returns the digest of the advantage rows it wrote, after checking it
-// against the reference computed without the stage.
-func digestInFormat(t *testing.T, f topics.Format, seeds []string, rdb redis.UniversalClient, names topics.Names) string {
+// against the reference computed without the stage. With a registry url (an in-process double or
+// a real registry) the records are Confluent-framed, the stage checks their ids, and one
+// predicted record framed with an id the registry does not know is put in the middle of the
+// input: it must be dead-lettered as schema-unknown while the run goes on to the same digest.
+func digestInFormat(t *testing.T, f topics.Format, registry string, seeds []string, rdb redis.UniversalClient, names topics.Names) string {
 	t.Helper()
 	names.Format = f
+	if registry != "" {
+		reg, err := schemareg.New(schemareg.Config{URLs: []string{registry}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss, err := schemareg.Schemas(names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reg.Register(context.Background(), ss...); err != nil {
+			t.Fatal(err)
+		}
+		names.Registry = reg
+	}
 	steps, err := Synthesize(names, formatWorkload)
 	if err != nil {
 		t.Fatal(err)
@@ -30,12 +50,29 @@ func digestInFormat(t *testing.T, f topics.Format, seeds []string, rdb redis.Uni
 	for _, s := range steps {
 		recs = append(recs, s.Records()...)
 	}
-	// The input really is in format f: JSON records start with '{', Protobuf ones never do.
+	// The input really is in format f: JSON records start with '{', Protobuf ones never do;
+	// framed ones start with the magic byte 0.
 	ct, _ := topics.HeaderValue(recs[0].Headers, topics.HeaderContentType)
 	if isJSON := bytes.HasPrefix(recs[0].Value, []byte("{")); isJSON != (f == topics.FormatJSON) || topics.RecordFormat(recs[0]) != f {
 		t.Fatalf("%s: input record %q (content-type %s) is not in that format", f, recs[0].Value, ct)
 	}
-	testenv.Produce(t, seeds, recs)
+	input := recs
+	if registry != "" {
+		if ct != topics.ContentTypeProtobufConfluent || recs[0].Value[0] != 0 {
+			t.Fatalf("input record (content-type %s) is not framed", ct)
+		}
+		var garbage *kgo.Record
+		for _, r := range recs[len(recs)/2:] {
+			if r.Topic == names.Predicted() {
+				c := *r
+				c.Value = append([]byte{0, 0x7f, 0xff, 0xff, 0x00}, r.Value[5:]...)
+				garbage = &c
+				break
+			}
+		}
+		input = append(append(slices.Clone(recs[:len(recs)/2]), garbage), recs[len(recs)/2:]...)
+	}
+	testenv.Produce(t, seeds, input)
 	cc := smallCorrection()
 	cfg := testConsumerConfig(seeds, names, rdb, cc)
 	cfg.RedisPrefix = names.Prefix + "state"
@@ -46,6 +83,15 @@ func digestInFormat(t *testing.T, f topics.Format, seeds []string, rdb redis.Uni
 		t.Fatal(err)
 	}
 	checkExactlyOnce(t, rd.rows, rollouts(formatWorkload))
+	if registry != "" {
+		var reasons []string
+		for _, d := range readDeadLetters(t, seeds, names.DLQ(), 1, 15*time.Second) {
+			reasons = append(reasons, d.Reason)
+		}
+		if !slices.Equal(reasons, []string{"schema-unknown"}) {
+			t.Fatalf("dead letters %v, want the garbage id's schema-unknown alone", reasons)
+		}
+	}
 	got := topics.DigestRows(rd.rows)
 	if want := topics.DigestRows(referenceRows(t, cc, retopic(recs, names))); got != want {
 		t.Fatalf("%s: live digest %s, reference %s", f, got, want)
@@ -58,30 +104,55 @@ func digestInFormat(t *testing.T, f topics.Format, seeds []string, rdb redis.Uni
 // digest is computed over decoded rows (topics.Digest), never wire bytes, so the format must not
 // change it.
 func TestFormatsGiveTheSameDigest(t *testing.T) {
-	digests := map[topics.Format]string{}
-	for _, f := range topics.Formats {
-		names := topics.NewNames("fmt-" + f.String() + ".")
+	fake := schemareg.NewDouble()
+	t.Cleanup(fake.Close)
+	digests := map[string]string{}
+	for _, m := range formatModes(fake.URL()) {
+		names := topics.NewNames("fmt-" + m.name + ".")
 		mr := miniredis.RunT(t)
 		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		t.Cleanup(func() { _ = rdb.Close() })
-		digests[f] = digestInFormat(t, f, fakeCluster(t, names), rdb, names)
+		digests[m.name] = digestInFormat(t, m.f, m.registry, fakeCluster(t, names), rdb, names)
 	}
-	if digests[topics.FormatJSON] != digests[topics.FormatProtobuf] {
-		t.Fatalf("digests differ by format: %v", digests)
-	}
+	sameDigests(t, digests)
 }
 
 // TestFormatsGiveTheSameDigestOnBroker is TestFormatsGiveTheSameDigest on the real broker and
-// Redis (WMRL_TEST_KAFKA, WMRL_TEST_REDIS).
+// Redis (WMRL_TEST_KAFKA, WMRL_TEST_REDIS), framed against the real registry of
+// WMRL_TEST_REGISTRY (that mode alone skips without one, unless services are required).
 func TestFormatsGiveTheSameDigestOnBroker(t *testing.T) {
-	digests := map[topics.Format]string{}
-	for _, f := range topics.Formats {
-		t.Run(f.String(), func(t *testing.T) {
+	digests := map[string]string{}
+	for _, m := range formatModes("") {
+		t.Run(m.name, func(t *testing.T) {
+			if m.name == "registry" {
+				m.registry = testenv.Registry(t)
+			}
 			seeds, rdb, names := onBroker(t)
-			digests[f] = digestInFormat(t, f, seeds, rdb, names)
+			digests[m.name] = digestInFormat(t, m.f, m.registry, seeds, rdb, names)
 		})
 	}
-	if len(digests) != len(topics.Formats) || digests[topics.FormatJSON] != digests[topics.FormatProtobuf] {
+	if len(digests) == 0 {
+		t.Skip("no broker: every mode skipped")
+	}
+	sameDigests(t, digests)
+}
+
+type formatMode struct {
+	name     string
+	f        topics.Format
+	registry string
+}
+
+// formatModes are JSON, bare Protobuf and Protobuf Confluent-framed against registry.
+func formatModes(registry string) []formatMode {
+	return []formatMode{{"json", topics.FormatJSON, ""}, {"protobuf", topics.FormatProtobuf, ""}, {"registry", topics.FormatProtobuf, registry}}
+}
+
+// sameDigests wants json and protobuf, and registry if it ran, all equal.
+func sameDigests(t *testing.T, digests map[string]string) {
+	t.Helper()
+	reg, ran := digests["registry"]
+	if len(digests) < 2 || digests["json"] == "" || digests["json"] != digests["protobuf"] || ran && reg != digests["json"] {
 		t.Fatalf("digests by format: %v", digests)
 	}
 }

@@ -1,6 +1,7 @@
 package correct
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -63,7 +64,8 @@ const resultRelayed = "relayed"
 // Whether the end is plausible for the run is judged when the relayed record is read back
 // (addEnd), in the order of the steps partition, as a replay judges it.
 func (e *engine) relayEnd(rec *kgo.Record) {
-	m, err := topics.DecodeStepRecord(rec)
+	// The run-control topic is never framed (topics.Names.Framed), so no registry is asked.
+	m, err := e.names.DecodeStepRecord(context.Background(), rec)
 	switch {
 	case err != nil:
 	case !m.EndOfRun:

@@ -76,7 +76,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 
 // Handle implements stage.Handler.
 func (h *Handler) Handle(ctx context.Context, rec *kgo.Record) ([]*kgo.Record, error) {
-	r, err := topics.DecodeRolloutRecord(rec)
+	r, err := h.cfg.Names.DecodeRolloutRecord(ctx, rec)
 	if err != nil {
 		return nil, fmt.Errorf("worldmodel: %w", err)
 	}

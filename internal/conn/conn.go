@@ -67,6 +67,9 @@ type Options struct {
 
 	// Registry configures the schema registry (see SchemaRegistry); zero: none.
 	Registry RegistryOptions
+	// Framer, once set (by a command that registered the topics' schemas at start-up), goes on
+	// Names: the record builders frame, the readers check schema ids (topics.Names.Registry).
+	Framer topics.Framer
 }
 
 // BatchLimit is the decompressed size above which a consumer whose largest valid record is
@@ -82,7 +85,7 @@ func (o Options) BatchLimit(recordLimit int) int {
 // Names returns the topic names under the configured prefix.
 func (o Options) Names() topics.Names {
 	n := topics.NewNames(o.TopicPrefix)
-	n.Format = o.Format
+	n.Format, n.Registry = o.Format, o.Framer
 	return n
 }
 

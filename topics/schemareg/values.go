@@ -1,0 +1,92 @@
+package schemareg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/wmrl/wmrl/topics"
+)
+
+// recordIndex is the Confluent message index of each framed topic's record message in its schema
+// file (step.proto declares GroupManifest first, so StepManifest is [1]).
+var recordIndex = map[string][]int{
+	topics.SuffixRollouts:  {0},
+	topics.SuffixSteps:     {1},
+	topics.SuffixPredicted: {0},
+	topics.SuffixExecuted:  {0},
+}
+
+// index returns the message index of topic's record message.
+func (r *Registry) index(topic string) ([]int, error) {
+	for suffix, idx := range recordIndex {
+		if strings.HasSuffix(topic, suffix) {
+			return idx, nil
+		}
+	}
+	return nil, fmt.Errorf("schemareg: topic %s: no record message to frame", topic)
+}
+
+// FrameValue implements topics.Framer: payload behind topic's registered id and its record
+// message's index.
+func (r *Registry) FrameValue(topic string, payload []byte) ([]byte, error) {
+	idx, err := r.index(topic)
+	if err != nil {
+		return nil, err
+	}
+	return r.AppendFrame(make([]byte, 0, len(payload)+8), topic, idx, payload)
+}
+
+// Retry pacing of UnframeValue while the registry cannot be reached.
+const (
+	retryFirst = 100 * time.Millisecond
+	retryMax   = 5 * time.Second
+)
+
+// UnframeValue implements topics.Framer: Unframe, retrying a registry it cannot reach (with
+// backoff, a warning each time) until ctx ends; a record is never dead-lettered because the
+// registry was away. It also checks the message index is the topic's record message's.
+func (r *Registry) UnframeValue(ctx context.Context, topic string, value []byte) ([]byte, error) {
+	wait := retryFirst
+	for {
+		f, err := r.Unframe(ctx, topic, value)
+		switch {
+		case err == nil:
+			want, ierr := r.index(topic)
+			if ierr != nil {
+				return nil, ierr
+			}
+			if !equalIndex(f.Index, want) {
+				return nil, fmt.Errorf("%s: schema id %d: message index %v, want %v (the topic's record message): %w",
+					topic, f.ID, f.Index, want, topics.ErrSchemaMismatch)
+			}
+			return f.Payload, nil
+		case errors.Is(err, topics.ErrMalformed), errors.Is(err, topics.ErrSchemaNotRegistered), errors.Is(err, topics.ErrSchemaMismatch):
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("schemareg: %s: %w (registry: %w)", topic, ctx.Err(), err)
+		}
+		slog.Warn("schema registry unreachable; retrying", "topic", topic, "wait", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("schemareg: %s: %w (registry: %w)", topic, ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, retryMax)
+	}
+}
+
+// equalIndex compares message indexes; an empty list is [0] (the Confluent shorthand).
+func equalIndex(got, want []int) bool {
+	if len(got) == 0 {
+		got = []int{0}
+	}
+	return slices.Equal(got, want)
+}
+
+var _ topics.Framer = (*Registry)(nil)
