@@ -8,7 +8,11 @@ GO ?= go
 LOCAL_DIR ?= $(or $(WMRL_LOCAL_DIR),$(CURDIR)/.local)
 KAFKA_PORT ?= $(or $(WMRL_KAFKA_PORT),9092)
 REDIS_PORT ?= $(or $(WMRL_REDIS_PORT),6379)
-REGISTRY_PORT ?= $(or $(WMRL_REGISTRY_PORT),8481)
+# Expanded once: `test` exports WMRL_REGISTRY_PORT from it, which a recursive definition would
+# make refer to itself.
+ifeq ($(origin REGISTRY_PORT),undefined)
+REGISTRY_PORT := $(or $(WMRL_REGISTRY_PORT),8481)
+endif
 SERVICES := deploy/local/services.sh
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck

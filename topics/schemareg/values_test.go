@@ -30,12 +30,12 @@ func framedNames(t *testing.T) (topics.Names, *Registry) {
 func TestRecordsFramedAndRead(t *testing.T) {
 	names, r := framedNames(t)
 	ctx := context.Background()
-	ro := topics.Rollout{Schema: topics.SchemaRollout, RunID: "r1", Step: 3, GroupID: "g3", RolloutID: "g3-r2", Stream: "mle",
-		PolicyVersion: "ckpt-3", Anchor: true, Index: 2, Prompt: "p", Artifact: "a", ArtifactSize: 1, CreatedAt: at}
+	ro := topics.Rollout{Schema: topics.SchemaRollout, RolloutRef: topics.RolloutRef{RunID: "r1", Step: 3, GroupID: "g3", RolloutID: "g3-r2", Stream: "mle",
+		PolicyVersion: "ckpt-3"}, Anchor: true, Index: 2, Prompt: "p", Artifact: "a", ArtifactSize: 1, CreatedAt: at}
 	st := topics.StepManifest{Schema: topics.SchemaStep, RunID: "r1", Step: 3, PolicyVersion: "ckpt-3", CreatedAt: at,
 		Groups: []topics.GroupManifest{{GroupID: "g3", Stream: "mle", Size: 8, Anchor: true}}}
-	pr := topics.PredictedReward{Schema: topics.SchemaPredicted, RolloutRef: ro.Ref(), Anchor: true, Model: "wm", Status: topics.StatusOK, Score: score(0.5), CreatedAt: at}
-	ex := topics.ExecutedReward{Schema: topics.SchemaExecuted, RolloutRef: ro.Ref(), Status: topics.StatusOK, Score: score(1), CreatedAt: at}
+	pr := topics.PredictedReward{Schema: topics.SchemaPredicted, RolloutRef: ro.RolloutRef, Anchor: true, Model: "wm", Status: topics.StatusOK, Score: score(0.5), CreatedAt: at}
+	ex := topics.ExecutedReward{Schema: topics.SchemaExecuted, RolloutRef: ro.RolloutRef, Status: topics.StatusOK, Score: score(1), CreatedAt: at}
 
 	type tc struct {
 		name  string
