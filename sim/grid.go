@@ -161,16 +161,7 @@ func GridTable(w io.Writer, cells []GridCell) error {
 	return nil
 }
 
-func signed(e Estimate) string {
-	if e.N == 0 {
-		return "—"
-	}
-	s := e.Format(3)
-	if e.Mean >= 0 {
-		s = "+" + s
-	}
-	return s
-}
+func signed(e Estimate) string { return signedFormat(e, 3) }
 
 func findArm(c *GridCell, arm string) *ArmSummary {
 	if c == nil {
