@@ -30,6 +30,8 @@ type errorGridOptions struct {
 	// estimatorsChanged: --grid-estimators was given, which makes it an axis of the bias family
 	// too (docs/anchors.md, "Settings"); by default the bias family runs the arms' own (grpo).
 	estimatorsChanged bool
+	// adversarial: the bias family's judge reads −r (docs/anchors.md, "Gate cells").
+	adversarial bool
 }
 
 // Error-grid families.
@@ -43,6 +45,7 @@ func gridFlags(f *pflag.FlagSet, g *errorGridOptions) {
 	f.StringVar(&g.family, "grid-family", gridFamilyBias, "error grid family: bias (B×σ, r̂ = r + b(τ) + ξ) or calibration "+
 		"(r̂ = g(r) + σ·ξ for g ∈ r, r², √r, 0.3+0.4r × --grid-estimators × maps off, isotonic, centred, zspace on OD-only arms)")
 	f.Float64Var(&g.calNoise, "grid-calibration-noise", sim.DefaultCalibrationNoise, "calibration family: noise σ")
+	f.BoolVar(&g.adversarial, "grid-adversarial", false, "bias family: an adversarial judge r̂ = −r + b(τ) + ξ that ranks rollouts backwards")
 	f.StringSliceVar(&g.estimators, "grid-estimators", []string{"grpo", "drgrpo"}, "advantage estimators (grpo, drgrpo): an axis of the calibration family; "+
 		"of the bias family only when given (each estimator's tables then go to --out/<estimator>/)")
 }
@@ -101,7 +104,7 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 			}
 		}
 		g := sim.ErrorGrid{Config: cfg, Biases: g0.biases, Noises: g0.noises, Arms: estArms, Seeds: seeds,
-			Workers: o.workers, TargetFraction: o.targetFraction}
+			Workers: o.workers, TargetFraction: o.targetFraction, Adversarial: g0.adversarial}
 		fmt.Fprintf(a.stdout, "eval set ready in %s; error grid %d cells (B %v × σ %v) × %d arms × %d seeds, %d steps × %d groups × G=%d, estimator %s\n",
 			time.Since(start).Round(time.Millisecond), cells, g0.biases, g0.noises, len(arms), len(seeds), cfg.Steps, cfg.Groups, cfg.GroupSize, est)
 		res, err := g.Run(ctx, eval, func(cell int, p sim.Progress) {
@@ -140,7 +143,11 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 	}
 	if len(blocks) > 0 {
 		title := func(b sim.PairedBlock) string {
-			return fmt.Sprintf("estimator %s, B = %s, σ = %s", b.Values[0], b.Values[1], b.Values[2])
+			judge := ""
+			if g0.adversarial {
+				judge = ", adversarial judge r̂ = −r + b + ξ"
+			}
+			return fmt.Sprintf("estimator %s, B = %s, σ = %s%s", b.Values[0], b.Values[1], b.Values[2], judge)
 		}
 		if err := writePaired(a.stdout, out, []string{"estimator", "bias", "noise"}, blocks, title, o.targetFraction); err != nil {
 			return err
