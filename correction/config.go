@@ -106,6 +106,12 @@ type Config struct {
 	Debias      bool    // OD on/off (ablations); off => identity calibration
 	Denoise     bool    // IVD on/off (ablations); off => anchor weight 1
 	Map         MapKind // default mode only: MapIsotonic (default), MapCentred or MapZSpace
+	// TrustGate masks a step's world-model rows while the window's anchors show the world model
+	// uninformative (gate.go; default mode only, off by default). It changes rows, never the
+	// state (only anchor rows feed the window and the noise estimate), so a state is valid under
+	// either setting: the field is left out of Hash and of the state encoding, and the pipeline
+	// records it with its digest settings instead.
+	TrustGate bool
 }
 
 // DefaultConfig is wmrl's recommended configuration.
@@ -184,6 +190,8 @@ func (c Config) Validate() error {
 		return bad("bins %d: the z-space map needs at least 2 quantile bins", c.Bins)
 	case c.Mode == ModeReference && c.Map != MapIsotonic:
 		return bad("map %v: reference mode has the authors' binned map only", c.Map)
+	case c.Mode == ModeReference && c.TrustGate:
+		return bad("trust gate: reference mode reproduces the authors' loop, which has no gate")
 	}
 	return nil
 }
@@ -216,7 +224,8 @@ func appendConfig(b []byte, c Config) []byte {
 }
 
 // Hash is a SHA-256 over a domain tag and the canonical encoding of every
-// field, stored with the state so a resumed run detects a config change.
+// field but TrustGate (which never changes a state), stored with the state so
+// a resumed run detects a config change.
 func (c Config) Hash() [32]byte {
 	b := make([]byte, 0, 32+configEncodedLen)
 	b = append(b, "wmrl/correction/config/v1\x00"...)

@@ -98,6 +98,7 @@ type Row struct {
 	Weight             float64 // anchor weight for anchor rows, 1 for world-model rows, 0 when masked
 	Mask               bool
 	Stale              bool   // masked because the rollout was Stale (Mask is then false)
+	Gated              bool   // world-model row masked because the trust gate was closed (Config.TrustGate)
 	CalibrationVersion uint64 // FitVersion of the map that produced Calibrated
 }
 
@@ -259,6 +260,8 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 	if c.cfg.Mode == ModeReference {
 		return c.advanceReference(st, step, dst), nil
 	}
+	// The gate is decided on the window the rows are calibrated with, before it takes the step's pairs.
+	gated := c.cfg.TrustGate && st.Gate().Closed
 	total := 0
 	for _, g := range step.Groups {
 		total += len(g.Rollouts)
@@ -322,6 +325,9 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 		if g.Anchor {
 			anchorN++
 		}
+	}
+	if gated {
+		maskGated(dst[base:])
 	}
 	norm := ipwNorm(dst[base:], gws)
 	if norm != 0 {

@@ -125,3 +125,46 @@ func WithAdvantage(arms []Arm, k correction.AdvantageKind) []Arm {
 	}
 	return out
 }
+
+// ArmGateSuffix marks an arm that runs with the trust gate (correction.Config.TrustGate).
+const ArmGateSuffix = "-gate"
+
+// gateable reports whether the trust gate can act on arm a: it has both anchors and world-model
+// rows (0 < f < 1) and corrects in the default mode (the reference mode is the authors' loop).
+func gateable(a Arm) bool {
+	return a.AnchorFraction > 0 && a.AnchorFraction < 1 && a.Correction.Mode == correction.ModeDefault
+}
+
+// WithTrustGate returns arms under each gate setting of modes (false: off, true: on), in that
+// order: off keeps arms as they are; on runs every gateable arm with the trust gate as
+// "<name>-gate" (wmrl-gate, wmrl-mixed-gate). Arms the gate cannot act on (real-GRPO, pure world
+// model, reference) appear once. Gated and ungated arms of a seed share its run id, so their
+// random anchors, problems and sampler seed are the same. No modes returns arms unchanged.
+func WithTrustGate(arms []Arm, modes []bool) []Arm {
+	var out []Arm
+	seen := map[string]bool{}
+	add := func(a Arm) {
+		if !seen[a.Name] {
+			seen[a.Name] = true
+			out = append(out, a)
+		}
+	}
+	if len(modes) == 0 {
+		return arms
+	}
+	for _, on := range modes {
+		for _, a := range arms {
+			switch {
+			case !gateable(a):
+				add(a)
+			case on:
+				a.Correction.TrustGate = true
+				a.Name += ArmGateSuffix
+				add(a)
+			default:
+				add(a)
+			}
+		}
+	}
+	return out
+}

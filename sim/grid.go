@@ -95,7 +95,7 @@ func runCell(ctx context.Context, eval *task.EvalSet, sw Sweep, k int, targetFra
 var GridHeader = []string{
 	"bias", "noise", "arm", "seeds", "final_mean", "final_ci", "delta_vs_real_mean", "delta_vs_real_ci",
 	"reached", "executions_to_target_mean", "executions_to_target_ci", "speedup_mean", "speedup_ci",
-	"executions_total_mean",
+	"executions_total_mean", "gate_closed_mean", "gate_closed_ci",
 }
 
 // WriteErrorGridCSV writes one row per cell × arm.
@@ -109,6 +109,7 @@ func WriteErrorGridCSV(w io.Writer, cells []GridCell) error {
 				f(s.Final.Mean), f(s.Final.CI), f(s.FinalDelta.Mean), f(s.FinalDelta.CI),
 				strconv.Itoa(s.Reached), f(s.ExecutionsToTarget.Mean), f(s.ExecutionsToTarget.CI),
 				f(s.Speedup.Mean), f(s.Speedup.CI), f(s.Executions.Mean),
+				f(s.GateClosed.Mean), f(s.GateClosed.CI),
 			})
 		}
 	}

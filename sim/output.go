@@ -13,7 +13,7 @@ import (
 var StepsHeader = []string{
 	"arm", "seed", "step", "score", "executions", "exec_seconds", "exec_overhead_seconds",
 	"predictions", "wm_seconds", "anchor_groups", "calibration_mae", "raw_mae", "anchor_weight",
-	"noise_ratio", "fit_version", "pairs", "entropy", "debias_shift",
+	"noise_ratio", "fit_version", "pairs", "entropy", "debias_shift", "gate", "gate_rho", "gate_pairs",
 }
 
 // WriteStepsCSV writes one row per arm × seed × step (step −1 is the untrained policy), the raw
@@ -24,7 +24,7 @@ func WriteStepsCSV(w io.Writer, results []Result) error {
 	for _, r := range results {
 		seed := strconv.FormatInt(r.Seed, 10)
 		nan := f(math.NaN())
-		rows = append(rows, []string{r.Arm, seed, "-1", f(r.InitialScore), "0", "0", "0", "0", "0", "0", nan, nan, "1", "0", "0", "0", nan, "0"})
+		rows = append(rows, []string{r.Arm, seed, "-1", f(r.InitialScore), "0", "0", "0", "0", "0", "0", nan, nan, "1", "0", "0", "0", nan, "0", "", "", ""})
 		for _, s := range r.Steps {
 			rows = append(rows, []string{
 				r.Arm, seed, strconv.Itoa(s.Step), f(s.Score), strconv.Itoa(s.Executions),
@@ -32,6 +32,7 @@ func WriteStepsCSV(w io.Writer, results []Result) error {
 				f(s.WMCompute.Seconds()), strconv.Itoa(s.AnchorGroups), f(s.CalibrationMAE), f(s.RawMAE),
 				f(s.AnchorWeight), f(s.NoiseRatio), strconv.FormatUint(s.FitVersion, 10),
 				strconv.Itoa(s.Pairs), f(s.Entropy), f(s.DebiasShift),
+				s.GateLabel(), f(s.Gate.Rho), strconv.Itoa(s.Gate.N),
 			})
 		}
 	}
@@ -66,6 +67,7 @@ var summaryColumns = []summaryColumn{
 	{"steps_to_target", func(s ArmSummary) Estimate { return s.StepsToTarget }, true},
 	{"speedup", func(s ArmSummary) Estimate { return s.Speedup }, true},
 	{"executions_total", func(s ArmSummary) Estimate { return s.Executions }, false},
+	{"gate_closed", func(s ArmSummary) Estimate { return s.GateClosed }, true},
 }
 
 // SummaryHeader is the header of WriteSummaryCSV for sums: "arm", "seeds", "reached", then per

@@ -56,6 +56,25 @@ func PolicyPairings(arms []Arm) []Pairing {
 	return out
 }
 
+// GatePairings pairs every arm run with the trust gate ("<base>-gate", WithTrustGate) with the same
+// arm without it, when that arm is among arms too.
+func GatePairings(arms []Arm) []Pairing {
+	names := map[string]bool{}
+	for _, a := range arms {
+		names[a.Name] = true
+	}
+	var out []Pairing
+	for _, a := range arms {
+		if !a.Correction.TrustGate {
+			continue
+		}
+		if base, ok := strings.CutSuffix(a.Name, ArmGateSuffix); ok && names[base] {
+			out = append(out, Pairing{Arm: a.Name, Base: base, Kind: PairGate})
+		}
+	}
+	return out
+}
+
 // PairedSide is one arm of a pairing, over the seeds both arms ran.
 type PairedSide struct {
 	// AnchorFraction is the realised share of groups executed (anchor groups over steps ×
@@ -63,7 +82,10 @@ type PairedSide struct {
 	AnchorFraction float64
 	// MaxWeight is the largest inverse-propensity weight of any step of any seed (0: none).
 	MaxWeight float64
-	Reached   int // seeds that reached the target
+	// GateClosed is the fraction of steps with the trust gate closed, mean over seeds; NaN for
+	// an arm without the gate.
+	GateClosed float64
+	Reached    int // seeds that reached the target
 	// ExecutionsToTarget is over the seeds that reached the target; ScoreAtEqual is the score at
 	// the last step with cumulative executions ≤ E* (PairedComparison), over all seeds.
 	ExecutionsToTarget, ScoreAtEqual Estimate
@@ -105,7 +127,7 @@ func Paired(results []Result, pairings []Pairing, targetFraction float64, groups
 	var out []PairedComparison
 	for _, p := range pairings {
 		c := PairedComparison{Pairing: p}
-		var sides [2]struct{ frac, toExec, atEq []float64 }
+		var sides [2]struct{ frac, gate, toExec, atEq []float64 }
 		var execDiff, scoreDiff []float64
 		for _, seed := range seeds {
 			a, okA := byKey[key{p.Arm, seed}]
@@ -125,6 +147,9 @@ func Paired(results []Result, pairings []Pairing, targetFraction float64, groups
 					side = &c.Base
 				}
 				s.frac = append(s.frac, realisedAnchorFraction(r, groups))
+				if g, ok := GateClosedFraction(r); ok {
+					s.gate = append(s.gate, g)
+				}
 				for _, st := range r.Steps {
 					side.MaxWeight = max(side.MaxWeight, st.MaxPropensityWeight)
 				}
@@ -141,6 +166,7 @@ func Paired(results []Result, pairings []Pairing, targetFraction float64, groups
 		}
 		for i, side := range []*PairedSide{&c.Arm, &c.Base} {
 			side.AnchorFraction = NewEstimate(sides[i].frac).Mean
+			side.GateClosed = NewEstimate(sides[i].gate).Mean
 			side.ExecutionsToTarget = NewEstimate(sides[i].toExec)
 			side.ScoreAtEqual = NewEstimate(sides[i].atEq)
 		}
@@ -212,6 +238,7 @@ func verdict(c PairedComparison) string {
 // PairedHeader is the header of WritePairedCSV; CIs are 95% half-widths (Student t over seeds).
 var PairedHeader = []string{
 	"arm", "base", "kind", "seeds", "anchor_fraction", "base_anchor_fraction", "max_weight", "base_max_weight",
+	"gate_closed", "base_gate_closed",
 	"reached", "base_reached", "executions_to_target_mean", "executions_to_target_ci",
 	"base_executions_to_target_mean", "base_executions_to_target_ci", "exec_diff_mean", "exec_diff_ci", "exec_diff_n",
 	"score_at_equal_mean", "score_at_equal_ci", "base_score_at_equal_mean", "base_score_at_equal_ci",
@@ -234,6 +261,7 @@ func PairedRows(cs []PairedComparison, prefix ...string) [][]string {
 		}
 		row := append(append([]string(nil), prefix...), c.Pairing.Arm, c.Pairing.Base, kind, strconv.Itoa(c.Seeds),
 			f(c.Arm.AnchorFraction), f(c.Base.AnchorFraction), f(c.Arm.MaxWeight), f(c.Base.MaxWeight),
+			f(c.Arm.GateClosed), f(c.Base.GateClosed),
 			strconv.Itoa(c.Arm.Reached), strconv.Itoa(c.Base.Reached),
 			f(c.Arm.ExecutionsToTarget.Mean), f(c.Arm.ExecutionsToTarget.CI),
 			f(c.Base.ExecutionsToTarget.Mean), f(c.Base.ExecutionsToTarget.CI),
@@ -252,13 +280,13 @@ func WritePairedCSV(w io.Writer, cs []PairedComparison) error {
 
 // PairedTable writes cs as a Markdown table followed by its legend.
 func PairedTable(w io.Writer, cs []PairedComparison, targetFraction float64) error {
-	if _, err := fmt.Fprint(w, "| arm vs base | anchor frac | max w | reached | execs→tgt arm | execs→tgt base | Δ execs (n) | score@E* arm | score@E* base | Δ score@E* | verdict |\n"+
-		"|---|---|---|---|---|---|---|---|---|---|---|\n"); err != nil {
+	if _, err := fmt.Fprint(w, "| arm vs base | anchor frac | max w | gate closed | reached | execs→tgt arm | execs→tgt base | Δ execs (n) | score@E* arm | score@E* base | Δ score@E* | verdict |\n"+
+		"|---|---|---|---|---|---|---|---|---|---|---|---|\n"); err != nil {
 		return fmt.Errorf("sim: paired table: %w", err)
 	}
 	for _, c := range cs {
-		fmt.Fprintf(w, "| %s vs %s | %.3f / %.3f | %s | %d / %d of %d | %s | %s | %s (%d) | %s | %s | %s | **%s** |\n",
-			c.Pairing.Arm, c.Pairing.Base, c.Arm.AnchorFraction, c.Base.AnchorFraction, formatWeight(c.Arm.MaxWeight),
+		fmt.Fprintf(w, "| %s vs %s | %.3f / %.3f | %s | %s | %d / %d of %d | %s | %s | %s (%d) | %s | %s | %s | **%s** |\n",
+			c.Pairing.Arm, c.Pairing.Base, c.Arm.AnchorFraction, c.Base.AnchorFraction, formatWeight(c.Arm.MaxWeight), formatGate(c.Arm.GateClosed, c.Base.GateClosed),
 			c.Arm.Reached, c.Base.Reached, c.Seeds, c.Arm.ExecutionsToTarget.Format(0), c.Base.ExecutionsToTarget.Format(0),
 			signedFormat(c.ExecDiff, 1), c.ExecDiff.N, c.Arm.ScoreAtEqual.Format(3), c.Base.ScoreAtEqual.Format(3),
 			signedFormat(c.ScoreDiff, 4), c.Verdict)
@@ -266,10 +294,12 @@ func PairedTable(w io.Writer, cs []PairedComparison, targetFraction float64) err
 	_, err := fmt.Fprintf(w, `
 Paired by seed (docs/anchors.md, "Metrics and intervals"); mean ± 95%% t-interval over seeds. Target: %.0f%% of
 real-GRPO's final score in the seed. anchor frac: realised share of groups executed (arm / base);
-max w: largest inverse-propensity weight; reached: seeds reaching the target (arm / base); Δ execs:
+max w: largest inverse-propensity weight; gate closed: share of steps with the trust gate closed
+(arm / base); reached: seeds reaching the target (arm / base); Δ execs:
 arm − base executions-to-target over the n seeds where both reach it; score@E*: score at the last
 step with cumulative executions ≤ E*, the smaller total of the two arms in the seed; verdict by the
-pre-registered rule ("What counts as a win").
+pre-registered rule ("What counts as a win": win/loss/tie for a policy vs random,
+help/cost/neutral for the gate on vs off).
 `, 100*targetFraction)
 	if err != nil {
 		return fmt.Errorf("sim: paired table: %w", err)
@@ -282,6 +312,19 @@ func formatWeight(w float64) string {
 		return "—"
 	}
 	return strconv.FormatFloat(w, 'f', 2, 64)
+}
+
+func formatGate(arm, base float64) string {
+	if math.IsNaN(arm) && math.IsNaN(base) {
+		return "—"
+	}
+	f := func(x float64) string {
+		if math.IsNaN(x) {
+			return "—"
+		}
+		return strconv.FormatFloat(x, 'f', 3, 64)
+	}
+	return f(arm) + " / " + f(base)
 }
 
 // signedFormat is e.Format with an explicit sign on the mean.

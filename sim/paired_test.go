@@ -122,7 +122,7 @@ func TestPairedHandComputed(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(csv.String()), "\n"); len(lines) != 2 || !strings.HasSuffix(lines[1], ",tie") {
 		t.Errorf("paired.csv:\n%s", csv.String())
 	}
-	if !strings.Contains(md.String(), "| wmrl-routed vs wmrl | 0.240 / 0.250 | 8.00 | 2 / 3 of 3 | 28 ± 51 | 37 ± 46 | -20.0 ± 50.8 (2) |") {
+	if !strings.Contains(md.String(), "| wmrl-routed vs wmrl | 0.240 / 0.250 | 8.00 | — | 2 / 3 of 3 | 28 ± 51 | 37 ± 46 | -20.0 ± 50.8 (2) |") {
 		t.Errorf("paired.md row:\n%s", md.String())
 	}
 }
@@ -213,5 +213,36 @@ func TestWithAdvantage(t *testing.T) {
 		if a.Name != WithPolicies(GridArms(0.25), []AnchorPolicy{PolicyRandom, PolicyRouted})[i].Name {
 			t.Errorf("arm %d renamed to %s", i, a.Name)
 		}
+	}
+}
+
+// TestGatePairings pairs each gated arm with the same arm without the gate, and reports the share
+// of steps the gate was closed.
+func TestGatePairings(t *testing.T) {
+	arms, err := ArmsByName([]string{"wmrl"}, 0.25)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := WithTrustGate(WithPolicies(arms, []AnchorPolicy{PolicyRandom, PolicyMixed}), []bool{false, true})
+	want := []Pairing{{Arm: "wmrl-gate", Base: "wmrl", Kind: PairGate}, {Arm: "wmrl-mixed-gate", Base: "wmrl-mixed", Kind: PairGate}}
+	if got := GatePairings(all); !reflect.DeepEqual(got, want) {
+		t.Errorf("pairings %+v, want %+v", got, want)
+	}
+	if got := PolicyPairings(all); !reflect.DeepEqual(got, []Pairing{{Arm: "wmrl-mixed", Base: "wmrl"}}) {
+		t.Errorf("policy pairings %+v: a gated arm is compared with its ungated self only", got)
+	}
+	e := []int{16, 32, 48, 64}
+	gated := pairedRun("wmrl-gate", 1, 0, e, []float64{0.5, 0.8, 0.9, 1}, nil, nil)
+	for i := range gated.Steps {
+		gated.Steps[i].GateOn = true
+		gated.Steps[i].Gate.Closed = i < 1
+	}
+	cs, err := Paired([]Result{pairedRun(ArmRealGRPO, 1, 0, e, []float64{0.5, 0.8, 0.9, 1}, nil, nil), gated,
+		pairedRun("wmrl", 1, 0, e, []float64{0.5, 0.8, 0.9, 1}, nil, nil)}, want[:1], 0.9, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cs[0]; c.Arm.GateClosed != 0.25 || !math.IsNaN(c.Base.GateClosed) || c.Verdict != VerdictNeutral {
+		t.Errorf("gate closed %v / %v, verdict %s; want 0.25 / NaN, neutral", c.Arm.GateClosed, c.Base.GateClosed, c.Verdict)
 	}
 }

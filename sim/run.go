@@ -86,6 +86,20 @@ type StepRecord struct {
 	// DebiasShift is mean |A(f(r̂)) − A(r̂)| over the step's unmasked world-model rows: how far
 	// the calibration map moved their advantages (correction.DebiasEffect; 0 without OD).
 	DebiasShift float64
+	// Gate is the trust gate evaluated on the window this step's rows were calibrated with
+	// (correction.Gate), whether or not the arm gates; GateOn says whether it masked the step's
+	// world-model rows when closed (Arm.Correction.TrustGate).
+	Gate   correction.Gate
+	GateOn bool
+}
+
+// GateLabel is steps.csv's gate column: "off" for an arm without the trust gate, else "open" or
+// "closed".
+func (s StepRecord) GateLabel() string {
+	if !s.GateOn {
+		return "off"
+	}
+	return s.Gate.String()
 }
 
 // Pair is one anchor observation: the raw world-model score and the executed score.
@@ -343,6 +357,7 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 				nPairs++
 			}
 		}
+		rec.Gate, rec.GateOn = state.Gate(), arm.Correction.TrustGate
 		rows, err = corr.Advance(state, step, rows[:0])
 		if err != nil {
 			return res, fmt.Errorf("sim: correct step %d: %w", v, err)

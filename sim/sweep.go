@@ -187,6 +187,24 @@ type ArmSummary struct {
 	Executions Estimate
 	// FinalDelta is this arm's final score minus real-GRPO's, per seed.
 	FinalDelta Estimate
+	// GateClosed is the fraction of the run's steps in which the trust gate was closed (and
+	// masked the world-model rows), per seed; no values for an arm without the gate.
+	GateClosed Estimate
+}
+
+// GateClosedFraction is the fraction of r's steps in which the trust gate was closed; ok is
+// false when r's arm does not gate or r has no steps.
+func GateClosedFraction(r Result) (frac float64, ok bool) {
+	if len(r.Steps) == 0 || !r.Steps[0].GateOn {
+		return 0, false
+	}
+	closed := 0
+	for _, s := range r.Steps {
+		if s.Gate.Closed {
+			closed++
+		}
+	}
+	return float64(closed) / float64(len(r.Steps)), true
 }
 
 // Summarize groups results by arm (in first-seen order). The target of a seed is
@@ -210,9 +228,12 @@ func Summarize(results []Result, targetFraction float64) []ArmSummary {
 	var out []ArmSummary
 	for _, name := range order {
 		rs := byArm[name]
-		var final, initial, execs, toExec, toSec, toTot, toStep, speed, delta []float64
+		var final, initial, execs, toExec, toSec, toTot, toStep, speed, delta, gate []float64
 		reached := 0
 		for _, r := range rs {
+			if f, ok := GateClosedFraction(r); ok {
+				gate = append(gate, f)
+			}
 			final = append(final, r.FinalScore())
 			initial = append(initial, r.InitialScore)
 			if n := len(r.Steps); n > 0 {
@@ -243,6 +264,7 @@ func Summarize(results []Result, targetFraction float64) []ArmSummary {
 			ExecutionsToTarget: NewEstimate(toExec), ExecSecondsToTarget: NewEstimate(toSec),
 			TotalSecondsToTarget: NewEstimate(toTot), StepsToTarget: NewEstimate(toStep),
 			Speedup: NewEstimate(speed), Executions: NewEstimate(execs), FinalDelta: NewEstimate(delta),
+			GateClosed: NewEstimate(gate),
 		})
 	}
 	return out

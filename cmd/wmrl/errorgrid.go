@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -65,12 +66,15 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 	switch g0.family {
 	case gridFamilyBias:
 	case gridFamilyCalibration:
+		if slices.Contains(o.gates, true) {
+			return fmt.Errorf("--trust-gate on: the calibration family's arms are fixed (OD only, per map); use --grid-family bias")
+		}
 		return o.runCalibrationGrid(ctx, cfg, seeds)
 	default:
 		return fmt.Errorf("--grid-family %q: want %s or %s", g0.family, gridFamilyBias, gridFamilyCalibration)
 	}
 	if !g0.armsChanged {
-		arms = sim.WithPolicies(sim.WithMap(sim.GridArms(o.anchorFraction), g0.mapKind), o.policies)
+		arms = sim.WithTrustGate(sim.WithPolicies(sim.WithMap(sim.GridArms(o.anchorFraction), g0.mapKind), o.policies), o.gates)
 	}
 	// Without --grid-estimators the arms keep their own estimator and the tables go to out itself.
 	ests := []correction.AdvantageKind{arms[0].Correction.Advantage}
@@ -93,7 +97,7 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 		return err
 	}
 	cells := len(g0.biases) * len(g0.noises)
-	pairings := sim.PolicyPairings(arms)
+	pairings := append(sim.PolicyPairings(arms), sim.GatePairings(arms)...)
 	var blocks []sim.PairedBlock
 	for _, est := range ests {
 		estArms, estOut := arms, out

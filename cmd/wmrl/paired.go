@@ -32,7 +32,7 @@ func writePaired(w io.Writer, out string, keys []string, blocks []sim.PairedBloc
 		}
 		return nil
 	}
-	fmt.Fprintln(w, "\npaired comparisons (per seed, vs the same arm under random anchors):")
+	fmt.Fprintln(w, "\npaired comparisons by seed (a policy arm vs the same arm under random anchors; a gated arm vs the same arm without the gate):")
 	if err := md(w); err != nil {
 		return err
 	}

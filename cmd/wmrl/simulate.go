@@ -50,6 +50,8 @@ type simulateOptions struct {
 	mapName        string
 	policyNames    []string
 	policies       []sim.AnchorPolicy
+	gateNames      []string
+	gates          []bool
 	grid           errorGridOptions
 }
 
@@ -68,7 +70,9 @@ correction), none (anchors, no OD/IVD), ivd, od, wmrl (OD+IVD, default mode), re
 authors' code), wmrl-cir (OD+IVD with the centred isotonic map), and od-<map> / wmrl-<map> for the
 maps centred and zspace (--map sets the map of every debiasing arm at once). --anchor-policy runs the
 anchored arms under other anchor choices (routed, mixed and their -noipw controls; docs/anchors.md)
-as <arm>-<policy>. Every arm of a seed shares training problems, sampler seed and, under the random
+as <arm>-<policy>. --trust-gate on runs them with the trust gate (docs/anchors.md: a step's
+world-model rows are masked while the window's anchors show the world model uninformative) as
+<arm>-gate; --trust-gate off,on runs both. Every arm of a seed shares training problems, sampler seed and, under the random
 policy, anchor groups (other policies share the per-group uniform draw). steps.csv's debias_shift is the mean
 |A(f(r̂)) − A(r̂)|: how far the map moved the world-model rows' advantages in that step.
 
@@ -82,9 +86,10 @@ bands over seeds, steps.csv, summary.csv).
 --error-grid replaces the proxy world model by the paper's error model r̂ = r + b(τ) + ξ and
 sweeps its (bias, noise) grid instead (docs/error_grid.md).
 
-When anchor policies other than random run beside random, simulate also prints and writes (paired.csv,
-paired.md) each policy arm paired by seed with the same arm under random anchors, with the verdict of
-docs/anchors.md's pre-registered rule; the error grid does so per cell.`,
+When anchor policies other than random run beside random, or --trust-gate off,on, simulate also prints
+and writes (paired.csv, paired.md) each policy arm paired by seed with the same arm under random anchors,
+and each gated arm with the same arm without the gate, with the verdict of docs/anchors.md's
+pre-registered rules; the error grid does so per cell.`,
 		Args: cobra.NoArgs,
 		RunE: o.run,
 	}
@@ -94,6 +99,9 @@ docs/anchors.md's pre-registered rule; the error grid does so per cell.`,
 	f.StringVar(&o.mapName, "map", "isotonic", "calibration map of the arms that debias in default mode: isotonic, centred or zspace (those arms are renamed <arm>-<map>, e.g. wmrl-zspace; --no-debias arms such as none and ivd are unchanged)")
 	f.StringSliceVar(&o.policyNames, "anchor-policy", []string{"random"}, "anchor policies, comma-separated: "+strings.Join(sim.AnchorPolicyNames(), ", ")+
 		" (docs/anchors.md); random keeps the arms as they are, every other policy runs the anchored default-mode arms as <arm>-<policy>, e.g. wmrl-routed")
+	f.StringSliceVar(&o.gateNames, "trust-gate", []string{"off"}, "trust gate settings, comma-separated: off, on; "+
+		"on masks a step's world-model rows while the window's anchor pairs correlate with the world model below 1/√(n−2) "+
+		"(docs/anchors.md), and runs the anchored default-mode arms as <arm>-gate, e.g. wmrl-gate; off,on runs both in one sweep on the same seeds and anchors")
 	f.IntVar(&o.seeds, "seeds", 5, "number of seeds")
 	f.Int64Var(&o.firstSeed, "seed", 1, "first seed (seeds are seed, seed+1, ...)")
 	f.IntVar(&cfg.Steps, "steps", cfg.Steps, "training steps")
@@ -156,6 +164,10 @@ func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
 		o.policies = append(o.policies, p)
 	}
 	as = sim.WithPolicies(as, o.policies)
+	if o.gates, err = parseTrustGates(o.gateNames); err != nil {
+		return err
+	}
+	as = sim.WithTrustGate(as, o.gates)
 	if o.seeds < 1 {
 		return fmt.Errorf("--seeds %d: want >= 1", o.seeds)
 	}
@@ -213,6 +225,7 @@ func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
 		settings := append([][2]string{{"arms", strings.Join(names, ", ")},
 			{"seeds", fmt.Sprintf("%d (%d..%d)", o.seeds, sw.Seeds[0], sw.Seeds[len(sw.Seeds)-1])},
 			{"anchor fraction (anchored arms)", fmt.Sprint(o.anchorFraction)}, {"held-out problems", fmt.Sprint(o.evalProblems)},
+			{"trust gate", strings.Join(o.gateNames, ", ")},
 			{"target", fmt.Sprintf("%.0f%% of real-GRPO's final score in the same seed", 100*o.targetFraction)}},
 			demo.SimSettings(cfg)...)
 		files, err := demo.WriteReport(o.out, demo.Report{Title: "wmrl simulate", Settings: settings, Results: results,
@@ -222,7 +235,7 @@ func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
 		}
 		fmt.Fprintf(a.stdout, "report: %s (%d files: plots, steps.csv, summary.csv)\n", filepath.Join(o.out, demo.FileHTML), len(files))
 	}
-	if pairings := sim.PolicyPairings(as); len(pairings) > 0 {
+	if pairings := append(sim.PolicyPairings(as), sim.GatePairings(as)...); len(pairings) > 0 {
 		cs, err := sim.Paired(results, pairings, o.targetFraction, cfg.Groups)
 		if err != nil {
 			return err
@@ -234,6 +247,27 @@ func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
 	}
 	fmt.Fprintf(a.stdout, "done in %s\n", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// parseTrustGates parses --trust-gate: off and on, each at most once, in the order given.
+func parseTrustGates(names []string) ([]bool, error) {
+	var out []bool
+	seen := map[bool]bool{}
+	for _, n := range names {
+		var on bool
+		switch strings.ToLower(strings.TrimSpace(n)) {
+		case "off":
+		case "on":
+			on = true
+		default:
+			return nil, fmt.Errorf("--trust-gate %q: want off, on or off,on", n)
+		}
+		if !seen[on] {
+			seen[on] = true
+			out = append(out, on)
+		}
+	}
+	return out, nil
 }
 
 // progressEvery is how often a long simulate phase prints that it is still at work.
