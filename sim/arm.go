@@ -114,6 +114,18 @@ func ArmsByName(names []string, anchorFraction float64) ([]Arm, error) {
 	return out, nil
 }
 
+// WithAdvantage returns arms with the advantage estimator k on every arm, real-GRPO included: the
+// target of an estimator's arms is real-GRPO trained with the same estimator. Arm names are
+// unchanged; a report keeps estimators apart by its own axis (docs/anchors.md, "Settings").
+func WithAdvantage(arms []Arm, k correction.AdvantageKind) []Arm {
+	out := make([]Arm, len(arms))
+	for i, a := range arms {
+		a.Correction.Advantage = k
+		out[i] = a
+	}
+	return out
+}
+
 // ArmGateSuffix marks an arm that runs with the trust gate (correction.Config.TrustGate).
 const ArmGateSuffix = "-gate"
 

@@ -26,6 +26,9 @@ type ErrorModel struct {
 	// Distortion, if not nil, replaces the real score r by g(r) in r̂ (the
 	// calibration-bias family, docs/error_grid.md): r̂ = g(r) + b(τ) + ξ.
 	Distortion *Distortion
+	// Adversarial reads the truth backwards, r̂ = −g(r) + b(τ) + ξ: a judge that ranks rollouts
+	// in reverse, which no increasing calibration map can repair (docs/anchors.md, "Gate cells").
+	Adversarial bool
 	// Scores caches real scores; nil means no caching.
 	Scores *ScoreCache
 }
@@ -106,6 +109,9 @@ func (m ErrorModel) predict(r float64, s task.Solution, seed int64, v, j, i int)
 	}
 	if m.Distortion != nil {
 		r = m.Distortion.Apply(r)
+	}
+	if m.Adversarial {
+		r = -r
 	}
 	return r + float64(m.Bias*(2*Elaborateness(s)-1)) + float64(m.Noise*xi)
 }

@@ -47,6 +47,15 @@ func TestErrorModelPrediction(t *testing.T) {
 	if m.predict(0, sols[0], 7, 1, 2, 3) != m.predict(0, sols[0], 7, 1, 2, 3) || m.predict(0, sols[0], 7, 1, 2, 3) == m.predict(0, sols[0], 8, 1, 2, 3) {
 		t.Fatal("noise is not a function of (seed, step, group, index)")
 	}
+	// The adversarial judge reads −r with the same bias and the same noise draw.
+	for _, s := range sols[:50] {
+		m := ErrorModel{Bias: 0.2, Noise: 0.15}
+		adv := m
+		adv.Adversarial = true
+		if got, want := adv.predict(0.7, s, 3, 1, 2, 3), m.predict(0.7, s, 3, 1, 2, 3)-2*0.7; math.Abs(got-want) > 1e-12 {
+			t.Fatalf("%s: adversarial r̂ %v, want %v", s, got, want)
+		}
+	}
 	if (ErrorModel{Bias: -1}).Validate() == nil || (ErrorModel{Noise: math.Inf(1)}).Validate() == nil {
 		t.Fatal("invalid error model accepted")
 	}
@@ -91,5 +100,40 @@ func TestErrorModelRun(t *testing.T) {
 	}
 	if cache.Len() != filled || a.FinalScore() != b.FinalScore() {
 		t.Fatalf("second run: cache %d → %d, final %v vs %v", filled, cache.Len(), a.FinalScore(), b.FinalScore())
+	}
+}
+
+// TestErrorGridAdversarial: an adversarial grid's judge reads −r in every cell: with B = σ = 0
+// every anchor pair's prediction is minus its executed score.
+func TestErrorGridAdversarial(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds an eval set")
+	}
+	eval, err := Eval(context.Background(), 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Steps, cfg.Groups = 3, 4
+	arms, err := ArmsByName([]string{ArmWMRL}, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells, err := ErrorGrid{Config: cfg, Biases: []float64{0}, Noises: []float64{0}, Arms: arms, Seeds: []int64{2},
+		Adversarial: true}.Run(context.Background(), eval, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range cells[0].Results {
+		for _, p := range r.Pairs {
+			n++
+			if p.Predicted != -p.Executed {
+				t.Fatalf("arm %s pair %+v: want predicted = −executed", r.Arm, p)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no anchor pairs to check")
 	}
 }

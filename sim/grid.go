@@ -40,6 +40,8 @@ type ErrorGrid struct {
 	Seeds          []int64
 	Workers        int
 	TargetFraction float64 // 0 means DefaultTargetFraction
+	// Adversarial makes every cell's judge read −r (ErrorModel.Adversarial).
+	Adversarial bool
 }
 
 // GridCell is one (bias, noise) cell: its runs and their summaries.
@@ -60,7 +62,7 @@ func (g ErrorGrid) Run(ctx context.Context, eval *task.EvalSet, progress func(ce
 	for _, b := range g.Biases {
 		for _, n := range g.Noises {
 			cfg := g.Config
-			cfg.ErrorModel = &ErrorModel{Bias: b, Noise: n, Scores: cache}
+			cfg.ErrorModel = &ErrorModel{Bias: b, Noise: n, Adversarial: g.Adversarial, Scores: cache}
 			sw := Sweep{Config: cfg, Arms: g.Arms, Seeds: g.Seeds, Workers: g.Workers}
 			res, sum, err := runCell(ctx, eval, sw, len(cells), g.TargetFraction, progress)
 			if err != nil {
@@ -162,16 +164,7 @@ func GridTable(w io.Writer, cells []GridCell) error {
 	return nil
 }
 
-func signed(e Estimate) string {
-	if e.N == 0 {
-		return "—"
-	}
-	s := e.Format(3)
-	if e.Mean >= 0 {
-		s = "+" + s
-	}
-	return s
-}
+func signed(e Estimate) string { return signedFormat(e, 3) }
 
 func findArm(c *GridCell, arm string) *ArmSummary {
 	if c == nil {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -26,6 +28,11 @@ type errorGridOptions struct {
 	family     string
 	calNoise   float64
 	estimators []string
+	// estimatorsChanged: --grid-estimators was given, which makes it an axis of the bias family
+	// too (docs/anchors.md, "Settings"); by default the bias family runs the arms' own (grpo).
+	estimatorsChanged bool
+	// adversarial: the bias family's judge reads −r (docs/anchors.md, "Gate cells").
+	adversarial bool
 }
 
 // Error-grid families.
@@ -39,7 +46,9 @@ func gridFlags(f *pflag.FlagSet, g *errorGridOptions) {
 	f.StringVar(&g.family, "grid-family", gridFamilyBias, "error grid family: bias (B×σ, r̂ = r + b(τ) + ξ) or calibration "+
 		"(r̂ = g(r) + σ·ξ for g ∈ r, r², √r, 0.3+0.4r × --grid-estimators × maps off, isotonic, centred, zspace on OD-only arms)")
 	f.Float64Var(&g.calNoise, "grid-calibration-noise", sim.DefaultCalibrationNoise, "calibration family: noise σ")
-	f.StringSliceVar(&g.estimators, "grid-estimators", []string{"grpo", "drgrpo"}, "calibration family: advantage estimators (grpo, drgrpo)")
+	f.BoolVar(&g.adversarial, "grid-adversarial", false, "bias family: an adversarial judge r̂ = −r + b(τ) + ξ that ranks rollouts backwards")
+	f.StringSliceVar(&g.estimators, "grid-estimators", []string{"grpo", "drgrpo"}, "advantage estimators (grpo, drgrpo): an axis of the calibration family; "+
+		"of the bias family only when given (each estimator's tables then go to --out/<estimator>/)")
 }
 
 // Grid defaults, fixed in docs/error_grid.md before the grid was run.
@@ -67,8 +76,14 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 	if !g0.armsChanged {
 		arms = sim.WithTrustGate(sim.WithPolicies(sim.WithMap(sim.GridArms(o.anchorFraction), g0.mapKind), o.policies), o.gates)
 	}
-	g := sim.ErrorGrid{Config: cfg, Biases: g0.biases, Noises: g0.noises, Arms: arms, Seeds: seeds,
-		Workers: o.workers, TargetFraction: o.targetFraction}
+	// Without --grid-estimators the arms keep their own estimator and the tables go to out itself.
+	ests := []correction.AdvantageKind{arms[0].Correction.Advantage}
+	if g0.estimatorsChanged {
+		var err error
+		if ests, err = parseEstimators(g0.estimators); err != nil {
+			return err
+		}
+	}
 	for _, b := range g0.biases {
 		for _, n := range g0.noises {
 			if err := (sim.ErrorModel{Bias: b, Noise: n}).Validate(); err != nil {
@@ -82,29 +97,65 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 		return err
 	}
 	cells := len(g0.biases) * len(g0.noises)
-	fmt.Fprintf(a.stdout, "eval set ready in %s; error grid %d cells (B %v × σ %v) × %d arms × %d seeds, %d steps × %d groups × G=%d\n",
-		time.Since(start).Round(time.Millisecond), cells, g0.biases, g0.noises, len(arms), len(seeds), cfg.Steps, cfg.Groups, cfg.GroupSize)
-	res, err := g.Run(ctx, eval, func(cell int, p sim.Progress) {
-		fmt.Fprintf(a.stdout, "[cell %d/%d run %2d/%d] %-9s seed %-3d final %.3f executions %5d (%s)\n",
-			cell+1, cells, p.Done, p.Total, p.Result.Arm, p.Result.Seed, p.Result.FinalScore(),
-			last(p.Result).Executions, time.Since(start).Round(time.Second))
-	})
-	if err != nil {
-		return err
-	}
-	if err := sim.GridTable(a.stdout, res); err != nil {
-		return err
-	}
-	if out != "" {
-		if err := writeGridTables(out, "error_grid", func(f *os.File) error { return sim.WriteErrorGridCSV(f, res) },
-			func(f *os.File) error { return sim.GridTable(f, res) }); err != nil {
-			return err
+	pairings := append(sim.PolicyPairings(arms), sim.GatePairings(arms)...)
+	var blocks []sim.PairedBlock
+	for _, est := range ests {
+		estArms, estOut := arms, out
+		if g0.estimatorsChanged {
+			estArms = sim.WithAdvantage(arms, est)
+			if out != "" {
+				estOut = filepath.Join(out, est.String())
+			}
 		}
-		files, err := sim.WriteGridPlots(out, res)
+		g := sim.ErrorGrid{Config: cfg, Biases: g0.biases, Noises: g0.noises, Arms: estArms, Seeds: seeds,
+			Workers: o.workers, TargetFraction: o.targetFraction, Adversarial: g0.adversarial}
+		fmt.Fprintf(a.stdout, "eval set ready in %s; error grid %d cells (B %v × σ %v) × %d arms × %d seeds, %d steps × %d groups × G=%d, estimator %s\n",
+			time.Since(start).Round(time.Millisecond), cells, g0.biases, g0.noises, len(arms), len(seeds), cfg.Steps, cfg.Groups, cfg.GroupSize, est)
+		res, err := g.Run(ctx, eval, func(cell int, p sim.Progress) {
+			fmt.Fprintf(a.stdout, "[%s cell %d/%d run %2d/%d] %-9s seed %-3d final %.3f executions %5d (%s)\n",
+				est, cell+1, cells, p.Done, p.Total, p.Result.Arm, p.Result.Seed, p.Result.FinalScore(),
+				last(p.Result).Executions, time.Since(start).Round(time.Second))
+		})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(a.stdout, "wrote error_grid.csv, error_grid.md and %d plots to %s\n", len(files), out)
+		if err := sim.GridTable(a.stdout, res); err != nil {
+			return err
+		}
+		if estOut != "" {
+			if err := writeGridTables(estOut, "error_grid", func(f *os.File) error { return sim.WriteErrorGridCSV(f, res) },
+				func(f *os.File) error { return sim.GridTable(f, res) }); err != nil {
+				return err
+			}
+			files, err := sim.WriteGridPlots(estOut, res)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "wrote error_grid.csv, error_grid.md and %d plots to %s\n", len(files), estOut)
+		}
+		for _, c := range res {
+			if len(pairings) == 0 {
+				break
+			}
+			cs, err := sim.Paired(c.Results, pairings, cmp.Or(o.targetFraction, sim.DefaultTargetFraction), cfg.Groups)
+			if err != nil {
+				return err
+			}
+			blocks = append(blocks, sim.PairedBlock{Values: []string{est.String(), strconv.FormatFloat(c.Bias, 'g', -1, 64),
+				strconv.FormatFloat(c.Noise, 'g', -1, 64)}, Comparisons: cs})
+		}
+	}
+	if len(blocks) > 0 {
+		title := func(b sim.PairedBlock) string {
+			judge := ""
+			if g0.adversarial {
+				judge = ", adversarial judge r̂ = −r + b + ξ"
+			}
+			return fmt.Sprintf("estimator %s, B = %s, σ = %s%s", b.Values[0], b.Values[1], b.Values[2], judge)
+		}
+		if err := writePaired(a.stdout, out, []string{"estimator", "bias", "noise"}, blocks, title, o.targetFraction); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(a.stdout, "error grid done in %s\n", time.Since(start).Round(time.Second))
 	return nil
@@ -115,16 +166,9 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 // do not apply: the family's arms are fixed (sim.CalibrationArms).
 func (o *simulateOptions) runCalibrationGrid(ctx context.Context, cfg sim.Config, seeds []int64) error {
 	a, g0, out := o.a, o.grid, o.out
-	var ests []correction.AdvantageKind
-	for _, name := range g0.estimators {
-		switch name {
-		case "grpo":
-			ests = append(ests, correction.GRPO)
-		case "drgrpo":
-			ests = append(ests, correction.DrGRPO)
-		default:
-			return fmt.Errorf("--grid-estimators %q: want grpo or drgrpo", name)
-		}
+	ests, err := parseEstimators(g0.estimators)
+	if err != nil {
+		return err
 	}
 	g := sim.CalibrationGrid{Config: cfg, Shapes: sim.DefaultCalibrationShapes, Estimators: ests, Noise: g0.calNoise,
 		AnchorFraction: o.anchorFraction, Seeds: seeds, Workers: o.workers, TargetFraction: o.targetFraction}
@@ -160,6 +204,22 @@ func (o *simulateOptions) runCalibrationGrid(ctx context.Context, cfg sim.Config
 	}
 	fmt.Fprintf(a.stdout, "calibration grid done in %s\n", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// parseEstimators parses --grid-estimators.
+func parseEstimators(names []string) ([]correction.AdvantageKind, error) {
+	var ests []correction.AdvantageKind
+	for _, name := range names {
+		switch name {
+		case "grpo":
+			ests = append(ests, correction.GRPO)
+		case "drgrpo":
+			ests = append(ests, correction.DrGRPO)
+		default:
+			return nil, fmt.Errorf("--grid-estimators %q: want grpo or drgrpo", name)
+		}
+	}
+	return ests, nil
 }
 
 // gridEval builds the held-out eval set a grid scores against, saying so first: it takes a while.

@@ -84,7 +84,12 @@ the policy's exact expected true score on held-out problems. The target of a see
 bands over seeds, steps.csv, summary.csv).
 
 --error-grid replaces the proxy world model by the paper's error model r̂ = r + b(τ) + ξ and
-sweeps its (bias, noise) grid instead (docs/error_grid.md).`,
+sweeps its (bias, noise) grid instead (docs/error_grid.md).
+
+When anchor policies other than random run beside random, or --trust-gate off,on, simulate also prints
+and writes (paired.csv, paired.md) each policy arm paired by seed with the same arm under random anchors,
+and each gated arm with the same arm without the gate, with the verdict of docs/anchors.md's
+pre-registered rules; the error grid does so per cell.`,
 		Args: cobra.NoArgs,
 		RunE: o.run,
 	}
@@ -178,6 +183,7 @@ func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
 			cfg.Steps = defaultGridSteps
 		}
 		o.grid.armsChanged = cmd.Flags().Changed("arms")
+		o.grid.estimatorsChanged = cmd.Flags().Changed("grid-estimators")
 		return o.runErrorGrid(ctx, cfg, as, sw.Seeds)
 	}
 	start := time.Now()
@@ -228,6 +234,16 @@ func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
 			return err
 		}
 		fmt.Fprintf(a.stdout, "report: %s (%d files: plots, steps.csv, summary.csv)\n", filepath.Join(o.out, demo.FileHTML), len(files))
+	}
+	if pairings := append(sim.PolicyPairings(as), sim.GatePairings(as)...); len(pairings) > 0 {
+		cs, err := sim.Paired(results, pairings, o.targetFraction, cfg.Groups)
+		if err != nil {
+			return err
+		}
+		if err := writePaired(a.stdout, o.out, nil, []sim.PairedBlock{{Comparisons: cs}},
+			func(sim.PairedBlock) string { return "" }, o.targetFraction); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(a.stdout, "done in %s\n", time.Since(start).Round(time.Second))
 	return nil
