@@ -366,8 +366,12 @@ def r_openrlhf(b: Block, p: Pipe) -> None:
                    ("--token-file /etc/wmrl/rm-token", f"--token-file {token}"))  # fmt: skip
         args = shlex.split(cmd)
         assert args[:3] == ["python", "-m", "wmrl_client.integrations.openrlhf"]
+        # SIGINT back to its default in the child, as an operator's terminal has it: a test run
+        # started in the background of a non-interactive shell ignores SIGINT, children inherit
+        # that, and Python then installs no KeyboardInterrupt handler (the server never stops).
         srv = subprocess.Popen([sys.executable, *args[1:]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               env={**os.environ, "PYTHONPATH": str(PY_ROOT / "src")})  # fmt: skip
+                               env={**os.environ, "PYTHONPATH": str(PY_ROOT / "src")},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
         try:
             m = re.search(r"--remote_rm_url '([^']+)'", url_line)
             assert m, url_line
