@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import WmrlError
+from ..options import KafkaOptions
 from ..reward import Group, RewardClient, StepResult
 from ._batch import fill_masked, key_of, text_of
 
@@ -323,3 +325,47 @@ class Grouper:
         self.next_step = step + 1
         self.last = res
         return results_of(res, n_groups)
+
+
+class Groupers:
+    """A process's Groupers for one framework hook, one per group size, each built from WMRL_* on first
+    use (WMRL_RUN, WMRL_TRAINER_GROUP, the connection variables, WMRL_ANCHOR_FRACTION,
+    WMRL_GROUPS_PER_STEP, WMRL_FLUSH_AFTER, WMRL_START_STEP), or the one given to ``configure``.
+
+    ``hook`` names the caller in errors ("wmrl slime group_rm"); ``group`` describes a group of n
+    ("slime group of {n} samples")."""
+
+    def __init__(self, hook: str, group: str) -> None:
+        self._hook, self._group = hook, group
+        self._by_size: dict[int, Grouper] = {}
+        self._lock = threading.Lock()
+        self._configured: Grouper | None = None
+
+    def configure(self, grouper: Grouper | None) -> None:
+        """Use this grouper instead of one built from the environment (None: back to the environment)."""
+        self._configured = grouper
+
+    def get(self, group_size: int, env: Mapping[str, str] | None = None, groups_per_step: Any = None) -> Grouper:
+        """The Grouper for groups of group_size; groups_per_step counts when WMRL_GROUPS_PER_STEP is unset."""
+        if self._configured is not None:
+            if self._configured.group_size != group_size:
+                raise ValueError(f"{self._group.format(n=group_size)}, the configured grouper takes "
+                                 f"{self._configured.group_size}")  # fmt: skip
+            return self._configured
+        e = os.environ if env is None else env
+        with self._lock:
+            g = self._by_size.get(group_size)
+            if g is not None:
+                return g
+            missing = [k for k in ("WMRL_RUN", "WMRL_TRAINER_GROUP") if not e.get(k)]
+            if missing:
+                raise RuntimeError(f"{self._hook}: set {' and '.join(missing)} (the run id and the trainer's group)")
+            per_step = e.get("WMRL_GROUPS_PER_STEP") or groups_per_step
+            client = RewardClient(None, e["WMRL_RUN"], e["WMRL_TRAINER_GROUP"], kafka=KafkaOptions.from_env(e),
+                                  anchor_fraction=float(e.get("WMRL_ANCHOR_FRACTION", "0.25")))  # fmt: skip
+            g = self._by_size[group_size] = Grouper(
+                client, group_size=group_size, groups_per_step=int(per_step) if per_step else None,
+                flush_after=float(e.get("WMRL_FLUSH_AFTER", DEFAULT_FLUSH_AFTER)),
+                start_step=int(e.get("WMRL_START_STEP", "0")),
+            )  # fmt: skip
+            return g

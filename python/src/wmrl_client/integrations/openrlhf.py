@@ -77,9 +77,6 @@ import json
 import logging
 import math
 import os
-import socket
-import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -87,13 +84,24 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web, web_protocol
-from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp import web
 from aiohttp.web_request import BaseRequest
 
 from wmrl_client.errors import StepTimeoutError, WmrlError
 from wmrl_client.integrations._batch import BatchScorer, fill_masked, task_meta
 from wmrl_client.integrations._grouper import DEFAULT_FLUSH_AFTER, Grouper, SampleResult
+from wmrl_client.integrations._server import (
+    DEFAULT_MAX_BODY,
+    Limits,
+    Reply,
+    RewardServer,
+    add_client_args,
+    client_from_args,
+    json_reply,
+    read_json,
+    serve,
+    token_from,
+)
 from wmrl_client.options import KafkaOptions
 from wmrl_client.reward import RewardClient
 
@@ -101,9 +109,6 @@ log = logging.getLogger("wmrl_client.openrlhf")
 
 DEFAULT_TIMEOUT = 170.0
 """Seconds a request waits for its samples' step: inside OpenRLHF's 180 s request timeout."""
-
-DEFAULT_MAX_BODY = 8 << 20
-"""Largest request body read (bytes); a per-sample request is a few KiB."""
 
 DEFAULT_STRIP = ("<|im_end|>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|end|>", "<|im_start|>",
                  "</s>", "<eos>", "<pad>", "<|pad|>")  # fmt: skip
@@ -356,184 +361,10 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
     }
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What one client may cost the server: every wait has a deadline and every buffer a size.
-
-    ``header_timeout`` bounds the wait for a request's head, from the connection's start (and after
-    each response on a kept-alive connection); ``body_timeout`` the read of an authorized body. At
-    ``max_connections`` a new connection closes the oldest one still waiting for its head, or is
-    itself closed when every connection is busy with a request: half-open connections cannot keep a
-    token holder out, whatever their number. A head over ``max_field_bytes`` per line or
-    ``max_headers`` lines is answered 431."""
-
-    header_timeout: float = 10.0
-    body_timeout: float = 30.0
-    max_connections: int = 4096
-    max_body: int = DEFAULT_MAX_BODY
-    max_field_bytes: int = 8190
-    max_headers: int = 64
-
-
-class _Reply(Exception):
-    """An HTTP error answer (status, message) raised inside the request handler."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def _json_reply(status: int, body: dict[str, Any], *, close: bool = False) -> web.Response:
-    resp = web.json_response(body, status=status)
-    if close:  # refused before its body was read: never linger reading an unread body
-        resp.force_close()
-    return resp
-
-
-class _Protocol(web_protocol.RequestHandler):
-    """aiohttp's connection handler, answering parse errors (bad request line, bad or absurd
-    headers, a head over the limits) as JSON with one WARNING line instead of a traceback."""
-
-    def handle_error(
-        self, request: BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
-    ) -> web.StreamResponse:
-        if request.writer.output_size > 0:
-            raise ConnectionError("response already started: cannot send the error")
-        if status == 500:
-            log.error("%s: internal error", request.remote, exc_info=exc)
-            return _json_reply(500, {"error": "internal error"}, close=True)
-        if isinstance(exc, LineTooLong) or (isinstance(exc, BadHttpMessage) and "Too many headers" in str(exc)):
-            status, text = 431, "request head over the limits (a line or the number of lines)"
-        else:  # the parser's message quotes the request line or a header, which may hold the token
-            text = f"cannot parse the request ({type(exc).__name__})" if exc else "cannot parse the request"
-        log.warning("%s: malformed request: %d %s", request.remote, status, text)
-        return _json_reply(status, {"error": f"malformed request: {text}"}, close=True)
-
-
-class _CappedServer(web.Server):
-    """aiohttp's low-level server with a connection cap (see Limits)."""
-
-    def __init__(self, handler: Any, *, max_connections: int, busy: set[Any], **kwargs: Any) -> None:
-        super().__init__(handler, **kwargs)
-        self._protocol_kwargs = kwargs
-        self._cap = max_connections
-        self._busy = busy
-        self.evicted = 0
-
-    def __call__(self) -> web_protocol.RequestHandler:
-        return _Protocol(self, loop=asyncio.get_running_loop(), **self._protocol_kwargs)
-
-    def connection_made(self, handler: web_protocol.RequestHandler, transport: asyncio.Transport) -> None:
-        super().connection_made(handler, transport)
-        live = [h for h in self.connections if h.transport is not None]
-        if len(live) <= self._cap:
-            return
-        victim = next((h for h in live if h not in self._busy), handler)  # oldest first: dict order
-        victim.force_close()
-        self.evicted += 1
-        if self.evicted & (self.evicted - 1) == 0:  # 1, 2, 4, 8, …: a flood does not flood the log
-            log.warning("connection cap %d reached: closed a connection that had sent no request (%d so far)",
-                        self._cap, self.evicted)  # fmt: skip
-
-
-class RewardServer:
-    """The reward HTTP server on aiohttp, with socketserver's interface: ``serve_forever()`` runs it
-    (in the calling thread, on its own event loop), ``shutdown()`` stops it from another thread,
-    ``server_close()`` releases the socket, ``server_address`` is the bound address."""
-
-    def __init__(self, handle: Any, host: str, port: int, limits: Limits) -> None:
-        self.limits = limits
-        self._handle = handle
-        self.socket = socket.create_server((host, port), backlog=1024)  # OpenRLHF's actors connect at once
-        self.server_address: tuple[Any, ...] = self.socket.getsockname()
-        self._mu = threading.Lock()
-        self._stopping = False
-        self._wake: Any = None
-        self._done = threading.Event()
-
-    def serve_forever(self) -> None:
-        try:
-            asyncio.run(self._serve())
-        finally:
-            self._done.set()
-
-    async def _serve(self) -> None:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        with self._mu:
-            if self._stopping:
-                return
-            self._wake = lambda: loop.call_soon_threadsafe(stop.set)
-        busy: set[Any] = set()
-
-        async def handler(request: BaseRequest) -> web.StreamResponse:
-            busy.add(request.protocol)
-            try:
-                resp: web.StreamResponse = await self._handle(request)
-            finally:
-                busy.discard(request.protocol)
-            log.log(logging.INFO if resp.status < 400 else logging.WARNING, "%s %s %s -> %d",
-                    request.remote, request.method, request.path, resp.status)  # fmt: skip
-            return resp
-
-        lim = self.limits
-        srv = _CappedServer(handler, max_connections=lim.max_connections, busy=busy,
-                            keepalive_timeout=lim.header_timeout, max_field_size=lim.max_field_bytes,
-                            max_line_size=lim.max_field_bytes, max_headers=lim.max_headers,
-                            auto_decompress=False, access_log=None)  # fmt: skip
-        listener = await loop.create_server(srv, sock=self.socket)
-        try:
-            await stop.wait()
-        finally:
-            listener.close()
-            await srv.shutdown(1.0)
-
-    def shutdown(self) -> None:
-        """Stop serve_forever and wait for it (a no-op before it started)."""
-        with self._mu:
-            self._stopping = True
-            wake = self._wake
-        if wake is not None:
-            wake()
-            self._done.wait()
-
-    def server_close(self) -> None:
-        self.socket.close()
-
-
 def _authorized(request: BaseRequest, want: bytes) -> bool:
     auth = request.headers.get("Authorization", "")
     got = auth[7:] if auth.startswith("Bearer ") else request.query.get("token", "")
     return hmac.compare_digest(got.encode(), want)
-
-
-async def _read_json(request: BaseRequest, lim: Limits) -> dict[str, Any]:
-    """The request's JSON object, read under the body limits (an error status as _Reply)."""
-    if request.method != "POST":
-        raise _Reply(405, f"method {request.method} not allowed: POST the JSON request")
-    if request.headers.get("Content-Encoding", "identity") != "identity":
-        raise _Reply(415, "Content-Encoding is not supported: send the JSON uncompressed")
-    n = request.content_length
-    if n is None:
-        raise _Reply(411, "a Content-Length is required")
-    if n > lim.max_body:
-        raise _Reply(413, f"body of {n} bytes exceeds the {lim.max_body} byte limit")
-    try:
-        async with asyncio.timeout(lim.body_timeout):
-            body = await request.content.readexactly(n)
-    except TimeoutError:
-        raise _Reply(408, f"body of {n} bytes not received within {lim.body_timeout:g}s") from None
-    except asyncio.IncompleteReadError:
-        raise _Reply(400, f"body ended before its {n} bytes") from None
-    try:
-        req = json.loads(body or b"null")
-    except RecursionError:
-        raise _Reply(400, "request body: JSON nested too deeply") from None
-    except ValueError as e:
-        raise _Reply(400, f"request body: not JSON: {e}") from None
-    if not isinstance(req, dict):
-        raise _Reply(400, "request body: want a JSON object")
-    return req
 
 
 def make_server(
@@ -564,29 +395,29 @@ def make_server(
 
     async def handle(request: BaseRequest) -> web.StreamResponse:
         if want is not None and not _authorized(request, want):
-            return _json_reply(401, {"error": "missing or wrong token"}, close=True)
+            return json_reply(401, {"error": "missing or wrong token"}, close=True)
         try:
-            req = await _read_json(request, lim)
-        except _Reply as e:
-            return _json_reply(e.status, {"error": str(e)}, close=e.status != 400)
+            req = await read_json(request, lim)
+        except Reply as e:
+            return json_reply(e.status, {"error": str(e)}, close=e.status != 400)
         n = len(req["query"]) if isinstance(req.get("query"), list) else 0
         try:
             if isinstance(scorer, Grouper):
-                return _json_reply(200, await answer_samples_async(scorer, req, timeout, strip=strip))
+                return json_reply(200, await answer_samples_async(scorer, req, timeout, strip=strip))
             loop = asyncio.get_running_loop()
-            return _json_reply(200, await loop.run_in_executor(pool, functools.partial(answer, strip=strip),
+            return json_reply(200, await loop.run_in_executor(pool, functools.partial(answer, strip=strip),
                                                                scorer, req))  # fmt: skip
         except ValueError as e:  # malformed: the client's bug, never a reward
-            return _json_reply(400, {"error": str(e)})
+            return json_reply(400, {"error": str(e)})
         except (StepTimeoutError, UngradedError, WmrlError) as e:
             if fail.mode == "reward":
                 log.warning("no reward for %d sample(s), answering the failure reward %g: %s", n, fail.reward, e)
-                return _json_reply(200, fail.reply(n))
+                return json_reply(200, fail.reply(n))
             if isinstance(e, StepTimeoutError):
-                return _json_reply(504, {"error": str(e)})
+                return json_reply(504, {"error": str(e)})
             if isinstance(e, UngradedError):
-                return _json_reply(422, {"error": str(e)})
-            return _json_reply(400, {"error": str(e)})
+                return json_reply(422, {"error": str(e)})
+            return json_reply(400, {"error": str(e)})
 
     return RewardServer(handle, host, port, lim)
 
@@ -595,17 +426,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description="wmrl remote reward model for OpenRLHF --remote_rm_url", allow_abbrev=False
     )
-    ap.add_argument("--brokers", default=None, help="seed brokers (default: WMRL_BROKERS)")
-    ap.add_argument("--topic-prefix", default=None)
-    ap.add_argument("--run", required=True, help="wmrl run id")
-    ap.add_argument("--group", required=True, help="consumer group of this trainer job")
+    add_client_args(ap)
     ap.add_argument("--group-size", type=int, default=None, help="n_samples_per_prompt (required in sample mode)")
     ap.add_argument("--groups-per-step", type=int, default=None, help="prompts per batch (rollout_batch_size)")
     ap.add_argument("--flush-after", type=float, default=DEFAULT_FLUSH_AFTER,
                     help="seconds without a sample after which complete groups are published")  # fmt: skip
     ap.add_argument("--mode", choices=("sample", "batch"), default="sample",
                     help="sample: a request per sample (OpenRLHF 0.11); batch: requests hold whole groups")  # fmt: skip
-    ap.add_argument("--anchor-fraction", type=float, default=0.25)
     ap.add_argument("--start-step", type=int, default=0, help="wmrl step of the first request (resume)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds a request waits for its step")
     ap.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY)
@@ -641,17 +468,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_strip:
         strip = tuple(args.strip or ()) + tuple(tokenizer_specials(args.tokenizer) if args.tokenizer else ())
         strip = strip or DEFAULT_STRIP
-    token = os.environ.get("WMRL_RM_TOKEN") or None
-    if args.token_file:
-        with open(args.token_file, encoding="utf-8") as f:
-            token = f.read().strip() or None
-    opts = KafkaOptions.from_env()
-    if args.topic_prefix is not None:
-        opts.topic_prefix = args.topic_prefix
-    try:
-        client = RewardClient(args.brokers, args.run, args.group, kafka=opts, anchor_fraction=args.anchor_fraction)
-    except WmrlError as e:
-        sys.exit(f"wmrl openrlhf: {e}")
+    token = token_from(args.token_file)
+    client = client_from_args(args, "wmrl openrlhf")
     scorer: Grouper | BatchScorer
     if args.mode == "sample":
         scorer = Grouper(client, group_size=args.group_size, groups_per_step=args.groups_per_step,
@@ -665,15 +483,7 @@ def main(argv: list[str] | None = None) -> None:
     log.info("stripping %d special-token text(s) from responses: %s", len(strip), " ".join(strip) or "none")
     log.info("serving OpenRLHF reward requests (%s mode%s) on http://%s:%d/ for run %s", args.mode,
              ", token required" if token else "", args.host, srv.server_address[1], args.run)  # fmt: skip
-    try:
-        srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        srv.server_close()
-        if isinstance(scorer, Grouper):
-            scorer.close()
-        client.close()
+    serve(srv, *([scorer] if isinstance(scorer, Grouper) else []), client)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,6 @@ import asyncio
 import hmac
 import json
 import logging
-import os
 import sys
 import time
 import uuid
@@ -69,9 +68,17 @@ from aiohttp.web_request import BaseRequest
 from wmrl_client.errors import StepTimeoutError, WmrlError
 from wmrl_client.integrations._batch import task_meta
 from wmrl_client.integrations._grouper import DEFAULT_FLUSH_AFTER, Grouper, SampleResult
-from wmrl_client.integrations.openrlhf import Limits, RewardServer, _json_reply, _read_json, _Reply
-from wmrl_client.options import KafkaOptions
-from wmrl_client.reward import RewardClient
+from wmrl_client.integrations._server import (
+    Limits,
+    Reply,
+    RewardServer,
+    add_client_args,
+    client_from_args,
+    json_reply,
+    read_json,
+    serve,
+    token_from,
+)
 
 log = logging.getLogger("wmrl_client.ors")
 
@@ -172,16 +179,16 @@ class OrsApp:
     def _session(self, request: BaseRequest, *, created: bool = True) -> _Session:
         sid = request.headers.get("X-Session-ID", "").strip()
         if not sid:
-            raise _Reply(400, "X-Session-ID header is required")
+            raise Reply(400, "X-Session-ID header is required")
         s = self.sessions.get(sid)
         if s is None or (created and not s.created):
-            raise _Reply(404, f"no active session {sid[:64]!r}")
+            raise Reply(404, f"no active session {sid[:64]!r}")
         s.seen = time.monotonic()
         return s
 
     def _env_of(self, name: str) -> None:
         if name != self.env:
-            raise _Reply(404, f"unknown environment {name[:64]!r} (this server has {self.env!r})")
+            raise Reply(404, f"unknown environment {name[:64]!r} (this server has {self.env!r})")
 
     def _reap(self) -> None:
         now = time.monotonic()
@@ -197,58 +204,58 @@ class OrsApp:
     async def handle(self, request: BaseRequest) -> web.StreamResponse:
         try:
             if request.path != "/health" and not self._authorized(request):
-                return _json_reply(401, {"detail": "missing or wrong API key"}, close=True)
+                return json_reply(401, {"detail": "missing or wrong API key"}, close=True)
             self._reap()
             return await self._route(request)
-        except _Reply as e:
-            return _json_reply(e.status, {"detail": str(e)}, close=e.status not in (400, 404))
+        except Reply as e:
+            return json_reply(e.status, {"detail": str(e)}, close=e.status not in (400, 404))
         except ValueError as e:
-            return _json_reply(400, {"detail": str(e)})
+            return json_reply(400, {"detail": str(e)})
 
     async def _route(self, request: BaseRequest) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
         m = request.method
         if m == "GET" and parts == ["health"]:
-            return _json_reply(200, {"status": "ok"})
+            return json_reply(200, {"status": "ok"})
         if m == "GET" and parts == ["list_environments"]:
-            return _json_reply(200, [self.env])  # type: ignore[arg-type]
+            return json_reply(200, [self.env])  # type: ignore[arg-type]
         if m == "POST" and parts == ["create_session"]:
             return await self._create_session(request)
         if m == "POST" and parts == ["create"]:
             return await self._create(request)
         if m == "POST" and parts == ["ping"]:
             self._session(request, created=False)
-            return _json_reply(200, {"status": "ok"})
+            return json_reply(200, {"status": "ok"})
         if m == "POST" and parts in (["delete"], ["delete_session"]):
             s = self._session(request, created=False)
             self._drop(s.sid)
-            return _json_reply(200, {"sid": s.sid})
+            return json_reply(200, {"sid": s.sid})
         if len(parts) == 1 and parts[0] in ENV_ROUTES:  # the default environment at the root, as the SDK asks
             parts = [self.env, parts[0]]
         if len(parts) == 2:
             self._env_of(parts[0])
             what = parts[1]
             if m == "GET" and what == "tools":
-                return _json_reply(200, {"tools": [TOOL]})
+                return json_reply(200, {"tools": [TOOL]})
             if m == "GET" and what == "task_tools":
                 self._session(request)
-                return _json_reply(200, {"tools": [TOOL]})
+                return json_reply(200, {"tools": [TOOL]})
             if m == "GET" and what == "splits":
-                return _json_reply(200, [{"name": self.split, "type": "train"}])  # type: ignore[arg-type]
+                return json_reply(200, [{"name": self.split, "type": "train"}])  # type: ignore[arg-type]
             if m == "POST" and what in ("tasks", "num_tasks", "task", "task_range"):
-                return _json_reply(200, await self._task_list(request, what))
+                return json_reply(200, await self._task_list(request, what))
             if m == "GET" and what == "prompt":
                 s = self._session(request)
-                return _json_reply(200, [{"text": s.prompt, "detail": None, "type": "text"}])  # type: ignore[arg-type]
+                return json_reply(200, [{"text": s.prompt, "detail": None, "type": "text"}])  # type: ignore[arg-type]
             if m == "POST" and what == "call":
                 return await self._call(request)
-        raise _Reply(404, f"no route {m} {request.path[:128]}")
+        raise Reply(404, f"no route {m} {request.path[:128]}")
 
     async def _create_session(self, request: BaseRequest) -> web.StreamResponse:
         sid = str(uuid.uuid4())
         self.sessions[sid] = _Session(sid)
         if "text/event-stream" not in request.headers.get("Accept", ""):
-            return _json_reply(200, {"sid": sid})
+            return json_reply(200, {"sid": sid})
         resp = await self._open_sse(request)
         await self._event(resp, "task_id", sid)
         await self._event(resp, "end", "")
@@ -256,11 +263,11 @@ class OrsApp:
         return resp
 
     async def _task_list(self, request: BaseRequest, what: str) -> dict[str, Any]:
-        body = await _read_json(request, self.limits)
+        body = await read_json(request, self.limits)
         if not self.tasks:
-            raise _Reply(400, "this server has no task list (--tasks): create each session with a task_spec")
+            raise Reply(400, "this server has no task list (--tasks): create each session with a task_spec")
         if body.get("split") != self.split:
-            raise _Reply(400, f"Invalid split {str(body.get('split'))[:64]!r} (this server has {self.split!r})")
+            raise Reply(400, f"Invalid split {str(body.get('split'))[:64]!r} (this server has {self.split!r})")
         if what == "tasks":
             return {"tasks": self.tasks, "env_name": self.env}
         if what == "num_tasks":
@@ -269,40 +276,40 @@ class OrsApp:
             return {"task": self._task(body.get("index")), "env_name": self.env}
         start, stop = body.get("start"), body.get("stop")
         if not all(x is None or isinstance(x, int) for x in (start, stop)):
-            raise _Reply(400, 'fields "start"/"stop": want integers')
+            raise Reply(400, 'fields "start"/"stop": want integers')
         return {"tasks": self.tasks[start:stop], "env_name": self.env}
 
     def _task(self, index: Any) -> dict[str, Any]:
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self.tasks):
-            raise _Reply(400, f"Invalid index {str(index)[:32]} (the split has {len(self.tasks)} tasks)")
+            raise Reply(400, f"Invalid index {str(index)[:32]} (the split has {len(self.tasks)} tasks)")
         return self.tasks[index]
 
     async def _create(self, request: BaseRequest) -> web.StreamResponse:
         s = self._session(request, created=False)
         if s.created:
-            raise _Reply(400, "Session already exists")
-        body = await _read_json(request, self.limits)
+            raise Reply(400, "Session already exists")
+        body = await read_json(request, self.limits)
         env = body.get("env_name")
         if env is not None:
             self._env_of(str(env))
         spec = body.get("task_spec")
         if spec is None:
             if body.get("split") != self.split or not self.tasks:
-                raise _Reply(400, f"give a task_spec, or split {self.split!r} and an index into --tasks")
+                raise Reply(400, f"give a task_spec, or split {self.split!r} and an index into --tasks")
             spec = self._task(body.get("index"))
         s.prompt, s.key, s.meta = parse_task(spec)
         s.created = True
-        return _json_reply(200, {"sid": s.sid})
+        return json_reply(200, {"sid": s.sid})
 
     async def _call(self, request: BaseRequest) -> web.StreamResponse:
         s = self._session(request)
-        body = await _read_json(request, self.limits)
+        body = await read_json(request, self.limits)
         task_id = body.get("task_id")
         task = s.calls.get(task_id) if isinstance(task_id, str) else None
         if task is None:
             name, args = body.get("name"), body.get("input")
             if not isinstance(name, str) or not isinstance(args, Mapping):
-                raise _Reply(400, 'a tool call is {"name": text, "input": object}')
+                raise Reply(400, 'a tool call is {"name": text, "input": object}')
             task_id = uuid.uuid4().hex
             task = s.calls[task_id] = asyncio.ensure_future(self._run_tool(s, name, args))
         resp = await self._open_sse(request)
@@ -366,14 +373,10 @@ class OrsApp:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="wmrl's reward as an Open Reward Standard environment", allow_abbrev=False)
-    ap.add_argument("--brokers", default=None, help="seed brokers (default: WMRL_BROKERS)")
-    ap.add_argument("--topic-prefix", default=None)
-    ap.add_argument("--run", required=True, help="wmrl run id")
-    ap.add_argument("--group", required=True, help="consumer group of this trainer job")
+    add_client_args(ap)
     ap.add_argument("--group-size", type=int, required=True, help="episodes per prompt (the trainer's group size)")
     ap.add_argument("--groups-per-step", type=int, default=None, help="prompts per training batch")
     ap.add_argument("--flush-after", type=float, default=DEFAULT_FLUSH_AFTER)
-    ap.add_argument("--anchor-fraction", type=float, default=0.25)
     ap.add_argument("--start-step", type=int, default=0, help="wmrl step of the first submit (resume)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds a submit waits for its step")
     ap.add_argument("--ping", type=float, default=10.0, help="seconds between SSE keep-alive comments")
@@ -386,10 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8080)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    token = os.environ.get("WMRL_RM_TOKEN") or None
-    if args.token_file:
-        with open(args.token_file, encoding="utf-8") as f:
-            token = f.read().strip() or None
+    token = token_from(args.token_file)
     tasks = []
     if args.tasks:
         with open(args.tasks, encoding="utf-8") as f:
@@ -399,13 +399,7 @@ def main(argv: list[str] | None = None) -> None:
                         tasks.append(json.loads(line))
                     except ValueError as e:
                         sys.exit(f"wmrl ors: {args.tasks}:{n}: not JSON: {e}")
-    opts = KafkaOptions.from_env()
-    if args.topic_prefix is not None:
-        opts.topic_prefix = args.topic_prefix
-    try:
-        client = RewardClient(args.brokers, args.run, args.group, kafka=opts, anchor_fraction=args.anchor_fraction)
-    except WmrlError as e:
-        sys.exit(f"wmrl ors: {e}")
+    client = client_from_args(args, "wmrl ors")
     grouper = Grouper(client, group_size=args.group_size, groups_per_step=args.groups_per_step,
                       flush_after=args.flush_after, start_step=args.start_step, timeout=args.timeout)  # fmt: skip
     try:
@@ -416,14 +410,7 @@ def main(argv: list[str] | None = None) -> None:
     srv = app.server(args.host, args.port)
     log.info("serving ORS environment %r on http://%s:%d/ for run %s%s", args.env_name, args.host,
              srv.server_address[1], args.run, " (API key required)" if token else "")  # fmt: skip
-    try:
-        srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        srv.server_close()
-        grouper.close()
-        client.close()
+    serve(srv, grouper, client)
 
 
 if __name__ == "__main__":

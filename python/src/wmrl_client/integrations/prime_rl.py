@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -58,49 +57,21 @@ except ImportError as e:  # pragma: no cover - depends on the install
     ) from e
 
 from ._batch import task_meta
-from ._grouper import DEFAULT_FLUSH_AFTER, Grouper, SampleResult
-from ..options import KafkaOptions
-from ..reward import RewardClient
+from ._grouper import Grouper, Groupers, SampleResult
 
 CREDITS = ("advantage", "centred")
 
-_groupers: dict[int, Grouper] = {}
-_lock = threading.Lock()
-_configured: Grouper | None = None
+_groupers = Groupers("wmrl prime-rl algorithm", "prime-rl group of {n} traces")
 
 
 def configure(grouper: Grouper | None) -> None:
     """Use this grouper instead of one built from the environment (None: back to the environment)."""
-    global _configured
-    _configured = grouper
+    _groupers.configure(grouper)
 
 
 def grouper_for(group_size: int, env: Mapping[str, str] | None = None) -> Grouper:
     """The process's Grouper for groups of group_size traces (built from WMRL_* on first use)."""
-    if _configured is not None:
-        if _configured.group_size != group_size:
-            raise ValueError(f"prime-rl group of {group_size} traces, the configured grouper takes "
-                             f"{_configured.group_size}")  # fmt: skip
-        return _configured
-    e = os.environ if env is None else env
-    with _lock:
-        g = _groupers.get(group_size)
-        if g is not None:
-            return g
-        missing = [k for k in ("WMRL_RUN", "WMRL_TRAINER_GROUP") if not e.get(k)]
-        if missing:
-            raise RuntimeError(
-                f"wmrl prime-rl algorithm: set {' and '.join(missing)} (the run id and the trainer's group)"
-            )
-        per_step = e.get("WMRL_GROUPS_PER_STEP")
-        client = RewardClient(None, e["WMRL_RUN"], e["WMRL_TRAINER_GROUP"], kafka=KafkaOptions.from_env(e),
-                              anchor_fraction=float(e.get("WMRL_ANCHOR_FRACTION", "0.25")))  # fmt: skip
-        g = _groupers[group_size] = Grouper(
-            client, group_size=group_size, groups_per_step=int(per_step) if per_step else None,
-            flush_after=float(e.get("WMRL_FLUSH_AFTER", DEFAULT_FLUSH_AFTER)),
-            start_step=int(e.get("WMRL_START_STEP", "0")),
-        )  # fmt: skip
-        return g
+    return _groupers.get(group_size, env)
 
 
 def _content(node: Any) -> str:

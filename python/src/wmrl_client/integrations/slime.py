@@ -24,57 +24,29 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from wmrl_client.integrations._batch import task_meta
-from wmrl_client.integrations._grouper import DEFAULT_FLUSH_AFTER, Grouper
+from wmrl_client.integrations._grouper import Grouper, Groupers
 from wmrl_client.integrations.verl import sample_reply
-from wmrl_client.options import KafkaOptions
-from wmrl_client.reward import RewardClient
 
 ROW_KEY = "wmrl"
 """The key of ``sample.metadata`` where ``group_rm`` leaves the sample's wmrl row (fused advantage,
 step, rollout id, weight, mask) for ``post_process_rewards``; see ``slime_advantage``."""
 
-_groupers: dict[int, Grouper] = {}
-_lock = threading.Lock()
-_configured: Grouper | None = None
+_groupers = Groupers("wmrl slime group_rm", "slime group of {n} samples")
 
 
 def configure(grouper: Grouper | None) -> None:
     """Use this grouper instead of one built from the environment (None: back to the environment)."""
-    global _configured
-    _configured = grouper
+    _groupers.configure(grouper)
 
 
 def grouper_for(args: Any, group_size: int, env: Mapping[str, str] | None = None) -> Grouper:
-    """The process's Grouper for groups of group_size samples (built from WMRL_* on first use)."""
-    if _configured is not None:
-        if _configured.group_size != group_size:
-            raise ValueError(
-                f"slime group of {group_size} samples, the configured grouper takes {_configured.group_size}"
-            )
-        return _configured
-    e = os.environ if env is None else env
-    with _lock:
-        g = _groupers.get(group_size)
-        if g is not None:
-            return g
-        missing = [k for k in ("WMRL_RUN", "WMRL_TRAINER_GROUP") if not e.get(k)]
-        if missing:
-            raise RuntimeError(f"wmrl slime group_rm: set {' and '.join(missing)} (the run id and the trainer's group)")
-        per_step = e.get("WMRL_GROUPS_PER_STEP") or getattr(args, "rollout_batch_size", None)
-        client = RewardClient(None, e["WMRL_RUN"], e["WMRL_TRAINER_GROUP"], kafka=KafkaOptions.from_env(e),
-                              anchor_fraction=float(e.get("WMRL_ANCHOR_FRACTION", "0.25")))  # fmt: skip
-        g = _groupers[group_size] = Grouper(
-            client, group_size=group_size, groups_per_step=int(per_step) if per_step else None,
-            flush_after=float(e.get("WMRL_FLUSH_AFTER", DEFAULT_FLUSH_AFTER)),
-            start_step=int(e.get("WMRL_START_STEP", "0")),
-        )  # fmt: skip
-        return g
+    """The process's Grouper for groups of group_size samples (built from WMRL_* on first use; the groups
+    per step default to slime's ``--rollout-batch-size``)."""
+    return _groupers.get(group_size, env, getattr(args, "rollout_batch_size", None))
 
 
 def sample_meta(sample: Any) -> dict[str, str]:
