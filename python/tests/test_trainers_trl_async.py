@@ -67,6 +67,10 @@ class ReplayLoop(arw._AsyncRolloutLoop):  # type: ignore[misc,name-defined]
                 )  # fmt: skip
                 group.queued_at = time.monotonic()
                 await self._groups_to_score.put(group)
+            # Stay up until the parent's stop(), as TRL's own loop does: a child that exits first
+            # leaves its stop-watcher thread counted as a sleeper on the stop event, and the
+            # parent's Event.set() then waits for it forever (multiprocessing.Condition.notify).
+            await stop_event.wait()
         finally:
             await self._groups_to_score.put(None)
 
