@@ -64,10 +64,7 @@ func DecodeCalibrationProto(b []byte) (CalibrationSnapshot, error) {
 		s.Debias = &DebiasShift{Rows: int(d.Rows), Groups: int(d.Groups), Reordered: int(d.Reordered),
 			Flattened: int(d.Flattened), MeanShift: d.MeanShift}
 	}
-	if g := m.Gate; g != nil {
-		if g.Pairs < 0 || g.Pairs > 1<<32-1 {
-			return CalibrationSnapshot{}, &FieldError{Record: "calibration", Field: "gate.pairs", Value: g.Pairs, Reason: "out of range"}
-		}
+	if g := m.Gate; g != nil { // Validate checks its ranges
 		s.Gate = &TrustGate{Closed: g.Closed, Pairs: int(g.Pairs), Rho: g.Rho, Lo: g.Lo, Hi: g.Hi}
 	}
 	if len(s.BreakX) == 0 {
