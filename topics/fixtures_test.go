@@ -149,6 +149,14 @@ func sampleCalibrationDebias() CalibrationSnapshot {
 	return s
 }
 
+// sampleCalibrationGate is a snapshot with both optional blocks: the debias effect and a closed
+// trust gate (wmrl correct --trust-gate).
+func sampleCalibrationGate() CalibrationSnapshot {
+	s := sampleCalibrationDebias()
+	s.Gate = &TrustGate{Closed: true, Pairs: 108, Rho: 0.048, Lo: -0.14, Hi: 0.23}
+	return s
+}
+
 func sampleCalibrationEnd() CalibrationEnd {
 	return CalibrationEnd{RunID: "r1", LastStep: 499, EndedAt: t0, Reason: EndReasonMarker}
 }

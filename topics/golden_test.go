@@ -55,7 +55,7 @@ func validGolden() []struct {
 } {
 	r, s, p, e, i, c := sampleRollout(), sampleStep(), samplePredicted(), sampleExecuted(), sampleImputed(), sampleCalibration()
 	sp, cd, se := sampleStepPolicyStep(), sampleCalibrationDebias(), sampleStepEnd()
-	ce := sampleCalibrationEnd()
+	ce, cg := sampleCalibrationEnd(), sampleCalibrationGate()
 	return []struct {
 		file, schema string
 		value        any
@@ -70,6 +70,7 @@ func validGolden() []struct {
 		{"executed_imputed.json", SchemaExecuted, i, func() ([]byte, error) { return EncodeExecuted(i) }},
 		{"calibration.bin", SchemaCalibration, c, func() ([]byte, error) { return EncodeCalibration(c) }},
 		{"calibration_debias.bin", SchemaCalibration, cd, func() ([]byte, error) { return EncodeCalibration(cd) }},
+		{"calibration_gate.bin", SchemaCalibration, cg, func() ([]byte, error) { return EncodeCalibration(cg) }},
 		{"calibration_end.bin", SchemaCalibrationEnd, ce, func() ([]byte, error) { return EncodeCalibrationEnd(ce) }},
 	}
 }
@@ -100,6 +101,9 @@ func invalidGolden(t *testing.T) []invalidCase {
 	badDebias.Debias.Flattened = 3
 	cdb := enc(func() ([]byte, error) { return EncodeCalibration(sampleCalibrationDebias()) })
 	ce := enc(func() ([]byte, error) { return EncodeCalibrationEnd(sampleCalibrationEnd()) })
+	cg := enc(func() ([]byte, error) { return EncodeCalibration(sampleCalibrationGate()) })
+	badGate := sampleCalibrationGate()
+	badGate.Gate.Rho = 1.5
 	decreasing := sampleCalibration()
 	decreasing.BreakY = []float64{0.1, 0.3, 0.2}
 	rep := func(s, old, new string) []byte {
@@ -132,7 +136,10 @@ func invalidGolden(t *testing.T) []invalidCase {
 		// Superseded layouts (2 and 3, and JSON v1) are refused, never guessed at.
 		{"calibration_layout3.bin", SchemaCalibration, "unknown-schema", rep(cdb, snapMagic, "WMRLCAL\x03")},
 		{"calibration_json_v1.json", SchemaCalibration, "unknown-schema", []byte(`{"schema":"wmrl.calibration.v1","run_id":"r1"}`)},
-		{"calibration_has_debias_2.bin", SchemaCalibration, "malformed-binary", rep(cb, "\x00\x03\x00\x00\x00\x9a", "\x02\x03\x00\x00\x00\x9a")},
+		// The blocks byte (bit 0 debias, bit 1 trust gate) with a bit no block has.
+		{"calibration_blocks_unknown_bit.bin", SchemaCalibration, "malformed-binary", rep(cb, "\x00\x03\x00\x00\x00\x9a", "\x04\x03\x00\x00\x00\x9a")},
+		{"calibration_gate_closed_byte.bin", SchemaCalibration, "malformed-binary", rep(cg, "\x01\x6c\x00\x00\x00", "\x02\x6c\x00\x00\x00")},
+		{"calibration_gate_rho.bin", SchemaCalibration, "invalid-field:gate.rho", appendCalibration(nil, &badGate)},
 		{"calibration_decreasing_fit.bin", SchemaCalibration, "invalid-field:break_y[2]", appendCalibration(nil, &decreasing)},
 		{"calibration_truncated.bin", SchemaCalibration, "malformed-binary", []byte(cb[:len(cb)-1])},
 		{"calibration_trailing.bin", SchemaCalibration, "malformed-binary", []byte(cb + "\x00")},

@@ -41,6 +41,9 @@ func EncodeCalibrationProto(s CalibrationSnapshot) ([]byte, error) {
 		m.Debias = &wirepb.DebiasShift{Rows: int64(d.Rows), Groups: int64(d.Groups), Reordered: int64(d.Reordered),
 			Flattened: int64(d.Flattened), MeanShift: d.MeanShift}
 	}
+	if g := s.Gate; g != nil {
+		m.Gate = &wirepb.TrustGate{Closed: g.Closed, Pairs: int64(g.Pairs), Rho: g.Rho, Lo: g.Lo, Hi: g.Hi}
+	}
 	return encodeProto(&s, m)
 }
 
@@ -60,6 +63,9 @@ func DecodeCalibrationProto(b []byte) (CalibrationSnapshot, error) {
 	if d := m.Debias; d != nil {
 		s.Debias = &DebiasShift{Rows: int(d.Rows), Groups: int(d.Groups), Reordered: int(d.Reordered),
 			Flattened: int(d.Flattened), MeanShift: d.MeanShift}
+	}
+	if g := m.Gate; g != nil { // Validate checks its ranges
+		s.Gate = &TrustGate{Closed: g.Closed, Pairs: int(g.Pairs), Rho: g.Rho, Lo: g.Lo, Hi: g.Hi}
 	}
 	if len(s.BreakX) == 0 {
 		s.BreakX = nil

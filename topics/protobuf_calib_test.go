@@ -7,9 +7,14 @@ import (
 )
 
 // TestProtoCalibrationMatchesBinary: a snapshot, a window chunk and an end record decode to the
-// same values from Protobuf as from their binary layouts.
+// same values from Protobuf as from their binary layouts, the optional debias and trust gate
+// blocks included.
 func TestProtoCalibrationMatchesBinary(t *testing.T) {
-	for _, s := range []CalibrationSnapshot{sampleCalibration(), sampleCalibrationDebias()} {
+	gated := sampleCalibrationDebias()
+	gated.Gate = &TrustGate{Closed: true, Pairs: 108, Rho: 0.048, Lo: -0.14, Hi: 0.23}
+	open := sampleCalibration()
+	open.Gate = &TrustGate{Pairs: 40, Rho: 0.6, Lo: 0.36, Hi: 0.77}
+	for _, s := range []CalibrationSnapshot{sampleCalibration(), sampleCalibrationDebias(), gated, open} {
 		bin, err := EncodeCalibration(s)
 		if err != nil {
 			t.Fatal(err)

@@ -24,6 +24,7 @@ from stage_records import (
     DebiasShift,
     ExecutedReward,
     PredictedReward,
+    TrustGate,
     encode,
     encode_advantage_rows_json,
 )
@@ -171,6 +172,24 @@ def valid_records() -> dict[str, tuple[str, object]]:
                 step_pairs=12,
                 created_at=T1,
                 debias=DebiasShift(rows=2**31 - 1, groups=40, reordered=40, flattened=0, mean_shift=1 / 3),
+            ),
+        ),
+        "calibration_gate.bin": (
+            c.SCHEMA_CALIBRATION,
+            CalibrationSnapshot(
+                run_id="py-run_1",
+                stream="dsbench",
+                step=14,
+                fit_version=8,
+                pairs=60,
+                config_hash="cfg",
+                settings="mode=default trust-gate=true",
+                digest="sha256:0a1",
+                state=b"\x01",
+                anchor_weight=1.0,
+                step_pairs=16,
+                created_at=T1,
+                gate=TrustGate(closed=True, pairs=2**31 - 1, rho=-1.0, lo=-1.0, hi=1 / 3),
             ),
         ),
     }

@@ -87,6 +87,19 @@ class DebiasShift:
 
 
 @dataclass(kw_only=True)
+class TrustGate:
+    """The trust gate that decided one step's world-model rows (topics.TrustGate): ``closed`` when
+    they were masked, the window's ``pairs`` and Pearson ``rho`` with its 95% Fisher-z interval
+    [``lo``, ``hi``]."""
+
+    closed: bool = False
+    pairs: int = 0
+    rho: float = 0.0
+    lo: float = 0.0
+    hi: float = 0.0
+
+
+@dataclass(kw_only=True)
 class CalibrationSnapshot:
     """The correction state of one (run, stream) sealed after step; keyed run_id/stream.
 
@@ -110,8 +123,10 @@ class CalibrationSnapshot:
     bias_after: float = 0.0
     step_pairs: int = 0
     created_at: datetime = field(default_factory=_now)
-    # None when the writer did not record it (has_debias 0).
+    # None when the writer did not record it (bit 0 of the blocks byte clear).
     debias: DebiasShift | None = None
+    # None when the writer ran without --trust-gate (bit 1 of the blocks byte clear).
+    gate: TrustGate | None = None
 
     def validate(self) -> None:
         _validate_calibration(self)
@@ -348,6 +363,12 @@ def _validate_calibration(s: CalibrationSnapshot) -> None:
         if d.flattened > d.reordered:
             ch.fail("debias.flattened", d.flattened, f"exceeds reordered ({d.reordered})")
         ch.non_negative("debias.mean_shift", float(d.mean_shift))
+    if (g := s.gate) is not None:
+        if not isinstance(g.pairs, int) or isinstance(g.pairs, bool) or not 0 <= g.pairs <= 2**31 - 1:
+            ch.fail("gate.pairs", g.pairs, f"not in [0, {2**31 - 1}]")
+        for fname, v in (("gate.rho", g.rho), ("gate.lo", g.lo), ("gate.hi", g.hi)):
+            if not -1 <= float(v) <= 1:  # NaN fails too
+                ch.fail(fname, v, "not in [-1, 1]")
     ch.done()
 
 
@@ -356,14 +377,17 @@ def _validate_calibration(s: CalibrationSnapshot) -> None:
 _SNAP_MAGIC = b"WMRLCAL\x04"  # its last byte is the version of SCHEMA_CALIBRATION
 _MAX_SETTINGS_LEN = 4096  # topics.maxSettingsLen
 _SNAP_DEBIAS = struct.Struct("<IIIId")  # rows, groups, reordered, flattened, mean_shift
+_SNAP_GATE = struct.Struct("<BIddd")  # closed, pairs, rho, lo, hi
+_SNAP_HAS_DEBIAS, _SNAP_HAS_GATE = 1, 2  # bits of the blocks byte
 _UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _encode_calibration(s: CalibrationSnapshot) -> bytes:
     """The layout of topics.EncodeCalibration: magic | run_id, stream, config_hash, settings,
     digest (u16 length + UTF-8) | step i64 | fit_version, pairs, step_pairs u64 | anchor_weight,
-    bias_before, bias_after f64 | created_at seconds i64, nanoseconds u32 | has_debias u8, then
-    when 1 rows, groups, reordered, flattened u32, mean_shift f64 | n u32, n break_x f64,
+    bias_before, bias_after f64 | created_at seconds i64, nanoseconds u32 | blocks u8 (bit 0 debias,
+    bit 1 trust gate), then with bit 0 rows, groups, reordered, flattened u32, mean_shift f64, then
+    with bit 1 closed u8, pairs u32, rho, lo, hi f64 | n u32, n break_x f64,
     n break_y f64 | state (u32 length + bytes); little endian."""
     out = bytearray(_SNAP_MAGIC)
     for v in (s.run_id, s.stream, s.config_hash, s.settings, s.digest):
@@ -383,9 +407,11 @@ def _encode_calibration(s: CalibrationSnapshot) -> bytes:
         sec,
         delta.microseconds * 1000,
     )
-    out.append(0 if s.debias is None else 1)
+    out.append((0 if s.debias is None else _SNAP_HAS_DEBIAS) | (0 if s.gate is None else _SNAP_HAS_GATE))
     if (d := s.debias) is not None:
         out += _SNAP_DEBIAS.pack(d.rows, d.groups, d.reordered, d.flattened, d.mean_shift)
+    if (g := s.gate) is not None:
+        out += _SNAP_GATE.pack(1 if g.closed else 0, g.pairs, g.rho, g.lo, g.hi)
     out += struct.pack(f"<I{len(s.break_x)}d{len(s.break_y)}d", len(s.break_x), *s.break_x, *s.break_y)
     state = bytes(s.state or b"")
     out += struct.pack("<I", len(state)) + state
@@ -428,13 +454,19 @@ def _decode_calibration(b: bytes) -> CalibrationSnapshot:
 
     run_id, stream, config_hash, settings, digest = text(), text(), text(), text(), text()
     step, fit_version, pairs, step_pairs, aw, bb, ba, sec, nsec = struct.unpack("<qQQQdddqI", take(68))
-    (has_debias,) = take(1)
-    if has_debias > 1:
-        raise MalformedError("binary", f"calibration: has_debias byte {has_debias} (want 0 or 1)")
+    (blocks,) = take(1)
+    if blocks & ~(_SNAP_HAS_DEBIAS | _SNAP_HAS_GATE):
+        raise MalformedError("binary", f"calibration: blocks byte {blocks} (want bits 0 and 1 only)")
     debias = None
-    if has_debias == 1:
+    if blocks & _SNAP_HAS_DEBIAS:
         rows, groups, reordered, flattened, shift = _SNAP_DEBIAS.unpack(take(_SNAP_DEBIAS.size))
         debias = DebiasShift(rows=rows, groups=groups, reordered=reordered, flattened=flattened, mean_shift=shift)
+    gate = None
+    if blocks & _SNAP_HAS_GATE:
+        closed, gpairs, rho, lo, hi = _SNAP_GATE.unpack(take(_SNAP_GATE.size))
+        if closed > 1:
+            raise MalformedError("binary", f"calibration: gate closed byte {closed} (want 0 or 1)")
+        gate = TrustGate(closed=closed == 1, pairs=gpairs, rho=rho, lo=lo, hi=hi)
     (n,) = struct.unpack("<I", take(4))
     if n > (len(b) - pos) // 16:
         raise MalformedError("binary", "calibration: value ends early")
@@ -473,6 +505,7 @@ def _decode_calibration(b: bytes) -> CalibrationSnapshot:
         step_pairs=step_pairs,
         created_at=created_at,
         debias=debias,
+        gate=gate,
     )
 
 

@@ -24,6 +24,7 @@ VALID = [
     ("executed_imputed.json", "wmrl.reward.executed.v1"),
     ("calibration.bin", "wmrl.calibration.v4"),
     ("calibration_debias.bin", "wmrl.calibration.v4"),
+    ("calibration_gate.bin", "wmrl.calibration.v4"),
     ("step_policy_step.json", "wmrl.step.v1"),
     ("step_end.json", "wmrl.step.v1"),
     ("calibration_end.bin", "wmrl.calibration.end.v1"),

@@ -49,7 +49,10 @@ type CalibrationSnapshot struct {
 	StepPairs    int64                  `protobuf:"varint,15,opt,name=step_pairs,json=stepPairs,proto3" json:"step_pairs,omitempty"`
 	CreatedAt    *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// Absent when the writer did not record it (not the same as a map that did nothing).
-	Debias        *DebiasShift `protobuf:"bytes,17,opt,name=debias,proto3" json:"debias,omitempty"`
+	Debias *DebiasShift `protobuf:"bytes,17,opt,name=debias,proto3" json:"debias,omitempty"`
+	// The trust gate that decided the step's world-model rows (`wmrl correct --trust-gate`),
+	// evaluated on the window before the step; absent when the writer ran without the gate.
+	Gate          *TrustGate `protobuf:"bytes,18,opt,name=gate,proto3" json:"gate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -199,6 +202,13 @@ func (x *CalibrationSnapshot) GetCreatedAt() *timestamppb.Timestamp {
 func (x *CalibrationSnapshot) GetDebias() *DebiasShift {
 	if x != nil {
 		return x.Debias
+	}
+	return nil
+}
+
+func (x *CalibrationSnapshot) GetGate() *TrustGate {
+	if x != nil {
+		return x.Gate
 	}
 	return nil
 }
@@ -427,11 +437,91 @@ func (x *CalibrationEnd) GetReason() string {
 	return ""
 }
 
+// TrustGate is topics.TrustGate (correction.Gate). Last in the file: a message's position is its
+// Confluent message index, which framed records of the messages above already carry.
+type TrustGate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step's world-model rows were masked (pairs >= 10 and rho < 1/sqrt(pairs - 2)).
+	Closed bool  `protobuf:"varint,1,opt,name=closed,proto3" json:"closed,omitempty"`
+	Pairs  int64 `protobuf:"varint,2,opt,name=pairs,proto3" json:"pairs,omitempty"`
+	// The window's Pearson correlation of world-model and true scores, and its 95% Fisher-z interval.
+	Rho           float64 `protobuf:"fixed64,3,opt,name=rho,proto3" json:"rho,omitempty"`
+	Lo            float64 `protobuf:"fixed64,4,opt,name=lo,proto3" json:"lo,omitempty"`
+	Hi            float64 `protobuf:"fixed64,5,opt,name=hi,proto3" json:"hi,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrustGate) Reset() {
+	*x = TrustGate{}
+	mi := &file_wmrl_v1_calibration_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrustGate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrustGate) ProtoMessage() {}
+
+func (x *TrustGate) ProtoReflect() protoreflect.Message {
+	mi := &file_wmrl_v1_calibration_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrustGate.ProtoReflect.Descriptor instead.
+func (*TrustGate) Descriptor() ([]byte, []int) {
+	return file_wmrl_v1_calibration_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TrustGate) GetClosed() bool {
+	if x != nil {
+		return x.Closed
+	}
+	return false
+}
+
+func (x *TrustGate) GetPairs() int64 {
+	if x != nil {
+		return x.Pairs
+	}
+	return 0
+}
+
+func (x *TrustGate) GetRho() float64 {
+	if x != nil {
+		return x.Rho
+	}
+	return 0
+}
+
+func (x *TrustGate) GetLo() float64 {
+	if x != nil {
+		return x.Lo
+	}
+	return 0
+}
+
+func (x *TrustGate) GetHi() float64 {
+	if x != nil {
+		return x.Hi
+	}
+	return 0
+}
+
 var File_wmrl_v1_calibration_proto protoreflect.FileDescriptor
 
 const file_wmrl_v1_calibration_proto_rawDesc = "" +
 	"\n" +
-	"\x19wmrl/v1/calibration.proto\x12\awmrl.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x99\x04\n" +
+	"\x19wmrl/v1/calibration.proto\x12\awmrl.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc1\x04\n" +
 	"\x13CalibrationSnapshot\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x12\n" +
@@ -456,7 +546,8 @@ const file_wmrl_v1_calibration_proto_rawDesc = "" +
 	"step_pairs\x18\x0f \x01(\x03R\tstepPairs\x129\n" +
 	"\n" +
 	"created_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12,\n" +
-	"\x06debias\x18\x11 \x01(\v2\x14.wmrl.v1.DebiasShiftR\x06debias\"\x94\x01\n" +
+	"\x06debias\x18\x11 \x01(\v2\x14.wmrl.v1.DebiasShiftR\x06debias\x12&\n" +
+	"\x04gate\x18\x12 \x01(\v2\x12.wmrl.v1.TrustGateR\x04gate\"\x94\x01\n" +
 	"\vDebiasShift\x12\x12\n" +
 	"\x04rows\x18\x01 \x01(\x03R\x04rows\x12\x16\n" +
 	"\x06groups\x18\x02 \x01(\x03R\x06groups\x12\x1c\n" +
@@ -474,7 +565,13 @@ const file_wmrl_v1_calibration_proto_rawDesc = "" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\tlast_step\x18\x02 \x01(\x03R\blastStep\x125\n" +
 	"\bended_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reasonB$Z\"github.com/wmrl/wmrl/topics/wirepbb\x06proto3"
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"k\n" +
+	"\tTrustGate\x12\x16\n" +
+	"\x06closed\x18\x01 \x01(\bR\x06closed\x12\x14\n" +
+	"\x05pairs\x18\x02 \x01(\x03R\x05pairs\x12\x10\n" +
+	"\x03rho\x18\x03 \x01(\x01R\x03rho\x12\x0e\n" +
+	"\x02lo\x18\x04 \x01(\x01R\x02lo\x12\x0e\n" +
+	"\x02hi\x18\x05 \x01(\x01R\x02hiB$Z\"github.com/wmrl/wmrl/topics/wirepbb\x06proto3"
 
 var (
 	file_wmrl_v1_calibration_proto_rawDescOnce sync.Once
@@ -488,23 +585,25 @@ func file_wmrl_v1_calibration_proto_rawDescGZIP() []byte {
 	return file_wmrl_v1_calibration_proto_rawDescData
 }
 
-var file_wmrl_v1_calibration_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_wmrl_v1_calibration_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_wmrl_v1_calibration_proto_goTypes = []any{
 	(*CalibrationSnapshot)(nil),   // 0: wmrl.v1.CalibrationSnapshot
 	(*DebiasShift)(nil),           // 1: wmrl.v1.DebiasShift
 	(*CalibrationChunk)(nil),      // 2: wmrl.v1.CalibrationChunk
 	(*CalibrationEnd)(nil),        // 3: wmrl.v1.CalibrationEnd
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*TrustGate)(nil),             // 4: wmrl.v1.TrustGate
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
 }
 var file_wmrl_v1_calibration_proto_depIdxs = []int32{
-	4, // 0: wmrl.v1.CalibrationSnapshot.created_at:type_name -> google.protobuf.Timestamp
+	5, // 0: wmrl.v1.CalibrationSnapshot.created_at:type_name -> google.protobuf.Timestamp
 	1, // 1: wmrl.v1.CalibrationSnapshot.debias:type_name -> wmrl.v1.DebiasShift
-	4, // 2: wmrl.v1.CalibrationEnd.ended_at:type_name -> google.protobuf.Timestamp
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	4, // 2: wmrl.v1.CalibrationSnapshot.gate:type_name -> wmrl.v1.TrustGate
+	5, // 3: wmrl.v1.CalibrationEnd.ended_at:type_name -> google.protobuf.Timestamp
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_wmrl_v1_calibration_proto_init() }
@@ -518,7 +617,7 @@ func file_wmrl_v1_calibration_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wmrl_v1_calibration_proto_rawDesc), len(file_wmrl_v1_calibration_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
