@@ -164,8 +164,55 @@ type Outcome struct {
 // Run starts Kafka and Redis if not given, creates each arm's topics, runs every stage of every
 // arm until all trainers applied cfg.Sim.Steps steps, and shuts the stages down.
 func Run(ctx context.Context, cfg Config) (*Outcome, error) {
-	if err := cfg.Sim.Validate(); err != nil {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
 		return nil, err
+	}
+	out := &Outcome{}
+	t0 := time.Now()
+	eval, err := sim.Eval(ctx, cfg.EvalProblems, 0)
+	if err != nil {
+		return nil, err
+	}
+	out.Eval = time.Since(t0)
+
+	kopts, rdb := cfg.KafkaOpts, cfg.Redis
+	emb := cfg.Embedded
+	if emb == nil && kopts == nil {
+		if emb, err = StartEmbedded(); err != nil {
+			return nil, err
+		}
+		defer emb.Close()
+	}
+	if emb != nil {
+		out.Embedded = true
+		kopts, rdb = emb.KafkaOpts, emb.Redis
+	}
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: Kafka options given without a Redis client", ErrConfig)
+	}
+	arms, err := newArms(ctx, cfg, eval, kopts, rdb)
+	if err != nil {
+		return nil, err
+	}
+
+	t1 := time.Now()
+	results, err := runArms(ctx, arms)
+	if err != nil {
+		return nil, err
+	}
+	out.Elapsed = time.Since(t1)
+	out.Results = results
+	out.Summary = sim.Summarize(results, cfg.TargetFraction)
+	out.FinalLine = FinalLine(results, cfg.TargetFraction)
+	return out, nil
+}
+
+// withDefaults validates cfg (arms must have distinct names, since they must not share
+// topics) and fills every unset option with its default.
+func (cfg Config) withDefaults() (Config, error) {
+	if err := cfg.Sim.Validate(); err != nil {
+		return cfg, err
 	}
 	if cfg.Arms == nil {
 		cfg.Arms = Arms(cfg.AnchorFraction)
@@ -173,7 +220,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	seen := map[string]bool{}
 	for _, arm := range cfg.Arms {
 		if arm.Name == "" || seen[arm.Name] {
-			return nil, fmt.Errorf("%w: arm name %q empty or repeated (arms must not share topics)", ErrConfig, arm.Name)
+			return cfg, fmt.Errorf("%w: arm name %q empty or repeated (arms must not share topics)", ErrConfig, arm.Name)
 		}
 		seen[arm.Name] = true
 	}
@@ -199,35 +246,16 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	out := &Outcome{}
-	t0 := time.Now()
-	eval, err := sim.Eval(ctx, cfg.EvalProblems, 0)
-	if err != nil {
-		return nil, err
-	}
-	out.Eval = time.Since(t0)
+	return cfg, nil
+}
 
-	kopts, rdb := cfg.KafkaOpts, cfg.Redis
-	emb := cfg.Embedded
-	if emb == nil && kopts == nil {
-		if emb, err = StartEmbedded(); err != nil {
-			return nil, err
-		}
-		defer emb.Close()
-	}
-	if emb != nil {
-		out.Embedded = true
-		kopts, rdb = emb.KafkaOpts, emb.Redis
-	}
-	if rdb == nil {
-		return nil, fmt.Errorf("%w: Kafka options given without a Redis client", ErrConfig)
-	}
-
-	// Every arm's topics exist before any arm starts: a creation failure then returns with
-	// nothing running, instead of leaving started arms behind the deferred shutdowns of the
-	// embedded cluster and Redis.
+// newArms registers each arm's schemas (with a registry) and creates its topics. Every arm's
+// topics exist before any arm starts: a creation failure then returns with nothing running,
+// instead of leaving started arms behind the deferred shutdowns of the embedded cluster and
+// Redis.
+func newArms(ctx context.Context, cfg Config, eval *task.EvalSet, kopts []kgo.Opt, rdb redis.UniversalClient) ([]*armRun, error) {
 	var (
-		mu   sync.Mutex
+		mu   sync.Mutex // cfg.OnStep is called from one arm at a time
 		arms = make([]*armRun, len(cfg.Arms))
 	)
 	if cfg.Registry != nil && cfg.Format != topics.FormatProtobuf {
@@ -260,8 +288,12 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		}
 		arms[i] = a
 	}
+	return arms, nil
+}
 
-	t1 := time.Now()
+// runArms runs every arm concurrently; the first arm to fail cancels the others and its error
+// is returned.
+func runArms(ctx context.Context, arms []*armRun) ([]sim.Result, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
@@ -280,11 +312,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
 	}
-	out.Elapsed = time.Since(t1)
-	out.Results = results
-	out.Summary = sim.Summarize(results, cfg.TargetFraction)
-	out.FinalLine = FinalLine(results, cfg.TargetFraction)
-	return out, nil
+	return results, nil
 }
 
 // FinalLine is the demo's last line: WMRL's speedup to the target in execution compute and both
@@ -460,60 +488,12 @@ func (a *armRun) run(ctx context.Context) (sim.Result, error) {
 	a.samples = map[int64][]task.Solution{}
 	wmCfg := a.cfg.Sim.WorldModel
 	wmCfg.Seed = a.cfg.Seed
-	wm := task.NewWorldModel(wmCfg)
-
-	scorer, err := worldmodel.NewBuiltinScorer(a.predict(ctx, wm), 0, 0)
+	s, err := a.newStages(ctx, task.NewWorldModel(wmCfg), run)
 	if err != nil {
 		return sim.Result{}, err
 	}
-	// Consumer groups and the transactional id live under the arm's topic prefix, so two demos
-	// on one cluster (distinct prefixes) never join each other's groups or fence each other's
-	// correction producer.
-	group := func(stage string) string { return a.names.Prefix + stage }
-	wmStage, err := worldmodel.NewStage(
-		stage.Config{Name: worldmodel.StageName, Group: group("worldmodel"), Names: a.names, KafkaOpts: a.kopts, Logger: a.log, CommitInterval: 200 * time.Millisecond},
-		worldmodel.HandlerConfig{Scorer: scorer, Names: a.names, Concurrency: a.cfg.WMConcurrency, Model: "builtin-task-proxy", Logger: a.log})
-	if err != nil {
-		return sim.Result{}, fmt.Errorf("world-model stage: %w", err)
-	}
-	exec, err := sandbox.NewBuiltinExecutor(a.execute, sandbox.BuiltinConfig{})
-	if err != nil {
-		return sim.Result{}, err
-	}
-	pool, err := sandbox.NewPool(exec, a.cfg.SandboxSlots, sandbox.WithLogger(a.log))
-	if err != nil {
-		return sim.Result{}, err
-	}
-	sbStage, err := sandbox.NewStage(
-		stage.Config{Name: sandbox.StageName, Group: group("sandbox"), Names: a.names, KafkaOpts: a.kopts, Logger: a.log, CommitInterval: 200 * time.Millisecond},
-		sandbox.HandlerConfig{Pool: pool, Names: a.names})
-	if err != nil {
-		return sim.Result{}, fmt.Errorf("sandbox stage: %w", err)
-	}
-	redisPrefix := a.cfg.ArmRedisPrefix(a.arm.Name)
-	corr, err := correct.NewConsumer(correct.Config{
-		KafkaOpts: a.kopts, Redis: a.rdb, Names: a.names, Group: group("correct"),
-		TransactionalID: group("correct") + "-0", Correction: a.arm.Correction, RedisPrefix: redisPrefix,
-		Logger: a.log, ProgressInterval: time.Hour,
-	})
-	if err != nil {
-		return sim.Result{}, fmt.Errorf("correction consumer: %w", err)
-	}
-	backend, err := producers.NewBuiltin(a, 0, int64(a.cfg.Sim.Steps))
-	if err != nil {
-		return sim.Result{}, err
-	}
-	gen, err := producers.New(backend, producers.Config{RunID: run, Stream: sim.Stream, AnchorFraction: a.arm.AnchorFraction,
-		Names: a.names, KafkaOpts: a.kopts, Logger: a.log})
-	if err != nil {
-		return sim.Result{}, fmt.Errorf("generator: %w", err)
-	}
-	defer gen.Close()
-	stream, err := trainer.New(trainer.Config{KafkaOpts: a.kopts, Names: a.names, Group: group("trainer"), RunID: run, Logger: a.log})
-	if err != nil {
-		return sim.Result{}, fmt.Errorf("trainer sink: %w", err)
-	}
-	defer stream.Close()
+	defer s.gen.Close()
+	defer s.stream.Close()
 
 	sctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -525,12 +505,12 @@ func (a *armRun) run(ctx context.Context) (sim.Result, error) {
 			}
 		})
 	}
-	component("world-model stage", wmStage.Run)
-	component("sandbox stage", sbStage.Run)
-	component("correction consumer", corr.Run)
-	component("generator", func(ctx context.Context) error { _, err := gen.Run(ctx); return err })
+	component("world-model stage", s.wm.Run)
+	component("sandbox stage", s.sb.Run)
+	component("correction consumer", s.corr.Run)
+	component("generator", func(ctx context.Context) error { _, err := s.gen.Run(ctx); return err })
 
-	res, err := a.train(sctx, stream, corr.Store(), run)
+	res, err := a.train(sctx, s.stream, s.corr.Store(), run)
 	stop(nil)
 	wg.Wait()
 	if err != nil {
@@ -540,4 +520,68 @@ func (a *armRun) run(ctx context.Context) (sim.Result, error) {
 		return res, err
 	}
 	return res, nil
+}
+
+// armStages are one arm's pipeline components, all built before any of them runs.
+type armStages struct {
+	wm, sb *stage.Stage
+	corr   *correct.Consumer
+	gen    *producers.Generator
+	stream *trainer.Stream
+}
+
+// newStages builds the arm's world-model and sandbox stages, correction consumer, generator
+// and trainer sink. Consumer groups and the transactional id live under the arm's topic
+// prefix, so two demos on one cluster (distinct prefixes) never join each other's groups or
+// fence each other's correction producer.
+func (a *armRun) newStages(ctx context.Context, wm *task.WorldModel, run string) (*armStages, error) {
+	var s armStages
+	scorer, err := worldmodel.NewBuiltinScorer(a.predict(ctx, wm), 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	group := func(stage string) string { return a.names.Prefix + stage }
+	s.wm, err = worldmodel.NewStage(
+		stage.Config{Name: worldmodel.StageName, Group: group("worldmodel"), Names: a.names, KafkaOpts: a.kopts, Logger: a.log, CommitInterval: 200 * time.Millisecond},
+		worldmodel.HandlerConfig{Scorer: scorer, Names: a.names, Concurrency: a.cfg.WMConcurrency, Model: "builtin-task-proxy", Logger: a.log})
+	if err != nil {
+		return nil, fmt.Errorf("world-model stage: %w", err)
+	}
+	exec, err := sandbox.NewBuiltinExecutor(a.execute, sandbox.BuiltinConfig{})
+	if err != nil {
+		return nil, err
+	}
+	pool, err := sandbox.NewPool(exec, a.cfg.SandboxSlots, sandbox.WithLogger(a.log))
+	if err != nil {
+		return nil, err
+	}
+	s.sb, err = sandbox.NewStage(
+		stage.Config{Name: sandbox.StageName, Group: group("sandbox"), Names: a.names, KafkaOpts: a.kopts, Logger: a.log, CommitInterval: 200 * time.Millisecond},
+		sandbox.HandlerConfig{Pool: pool, Names: a.names})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox stage: %w", err)
+	}
+	s.corr, err = correct.NewConsumer(correct.Config{
+		KafkaOpts: a.kopts, Redis: a.rdb, Names: a.names, Group: group("correct"),
+		TransactionalID: group("correct") + "-0", Correction: a.arm.Correction, RedisPrefix: a.cfg.ArmRedisPrefix(a.arm.Name),
+		Logger: a.log, ProgressInterval: time.Hour,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("correction consumer: %w", err)
+	}
+	backend, err := producers.NewBuiltin(a, 0, int64(a.cfg.Sim.Steps))
+	if err != nil {
+		return nil, err
+	}
+	s.gen, err = producers.New(backend, producers.Config{RunID: run, Stream: sim.Stream, AnchorFraction: a.arm.AnchorFraction,
+		Names: a.names, KafkaOpts: a.kopts, Logger: a.log})
+	if err != nil {
+		return nil, fmt.Errorf("generator: %w", err)
+	}
+	s.stream, err = trainer.New(trainer.Config{KafkaOpts: a.kopts, Names: a.names, Group: group("trainer"), RunID: run, Logger: a.log})
+	if err != nil {
+		s.gen.Close()
+		return nil, fmt.Errorf("trainer sink: %w", err)
+	}
+	return &s, nil
 }

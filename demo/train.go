@@ -13,6 +13,7 @@ import (
 	"github.com/wmrl/wmrl/sim"
 	"github.com/wmrl/wmrl/sinks/trainer"
 	"github.com/wmrl/wmrl/statestore"
+	"github.com/wmrl/wmrl/task"
 	"github.com/wmrl/wmrl/topics"
 )
 
@@ -31,24 +32,9 @@ func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *state
 	// window is the state sealed after the previous step: the trust gate of step v is decided on it.
 	window := corr.NewState(run, sim.Stream)
 	for v := int64(0); v < int64(a.cfg.Sim.Steps); v++ {
-		sctx, cancel := context.WithTimeout(ctx, a.cfg.StallTimeout)
-		st, err := stream.Next(sctx)
-		cancel()
+		st, samples, err := a.nextStep(ctx, stream, v, n)
 		if err != nil {
-			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-				return res, fmt.Errorf("%w: no advantages for step %d within %s", ErrStalled, v, a.cfg.StallTimeout)
-			}
-			return res, fmt.Errorf("trainer: %w", err)
-		}
-		if st.Step != v {
-			return res, fmt.Errorf("trainer: got step %d, want %d", st.Step, v)
-		}
-		a.policyMu.Lock()
-		samples := a.samples[v]
-		delete(a.samples, v)
-		a.policyMu.Unlock()
-		if len(st.Rows) != n || len(samples) != n {
-			return res, fmt.Errorf("trainer: step %d has %d rows and %d samples, want %d", v, len(st.Rows), len(samples), n)
+			return res, err
 		}
 		rec := sim.StepRecord{Step: int(v), CalibrationMAE: math.NaN(), RawMAE: math.NaN(), AnchorWeight: weightInForce,
 			Gate: window.Gate(), GateOn: a.arm.Correction.TrustGate}
@@ -85,14 +71,7 @@ func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *state
 		if pairs > 0 {
 			rec.CalibrationMAE, rec.RawMAE = calErr/float64(pairs), rawErr/float64(pairs)
 		}
-		rec.Executions = int(a.executions.Load())
-		rec.ExecCompute = time.Duration(a.execNanos.Load())
-		rec.ExecOverhead = time.Duration(a.ovhNanos.Load())
-		rec.Predictions = int(a.predictions.Load())
-		rec.WMCompute = time.Duration(a.wmNanos.Load())
-		rec.NoiseRatio, _ = state.NoiseRatio()
-		rec.FitVersion = state.FitVersion()
-		rec.Pairs = state.Pairs()
+		a.recordCounters(&rec, state)
 		weightInForce = state.AnchorWeight()
 		window = state
 		res.State = state
@@ -109,6 +88,44 @@ func (a *armRun) train(ctx context.Context, stream *trainer.Stream, store *state
 	}
 	res.Final = a.pol.Clone()
 	return res, nil
+}
+
+// nextStep waits up to the stall timeout for step v's n advantage rows and takes the step's n
+// samples over from the generator.
+func (a *armRun) nextStep(ctx context.Context, stream *trainer.Stream, v int64, n int) (*trainer.Step, []task.Solution, error) {
+	sctx, cancel := context.WithTimeout(ctx, a.cfg.StallTimeout)
+	st, err := stream.Next(sctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return nil, nil, fmt.Errorf("%w: no advantages for step %d within %s", ErrStalled, v, a.cfg.StallTimeout)
+		}
+		return nil, nil, fmt.Errorf("trainer: %w", err)
+	}
+	if st.Step != v {
+		return nil, nil, fmt.Errorf("trainer: got step %d, want %d", st.Step, v)
+	}
+	a.policyMu.Lock()
+	samples := a.samples[v]
+	delete(a.samples, v)
+	a.policyMu.Unlock()
+	if len(st.Rows) != n || len(samples) != n {
+		return nil, nil, fmt.Errorf("trainer: step %d has %d rows and %d samples, want %d", v, len(st.Rows), len(samples), n)
+	}
+	return st, samples, nil
+}
+
+// recordCounters copies into rec the arm's execution and prediction counters so far and the
+// fit of the step's sealed state.
+func (a *armRun) recordCounters(rec *sim.StepRecord, state *correction.State) {
+	rec.Executions = int(a.executions.Load())
+	rec.ExecCompute = time.Duration(a.execNanos.Load())
+	rec.ExecOverhead = time.Duration(a.ovhNanos.Load())
+	rec.Predictions = int(a.predictions.Load())
+	rec.WMCompute = time.Duration(a.wmNanos.Load())
+	rec.NoiseRatio, _ = state.NoiseRatio()
+	rec.FitVersion = state.FitVersion()
+	rec.Pairs = state.Pairs()
 }
 
 // index maps a row back to its sample: group j of the step, rollout i of the group.

@@ -252,149 +252,228 @@ func Run(ctx context.Context, cfg Config, arm Arm, eval *task.EvalSet, seed int6
 	if eval == nil {
 		return Result{}, fmt.Errorf("%w: nil eval set", ErrConfig)
 	}
-	if !(arm.AnchorFraction >= 0 && arm.AnchorFraction <= 1) {
-		return Result{}, fmt.Errorf("%w: arm %s: anchor fraction %v, want in [0,1]", ErrConfig, arm.Name, arm.AnchorFraction)
+	if err := arm.validate(); err != nil {
+		return Result{}, err
 	}
-	if arm.Policy != PolicyRandom {
-		c := arm.Correction
-		switch {
-		case int(arm.Policy) >= len(policyNames):
-			return Result{}, fmt.Errorf("%w: arm %s: %v", ErrConfig, arm.Name, arm.Policy)
-		case !(arm.AnchorFraction > 0 && arm.AnchorFraction < 1):
-			return Result{}, fmt.Errorf("%w: arm %s: policy %v needs an anchor fraction in (0,1), have %v", ErrConfig, arm.Name, arm.Policy, arm.AnchorFraction)
-		case c.Mode != correction.ModeDefault || c.Map == correction.MapZSpace:
-			return Result{}, fmt.Errorf("%w: arm %s: policy %v needs the default mode with an isotonic or centred map", ErrConfig, arm.Name, arm.Policy)
+	r, err := newArmRun(cfg, arm, eval, seed)
+	if err != nil {
+		return Result{}, err
+	}
+	for v := range cfg.Steps {
+		if err := ctx.Err(); err != nil {
+			return r.res, err
+		}
+		if err := r.step(ctx, v); err != nil {
+			return r.res, err
+		}
+		if observe != nil {
+			observe(r.rec)
 		}
 	}
+	r.res.State = r.state
+	r.res.Final = r.pol
+	return r.res, nil
+}
+
+// validate checks the arm's anchor fraction, and that a policy other than random runs where
+// its propensities mean something: a fraction strictly inside (0,1) and the default mode with
+// an isotonic or centred map.
+func (arm Arm) validate() error {
+	if !(arm.AnchorFraction >= 0 && arm.AnchorFraction <= 1) {
+		return fmt.Errorf("%w: arm %s: anchor fraction %v, want in [0,1]", ErrConfig, arm.Name, arm.AnchorFraction)
+	}
+	if arm.Policy == PolicyRandom {
+		return nil
+	}
+	c := arm.Correction
+	switch {
+	case int(arm.Policy) >= len(policyNames):
+		return fmt.Errorf("%w: arm %s: %v", ErrConfig, arm.Name, arm.Policy)
+	case !(arm.AnchorFraction > 0 && arm.AnchorFraction < 1):
+		return fmt.Errorf("%w: arm %s: policy %v needs an anchor fraction in (0,1), have %v", ErrConfig, arm.Name, arm.Policy, arm.AnchorFraction)
+	case c.Mode != correction.ModeDefault || c.Map == correction.MapZSpace:
+		return fmt.Errorf("%w: arm %s: policy %v needs the default mode with an isotonic or centred map", ErrConfig, arm.Name, arm.Policy)
+	}
+	return nil
+}
+
+// armRun is one arm-seed run in progress: its models, its correction state, the result so
+// far and the buffers every step reuses.
+type armRun struct {
+	cfg   Config
+	arm   Arm
+	eval  *task.EvalSet
+	seed  int64
+	run   string
+	corr  *correction.Corrector
+	state *correction.State
+	wm    *task.WorldModel
+	pol   *task.Policy
+	rng   *rand.Rand
+	res   Result
+	rec   StepRecord
+
+	samples []task.Solution
+	adv     []float64
+	wts     []float64
+	masked  []bool
+	index   map[string]int // rollout id → position in samples
+	rows    []correction.Row
+	preds   [][]float64     // world-model scores per group of the current step
+	probs   []*task.Problem // training problem per group of the current step
+}
+
+func newArmRun(cfg Config, arm Arm, eval *task.EvalSet, seed int64) (*armRun, error) {
 	corr, err := correction.New(arm.Correction)
 	if err != nil {
-		return Result{}, fmt.Errorf("sim: arm %s: %w", arm.Name, err)
+		return nil, fmt.Errorf("sim: arm %s: %w", arm.Name, err)
 	}
 	run := RunID(seed)
 	wmCfg := cfg.WorldModel
 	wmCfg.Seed = seed
-	wm := task.NewWorldModel(wmCfg)
 	pol := task.NewPolicy()
-	rng := NewSampler(seed)
-	state := corr.NewState(run, Stream)
-	res := Result{Arm: arm.Name, Seed: seed, InitialScore: pol.ExpectedScore(eval)}
-
-	var rec StepRecord
 	n := cfg.Groups * cfg.GroupSize
-	samples := make([]task.Solution, n)
-	adv := make([]float64, n)
-	wts := make([]float64, n)
-	masked := make([]bool, n)
-	index := make(map[string]int, n)
-	var rows []correction.Row
-	preds := make([][]float64, cfg.Groups)
-	var probs []*task.Problem
-	for v := range cfg.Steps {
-		if err := ctx.Err(); err != nil {
-			return res, err
+	return &armRun{
+		cfg: cfg, arm: arm, eval: eval, seed: seed, run: run,
+		corr:    corr,
+		state:   corr.NewState(run, Stream),
+		wm:      task.NewWorldModel(wmCfg),
+		pol:     pol,
+		rng:     NewSampler(seed),
+		res:     Result{Arm: arm.Name, Seed: seed, InitialScore: pol.ExpectedScore(eval)},
+		samples: make([]task.Solution, n),
+		adv:     make([]float64, n),
+		wts:     make([]float64, n),
+		masked:  make([]bool, n),
+		index:   make(map[string]int, n),
+		preds:   make([][]float64, cfg.Groups),
+	}, nil
+}
+
+// step runs training step v: sample and score, execute the anchors, correct, update the
+// policy, and record the step.
+func (r *armRun) step(ctx context.Context, v int) error {
+	step := correction.Step{Run: r.run, Stream: Stream, Step: int64(v)}
+	r.rec.Step, r.rec.AnchorGroups = v, 0
+	clear(r.index)
+	weightInForce := r.state.AnchorWeight()
+	if err := r.sampleAndPredict(ctx, v, &step); err != nil {
+		return err
+	}
+	calErr, rawErr, nPairs, err := r.executeAnchors(ctx, v, &step)
+	if err != nil {
+		return err
+	}
+	r.rec.Gate, r.rec.GateOn = r.state.Gate(), r.arm.Correction.TrustGate
+	if r.rows, err = r.corr.Advance(r.state, step, r.rows[:0]); err != nil {
+		return fmt.Errorf("sim: correct step %d: %w", v, err)
+	}
+	for _, row := range r.rows {
+		i, ok := r.index[row.RolloutID]
+		if !ok {
+			return fmt.Errorf("sim: correction returned unknown rollout %q", row.RolloutID)
 		}
-		step := correction.Step{Run: run, Stream: Stream, Step: int64(v)}
-		rec.Step, rec.AnchorGroups = v, 0
-		clear(index)
-		var calErr, rawErr float64
-		var nPairs int
-		weightInForce := state.AnchorWeight()
-		// Sample and score every group first: a policy other than random decides its anchors
-		// from the world model's scores. Executions are pure functions of (problem, solution),
-		// so running them after all predictions leaves random's results as they were.
-		probs = probs[:0]
-		for j := range cfg.Groups {
-			p := TrainingProblem(seed, v, j)
-			gid := topics.GroupID(int64(v), j)
-			group, err := pol.Sample(rng, cfg.GroupSize)
-			if err != nil {
-				return res, fmt.Errorf("sim: sample: %w", err)
-			}
-			g := correction.Group{ID: gid}
-			train := p.Train()
-			preds[j] = preds[j][:0]
-			for i, s := range group {
-				rid := topics.RolloutID(gid, i)
-				index[rid] = j*cfg.GroupSize + i
-				samples[j*cfg.GroupSize+i] = s
-				pred, err := predict(ctx, cfg, wm, p, train, s, seed, v, j, i, &rec)
-				if err != nil {
-					return res, err
-				}
-				preds[j] = append(preds[j], pred)
-				g.Rollouts = append(g.Rollouts, correction.Rollout{ID: rid, Predicted: correction.Reward{Score: pred, OK: true}})
-			}
-			probs = append(probs, p)
-			step.Groups = append(step.Groups, g)
-		}
-		var unc func(float64) float64
-		if arm.Policy != PolicyRandom {
-			unc = state.Uncertainty().At
-		}
-		pis := arm.Policy.propensities(arm.AnchorFraction, unc, preds)
-		rec.MaxPropensityWeight = 0
-		for j := range step.Groups {
-			g := &step.Groups[j]
-			if g.Anchor = arm.Policy.chooses(run, g.ID, arm.AnchorFraction, pis[j]); !g.Anchor {
-				continue
-			}
-			rec.AnchorGroups++
-			if arm.Policy.weighted() {
-				g.Weight = 1 / pis[j]
-				rec.MaxPropensityWeight = max(rec.MaxPropensityWeight, g.Weight)
-			}
-			for i := range g.Rollouts {
-				ro := &g.Rollouts[i]
-				pred := ro.Predicted.Score
-				score, err := execute(ctx, cfg, probs[j], samples[j*cfg.GroupSize+i], seed, v, j, &rec)
-				if err != nil {
-					return res, err
-				}
-				ro.Executed = correction.Reward{Score: score, OK: true}
-				res.Pairs = append(res.Pairs, Pair{Step: v, Predicted: pred, Executed: score})
-				calErr += math.Abs(state.Calibrate(pred) - score)
-				rawErr += math.Abs(pred - score)
-				nPairs++
-			}
-		}
-		rec.Gate, rec.GateOn = state.Gate(), arm.Correction.TrustGate
-		rows, err = corr.Advance(state, step, rows[:0])
+		r.adv[i], r.wts[i], r.masked[i] = row.Advantage, row.Weight, !row.Mask
+	}
+	if err := r.pol.Update(r.samples, r.adv, r.wts, r.masked, r.cfg.LR); err != nil {
+		return fmt.Errorf("sim: update step %d: %w", v, err)
+	}
+	r.record(v, weightInForce, calErr, rawErr, nPairs)
+	return nil
+}
+
+// sampleAndPredict samples and scores every group of step v first: a policy other than
+// random decides its anchors from the world model's scores. Executions are pure functions of
+// (problem, solution), so running them after all predictions leaves random's results as they
+// were.
+func (r *armRun) sampleAndPredict(ctx context.Context, v int, step *correction.Step) error {
+	cfg := r.cfg
+	r.probs = r.probs[:0]
+	for j := range cfg.Groups {
+		p := TrainingProblem(r.seed, v, j)
+		gid := topics.GroupID(int64(v), j)
+		group, err := r.pol.Sample(r.rng, cfg.GroupSize)
 		if err != nil {
-			return res, fmt.Errorf("sim: correct step %d: %w", v, err)
+			return fmt.Errorf("sim: sample: %w", err)
 		}
-		for _, r := range rows {
-			i, ok := index[r.RolloutID]
-			if !ok {
-				return res, fmt.Errorf("sim: correction returned unknown rollout %q", r.RolloutID)
+		g := correction.Group{ID: gid}
+		train := p.Train()
+		r.preds[j] = r.preds[j][:0]
+		for i, s := range group {
+			rid := topics.RolloutID(gid, i)
+			r.index[rid] = j*cfg.GroupSize + i
+			r.samples[j*cfg.GroupSize+i] = s
+			pred, err := predict(ctx, cfg, r.wm, p, train, s, r.seed, v, j, i, &r.rec)
+			if err != nil {
+				return err
 			}
-			adv[i], wts[i], masked[i] = r.Advantage, r.Weight, !r.Mask
+			r.preds[j] = append(r.preds[j], pred)
+			g.Rollouts = append(g.Rollouts, correction.Rollout{ID: rid, Predicted: correction.Reward{Score: pred, OK: true}})
 		}
-		if err := pol.Update(samples, adv, wts, masked, cfg.LR); err != nil {
-			return res, fmt.Errorf("sim: update step %d: %w", v, err)
+		r.probs = append(r.probs, p)
+		step.Groups = append(step.Groups, g)
+	}
+	return nil
+}
+
+// executeAnchors lets the arm's policy choose the anchor groups of step v and executes their
+// rollouts, returning the summed absolute error of the calibrated and the raw world-model
+// scores over the nPairs executed rollouts.
+func (r *armRun) executeAnchors(ctx context.Context, v int, step *correction.Step) (calErr, rawErr float64, nPairs int, err error) {
+	arm, cfg := r.arm, r.cfg
+	var unc func(float64) float64
+	if arm.Policy != PolicyRandom {
+		unc = r.state.Uncertainty().At
+	}
+	pis := arm.Policy.propensities(arm.AnchorFraction, unc, r.preds)
+	r.rec.MaxPropensityWeight = 0
+	for j := range step.Groups {
+		g := &step.Groups[j]
+		if g.Anchor = arm.Policy.chooses(r.run, g.ID, arm.AnchorFraction, pis[j]); !g.Anchor {
+			continue
 		}
-		rec.DebiasShift = corr.DebiasEffect(rows).MeanShift
-		rec.Score = pol.ExpectedScore(eval)
-		rec.CalibrationMAE, rec.RawMAE = math.NaN(), math.NaN()
-		if nPairs > 0 {
-			rec.CalibrationMAE, rec.RawMAE = calErr/float64(nPairs), rawErr/float64(nPairs)
+		r.rec.AnchorGroups++
+		if arm.Policy.weighted() {
+			g.Weight = 1 / pis[j]
+			r.rec.MaxPropensityWeight = max(r.rec.MaxPropensityWeight, g.Weight)
 		}
-		rec.AnchorWeight = weightInForce
-		if arm.Correction.Mode == correction.ModeReference {
-			// The authors' loop weights a step's anchor rows with the weight
-			// after that step's own anchor groups.
-			rec.AnchorWeight = state.AnchorWeight()
-		}
-		rec.NoiseRatio, _ = state.NoiseRatio()
-		rec.FitVersion = state.FitVersion()
-		rec.Pairs = state.Pairs()
-		rec.Entropy = pol.Entropy()
-		res.Steps = append(res.Steps, rec)
-		res.Maps = AppendMap(res.Maps, v, state)
-		if observe != nil {
-			observe(rec)
+		for i := range g.Rollouts {
+			ro := &g.Rollouts[i]
+			pred := ro.Predicted.Score
+			score, err := execute(ctx, cfg, r.probs[j], r.samples[j*cfg.GroupSize+i], r.seed, v, j, &r.rec)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			ro.Executed = correction.Reward{Score: score, OK: true}
+			r.res.Pairs = append(r.res.Pairs, Pair{Step: v, Predicted: pred, Executed: score})
+			calErr += math.Abs(r.state.Calibrate(pred) - score)
+			rawErr += math.Abs(pred - score)
+			nPairs++
 		}
 	}
-	res.State = state
-	res.Final = pol
-	return res, nil
+	return calErr, rawErr, nPairs, nil
+}
+
+// record completes step v's record after the policy update and appends it, with the map in
+// force, to the result.
+func (r *armRun) record(v int, weightInForce, calErr, rawErr float64, nPairs int) {
+	rec := &r.rec
+	rec.DebiasShift = r.corr.DebiasEffect(r.rows).MeanShift
+	rec.Score = r.pol.ExpectedScore(r.eval)
+	rec.CalibrationMAE, rec.RawMAE = math.NaN(), math.NaN()
+	if nPairs > 0 {
+		rec.CalibrationMAE, rec.RawMAE = calErr/float64(nPairs), rawErr/float64(nPairs)
+	}
+	rec.AnchorWeight = weightInForce
+	if r.arm.Correction.Mode == correction.ModeReference {
+		// The authors' loop weights a step's anchor rows with the weight
+		// after that step's own anchor groups.
+		rec.AnchorWeight = r.state.AnchorWeight()
+	}
+	rec.NoiseRatio, _ = r.state.NoiseRatio()
+	rec.FitVersion = r.state.FitVersion()
+	rec.Pairs = r.state.Pairs()
+	rec.Entropy = r.pol.Entropy()
+	r.res.Steps = append(r.res.Steps, *rec)
+	r.res.Maps = AppendMap(r.res.Maps, v, r.state)
 }

@@ -344,10 +344,62 @@ const boostBins = 32
 // G/(H + reg·n) (squared loss, or logistic loss for classification) and
 // shrinkage lr.
 func fitBoost(ctx context.Context, kind Kind, z *mat.Dense, y []float64, reg, lr float64, rounds int) (*boosted, error) {
-	n, p := z.Dims()
+	n, _ := z.Dims()
 	lambda := reg*float64(n) + 1e-9
-	thr := make([][]float64, p)
-	bin := make([][]uint8, p)
+	thr, bin := quantileBins(z)
+	m := &boosted{}
+	mean := floats.Sum(y) / float64(n)
+	if kind == Classification {
+		mean = math.Min(math.Max(mean, 1e-3), 1-1e-3)
+		m.base = math.Log(mean / (1 - mean))
+	} else {
+		m.base = mean
+	}
+	f := slices.Repeat([]float64{m.base}, n)
+	g := make([]float64, n)
+	h := make([]float64, n)
+	for round := range rounds {
+		if round%16 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		for i := range n {
+			if kind == Classification {
+				q := sigmoid(f[i])
+				g[i] = y[i] - q
+				h[i] = math.Max(q*(1-q), 1e-6)
+			} else {
+				g[i] = y[i] - f[i]
+				h[i] = 1
+			}
+		}
+		best, bestBin, ok := bestStump(thr, bin, g, h, lambda, lr)
+		if !ok {
+			break
+		}
+		if math.IsNaN(best.left) || math.IsNaN(best.right) || math.IsInf(best.left, 0) || math.IsInf(best.right, 0) {
+			return nil, errDiverged
+		}
+		m.stumps = append(m.stumps, best)
+		for i, b := range bin[best.feature] {
+			if int(b) <= bestBin {
+				f[i] += best.left
+			} else {
+				f[i] += best.right
+			}
+		}
+	}
+	return m, nil
+}
+
+// quantileBins returns, per feature of z, up to boostBins−1 increasing thresholds midway
+// between neighbouring quantiles, and every row's bin (the number of thresholds below its
+// value).
+func quantileBins(z *mat.Dense) (thr [][]float64, bin [][]uint8) {
+	n, p := z.Dims()
+	thr = make([][]float64, p)
+	bin = make([][]uint8, p)
 	sorted := make([]float64, n)
 	for j := range p {
 		mat.Col(sorted, j, z)
@@ -368,75 +420,37 @@ func fitBoost(ctx context.Context, kind Kind, z *mat.Dense, y []float64, reg, lr
 			bin[j][i] = uint8(sort.SearchFloat64s(thr[j], v))
 		}
 	}
-	m := &boosted{}
-	mean := floats.Sum(y) / float64(n)
-	if kind == Classification {
-		mean = math.Min(math.Max(mean, 1e-3), 1-1e-3)
-		m.base = math.Log(mean / (1 - mean))
-	} else {
-		m.base = mean
-	}
-	f := slices.Repeat([]float64{m.base}, n)
-	g := make([]float64, n)
-	h := make([]float64, n)
-	var hg, hh [boostBins]float64
-	for round := range rounds {
-		if round%16 == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
+	return thr, bin
+}
+
+// bestStump searches every feature's bin thresholds for the split of largest Newton gain
+// given gradients g and hessians h, and returns it with its leaves shrunk by lr and the last
+// bin of its left side; ok is false when no feature has a threshold.
+func bestStump(thr [][]float64, bin [][]uint8, g, h []float64, lambda, lr float64) (best stump, bestBin int, ok bool) {
+	gt, ht := floats.Sum(g), floats.Sum(h)
+	bestGain := math.Inf(-1)
+	for j := range thr {
+		nb := len(thr[j])
+		if nb == 0 {
+			continue
 		}
-		for i := range n {
-			if kind == Classification {
-				q := sigmoid(f[i])
-				g[i] = y[i] - q
-				h[i] = math.Max(q*(1-q), 1e-6)
-			} else {
-				g[i] = y[i] - f[i]
-				h[i] = 1
-			}
+		var hg, hh [boostBins]float64
+		for i, b := range bin[j] {
+			hg[b] += g[i]
+			hh[b] += h[i]
 		}
-		gt, ht := floats.Sum(g), floats.Sum(h)
-		bestGain := math.Inf(-1)
-		var best stump
-		bestBin := 0
-		for j := range p {
-			nb := len(thr[j])
-			if nb == 0 {
-				continue
-			}
-			hg, hh = [boostBins]float64{}, [boostBins]float64{}
-			for i, b := range bin[j] {
-				hg[b] += g[i]
-				hh[b] += h[i]
-			}
-			gl, hl := 0.0, 0.0
-			for b := range nb {
-				gl += hg[b]
-				hl += hh[b]
-				gr, hr := gt-gl, ht-hl
-				gain := gl*gl/(hl+lambda) + gr*gr/(hr+lambda)
-				if gain > bestGain {
-					bestGain = gain
-					best = stump{feature: j, threshold: thr[j][b], left: lr * gl / (hl + lambda), right: lr * gr / (hr + lambda)}
-					bestBin = b
-				}
-			}
-		}
-		if math.IsInf(bestGain, -1) {
-			break
-		}
-		if math.IsNaN(best.left) || math.IsNaN(best.right) || math.IsInf(best.left, 0) || math.IsInf(best.right, 0) {
-			return nil, errDiverged
-		}
-		m.stumps = append(m.stumps, best)
-		for i, b := range bin[best.feature] {
-			if int(b) <= bestBin {
-				f[i] += best.left
-			} else {
-				f[i] += best.right
+		gl, hl := 0.0, 0.0
+		for b := range nb {
+			gl += hg[b]
+			hl += hh[b]
+			gr, hr := gt-gl, ht-hl
+			gain := gl*gl/(hl+lambda) + gr*gr/(hr+lambda)
+			if gain > bestGain {
+				bestGain = gain
+				best = stump{feature: j, threshold: thr[j][b], left: lr * gl / (hl + lambda), right: lr * gr / (hr + lambda)}
+				bestBin = b
 			}
 		}
 	}
-	return m, nil
+	return best, bestBin, !math.IsInf(bestGain, -1)
 }

@@ -88,56 +88,12 @@ func NewProblem(seed int64, kind Kind) *Problem {
 			z.Set(i, j, norm.Rand())
 		}
 	}
-	perm := rng.Perm(d)
-	sign := func() float64 {
-		if unif.Rand() < 0.5 {
-			return -1
-		}
-		return 1
-	}
-	var beta [4]float64
-	for k := range beta {
-		beta[k] = sign() * (0.3 + 0.4*unif.Rand())
-	}
-	gamma := sign() * (0.9 + 0.4*unif.Rand())
-	delta := sign() * (0.5 + 0.3*unif.Rand())
-	omega := 0.6 + 0.3*unif.Rand()
-	eta := sign() * (1.2 + 0.4*unif.Rand())
-	cut := unif.Rand() - 0.5
-
+	t := drawTarget(rng, unif, d)
 	f := make([]float64, n)
 	for i := range n {
-		v := 0.0
-		for k := range beta {
-			v += beta[k] * z.At(i, perm[k])
-		}
-		v += gamma * z.At(i, perm[4]) * z.At(i, perm[5])
-		zq := z.At(i, perm[6])
-		v += delta * (zq*zq - 1) / math.Sqrt2
-		v += omega * math.Sin(2*z.At(i, perm[1])+z.At(i, perm[7]))
-		if z.At(i, perm[2]) > cut {
-			v += eta
-		}
-		f[i] = v
+		f[i] = t.at(z, i)
 	}
-	sd := stat.PopStdDev(f, nil)
-	noise := distuv.Normal{Mu: 0, Sigma: 0.4 * sd, Src: src}
-	y := make([]float64, n)
-	switch kind {
-	case Classification:
-		sorted := append([]float64(nil), f...)
-		sort.Float64s(sorted)
-		med := stat.Quantile(0.5, stat.Empirical, sorted, nil)
-		for i := range n {
-			if f[i]+noise.Rand() > med {
-				y[i] = 1
-			}
-		}
-	default:
-		for i := range n {
-			y[i] = f[i] + noise.Rand()
-		}
-	}
+	y := labels(kind, f, distuv.Normal{Mu: 0, Sigma: 0.4 * stat.PopStdDev(f, nil), Src: src})
 
 	scale := make([]float64, d)
 	offset := make([]float64, d)
@@ -166,6 +122,76 @@ func NewProblem(seed int64, kind Kind) *Problem {
 		valX: observe(NumValidation, NumTrain),
 		valY: exactCopy(y[NumTrain:]),
 	}
+}
+
+// target is the hidden noiseless target: linear effects of four latents, one pairwise
+// interaction, one quadratic, one periodic and one step term; perm picks the latents.
+type target struct {
+	perm                     []int
+	beta                     [4]float64
+	gamma, delta, omega, eta float64
+	cut                      float64
+}
+
+// drawTarget draws the target's latents and coefficients, each with a random sign and a
+// magnitude in a fixed range.
+func drawTarget(rng *rand.Rand, unif distuv.Uniform, d int) target {
+	t := target{perm: rng.Perm(d)}
+	sign := func() float64 {
+		if unif.Rand() < 0.5 {
+			return -1
+		}
+		return 1
+	}
+	for k := range t.beta {
+		t.beta[k] = sign() * (0.3 + 0.4*unif.Rand())
+	}
+	t.gamma = sign() * (0.9 + 0.4*unif.Rand())
+	t.delta = sign() * (0.5 + 0.3*unif.Rand())
+	t.omega = 0.6 + 0.3*unif.Rand()
+	t.eta = sign() * (1.2 + 0.4*unif.Rand())
+	t.cut = unif.Rand() - 0.5
+	return t
+}
+
+// at is the target's value at latent row i of z.
+func (t target) at(z *mat.Dense, i int) float64 {
+	perm := t.perm
+	v := 0.0
+	for k := range t.beta {
+		v += t.beta[k] * z.At(i, perm[k])
+	}
+	v += t.gamma * z.At(i, perm[4]) * z.At(i, perm[5])
+	zq := z.At(i, perm[6])
+	v += t.delta * (zq*zq - 1) / math.Sqrt2
+	v += t.omega * math.Sin(2*z.At(i, perm[1])+z.At(i, perm[7]))
+	if z.At(i, perm[2]) > t.cut {
+		v += t.eta
+	}
+	return v
+}
+
+// labels adds noise to the target values f: regression labels are f plus noise, classification
+// labels are 1 where f plus noise exceeds f's median.
+func labels(kind Kind, f []float64, noise distuv.Normal) []float64 {
+	n := len(f)
+	y := make([]float64, n)
+	switch kind {
+	case Classification:
+		sorted := append([]float64(nil), f...)
+		sort.Float64s(sorted)
+		med := stat.Quantile(0.5, stat.Empirical, sorted, nil)
+		for i := range n {
+			if f[i]+noise.Rand() > med {
+				y[i] = 1
+			}
+		}
+	default:
+		for i := range n {
+			y[i] = f[i] + noise.Rand()
+		}
+	}
+	return y
 }
 
 // exactCopy copies v into a slice whose capacity is exactly len(v), so the

@@ -96,26 +96,16 @@ func (o *demoOptions) run(cmd *cobra.Command, _ []string) error {
 		cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	cfg.TopicPrefix = a.conn.TopicPrefix + "demo."
-	where := "embedded Kafka (kfake) + Redis (miniredis)"
 	// Naming a cluster (flag, WMRL_* env or config file) means using it.
 	external := o.external || cmd.Flags().Changed("brokers") || cmd.Flags().Changed("redis")
+	where := "embedded Kafka (kfake) + Redis (miniredis)"
 	if external {
-		kopts, err := a.kafkaOpts()
+		w, closeRedis, err := o.useExternal(&cfg)
 		if err != nil {
 			return err
 		}
-		rdb, err := a.redis()
-		if err != nil {
-			return err
-		}
-		defer rdb.Close()
-		cfg.KafkaOpts, cfg.Redis = kopts, rdb
-		// Fresh topics and Redis keys per demo: a rerun must not meet the sealed state of
-		// an earlier one.
-		id := strconv.FormatInt(time.Now().Unix(), 10)
-		cfg.TopicPrefix += id + "."
-		cfg.RedisPrefix = "wmrl-demo-" + id
-		where = fmt.Sprintf("Kafka %s, Redis %s (topics %s<arm>.*)", strings.Join(a.conn.Brokers, ","), conn.RedactURL(a.conn.RedisURL), cfg.TopicPrefix)
+		defer closeRedis()
+		where = w
 	}
 	cfg.Arms = demo.Arms(cfg.AnchorFraction)
 	fmt.Fprintf(a.stdout, "wmrl demo: %s\n", where)
@@ -126,25 +116,12 @@ func (o *demoOptions) run(cmd *cobra.Command, _ []string) error {
 	defer closeReg()
 	var dash *dashboard.Server
 	if o.dashAddr != "" {
-		// The dashboard reads the same topics and Redis as the arms; an embedded Kafka and
-		// Redis are started here so that they outlive the run while the page is open.
-		if !external {
-			emb, err := demo.StartEmbedded()
-			if err != nil {
-				return err
-			}
-			defer emb.Close()
-			cfg.Embedded = emb
-			cfg.KafkaOpts, cfg.Redis = emb.KafkaOpts, emb.Redis
-		}
-		var err error
-		dash, err = dashboard.Start(ctx, o.dashAddr, dashboard.Config{KafkaOpts: cfg.KafkaOpts, Redis: cfg.Redis,
-			TopicPrefix: cfg.TopicPrefix, RedisPrefix: cfg.RedisPrefixOf, Logger: cfg.Logger})
+		d, closeDash, err := o.startDashboard(ctx, &cfg, external)
 		if err != nil {
 			return err
 		}
-		defer dash.Close()
-		fmt.Fprintf(a.stdout, "dashboard: %s\n", dash.URL())
+		defer closeDash()
+		dash = d
 	}
 	fmt.Fprintf(a.stdout, "arms: real-grpo (all groups executed), pure-wm (none), wmrl (%.0f%% anchors, OD+IVD); %d steps × %d groups × G=%d, seed %d\n",
 		100*cfg.AnchorFraction, cfg.Sim.Steps, cfg.Sim.Groups, cfg.Sim.GroupSize, cfg.Seed)
@@ -162,18 +139,9 @@ func (o *demoOptions) run(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "\nevaluator %s, pipeline %s, total %s\n\n", res.Eval.Round(time.Millisecond),
-		res.Elapsed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	fmt.Fprintf(a.stdout, "target: %.0f%% of real-GRPO's final score; compute = real executions (one seed, so no CIs)\n", 100*cfg.TargetFraction)
-	if err := sim.WriteTable(a.stdout, res.Summary, cfg.TargetFraction); err != nil {
+	if err := o.printOutcome(where, cfg, res, time.Since(start)); err != nil {
 		return err
 	}
-	if o.out != "" {
-		if err := o.writeReport(where, cfg, res); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintln(a.stdout, res.FinalLine)
 	if dash != nil {
 		dash.SetHeadline(res.Headline())
 	}
@@ -184,7 +152,71 @@ func (o *demoOptions) run(cmd *cobra.Command, _ []string) error {
 	return nil
 }
 
-// writeReport writes the finished demo's HTML report into o.out and says where it is.
+// useExternal points cfg at the global --brokers/--redis, under a fresh topic prefix and Redis
+// prefix: a rerun must not meet the sealed state of an earlier one. It returns where the demo
+// runs, for the output, and a function that closes the Redis client.
+func (o *demoOptions) useExternal(cfg *demo.Config) (where string, closeRedis func(), err error) {
+	a := o.a
+	kopts, err := a.kafkaOpts()
+	if err != nil {
+		return "", nil, err
+	}
+	rdb, err := a.redis()
+	if err != nil {
+		return "", nil, err
+	}
+	cfg.KafkaOpts, cfg.Redis = kopts, rdb
+	id := strconv.FormatInt(time.Now().Unix(), 10)
+	cfg.TopicPrefix += id + "."
+	cfg.RedisPrefix = "wmrl-demo-" + id
+	where = fmt.Sprintf("Kafka %s, Redis %s (topics %s<arm>.*)", strings.Join(a.conn.Brokers, ","), conn.RedactURL(a.conn.RedisURL), cfg.TopicPrefix)
+	return where, func() { rdb.Close() }, nil
+}
+
+// startDashboard serves the live dashboard on --dashboard. It reads the same topics and Redis
+// as the arms; without an external cluster, an embedded Kafka and Redis are started here so
+// that they outlive the run while the page is open. The returned function closes the
+// dashboard, then the embedded cluster.
+func (o *demoOptions) startDashboard(ctx context.Context, cfg *demo.Config, external bool) (*dashboard.Server, func(), error) {
+	closeEmb := func() {}
+	if !external {
+		emb, err := demo.StartEmbedded()
+		if err != nil {
+			return nil, nil, err
+		}
+		closeEmb = emb.Close
+		cfg.Embedded = emb
+		cfg.KafkaOpts, cfg.Redis = emb.KafkaOpts, emb.Redis
+	}
+	dash, err := dashboard.Start(ctx, o.dashAddr, dashboard.Config{KafkaOpts: cfg.KafkaOpts, Redis: cfg.Redis,
+		TopicPrefix: cfg.TopicPrefix, RedisPrefix: cfg.RedisPrefixOf, Logger: cfg.Logger})
+	if err != nil {
+		closeEmb()
+		return nil, nil, err
+	}
+	fmt.Fprintf(o.a.stdout, "dashboard: %s\n", dash.URL())
+	return dash, func() { dash.Close(); closeEmb() }, nil
+}
+
+// printOutcome prints the finished demo's times and summary table, writes its report when
+// --out is set, and prints the final line.
+func (o *demoOptions) printOutcome(where string, cfg demo.Config, res *demo.Outcome, total time.Duration) error {
+	a := o.a
+	fmt.Fprintf(a.stdout, "\nevaluator %s, pipeline %s, total %s\n\n", res.Eval.Round(time.Millisecond),
+		res.Elapsed.Round(time.Millisecond), total.Round(time.Millisecond))
+	fmt.Fprintf(a.stdout, "target: %.0f%% of real-GRPO's final score; compute = real executions (one seed, so no CIs)\n", 100*cfg.TargetFraction)
+	if err := sim.WriteTable(a.stdout, res.Summary, cfg.TargetFraction); err != nil {
+		return err
+	}
+	if o.out != "" {
+		if err := o.writeReport(where, cfg, res); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(a.stdout, res.FinalLine)
+	return nil
+}
+
 // useFormat puts --format on the demo and, for Protobuf, a schema registry: the configured
 // --schema-registry, else an in-process one (schemareg.NewDouble, closed by the returned
 // function), so a demo run shows the Confluent framing without a registry to run. JSON, the
@@ -213,6 +245,7 @@ func (o *demoOptions) useFormat(cfg *demo.Config) (func(), error) {
 	return closeReg, nil
 }
 
+// writeReport writes the finished demo's HTML report into o.out and says where it is.
 func (o *demoOptions) writeReport(where string, cfg demo.Config, res *demo.Outcome) error {
 	settings := append([][2]string{{"backend", where},
 		{"arms", "real-grpo (every group executed), pure-wm (none), wmrl (anchors, OD + IVD)"},

@@ -96,7 +96,6 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 	if err != nil {
 		return err
 	}
-	cells := len(g0.biases) * len(g0.noises)
 	pairings := append(sim.PolicyPairings(arms), sim.GatePairings(arms)...)
 	var blocks []sim.PairedBlock
 	for _, est := range ests {
@@ -107,31 +106,9 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 				estOut = filepath.Join(out, est.String())
 			}
 		}
-		g := sim.ErrorGrid{Config: cfg, Biases: g0.biases, Noises: g0.noises, Arms: estArms, Seeds: seeds,
-			Workers: o.workers, TargetFraction: o.targetFraction, Adversarial: g0.adversarial}
-		fmt.Fprintf(a.stdout, "eval set ready in %s; error grid %d cells (B %v × σ %v) × %d arms × %d seeds, %d steps × %d groups × G=%d, estimator %s\n",
-			time.Since(start).Round(time.Millisecond), cells, g0.biases, g0.noises, len(arms), len(seeds), cfg.Steps, cfg.Groups, cfg.GroupSize, est)
-		res, err := g.Run(ctx, eval, func(cell int, p sim.Progress) {
-			fmt.Fprintf(a.stdout, "[%s cell %d/%d run %2d/%d] %-9s seed %-3d final %.3f executions %5d (%s)\n",
-				est, cell+1, cells, p.Done, p.Total, p.Result.Arm, p.Result.Seed, p.Result.FinalScore(),
-				last(p.Result).Executions, time.Since(start).Round(time.Second))
-		})
+		res, err := o.runBiasGrid(ctx, cfg, eval, estArms, seeds, est, estOut, start)
 		if err != nil {
 			return err
-		}
-		if err := sim.GridTable(a.stdout, res); err != nil {
-			return err
-		}
-		if estOut != "" {
-			if err := writeGridTables(estOut, "error_grid", func(f *os.File) error { return sim.WriteErrorGridCSV(f, res) },
-				func(f *os.File) error { return sim.GridTable(f, res) }); err != nil {
-				return err
-			}
-			files, err := sim.WriteGridPlots(estOut, res)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "wrote error_grid.csv, error_grid.md and %d plots to %s\n", len(files), estOut)
 		}
 		for _, c := range res {
 			if len(pairings) == 0 {
@@ -159,6 +136,43 @@ func (o *simulateOptions) runErrorGrid(ctx context.Context, cfg sim.Config, arms
 	}
 	fmt.Fprintf(a.stdout, "error grid done in %s\n", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// runBiasGrid runs the bias family's grid for one estimator's arms, prints its table and, with
+// an estOut folder, writes error_grid.csv, error_grid.md and the plots there. Its progress
+// lines count time from start.
+func (o *simulateOptions) runBiasGrid(ctx context.Context, cfg sim.Config, eval *task.EvalSet, arms []sim.Arm, seeds []int64,
+	est correction.AdvantageKind, estOut string, start time.Time) ([]sim.GridCell, error) {
+	a, g0 := o.a, o.grid
+	cells := len(g0.biases) * len(g0.noises)
+	g := sim.ErrorGrid{Config: cfg, Biases: g0.biases, Noises: g0.noises, Arms: arms, Seeds: seeds,
+		Workers: o.workers, TargetFraction: o.targetFraction, Adversarial: g0.adversarial}
+	fmt.Fprintf(a.stdout, "eval set ready in %s; error grid %d cells (B %v × σ %v) × %d arms × %d seeds, %d steps × %d groups × G=%d, estimator %s\n",
+		time.Since(start).Round(time.Millisecond), cells, g0.biases, g0.noises, len(arms), len(seeds), cfg.Steps, cfg.Groups, cfg.GroupSize, est)
+	res, err := g.Run(ctx, eval, func(cell int, p sim.Progress) {
+		fmt.Fprintf(a.stdout, "[%s cell %d/%d run %2d/%d] %-9s seed %-3d final %.3f executions %5d (%s)\n",
+			est, cell+1, cells, p.Done, p.Total, p.Result.Arm, p.Result.Seed, p.Result.FinalScore(),
+			last(p.Result).Executions, time.Since(start).Round(time.Second))
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := sim.GridTable(a.stdout, res); err != nil {
+		return nil, err
+	}
+	if estOut == "" {
+		return res, nil
+	}
+	if err := writeGridTables(estOut, "error_grid", func(f *os.File) error { return sim.WriteErrorGridCSV(f, res) },
+		func(f *os.File) error { return sim.GridTable(f, res) }); err != nil {
+		return nil, err
+	}
+	files, err := sim.WriteGridPlots(estOut, res)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(a.stdout, "wrote error_grid.csv, error_grid.md and %d plots to %s\n", len(files), estOut)
+	return res, nil
 }
 
 // runCalibrationGrid runs the calibration-bias family and writes

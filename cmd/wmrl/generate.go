@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/internal/artifact"
@@ -112,6 +113,12 @@ end'. Pass --end-run=false also when another generate invocation continues the s
 	f.BoolVar(&o.skipInvalid, "skip-invalid", false, "jsonl: dead-letter a line that does not parse or validate and leave out the whole group it names, instead of stopping; the run is then not ended")
 	f.StringVar(&o.redisPrefix, "redis-prefix", statestore.DefaultPrefix, "key prefix of the correction state in Redis (as 'wmrl correct --redis-prefix'; under a --topic-prefix other than wmrl.: <prefix>"+statestore.DefaultPrefix+"): a run ended there is refused")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "with --max-steps-ahead: serve Prometheus /metrics here, e.g. 127.0.0.1:9469 (empty: off)")
+	o.openAIFlags(f)
+	return cmd
+}
+
+// openAIFlags adds the flags of the openai backend (a policy server) to f.
+func (o *generateOptions) openAIFlags(f *pflag.FlagSet) {
 	f.String("policy-api-key-file", "", "openai: file holding the policy server's API key, instead of WMRL_POLICY_API_KEY (trailing line breaks removed)")
 	f.StringVar(&o.promptsFile, "prompts", "", "openai: prompts JSONL file")
 	f.StringVar(&o.oa.BaseURL, "base-url", "http://127.0.0.1:8000/v1", "openai: API root including /v1")
@@ -127,7 +134,6 @@ end'. Pass --end-run=false also when another generate invocation continues the s
 	f.IntVar(&o.oa.MaxTokens, "max-tokens", 0, "openai: completion length cap (0: server default)")
 	f.DurationVar(&o.oa.Timeout, "request-timeout", 10*time.Minute, "openai: per-request timeout")
 	f.IntVar(&o.oa.MaxAttempts, "max-attempts", 4, "openai: tries per request (429, 5xx, timeouts are retried)")
-	return cmd
 }
 
 func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
@@ -198,6 +204,14 @@ func (o *generateOptions) run(cmd *cobra.Command, _ []string) error {
 	}
 	defer g.Close()
 	st, err := g.Run(ctx)
+	return o.finish(ctx, g, b, st, err)
+}
+
+// finish reports what the generator published and, when its input ended without error or
+// left-out group, publishes the run's end (--end-run). A stop by signal is no failure: the
+// steps published so far are complete.
+func (o *generateOptions) finish(ctx context.Context, g *producers.Generator, b producers.Backend, st producers.Stats, err error) error {
+	a := o.a
 	fmt.Fprintf(a.stdout, "published %d steps, %d groups (%d anchor), %d rollouts (%d by reference)\n",
 		st.Steps, st.Groups, st.AnchorGroups, st.Rollouts, st.ByReference)
 	var dropped []string

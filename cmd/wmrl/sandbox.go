@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/wmrl/wmrl/consumers/sandbox"
 	"github.com/wmrl/wmrl/consumers/sandbox/jail"
@@ -39,7 +40,6 @@ func newSandboxCmd(a *app) *cobra.Command { return (&sandboxOptions{a: a}).comma
 // command is the cobra command with its flags bound to o.
 func (o *sandboxOptions) command() *cobra.Command {
 	base := sandbox.DefaultCommandConfig()
-	defaults := base.Limits
 	cmd := &cobra.Command{
 		Use: "sandbox",
 		Example: `  wmrl sandbox --argv /bin/cat --argv {artifact} --grade-argv '["/usr/bin/python3", "-I", "/opt/task/math/grade.py", "{dir}"]'
@@ -95,6 +95,21 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.DurationVar(&cfg.Timeout, "timeout", base.Timeout, "wall-clock budget of the run step per rollout; the step is killed on expiry and the rollout is status timeout")
 	f.DurationVar(&cfg.GradeTimeout, "grade-timeout", base.GradeTimeout, "wall-clock budget of the grade step; overrunning it is status error (the task's fault, not the rollout's)")
 	f.StringVar(&o.runOutputSize, "run-output-size", strconv.Itoa(sandbox.DefaultRunOutputLimit>>20)+"MiB", "most the run step hands the grade step (its stdout tail, exit status and {dir}/out, as one stream); past it the grade step gets {dir}/run/error instead")
+	o.containmentFlags(f, base)
+	f.StringArrayVar(&cfg.ReadOnlyPaths, "ro-bind", nil, "host path both steps see read-only, e.g. a virtualenv (repeat): never private data, which is --grade-ro-bind's")
+	f.StringVar(&cfg.TempDir, "temp-dir", "", "where job directories are created (default $TMPDIR)")
+	f.IntVar(&o.slots, "slots", 4, "exclusive execution slots (concurrent jobs)")
+	f.IntVar(&o.handlers, "handlers", 0, "stage handlers (0: 2×slots, so a slot never waits for a produce acknowledgement)")
+	f.StringVar(&o.onTimeout, "on-timeout", "missing", "reward of a timed-out rollout: missing (excluded) or zero (the reference)")
+	f.StringVar(&o.artifactName, "artifact-name", "", "file name of the artifact in the job directory (default artifact), e.g. solution.py")
+	o.stage.add(f, sandbox.StageName, "9465", "time running jobs get to finish on shutdown before they are killed and handed back")
+	return cmd
+}
+
+// containmentFlags adds the flags of the jail, the job's uid and its resource limits to f,
+// with defaults from base.
+func (o *sandboxOptions) containmentFlags(f *pflag.FlagSet, base sandbox.CommandConfig) {
+	cfg, defaults := &o.cfg, base.Limits
 	f.Uint64Var(&cfg.Limits.CPUSeconds, "cpu-seconds", defaults.CPUSeconds, "RLIMIT_CPU per process (0: inherit); exceeding it is a timeout")
 	f.StringVar(&o.memory, "memory", "4GiB", "memory of the whole job: a cgroup limit (OOM kill reported as such) under --containment cgroup, else RLIMIT_AS per process (0: none)")
 	f.StringVar(&o.addressSpace, "address-space", "0", "RLIMIT_AS per process on top of --memory, e.g. 4GiB (0: none; breaks programs that reserve address space)")
@@ -109,14 +124,6 @@ score 0. The built-in task's executor runs in 'wmrl demo'.`,
 	f.BoolVar(&cfg.AllowNetwork, "allow-network", false, "give jobs the host's network (services on 127.0.0.1 become reachable; logged at WARN)")
 	f.BoolVar(&cfg.AllowWeakContainment, "allow-weak-containment", false, "start even if the containment is weaker than the jail (no bwrap, jobs as the stage's uid or root); the weaknesses are logged")
 	f.StringVar(&o.jobDirSize, "job-dir-size", strconv.FormatUint(base.JobDirBytes>>20, 10)+"MiB", "size of each private tmpfs of the jail (the job directory, /tmp, /dev/shm): the job's disk quota, counted as memory")
-	f.StringArrayVar(&cfg.ReadOnlyPaths, "ro-bind", nil, "host path both steps see read-only, e.g. a virtualenv (repeat): never private data, which is --grade-ro-bind's")
-	f.StringVar(&cfg.TempDir, "temp-dir", "", "where job directories are created (default $TMPDIR)")
-	f.IntVar(&o.slots, "slots", 4, "exclusive execution slots (concurrent jobs)")
-	f.IntVar(&o.handlers, "handlers", 0, "stage handlers (0: 2×slots, so a slot never waits for a produce acknowledgement)")
-	f.StringVar(&o.onTimeout, "on-timeout", "missing", "reward of a timed-out rollout: missing (excluded) or zero (the reference)")
-	f.StringVar(&o.artifactName, "artifact-name", "", "file name of the artifact in the job directory (default artifact), e.g. solution.py")
-	o.stage.add(f, sandbox.StageName, "9465", "time running jobs get to finish on shutdown before they are killed and handed back")
-	return cmd
 }
 
 func (o *sandboxOptions) run(cmd *cobra.Command, _ []string) error {

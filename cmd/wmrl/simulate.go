@@ -147,27 +147,10 @@ func (o *simulateOptions) run(cmd *cobra.Command, _ []string) error {
 
 func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
 	a, cfg := o.a, o.cfg
-	as, err := sim.ArmsByName(o.arms, o.anchorFraction)
+	as, err := o.sweepArms()
 	if err != nil {
 		return err
 	}
-	if o.grid.mapKind, err = correction.ParseMapKind(strings.ToLower(o.mapName)); err != nil {
-		return fmt.Errorf("--map: %w", err)
-	}
-	as = sim.WithMap(as, o.grid.mapKind)
-	o.policies = o.policies[:0]
-	for _, n := range o.policyNames {
-		p, err := sim.ParseAnchorPolicy(n)
-		if err != nil {
-			return fmt.Errorf("--anchor-policy: %w", err)
-		}
-		o.policies = append(o.policies, p)
-	}
-	as = sim.WithPolicies(as, o.policies)
-	if o.gates, err = parseTrustGates(o.gateNames); err != nil {
-		return err
-	}
-	as = sim.WithTrustGate(as, o.gates)
 	if o.seeds < 1 {
 		return fmt.Errorf("--seeds %d: want >= 1", o.seeds)
 	}
@@ -218,22 +201,9 @@ func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
 		return err
 	}
 	if o.out != "" {
-		var names []string
-		for _, arm := range as {
-			names = append(names, arm.Name)
-		}
-		settings := append([][2]string{{"arms", strings.Join(names, ", ")},
-			{"seeds", fmt.Sprintf("%d (%d..%d)", o.seeds, sw.Seeds[0], sw.Seeds[len(sw.Seeds)-1])},
-			{"anchor fraction (anchored arms)", fmt.Sprint(o.anchorFraction)}, {"held-out problems", fmt.Sprint(o.evalProblems)},
-			{"trust gate", strings.Join(o.gateNames, ", ")},
-			{"target", fmt.Sprintf("%.0f%% of real-GRPO's final score in the same seed", 100*o.targetFraction)}},
-			demo.SimSettings(cfg)...)
-		files, err := demo.WriteReport(o.out, demo.Report{Title: "wmrl simulate", Settings: settings, Results: results,
-			TargetFraction: o.targetFraction})
-		if err != nil {
+		if err := o.writeReport(cfg, as, sw.Seeds, results); err != nil {
 			return err
 		}
-		fmt.Fprintf(a.stdout, "report: %s (%d files: plots, steps.csv, summary.csv)\n", filepath.Join(o.out, demo.FileHTML), len(files))
 	}
 	if pairings := append(sim.PolicyPairings(as), sim.GatePairings(as)...); len(pairings) > 0 {
 		cs, err := sim.Paired(results, pairings, o.targetFraction, cfg.Groups)
@@ -246,6 +216,52 @@ func (o *simulateOptions) sweep(ctx context.Context, cmd *cobra.Command) error {
 		}
 	}
 	fmt.Fprintf(a.stdout, "done in %s\n", time.Since(start).Round(time.Second))
+	return nil
+}
+
+// sweepArms is --arms under --map, with the arms --anchor-policy and --trust-gate add.
+func (o *simulateOptions) sweepArms() ([]sim.Arm, error) {
+	as, err := sim.ArmsByName(o.arms, o.anchorFraction)
+	if err != nil {
+		return nil, err
+	}
+	if o.grid.mapKind, err = correction.ParseMapKind(strings.ToLower(o.mapName)); err != nil {
+		return nil, fmt.Errorf("--map: %w", err)
+	}
+	as = sim.WithMap(as, o.grid.mapKind)
+	o.policies = o.policies[:0]
+	for _, n := range o.policyNames {
+		p, err := sim.ParseAnchorPolicy(n)
+		if err != nil {
+			return nil, fmt.Errorf("--anchor-policy: %w", err)
+		}
+		o.policies = append(o.policies, p)
+	}
+	as = sim.WithPolicies(as, o.policies)
+	if o.gates, err = parseTrustGates(o.gateNames); err != nil {
+		return nil, err
+	}
+	return sim.WithTrustGate(as, o.gates), nil
+}
+
+// writeReport writes the sweep's HTML report, plots and CSVs into --out and says where.
+func (o *simulateOptions) writeReport(cfg sim.Config, as []sim.Arm, seeds []int64, results []sim.Result) error {
+	var names []string
+	for _, arm := range as {
+		names = append(names, arm.Name)
+	}
+	settings := append([][2]string{{"arms", strings.Join(names, ", ")},
+		{"seeds", fmt.Sprintf("%d (%d..%d)", o.seeds, seeds[0], seeds[len(seeds)-1])},
+		{"anchor fraction (anchored arms)", fmt.Sprint(o.anchorFraction)}, {"held-out problems", fmt.Sprint(o.evalProblems)},
+		{"trust gate", strings.Join(o.gateNames, ", ")},
+		{"target", fmt.Sprintf("%.0f%% of real-GRPO's final score in the same seed", 100*o.targetFraction)}},
+		demo.SimSettings(cfg)...)
+	files, err := demo.WriteReport(o.out, demo.Report{Title: "wmrl simulate", Settings: settings, Results: results,
+		TargetFraction: o.targetFraction})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.a.stdout, "report: %s (%d files: plots, steps.csv, summary.csv)\n", filepath.Join(o.out, demo.FileHTML), len(files))
 	return nil
 }
 

@@ -108,10 +108,30 @@ func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	defer s.Close()
-	// A trainer that gets no step within wiringDelay says what may be miswired (a wrong run or
-	// prefix, no correction consumer) instead of waiting without a word.
 	var gotStep atomic.Bool
-	wiring := time.AfterFunc(wiringDelay, func() {
+	wiring := o.watchWiring(ctx, connOpts, &gotStep)
+	defer wiring.Stop()
+	runCtx, runDone := context.WithCancelCause(ctx)
+	defer runDone(nil)
+	w, err := o.startWatch(runCtx, cmd, connOpts, s, fix, runDone)
+	if err != nil {
+		return err
+	}
+	if err := o.consume(ctx, runCtx, s, w, m, &gotStep); err != nil {
+		return err
+	}
+	stats := s.Stats()
+	a.log.Info("train done", "steps", stats.Steps, "rows", stats.Rows, "duplicates", stats.Duplicates,
+		"skipped", stats.Skipped, "abandoned", stats.Abandoned, "skipped_batches", stats.SkippedBatches)
+	return nil
+}
+
+// watchWiring makes a trainer that gets no step within wiringDelay say what may be miswired (a
+// wrong run or prefix, no correction consumer) instead of waiting without a word. gotStep is
+// set by the consume loop; the returned timer is stopped when train ends.
+func (o *trainOptions) watchWiring(ctx context.Context, connOpts []kgo.Opt, gotStep *atomic.Bool) *time.Timer {
+	a := o.a
+	return time.AfterFunc(wiringDelay, func() {
 		if gotStep.Load() {
 			return
 		}
@@ -129,18 +149,17 @@ func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 			a.log.Warn("no step yet: "+p, "run", o.runID, "waited", wiringDelay)
 		}
 	})
-	defer wiring.Stop()
-	runCtx, runDone := context.WithCancelCause(ctx)
-	defer runDone(nil)
-	w, err := o.startWatch(runCtx, cmd, connOpts, s, fix, runDone)
-	if err != nil {
-		return err
-	}
+}
+
+// consume shows and acknowledges steps until --max-steps, a stop (runCtx ends: a signal, or
+// the run-end watch w), or, when w watches the run, its last step is acknowledged.
+func (o *trainOptions) consume(ctx, runCtx context.Context, s *trainer.Stream, w *trainWatch, m *trainMetrics, gotStep *atomic.Bool) error {
+	a := o.a
 	for n := 0; o.maxSteps == 0 || n < o.maxSteps; n++ {
 		st, err := s.Next(runCtx)
 		if err != nil {
 			if runCtx.Err() != nil && errors.Is(err, runCtx.Err()) {
-				break
+				return nil
 			}
 			return err
 		}
@@ -150,7 +169,7 @@ func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 		}
 		if err := st.Ack(ctx); err != nil {
 			if errors.Is(err, context.Canceled) {
-				break
+				return nil
 			}
 			return err
 		}
@@ -160,12 +179,9 @@ func (o *trainOptions) run(cmd *cobra.Command, _ []string) error {
 		if w != nil && w.stepEndsRun(st) {
 			e := w.end.Load()
 			a.log.Info("run ended and its last step is acknowledged: train exits", "run", st.Run, "last_step", e.LastStep, "reason", e.Reason)
-			break
+			return nil
 		}
 	}
-	stats := s.Stats()
-	a.log.Info("train done", "steps", stats.Steps, "rows", stats.Rows, "duplicates", stats.Duplicates,
-		"skipped", stats.Skipped, "abandoned", stats.Abandoned, "skipped_batches", stats.SkippedBatches)
 	return nil
 }
 

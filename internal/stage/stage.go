@@ -209,22 +209,8 @@ func (s *Stage) Run(ctx context.Context) error {
 	}()
 	sem := make(chan struct{}, s.cfg.Concurrency)
 	s.healthy.Store(true)
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		s.watch(watchCtx)
-	}()
-	failDone := make(chan struct{})
-	go func() {
-		defer close(failDone)
-		s.failures.Watch(watchCtx)
-	}()
-	defer func() {
-		stopWatch()
-		<-watchDone
-		<-failDone
-	}()
+	stopWatchers := s.startWatchers()
+	defer stopWatchers()
 	// "handlers" is the runtime's bound; a stage's own work bound (the world model's scoring
 	// requests, the sandbox's slots) is logged by the stage, so neither reads as the other.
 	s.log.Info("stage running", "group", s.cfg.Group, "topics", s.cfg.Topics, "handlers", s.cfg.Concurrency)
@@ -240,6 +226,34 @@ func (s *Stage) Run(ctx context.Context) error {
 	timer.Stop()
 	stopCommits()
 	<-commitDone
+	return s.leave(runErr)
+}
+
+// startWatchers starts the cluster watch (pings, consumer lag) and the failure watch; the returned
+// function stops both and waits for them.
+func (s *Stage) startWatchers() (stop func()) {
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		s.watch(watchCtx)
+	}()
+	failDone := make(chan struct{})
+	go func() {
+		defer close(failDone)
+		s.failures.Watch(watchCtx)
+	}()
+	return func() {
+		stopWatch()
+		<-watchDone
+		<-failDone
+	}
+}
+
+// leave ends a stopped stage's membership: it commits the finished offsets and leaves the
+// group (and its static membership, unless runErr is that membership's fencing). It returns
+// runErr, or else a fatal error recorded while the stage ran.
+func (s *Stage) leave(runErr error) error {
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.commit(cctx, nil); err != nil {

@@ -105,7 +105,6 @@ func ToEnd(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.O
 		return err
 	}
 	assign, remaining := toRead(start, ends)
-	done := map[tp]bool{}
 	if remaining == 0 {
 		return nil
 	}
@@ -120,25 +119,14 @@ func ToEnd(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.O
 	}
 	defer cl.Close()
 	skip := oversize.NewSkipper(cl, log, nil, "left out of the read")
-	for remaining > 0 {
+	rd := reading{ends: ends, done: map[tp]bool{}, remaining: remaining}
+	for rd.remaining > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("reading to offsets %v: %w", ends, err)
 		}
-		for _, ref := range skip.Skip(fs) {
-			key := tp{ref.Topic, ref.Partition}
-			if done[key] || ref.Offset >= ends[key] {
-				continue // past the end: not part of this read
-			}
-			if ref.NextOffset >= ends[key] {
-				done[key] = true
-				remaining--
-			}
-			if ro.onBatch != nil {
-				if err := ro.onBatch(ref); err != nil {
-					return err
-				}
-			}
+		if err := rd.skipped(skip.Skip(fs), ro.onBatch); err != nil {
+			return err
 		}
 		for _, fe := range fs.Errors() {
 			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) || oversize.Refused(fe.Err) {
@@ -146,26 +134,61 @@ func ToEnd(ctx context.Context, opts []kgo.Opt, start map[string]map[int32]kgo.O
 			}
 			return fmt.Errorf("fetch %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
 		}
-		var ferr error
-		fs.EachRecord(func(r *kgo.Record) {
-			key := tp{r.Topic, r.Partition}
-			if ferr != nil || done[key] || r.Offset >= ends[key] {
-				return
-			}
-			if r.Offset >= ends[key]-1 {
-				done[key] = true
-				remaining--
-			}
-			if r.Attrs.IsControl() {
-				return
-			}
-			ferr = fn(r)
-		})
-		if ferr != nil {
-			return ferr
+		if err := rd.records(fs, fn); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// reading is ToEnd's progress: where each partition's read ends, which partitions are done, and
+// how many are not.
+type reading struct {
+	ends      map[tp]int64
+	done      map[tp]bool
+	remaining int
+}
+
+// skipped accounts for the record batches skipped as too large, reporting those before the end
+// to onBatch (when not nil): a skipped batch that reaches the end finishes its partition.
+func (rd *reading) skipped(refs []topics.BatchRef, onBatch func(topics.BatchRef) error) error {
+	for _, ref := range refs {
+		key := tp{ref.Topic, ref.Partition}
+		if rd.done[key] || ref.Offset >= rd.ends[key] {
+			continue // past the end: not part of this read
+		}
+		if ref.NextOffset >= rd.ends[key] {
+			rd.done[key] = true
+			rd.remaining--
+		}
+		if onBatch != nil {
+			if err := onBatch(ref); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// records hands fs's data records before the end to fn, stopping at fn's first error; the
+// record (data or control) just before a partition's end finishes it.
+func (rd *reading) records(fs kgo.Fetches, fn func(*kgo.Record) error) error {
+	var ferr error
+	fs.EachRecord(func(r *kgo.Record) {
+		key := tp{r.Topic, r.Partition}
+		if ferr != nil || rd.done[key] || r.Offset >= rd.ends[key] {
+			return
+		}
+		if r.Offset >= rd.ends[key]-1 {
+			rd.done[key] = true
+			rd.remaining--
+		}
+		if r.Attrs.IsControl() {
+			return
+		}
+		ferr = fn(r)
+	})
+	return ferr
 }
 
 // stableEnds is where the read of start's partitions ends: each partition's last stable offset,

@@ -238,32 +238,9 @@ func New(cfg Config, argv []string) (*Jail, error) {
 	if !supported {
 		return nil, ErrUnsupported
 	}
-	if cfg.KillGrace < 0 {
-		return nil, fmt.Errorf("%w: negative kill grace", ErrConfig)
-	}
-	cfg.KillGrace = cmp.Or(cfg.KillGrace, DefaultKillGrace)
-	if cfg.TempDir == "" {
-		cfg.TempDir = os.TempDir()
-	}
-	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	cfg.JobDirBytes = cmp.Or(cfg.JobDirBytes, DefaultJobDirBytes)
-	if cfg.RunAsRange != nil {
-		switch err := cfg.RunAsRange.check(); {
-		case err != nil:
-			return nil, err
-		case cfg.RunAs != nil:
-			return nil, fmt.Errorf("%w: --run-as and --run-as-range both given", ErrConfig)
-		case os.Geteuid() != 0:
-			return nil, fmt.Errorf("%w %s: running jobs as other uids needs a root stage", ErrRunAsRange, cfg.RunAsRange)
-		}
-	}
-	var err error
-	if cfg.Proc, err = ParseProcMode(string(cfg.Proc)); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	if cfg.RunAs == nil && cfg.RunAsRange == nil && os.Geteuid() == 0 {
-		ra := DefaultRunAs
-		cfg.RunAs = &ra
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	j := &Jail{cfg: cfg, requested: cfg.Containment}
 	// Nothing the stage inherited reaches a job: descriptors its launcher
@@ -281,36 +258,8 @@ func New(cfg Config, argv []string) (*Jail, error) {
 		}
 	}
 	if cfg.UseBwrap {
-		if j.cfg.BwrapPath, err = findBwrap(cfg.BwrapPath); err != nil {
+		if err := j.prepareBwrap(argv); err != nil {
 			return nil, err
-		}
-		reapJailOrphans() // reaper_linux.go: each job leaves an orphaned jail init
-		// prlimit runs inside the jail (see command), so its binary is bound too.
-		inJail := append(slices.Clone(argv), j.prefix...)
-		j.readOnly = jailReadOnlyPaths(cfg.ReadOnlyPaths, inJail)
-		if err := j.checkReachable(append(slices.Clone(j.readOnly), absArgs(inJail)...)); err != nil {
-			return nil, err
-		}
-		if !cfg.NoSeccomp {
-			j.seccomp, j.seccompErr = buildSeccomp()
-		}
-		err := j.probeBwrapPatiently()
-		if err != nil && strings.Contains(err.Error(), "max_user_namespaces") {
-			j.usernsOpen = true
-			err = j.probeBwrapPatiently()
-		}
-		if err != nil {
-			if j.seccomp == nil || errors.Is(err, errProbeEAGAIN) {
-				return nil, err
-			}
-			// Is it the filter bwrap cannot install? Then the jail without
-			// it is a weakness, not a failure.
-			filter := j.seccomp
-			j.seccomp = nil
-			if err2 := j.probeBwrapPatiently(); err2 != nil {
-				return nil, err
-			}
-			j.seccompErr = fmt.Errorf("bwrap could not install the filter (sha256:%s): %w", filter.digest(), err)
 		}
 	}
 	// Checked last, so that a plain configuration error is reported as such.
@@ -322,6 +271,81 @@ func New(cfg Config, argv []string) (*Jail, error) {
 		return nil, fmt.Errorf("%w: %s; refusing to start (set --allow-weak-containment to run anyway)", ErrWeakContainment, strings.Join(j.weak, "; "))
 	}
 	return j, nil
+}
+
+// withDefaults checks cfg's own settings and fills in the defaults: a job of a root stage runs
+// as DefaultRunAs unless --run-as or --run-as-range says otherwise.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.KillGrace < 0 {
+		return cfg, fmt.Errorf("%w: negative kill grace", ErrConfig)
+	}
+	cfg.KillGrace = cmp.Or(cfg.KillGrace, DefaultKillGrace)
+	if cfg.TempDir == "" {
+		cfg.TempDir = os.TempDir()
+	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.JobDirBytes = cmp.Or(cfg.JobDirBytes, DefaultJobDirBytes)
+	if cfg.RunAsRange != nil {
+		switch err := cfg.RunAsRange.check(); {
+		case err != nil:
+			return cfg, err
+		case cfg.RunAs != nil:
+			return cfg, fmt.Errorf("%w: --run-as and --run-as-range both given", ErrConfig)
+		case os.Geteuid() != 0:
+			return cfg, fmt.Errorf("%w %s: running jobs as other uids needs a root stage", ErrRunAsRange, cfg.RunAsRange)
+		}
+	}
+	var err error
+	if cfg.Proc, err = ParseProcMode(string(cfg.Proc)); err != nil {
+		return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if cfg.RunAs == nil && cfg.RunAsRange == nil && os.Geteuid() == 0 {
+		ra := DefaultRunAs
+		cfg.RunAs = &ra
+	}
+	return cfg, nil
+}
+
+// prepareBwrap finds bwrap, fixes the jail's read-only paths (the directories of argv's and
+// the prlimit prefix's absolute paths among them) and checks that the job's uids reach them,
+// builds the seccomp filter and probes bwrap with a real run. A filter bwrap cannot install
+// leaves the jail without it, recorded as a weakness rather than a failure.
+func (j *Jail) prepareBwrap(argv []string) error {
+	cfg := j.cfg
+	var err error
+	if j.cfg.BwrapPath, err = findBwrap(cfg.BwrapPath); err != nil {
+		return err
+	}
+	reapJailOrphans() // reaper_linux.go: each job leaves an orphaned jail init
+	// prlimit runs inside the jail (see command), so its binary is bound too.
+	inJail := append(slices.Clone(argv), j.prefix...)
+	j.readOnly = jailReadOnlyPaths(cfg.ReadOnlyPaths, inJail)
+	if err := j.checkReachable(append(slices.Clone(j.readOnly), absArgs(inJail)...)); err != nil {
+		return err
+	}
+	if !cfg.NoSeccomp {
+		j.seccomp, j.seccompErr = buildSeccomp()
+	}
+	err = j.probeBwrapPatiently()
+	if err != nil && strings.Contains(err.Error(), "max_user_namespaces") {
+		j.usernsOpen = true
+		err = j.probeBwrapPatiently()
+	}
+	if err == nil {
+		return nil
+	}
+	if j.seccomp == nil || errors.Is(err, errProbeEAGAIN) {
+		return err
+	}
+	// Is it the filter bwrap cannot install? Then the jail without
+	// it is a weakness, not a failure.
+	filter := j.seccomp
+	j.seccomp = nil
+	if err2 := j.probeBwrapPatiently(); err2 != nil {
+		return err
+	}
+	j.seccompErr = fmt.Errorf("bwrap could not install the filter (sha256:%s): %w", filter.digest(), err)
+	return nil
 }
 
 // checkReachable checks paths for every uid a job may run as.

@@ -43,45 +43,66 @@ func main() {
 	seccompOut := flag.String("seccomp-profile", "", "instead: write the sandbox pod's seccomp profile to this file (the chart's files/wmrl-sandbox-seccomp.json)")
 	flag.Parse()
 
-	if *seccompOut != "" {
-		b, err := SandboxSeccompProfile()
-		if err == nil {
-			err = os.WriteFile(*seccompOut, b, 0o644)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "seccomp-profile:", err)
-			os.Exit(1)
-		}
-		return
+	var code int
+	switch {
+	case *seccompOut != "":
+		code = writeSeccompProfile(*seccompOut)
+	case *compose != "":
+		code = checkCompose(*compose)
+	default:
+		code = checkChart(*crds, *chart, values, Release{Name: *release, Namespace: *namespace}, *show)
 	}
-
-	if *compose != "" {
-		profiles, problems, err := CheckCompose(context.Background(), *compose)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "compose-check:", err)
-			os.Exit(1)
-		}
-		for _, p := range problems {
-			fmt.Fprintln(os.Stderr, "compose-check:", p)
-		}
-		if len(problems) > 0 {
-			os.Exit(1)
-		}
-		fmt.Printf("compose-check: %s is valid with profiles %s (compose-go)\n", *compose, strings.Join(profiles, ", "))
-		return
+	if code != 0 {
+		os.Exit(code)
 	}
+}
 
-	v, err := NewValidator(*crds)
+// writeSeccompProfile writes the sandbox pod's seccomp profile to path; it returns the exit
+// status.
+func writeSeccompProfile(path string) int {
+	b, err := SandboxSeccompProfile()
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "seccomp-profile:", err)
+		return 1
+	}
+	return 0
+}
+
+// checkCompose checks the Compose file at path with every profile; it returns the exit status.
+func checkCompose(path string) int {
+	profiles, problems, err := CheckCompose(context.Background(), path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compose-check:", err)
+		return 1
+	}
+	for _, p := range problems {
+		fmt.Fprintln(os.Stderr, "compose-check:", p)
+	}
+	if len(problems) > 0 {
+		return 1
+	}
+	fmt.Printf("compose-check: %s is valid with profiles %s (compose-go)\n", path, strings.Join(profiles, ", "))
+	return 0
+}
+
+// checkChart renders the chart with the values files, validates every manifest against the
+// CRDs in crds and the join rules, and evaluates every pod against the Pod Security Standards;
+// it returns the exit status (2: the validator could not be built).
+func checkChart(crds, chart string, values fileList, rel Release, show bool) int {
+	v, err := NewValidator(crds)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "k8s-check:", err)
-		os.Exit(2)
+		return 2
 	}
-	ms, err := Render(*chart, values, Release{Name: *release, Namespace: *namespace})
+	ms, err := Render(chart, values, rel)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "k8s-check:", err)
-		os.Exit(1)
+		return 1
 	}
-	if *show {
+	if show {
 		for _, m := range ms {
 			fmt.Printf("---\n# %s\n%s\n", m.Source, m.JSON)
 		}
@@ -101,13 +122,19 @@ func main() {
 	sort.Strings(kinds)
 	if len(r.Errors) > 0 {
 		fmt.Fprintf(os.Stderr, "k8s-check: %s: %d of %d manifests rendered, %d errors\n", label, len(ms), len(ms), len(r.Errors))
-		os.Exit(1)
+		return 1
 	}
 	fmt.Printf("k8s-check: %s: %d manifests valid (%s)\n", label, len(ms), strings.Join(kinds, ", "))
+	return podSecurity(label, ms)
+}
+
+// podSecurity prints every pod's Pod Security level and fails (exit status 1) for a pod below
+// baseline.
+func podSecurity(label string, ms []Manifest) int {
 	pls, err := PodSecurityLevels(ms)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "k8s-check:", err)
-		os.Exit(1)
+		return 1
 	}
 	var levels []string
 	below := false
@@ -120,6 +147,7 @@ func main() {
 	}
 	fmt.Printf("k8s-check: %s: Pod Security: %s\n", label, strings.Join(levels, ", "))
 	if below {
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }

@@ -74,48 +74,8 @@ func StartBroker(t testing.TB, mtlsCN string) *Broker {
 	controller := fmt.Sprintf("127.0.0.1:%d", ports[3])
 	data := mkdir(t, dir, "data")
 	logs := mkdir(t, dir, "logs")
-	jaas := func(extra string) string {
-		return "org.apache.kafka.common.security.scram.ScramLoginModule required" + extra + ";"
-	}
-	props := []string{
-		"process.roles=broker,controller",
-		"node.id=1",
-		"controller.quorum.voters=1@" + controller,
-		fmt.Sprintf("listeners=SASL_SSL://%s,SSL://%s,INTERNAL://%s,CONTROLLER://%s", b.SASLSSL, b.MTLS, internal, controller),
-		fmt.Sprintf("advertised.listeners=SASL_SSL://%s,SSL://%s,INTERNAL://%s", b.SASLSSL, b.MTLS, internal),
-		"listener.security.protocol.map=SASL_SSL:SASL_SSL,SSL:SSL,INTERNAL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
-		"controller.listener.names=CONTROLLER",
-		"inter.broker.listener.name=INTERNAL",
-		"sasl.enabled.mechanisms=SCRAM-SHA-512",
-		"sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
-		"listener.name.internal.scram-sha-512.sasl.jaas.config=" +
-			jaas(fmt.Sprintf(` username="%s" password="%s"`, b.AdminUser, b.AdminPassword)),
-		"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=" + jaas(""),
-		"ssl.keystore.type=PEM",
-		"ssl.keystore.location=" + certs.ServerBundle,
-		"ssl.truststore.type=PEM",
-		"ssl.truststore.location=" + certs.CA,
-		"listener.name.ssl.ssl.client.auth=required",
-		`ssl.principal.mapping.rules=RULE:^CN=([^,]+).*$/$1/,DEFAULT`,
-		"authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-		"allow.everyone.if.no.acl.found=false",
-		"super.users=User:" + b.AdminUser + ";User:ANONYMOUS",
-		"log.dirs=" + data,
-		"num.partitions=1",
-		"default.replication.factor=1",
-		"min.insync.replicas=1",
-		"offsets.topic.replication.factor=1",
-		"offsets.topic.num.partitions=1",
-		"transaction.state.log.replication.factor=1",
-		"transaction.state.log.min.isr=1",
-		"transaction.state.log.num.partitions=1",
-		"share.coordinator.state.topic.replication.factor=1",
-		"share.coordinator.state.topic.min.isr=1",
-		"group.initial.rebalance.delay.ms=0",
-		"auto.create.topics.enable=false",
-	}
 	serverProps := filepath.Join(dir, "server.properties")
-	writeFile(t, serverProps, strings.Join(props, "\n")+"\n")
+	writeFile(t, serverProps, strings.Join(b.serverProperties(internal, controller, data), "\n")+"\n")
 	log4j := filepath.Join(dir, "log4j2.properties")
 	writeFile(t, log4j, fmt.Sprintf(`status = warn
 appender.file.type = File
@@ -159,6 +119,52 @@ rootLogger.appenderRef.file.ref = FILE
 	}
 	t.Logf("secure: broker ready in %v (SASL_SSL %s, mTLS %s)", time.Since(start).Round(time.Millisecond), b.SASLSSL, b.MTLS)
 	return b
+}
+
+// serverProperties is the broker's server.properties (one line each): the four listeners with
+// internal and controller as the INTERNAL and CONTROLLER addresses, SCRAM and TLS, the
+// authorizer that denies what no ACL allows, and single-node replication; data is log.dirs.
+func (b *Broker) serverProperties(internal, controller, data string) []string {
+	jaas := func(extra string) string {
+		return "org.apache.kafka.common.security.scram.ScramLoginModule required" + extra + ";"
+	}
+	return []string{
+		"process.roles=broker,controller",
+		"node.id=1",
+		"controller.quorum.voters=1@" + controller,
+		fmt.Sprintf("listeners=SASL_SSL://%s,SSL://%s,INTERNAL://%s,CONTROLLER://%s", b.SASLSSL, b.MTLS, internal, controller),
+		fmt.Sprintf("advertised.listeners=SASL_SSL://%s,SSL://%s,INTERNAL://%s", b.SASLSSL, b.MTLS, internal),
+		"listener.security.protocol.map=SASL_SSL:SASL_SSL,SSL:SSL,INTERNAL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+		"controller.listener.names=CONTROLLER",
+		"inter.broker.listener.name=INTERNAL",
+		"sasl.enabled.mechanisms=SCRAM-SHA-512",
+		"sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
+		"listener.name.internal.scram-sha-512.sasl.jaas.config=" +
+			jaas(fmt.Sprintf(` username="%s" password="%s"`, b.AdminUser, b.AdminPassword)),
+		"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=" + jaas(""),
+		"ssl.keystore.type=PEM",
+		"ssl.keystore.location=" + b.Certs.ServerBundle,
+		"ssl.truststore.type=PEM",
+		"ssl.truststore.location=" + b.Certs.CA,
+		"listener.name.ssl.ssl.client.auth=required",
+		`ssl.principal.mapping.rules=RULE:^CN=([^,]+).*$/$1/,DEFAULT`,
+		"authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+		"allow.everyone.if.no.acl.found=false",
+		"super.users=User:" + b.AdminUser + ";User:ANONYMOUS",
+		"log.dirs=" + data,
+		"num.partitions=1",
+		"default.replication.factor=1",
+		"min.insync.replicas=1",
+		"offsets.topic.replication.factor=1",
+		"offsets.topic.num.partitions=1",
+		"transaction.state.log.replication.factor=1",
+		"transaction.state.log.min.isr=1",
+		"transaction.state.log.num.partitions=1",
+		"share.coordinator.state.topic.replication.factor=1",
+		"share.coordinator.state.topic.min.isr=1",
+		"group.initial.rebalance.delay.ms=0",
+		"auto.create.topics.enable=false",
+	}
 }
 
 func (b *Broker) waitReady(ctx context.Context, exited <-chan struct{}) error {
