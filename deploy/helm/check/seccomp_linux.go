@@ -62,8 +62,9 @@ func flattenedDefault(extra []string) ([]byte, error) {
 		return f != nil && (ours(f.Arches) || f.MinKernel != nil)
 	}
 	for _, s := range def.Syscalls {
-		if s.Name != "" {
-			return nil, fmt.Errorf("default profile rule %q uses the old name field", s.Name)
+		//lint:ignore SA1019 the deprecated field is read only to refuse a profile that uses it
+		if old := s.Name; old != "" {
+			return nil, fmt.Errorf("default profile rule %q uses the old name field", old)
 		}
 		if !included(s.Includes) || excluded(s.Excludes) {
 			continue

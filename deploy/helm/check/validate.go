@@ -91,9 +91,7 @@ func (v *Validator) Validate(ms []Manifest) Report {
 		r.Kinds[apiVersion+" "+kind]++
 		set.add(m, gvk, typed)
 	}
-	for _, e := range set.check() {
-		r.Errors = append(r.Errors, e)
-	}
+	r.Errors = append(r.Errors, set.check()...)
 	sort.Strings(r.Errors)
 	return r
 }
