@@ -62,6 +62,11 @@ func (w *wireReader) next() (protowire.Number, protowire.Type, bool) {
 	if w.err != nil || w.off >= len(w.b) {
 		return 0, 0, false
 	}
+	// Fields 1..15 (all of wmrl's) have one-byte tags: read those without the general parser.
+	if c := w.b[w.off]; c < 0x80 && c>>3 != 0 {
+		w.off++
+		return protowire.Number(c >> 3), protowire.Type(c & 7), true
+	}
 	num, typ, n := protowire.ConsumeTag(w.b[w.off:])
 	if n < 0 {
 		w.fail("", protowire.ParseError(n))
@@ -87,10 +92,15 @@ func (w *wireReader) fail(field string, err error) {
 
 func (w *wireReader) want(field string, got, want protowire.Type) bool {
 	if got != want {
-		w.fail(field, fmt.Errorf("wire type %d, want %d", got, want))
+		w.wrongType(field, got, want)
 		return false
 	}
 	return true
+}
+
+// wrongType is want's fault, apart so that want inlines into every field read.
+func (w *wireReader) wrongType(field string, got, want protowire.Type) {
+	w.fail(field, fmt.Errorf("wire type %d, want %d", got, want))
 }
 
 // skip passes over a field this reader does not know (a newer schema's field).
