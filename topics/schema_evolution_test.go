@@ -208,9 +208,11 @@ func EvolutionCases(t *testing.T) []EvolutionCase {
 			Released: rows, Current: edit(rows, m+".score = 8 explicit double", m+" reserved 8")},
 		{Name: "field retyped", V2: [2]string{score, "  optional float score = 8;\n"},
 			Released: rows, Current: edit(rows, m+".score = 8 explicit double", m+".score = 8 explicit float")},
-		// Protobuf calls int64 and int32 wire-compatible (values truncate); Apicurio compares type names.
+		// Protobuf calls int64 and int32 (and string and bytes) wire-compatible; Apicurio compares type names.
 		{Name: "int64 field made int32", V2: [2]string{"int64 attempts = 12;", "int32 attempts = 12;"},
 			Released: rows, Current: edit(rows, m+".attempts = 12 optional int64", m+".attempts = 12 optional int32")},
+		{Name: "string field made bytes", V2: [2]string{model, "bytes model = 11;"},
+			Released: rows, Current: edit(rows, m+".model = 11 optional string", m+".model = 11 optional bytes")},
 		{Name: "field renamed", V2: [2]string{latency, "double latency = 13;"},
 			Released: rows, Current: edit(rows, m+".latency_ms = 13 optional double", m+".latency = 13 optional double")},
 		{Name: "field renumbered", V2: [2]string{model, "string model = 15;"},
