@@ -117,6 +117,11 @@ func (w *wireReader) varint(field string, typ protowire.Type) uint64 {
 	if !w.want(field, typ, protowire.VarintType) {
 		return 0
 	}
+	if w.off < len(w.b) && w.b[w.off] < 0x80 { // one byte: values below 128, most of them
+		v := uint64(w.b[w.off])
+		w.off++
+		return v
+	}
 	v, n := protowire.ConsumeVarint(w.b[w.off:])
 	if n < 0 {
 		w.fail(field, protowire.ParseError(n))
@@ -150,8 +155,11 @@ func (w *wireReader) span(field string, typ protowire.Type) (int, int, bool) {
 	if !w.want(field, typ, protowire.BytesType) {
 		return 0, 0, false
 	}
-	v, n := protowire.ConsumeVarint(w.b[w.off:])
-	if n < 0 {
+	var v uint64
+	n := 1
+	if w.off < len(w.b) && w.b[w.off] < 0x80 { // one byte: lengths below 128, most of them
+		v = uint64(w.b[w.off])
+	} else if v, n = protowire.ConsumeVarint(w.b[w.off:]); n < 0 {
 		w.fail(field, protowire.ParseError(n))
 		return 0, 0, false
 	}
