@@ -17,9 +17,8 @@ func ptr(f float64) *float64 { return &f }
 // three groups, an ok world-model score and a timed-out sandbox run with an imputed score.
 func rollout() topics.Rollout {
 	return topics.Rollout{
-		Schema:     topics.SchemaRollout,
-		RolloutRef: topics.RolloutRef{RunID: "run-0001", Step: 3, GroupID: "s3-g12", RolloutID: "s3-g12-r2", Stream: "mle", PolicyVersion: "ckpt-3"},
-		Anchor:     true, Index: 2, Prompt: "fit the <data> & report",
+		Schema: topics.SchemaRollout, RunID: "run-0001", Step: 3, GroupID: "s3-g12", RolloutID: "s3-g12-r2", Stream: "mle",
+		PolicyVersion: "ckpt-3", Anchor: true, Index: 2, Prompt: "fit the <data> & report",
 		Artifact: `{"model":"ridge","alpha":0.1}`, ArtifactSize: 29,
 		Meta: map[string]string{"task": "t17", "lang": "python"}, CreatedAt: t0,
 	}
