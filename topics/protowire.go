@@ -62,6 +62,11 @@ func (w *wireReader) next() (protowire.Number, protowire.Type, bool) {
 	if w.err != nil || w.off >= len(w.b) {
 		return 0, 0, false
 	}
+	// Fields 1..15 (all of wmrl's) have one-byte tags: read those without the general parser.
+	if c := w.b[w.off]; c < 0x80 && c>>3 != 0 {
+		w.off++
+		return protowire.Number(c >> 3), protowire.Type(c & 7), true
+	}
 	num, typ, n := protowire.ConsumeTag(w.b[w.off:])
 	if n < 0 {
 		w.fail("", protowire.ParseError(n))
@@ -87,10 +92,15 @@ func (w *wireReader) fail(field string, err error) {
 
 func (w *wireReader) want(field string, got, want protowire.Type) bool {
 	if got != want {
-		w.fail(field, fmt.Errorf("wire type %d, want %d", got, want))
+		w.wrongType(field, got, want)
 		return false
 	}
 	return true
+}
+
+// wrongType is want's fault, apart so that want inlines into every field read.
+func (w *wireReader) wrongType(field string, got, want protowire.Type) {
+	w.fail(field, fmt.Errorf("wire type %d, want %d", got, want))
 }
 
 // skip passes over a field this reader does not know (a newer schema's field).
@@ -106,6 +116,11 @@ func (w *wireReader) skip(num protowire.Number, typ protowire.Type) {
 func (w *wireReader) varint(field string, typ protowire.Type) uint64 {
 	if !w.want(field, typ, protowire.VarintType) {
 		return 0
+	}
+	if w.off < len(w.b) && w.b[w.off] < 0x80 { // one byte: values below 128, most of them
+		v := uint64(w.b[w.off])
+		w.off++
+		return v
 	}
 	v, n := protowire.ConsumeVarint(w.b[w.off:])
 	if n < 0 {
@@ -140,8 +155,11 @@ func (w *wireReader) span(field string, typ protowire.Type) (int, int, bool) {
 	if !w.want(field, typ, protowire.BytesType) {
 		return 0, 0, false
 	}
-	v, n := protowire.ConsumeVarint(w.b[w.off:])
-	if n < 0 {
+	var v uint64
+	n := 1
+	if w.off < len(w.b) && w.b[w.off] < 0x80 { // one byte: lengths below 128, most of them
+		v = uint64(w.b[w.off])
+	} else if v, n = protowire.ConsumeVarint(w.b[w.off:]); n < 0 {
 		w.fail(field, protowire.ParseError(n))
 		return 0, 0, false
 	}
@@ -169,53 +187,63 @@ func (w *wireReader) str(field string, typ protowire.Type) string {
 	return s
 }
 
-// sub returns a reader over an embedded message field; index >= 0 is its place in a repeated field.
-func (w *wireReader) sub(field string, index int, typ protowire.Type) (wireReader, bool) {
-	i, j, ok := w.span(field, typ)
-	if !ok {
-		return wireReader{}, false
+// fields walks the message w reads, calling field for each of its fields; a field it does not
+// know (field returns false: a newer schema's field) is skipped. Every message decoder is this
+// loop around a switch on the field number, so only the switch is written per message.
+func (w *wireReader) fields(field func(num protowire.Number, typ protowire.Type) bool) error {
+	for num, typ, ok := w.next(); ok; num, typ, ok = w.next() {
+		if !field(num, typ) {
+			w.skip(num, typ)
+		}
 	}
-	return wireReader{b: w.b[i:j], s: w.s, base: w.base + i, kind: w.kind, prefix: field, index: index}, true
+	return w.err
 }
 
-// join carries a sub-reader's fault to its parent.
-func (w *wireReader) join(sub *wireReader) {
-	if sub.err != nil && w.err == nil {
-		w.err = sub.err
+// message reads an embedded message field with fields, on w itself (index >= 0 is its place in
+// a repeated field): w reads the field's bytes, named `field` or `field[index]` in errors, then
+// resumes after them. w is not copied into a sub-reader because the field closures hold w, and
+// a reader handed to a closure as an argument would be moved to the heap. False when the field
+// is not a well-framed message.
+func (w *wireReader) message(field string, index int, typ protowire.Type, fn func(num protowire.Number, typ protowire.Type) bool) bool {
+	i, j, ok := w.span(field, typ)
+	if !ok {
+		return false
 	}
+	b, base, prefix, idx := w.b, w.base, w.prefix, w.index
+	w.b, w.base, w.off, w.prefix, w.index = b[i:j], base+i, 0, field, index
+	w.fields(fn)
+	w.b, w.base, w.off, w.prefix, w.index = b, base, j, prefix, idx
+	return true
 }
 
 // timestamp reads a google.protobuf.Timestamp field (a record has one). A message field that
 // occurs twice is merged, as Protobuf does: the second occurrence's fields overwrite the first's,
 // so the seconds and nanos read so far are kept on w.
 func (w *wireReader) timestamp(field string, typ protowire.Type) time.Time {
-	r, ok := w.sub(field, -1, typ)
+	sec, nanos := w.tsSec, w.tsNanos
+	ok := w.message(field, -1, typ, func(num protowire.Number, t protowire.Type) bool {
+		switch num {
+		case 1:
+			sec = w.int64("seconds", t)
+		case 2:
+			nanos = int64(int32(w.varint("nanos", t)))
+		default:
+			return false
+		}
+		return true
+	})
 	if !ok {
 		return time.Time{}
 	}
-	sec, nanos := w.tsSec, w.tsNanos
-	defer func() { w.tsSec, w.tsNanos = sec, nanos }()
-	for num, t, ok := r.next(); ok; num, t, ok = r.next() {
-		switch num {
-		case 1:
-			sec = r.int64("seconds", t)
-		case 2:
-			nanos = int64(int32(r.varint("nanos", t)))
-		default:
-			r.skip(num, t)
-		}
-	}
-	w.join(&r)
+	w.tsSec, w.tsNanos = sec, nanos
 	if nanos < 0 || nanos >= 1e9 {
 		w.fail(field+".nanos", fmt.Errorf("%d out of range [0, 1e9)", nanos))
 	}
 	return time.Unix(sec, nanos).UTC()
 }
 
-func (w *wireReader) done() error { return w.err }
-
-// decodeRef reads the six rollout-reference fields both rewards number 1..6; false when num is
-// not one of them.
+// decodeRef reads the six rollout-reference fields a rollout and both rewards number 1..6; false
+// when num is not one of them.
 func (w *wireReader) decodeRef(r *RolloutRef, num protowire.Number, typ protowire.Type) bool {
 	switch num {
 	case 1:
@@ -238,10 +266,7 @@ func (w *wireReader) decodeRef(r *RolloutRef, num protowire.Number, typ protowir
 
 func wirePredicted(b []byte, p *PredictedReward) error {
 	w := newWireReader(b, "predicted")
-	for num, typ, ok := w.next(); ok; num, typ, ok = w.next() {
-		if w.decodeRef(&p.RolloutRef, num, typ) {
-			continue
-		}
+	return w.fields(func(num protowire.Number, typ protowire.Type) bool {
 		switch num {
 		case 7:
 			p.Anchor = w.bool("anchor", typ)
@@ -261,18 +286,15 @@ func wirePredicted(b []byte, p *PredictedReward) error {
 		case 14:
 			p.CreatedAt = w.timestamp("created_at", typ)
 		default:
-			w.skip(num, typ)
+			return w.decodeRef(&p.RolloutRef, num, typ)
 		}
-	}
-	return w.done()
+		return true
+	})
 }
 
 func wireExecuted(b []byte, e *ExecutedReward) error {
 	w := newWireReader(b, "executed")
-	for num, typ, ok := w.next(); ok; num, typ, ok = w.next() {
-		if w.decodeRef(&e.RolloutRef, num, typ) {
-			continue
-		}
+	return w.fields(func(num protowire.Number, typ protowire.Type) bool {
 		switch num {
 		case 7:
 			v := w.double("score", typ)
@@ -292,15 +314,15 @@ func wireExecuted(b []byte, e *ExecutedReward) error {
 		case 14:
 			e.CreatedAt = w.timestamp("created_at", typ)
 		default:
-			w.skip(num, typ)
+			return w.decodeRef(&e.RolloutRef, num, typ)
 		}
-	}
-	return w.done()
+		return true
+	})
 }
 
 func wireStep(b []byte, s *StepManifest) error {
 	w := newWireReader(b, "step")
-	for num, typ, ok := w.next(); ok; num, typ, ok = w.next() {
+	return w.fields(func(num protowire.Number, typ protowire.Type) bool {
 		switch num {
 		case 1:
 			s.RunID = w.str("run_id", typ)
@@ -314,52 +336,38 @@ func wireStep(b []byte, s *StepManifest) error {
 		case 5:
 			s.EndOfRun = w.bool("end_of_run", typ)
 		case 6:
-			r, ok := w.sub("groups", len(s.Groups), typ)
-			if !ok {
-				continue
-			}
 			var g GroupManifest
-			for num, t, ok := r.next(); ok; num, t, ok = r.next() {
+			ok := w.message("groups", len(s.Groups), typ, func(num protowire.Number, t protowire.Type) bool {
 				switch num {
 				case 1:
-					g.GroupID = r.str("group_id", t)
+					g.GroupID = w.str("group_id", t)
 				case 2:
-					g.Stream = r.str("stream", t)
+					g.Stream = w.str("stream", t)
 				case 3:
-					g.Size = int(r.int64("size", t))
+					g.Size = int(w.int64("size", t))
 				case 4:
-					g.Anchor = r.bool("anchor", t)
+					g.Anchor = w.bool("anchor", t)
 				default:
-					r.skip(num, t)
+					return false
 				}
+				return true
+			})
+			if ok {
+				s.Groups = append(s.Groups, g)
 			}
-			w.join(&r)
-			s.Groups = append(s.Groups, g)
 		case 7:
 			s.CreatedAt = w.timestamp("created_at", typ)
 		default:
-			w.skip(num, typ)
+			return false
 		}
-	}
-	return w.done()
+		return true
+	})
 }
 
 func wireRollout(b []byte, r *Rollout) error {
 	w := newWireReader(b, "rollout")
-	for num, typ, ok := w.next(); ok; num, typ, ok = w.next() {
+	return w.fields(func(num protowire.Number, typ protowire.Type) bool {
 		switch num {
-		case 1:
-			r.RunID = w.str("run_id", typ)
-		case 2:
-			r.Step = w.int64("step", typ)
-		case 3:
-			r.GroupID = w.str("group_id", typ)
-		case 4:
-			r.RolloutID = w.str("rollout_id", typ)
-		case 5:
-			r.Stream = w.str("stream", typ)
-		case 6:
-			r.PolicyVersion = w.str("policy_version", typ)
 		case 7:
 			r.Anchor = w.bool("anchor", typ)
 		case 8:
@@ -375,31 +383,29 @@ func wireRollout(b []byte, r *Rollout) error {
 		case 13:
 			r.ArtifactSize = w.int64("artifact_size", typ)
 		case 14:
-			e, ok := w.sub("meta", -1, typ)
-			if !ok {
-				continue
-			}
 			var k, v string
-			for num, t, ok := e.next(); ok; num, t, ok = e.next() {
+			ok := w.message("meta", -1, typ, func(num protowire.Number, t protowire.Type) bool {
 				switch num {
 				case 1:
-					k = e.str("key", t)
+					k = w.str("key", t)
 				case 2:
-					v = e.str("value", t)
+					v = w.str("value", t)
 				default:
-					e.skip(num, t)
+					return false
 				}
+				return true
+			})
+			if ok {
+				if r.Meta == nil {
+					r.Meta = make(map[string]string, 4)
+				}
+				r.Meta[k] = v
 			}
-			w.join(&e)
-			if r.Meta == nil {
-				r.Meta = make(map[string]string, 4)
-			}
-			r.Meta[k] = v
 		case 15:
 			r.CreatedAt = w.timestamp("created_at", typ)
 		default:
-			w.skip(num, typ)
+			return w.decodeRef(&r.RolloutRef, num, typ)
 		}
-	}
-	return w.done()
+		return true
+	})
 }

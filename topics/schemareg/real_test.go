@@ -248,3 +248,38 @@ func TestRealRegistryUnknownIDDeadLetteredOnBroker(t *testing.T) {
 	}
 	t.Logf("dead letter: %s", errText)
 }
+
+// On the real registry: an id refused as another subject's is remembered for the TTL only. When
+// a writer then registers the same schema under this topic's subject, the registry hands it the
+// same id (Apicurio's ids name content), and the reader accepts it once the TTL has passed.
+func TestRealRegistryForeignIDAcceptedAfterTTL(t *testing.T) {
+	ctx := ctxFor(t)
+	reader := realRegistry(t)
+	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	reader.now = clock.now
+	topic, other := testenv.Name(t), testenv.Name(t)
+	text := `syntax = "proto3"; package wmrl.v1; message Rollout { string run_id = 1; optional string ` + strings.ReplaceAll(other, ".", "_") + ` = 2; }`
+	schema := sr.Schema{Type: sr.TypeProtobuf, Schema: text}
+	first, err := reader.Client().CreateSchema(ctx, Subject(other), schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := framed(t, first.ID)
+	if _, err := reader.Unframe(ctx, topic, value); topics.Reason(err) != "schema-mismatch" {
+		t.Fatalf("id %d of %s on %s: %v, want schema-mismatch", first.ID, Subject(other), topic, err)
+	}
+	ours, err := reader.Client().CreateSchema(ctx, Subject(topic), schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ours.ID != first.ID {
+		t.Fatalf("the registry gave the same schema id %d under %s, %d under %s: the test's premise fails", ours.ID, Subject(topic), first.ID, Subject(other))
+	}
+	if _, err := reader.Unframe(ctx, topic, value); topics.Reason(err) != "schema-mismatch" {
+		t.Fatalf("within the TTL: %v, want the remembered schema-mismatch", err)
+	}
+	clock.advance(DefaultNegativeTTL)
+	if _, err := reader.Unframe(ctx, topic, value); err != nil {
+		t.Fatalf("after the TTL, the id now registered under %s: %v", Subject(topic), err)
+	}
+}

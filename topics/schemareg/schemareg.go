@@ -6,10 +6,12 @@
 // At start-up a process registers (or finds: registering an identical schema returns its id)
 // each topic's schema under the subject `<topic>-value` (TopicNameStrategy) and sets the
 // subject's compatibility level, BACKWARD by default. Ids are cached; framing never calls the
-// registry. Unframing looks up an id it has not seen once (then caches it): an id the registry
-// does not know is topics.ErrSchemaNotRegistered, an id of another subject
-// topics.ErrSchemaMismatch — both dead-lettered by the stages with their own reason — while a
-// registry that cannot be reached is a plain error, for the caller to retry, never a dead letter.
+// registry. Unframing looks up an id it has not seen once: an id of the topic's subject is cached
+// for good (a registered schema never changes), an id the registry does not know is
+// topics.ErrSchemaNotRegistered, an id of another subject topics.ErrSchemaMismatch — both
+// dead-lettered by the stages with their own reason, and remembered only for Config.NegativeTTL
+// — while a registry that cannot be reached is a plain error, for the caller to retry, never a
+// dead letter.
 //
 // The framing is franz-go's (sr.ConfluentHeader); the HTTP client is sr.Client.
 package schemareg
@@ -21,6 +23,7 @@ import (
 	"io/fs"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/sr"
 
@@ -36,6 +39,15 @@ const DefaultCompat = sr.CompatBackward
 // maxNegative bounds how many unknown or foreign ids a Registry remembers, so that a stream of
 // garbage ids cannot grow its memory; past it, such ids are looked up again.
 const maxNegative = 1024
+
+// DefaultNegativeTTL is how long an id found unknown or foreign is answered from memory before
+// the registry is asked again. An unknown id is not final: a registry whose nodes catch up
+// asynchronously (Apicurio on kafkasql storage, Confluent followers) can miss an id another node
+// has just handed out, and an id of another subject becomes ours when a writer registers the same
+// schema text under our subject (registries give identical schemas one id). 30 s keeps a stream
+// of bad ids to one registry call per id per 30 s (at most maxNegative ids: ~34 calls/s in the
+// worst case) while a writer that registered late has its records dead-lettered for at most 30 s.
+const DefaultNegativeTTL = 30 * time.Second
 
 // Subject is the registry subject of a topic's record values (TopicNameStrategy).
 func Subject(topic string) string { return topic + "-value" }
@@ -86,6 +98,9 @@ type Config struct {
 	// Opts are further sr.Client options: sr.BasicAuth, sr.BearerToken, sr.DialTLSConfig,
 	// sr.HTTPClient.
 	Opts []sr.ClientOpt
+	// NegativeTTL is how long an unknown or foreign id's verdict is remembered; 0:
+	// DefaultNegativeTTL. It must not be negative.
+	NegativeTTL time.Duration
 }
 
 // Registered is what the registry holds for one topic's subject.
@@ -111,9 +126,19 @@ type Registry struct {
 	byTopic map[string]Registered
 	// accepted holds, per topic, every id known to be one of its subject's versions.
 	accepted map[string]map[int]bool
-	// negative remembers ids found unknown (ErrSchemaNotRegistered) or foreign, per topic.
-	negative map[string]map[int]error
+	// negative remembers ids found unknown (ErrSchemaNotRegistered) or foreign, per topic, until
+	// their verdict expires; nneg counts them (bounded by maxNegative).
+	negative map[string]map[int]negVerdict
 	nneg     int
+	negTTL   time.Duration
+	// now is the clock verdicts expire by (a test's own clock in tests).
+	now func() time.Time
+}
+
+// negVerdict is a remembered refusal of an id and when it stops being believed.
+type negVerdict struct {
+	err     error
+	expires time.Time
 }
 
 // New returns a Registry for cfg. It does not contact the registry; Register does.
@@ -128,6 +153,13 @@ func New(cfg Config) (*Registry, error) {
 	if _, err := compat.MarshalText(); err != nil {
 		return nil, fmt.Errorf("schemareg: compatibility level %d: %w", compat, err)
 	}
+	ttl := cfg.NegativeTTL
+	switch {
+	case ttl < 0:
+		return nil, fmt.Errorf("schemareg: negative TTL %v: must not be negative", ttl)
+	case ttl == 0:
+		ttl = DefaultNegativeTTL
+	}
 	opts := append([]sr.ClientOpt{sr.URLs(cfg.URLs...), sr.UserAgent("wmrl")}, cfg.Opts...)
 	cl, err := sr.NewClient(opts...)
 	if err != nil {
@@ -137,7 +169,8 @@ func New(cfg Config) (*Registry, error) {
 		cl: cl, compat: compat,
 		byTopic:  make(map[string]Registered),
 		accepted: make(map[string]map[int]bool),
-		negative: make(map[string]map[int]error),
+		negative: make(map[string]map[int]negVerdict),
+		negTTL:   ttl, now: time.Now,
 	}, nil
 }
 
@@ -263,7 +296,8 @@ func (r *Registry) Unframe(ctx context.Context, topic string, value []byte) (Fra
 	return f, nil
 }
 
-// check reports whether id belongs to topic's subject, asking the registry once per id.
+// check reports whether id belongs to topic's subject, asking the registry once per id (a
+// refusal: once per id per negTTL).
 func (r *Registry) check(ctx context.Context, topic string, id int) error {
 	r.mu.RLock()
 	ok, known := r.accepted[topic][id], r.negative[topic][id]
@@ -271,8 +305,8 @@ func (r *Registry) check(ctx context.Context, topic string, id int) error {
 	if ok {
 		return nil
 	}
-	if known != nil {
-		return known
+	if known.err != nil && r.now().Before(known.expires) {
+		return known.err
 	}
 	subject := Subject(topic)
 	versions, err := r.cl.SchemaVersionsByID(ctx, id)
@@ -289,22 +323,43 @@ func (r *Registry) check(ctx context.Context, topic string, id int) error {
 		}
 		verdict = fmt.Errorf("%s: schema id %d is registered under %v, not %s: %w", topic, id, subjects, subject, topics.ErrSchemaMismatch)
 	}
+	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, ok := r.negative[topic][id]; ok { // expired (or stored by a concurrent check): replaced
+		delete(r.negative[topic], id)
+		r.nneg--
+	}
 	if verdict == nil {
 		r.acceptLocked(topic, id)
 		return nil
 	}
+	if r.nneg >= maxNegative {
+		r.sweepLocked(now)
+	}
 	if r.nneg < maxNegative {
 		m := r.negative[topic]
 		if m == nil {
-			m = make(map[int]error)
+			m = make(map[int]negVerdict)
 			r.negative[topic] = m
 		}
-		m[id] = verdict
+		m[id] = negVerdict{err: verdict, expires: now.Add(r.negTTL)}
 		r.nneg++
 	}
 	return verdict
+}
+
+// sweepLocked forgets the expired refusals, so that ids seen once long ago do not keep newer ones
+// out of the bounded memory.
+func (r *Registry) sweepLocked(now time.Time) {
+	for _, m := range r.negative {
+		for id, v := range m {
+			if !now.Before(v.expires) {
+				delete(m, id)
+				r.nneg--
+			}
+		}
+	}
 }
 
 // IsCode reports whether err is the registry's answer with want's error code. sr.ResponseError
