@@ -223,31 +223,9 @@ func DecodeState(b []byte) (*State, error) {
 	if version < 1 || version > StateEncodingVersion {
 		return nil, fmt.Errorf("%w: %d (this build reads 1..%d)", ErrUnsupportedVersion, version, StateEncodingVersion)
 	}
-	var cfg Config
-	cfg.Mode = Mode(d.u8())
-	cfg.Window = d.intField("window")
-	cfg.MinPairs = d.intField("min pairs")
-	cfg.RefitEvery = d.intField("refit every")
-	cfg.Bins = d.intField("bins")
-	cfg.HalfLife = d.f64()
-	cfg.FreezeAfter = d.intField("freeze after")
-	cfg.WeightCap = d.f64()
-	cfg.Advantage = AdvantageKind(d.u8())
-	cfg.Eps = d.f64()
-	cfg.DDOF = int(d.u8())
-	cfg.Debias = d.boolean("debias")
-	cfg.Denoise = d.boolean("denoise")
-	if version >= 2 {
-		cfg.Map = MapKind(d.u8())
-		if d.err == nil && version == 2 && cfg.Map == MapIsotonic {
-			return nil, fmt.Errorf("%w: version 2 with the version 1 map kind", ErrCorruptState)
-		}
-	}
-	if d.err != nil {
-		return nil, d.err
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCorruptState, err)
+	cfg, err := d.config(version)
+	if err != nil {
+		return nil, err
 	}
 	s := &State{cfg: cfg}
 	copy(s.cfgHash[:], d.take(32))
@@ -259,46 +237,12 @@ func DecodeState(b []byte) (*State, error) {
 	s.sealed = int64(d.u64())
 	s.totalPairs = d.u64()
 	s.pending = d.u64()
-	n := d.count(16)
-	if d.err != nil {
-		return nil, d.err
+	ps, err := d.window(s)
+	if err != nil {
+		return nil, err
 	}
-	if n > cfg.Window {
-		return nil, fmt.Errorf("%w: %d pairs exceed window %d", ErrCorruptState, n, cfg.Window)
-	}
-	if s.sealed < -1 || uint64(n) > s.totalPairs || s.pending > s.totalPairs {
-		return nil, fmt.Errorf("%w: inconsistent counters (sealed %d, pairs %d, total %d, pending %d)",
-			ErrCorruptState, s.sealed, n, s.totalPairs, s.pending)
-	}
-	ps := make([]pair, n)
-	for i := range ps {
-		ps[i] = unitPair(d.f64(), d.f64())
-		if !validScore(ps[i].x) || !validScore(ps[i].y) {
-			return nil, fmt.Errorf("%w: window pair %d is not a valid score pair", ErrCorruptState, i)
-		}
-	}
-	s.version = d.u64()
-	m := d.count(16)
-	if d.err != nil {
-		return nil, d.err
-	}
-	if (m == 0) != (s.version == 0) {
-		return nil, fmt.Errorf("%w: fit version %d with %d breakpoints", ErrCorruptState, s.version, m)
-	}
-	if m > 0 {
-		s.fitX, s.fitY = make([]float64, m), make([]float64, m)
-		for i := range s.fitX {
-			s.fitX[i] = d.f64()
-		}
-		for i := range s.fitY {
-			s.fitY[i] = d.f64()
-		}
-		for i := range m {
-			if !finite(s.fitX[i]) || !finite(s.fitY[i]) ||
-				(i > 0 && (!(s.fitX[i] > s.fitX[i-1]) || s.fitY[i] < s.fitY[i-1])) {
-				return nil, fmt.Errorf("%w: breakpoint %d breaks monotonicity or finiteness", ErrCorruptState, i)
-			}
-		}
+	if err := d.fit(s); err != nil {
+		return nil, err
 	}
 	s.ewma = d.f64()
 	s.groups = d.u64()
@@ -306,17 +250,8 @@ func DecodeState(b []byte) (*State, error) {
 	s.c = d.f64()
 	s.frozen = d.boolean("frozen")
 	if version == 3 {
-		for i := range ps {
-			ps[i].w = d.f64()
-			if !finite(ps[i].w) || !(ps[i].w > 0) || ps[i].w > maxWeight {
-				return nil, fmt.Errorf("%w: window pair %d has weight %v", ErrCorruptState, i, ps[i].w)
-			}
-			if ps[i].w != 1 {
-				s.weighted++
-			}
-		}
-		if d.err == nil && s.weighted == 0 {
-			return nil, fmt.Errorf("%w: version 3 with unit weights only", ErrCorruptState)
+		if err := d.weights(s, ps); err != nil {
+			return nil, err
 		}
 	}
 	if d.err != nil {
@@ -337,4 +272,106 @@ func DecodeState(b []byte) (*State, error) {
 		s.sortedOwned = true
 	}
 	return s, nil
+}
+
+// config reads the Config block of an encoding of the given version and validates it.
+func (d *decoder) config(version uint16) (Config, error) {
+	var cfg Config
+	cfg.Mode = Mode(d.u8())
+	cfg.Window = d.intField("window")
+	cfg.MinPairs = d.intField("min pairs")
+	cfg.RefitEvery = d.intField("refit every")
+	cfg.Bins = d.intField("bins")
+	cfg.HalfLife = d.f64()
+	cfg.FreezeAfter = d.intField("freeze after")
+	cfg.WeightCap = d.f64()
+	cfg.Advantage = AdvantageKind(d.u8())
+	cfg.Eps = d.f64()
+	cfg.DDOF = int(d.u8())
+	cfg.Debias = d.boolean("debias")
+	cfg.Denoise = d.boolean("denoise")
+	if version >= 2 {
+		cfg.Map = MapKind(d.u8())
+		if d.err == nil && version == 2 && cfg.Map == MapIsotonic {
+			return Config{}, fmt.Errorf("%w: version 2 with the version 1 map kind", ErrCorruptState)
+		}
+	}
+	if d.err != nil {
+		return Config{}, d.err
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrCorruptState, err)
+	}
+	return cfg, nil
+}
+
+// window reads the window's pairs (unit weight; version 3 adds the weights after the
+// estimators) and checks them against the counters already read into s.
+func (d *decoder) window(s *State) ([]pair, error) {
+	n := d.count(16)
+	if d.err != nil {
+		return nil, d.err
+	}
+	if n > s.cfg.Window {
+		return nil, fmt.Errorf("%w: %d pairs exceed window %d", ErrCorruptState, n, s.cfg.Window)
+	}
+	if s.sealed < -1 || uint64(n) > s.totalPairs || s.pending > s.totalPairs {
+		return nil, fmt.Errorf("%w: inconsistent counters (sealed %d, pairs %d, total %d, pending %d)",
+			ErrCorruptState, s.sealed, n, s.totalPairs, s.pending)
+	}
+	ps := make([]pair, n)
+	for i := range ps {
+		ps[i] = unitPair(d.f64(), d.f64())
+		if !validScore(ps[i].x) || !validScore(ps[i].y) {
+			return nil, fmt.Errorf("%w: window pair %d is not a valid score pair", ErrCorruptState, i)
+		}
+	}
+	return ps, nil
+}
+
+// fit reads the fit's version and breakpoints into s: finite, x strictly and y weakly increasing.
+func (d *decoder) fit(s *State) error {
+	s.version = d.u64()
+	m := d.count(16)
+	if d.err != nil {
+		return d.err
+	}
+	if (m == 0) != (s.version == 0) {
+		return fmt.Errorf("%w: fit version %d with %d breakpoints", ErrCorruptState, s.version, m)
+	}
+	if m == 0 {
+		return nil
+	}
+	s.fitX, s.fitY = make([]float64, m), make([]float64, m)
+	for i := range s.fitX {
+		s.fitX[i] = d.f64()
+	}
+	for i := range s.fitY {
+		s.fitY[i] = d.f64()
+	}
+	for i := range m {
+		if !finite(s.fitX[i]) || !finite(s.fitY[i]) ||
+			(i > 0 && (!(s.fitX[i] > s.fitX[i-1]) || s.fitY[i] < s.fitY[i-1])) {
+			return fmt.Errorf("%w: breakpoint %d breaks monotonicity or finiteness", ErrCorruptState, i)
+		}
+	}
+	return nil
+}
+
+// weights reads a version 3 encoding's pair weights into ps and counts the non-unit ones in
+// s; a version 3 encoding with unit weights only is not one Encode writes.
+func (d *decoder) weights(s *State, ps []pair) error {
+	for i := range ps {
+		ps[i].w = d.f64()
+		if !finite(ps[i].w) || !(ps[i].w > 0) || ps[i].w > maxWeight {
+			return fmt.Errorf("%w: window pair %d has weight %v", ErrCorruptState, i, ps[i].w)
+		}
+		if ps[i].w != 1 {
+			s.weighted++
+		}
+	}
+	if d.err == nil && s.weighted == 0 {
+		return fmt.Errorf("%w: version 3 with unit weights only", ErrCorruptState)
+	}
+	return nil
 }
