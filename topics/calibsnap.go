@@ -112,89 +112,111 @@ func decodeCalibrationBinary(b []byte) (CalibrationSnapshot, error) {
 	if !bytes.HasPrefix(b, []byte(snapMagic)) {
 		return CalibrationSnapshot{}, fmt.Errorf("calibration: not a %s snapshot (magic %q): %w", SchemaCalibration, b[:min(len(b), len(snapMagic))], ErrUnknownSchema)
 	}
-	le := binary.LittleEndian
-	r := bytes.NewReader(b[len(snapMagic):])
-	var err error
-	// read fills v unless an earlier read failed; the first failure is kept.
-	read := func(v any) {
-		if err == nil {
-			err = binary.Read(r, le, v)
-		}
-	}
-	// str and count read a length; one beyond the bytes left is a truncation, never an
-	// allocation.
-	str := func() string {
-		var n uint16
-		read(&n)
-		if err != nil || int(n) > r.Len() {
-			err = cmp.Or(err, io.ErrUnexpectedEOF)
-			return ""
-		}
-		v := make([]byte, n)
-		read(v)
-		return string(v)
-	}
-	count := func(size int) int {
-		var n uint32
-		read(&n)
-		if err == nil && int64(n)*int64(size) > int64(r.Len()) {
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			return 0
-		}
-		return int(n)
-	}
+	r := &snapReader{r: bytes.NewReader(b[len(snapMagic):])}
 	s := CalibrationSnapshot{Schema: SchemaCalibration}
-	s.RunID, s.Stream, s.ConfigHash, s.Settings, s.Digest = str(), str(), str(), str(), str()
+	s.RunID, s.Stream, s.ConfigHash, s.Settings, s.Digest = r.str(), r.str(), r.str(), r.str(), r.str()
 	var f snapFixed
-	read(&f)
+	r.read(&f)
+	if err := r.blocks(&s); err != nil {
+		return CalibrationSnapshot{}, err
+	}
+	if n := r.count(16); n > 0 {
+		s.BreakX, s.BreakY = make([]float64, n), make([]float64, n)
+		r.read(s.BreakX)
+		r.read(s.BreakY)
+	}
+	if n := r.count(1); n > 0 {
+		s.State = make([]byte, n)
+		r.read(s.State)
+	}
+	if r.err != nil {
+		return CalibrationSnapshot{}, malformed("binary", fmt.Errorf("calibration: value ends early: %w", r.err))
+	}
+	if r.r.Len() > 0 {
+		return CalibrationSnapshot{}, malformed("binary", fmt.Errorf("calibration: %d bytes after the state", r.r.Len()))
+	}
+	if err := f.into(&s); err != nil {
+		return CalibrationSnapshot{}, err
+	}
+	return s, nil
+}
+
+// snapReader reads the binary snapshot layout. The first failure is kept and later reads do
+// nothing, so a decoder reads a whole block and checks once.
+type snapReader struct {
+	r   *bytes.Reader
+	err error
+}
+
+func (r *snapReader) read(v any) {
+	if r.err == nil {
+		r.err = binary.Read(r.r, binary.LittleEndian, v)
+	}
+}
+
+// str and count read a length; one beyond the bytes left is a truncation, never an allocation.
+func (r *snapReader) str() string {
+	var n uint16
+	r.read(&n)
+	if r.err != nil || int(n) > r.r.Len() {
+		r.err = cmp.Or(r.err, io.ErrUnexpectedEOF)
+		return ""
+	}
+	v := make([]byte, n)
+	r.read(v)
+	return string(v)
+}
+
+func (r *snapReader) count(size int) int {
+	var n uint32
+	r.read(&n)
+	if r.err == nil && int64(n)*int64(size) > int64(r.r.Len()) {
+		r.err = io.ErrUnexpectedEOF
+	}
+	if r.err != nil {
+		return 0
+	}
+	return int(n)
+}
+
+// blocks reads the optional blocks (debias shift, trust gate) the blocks byte announces.
+func (r *snapReader) blocks(s *CalibrationSnapshot) error {
 	var blocks uint8
-	read(&blocks)
-	if err == nil && blocks&^(snapHasDebias|snapHasGate) != 0 {
-		return CalibrationSnapshot{}, malformed("binary", fmt.Errorf("calibration: blocks byte %d (want bits 0 and 1 only)", blocks))
+	r.read(&blocks)
+	if r.err == nil && blocks&^(snapHasDebias|snapHasGate) != 0 {
+		return malformed("binary", fmt.Errorf("calibration: blocks byte %d (want bits 0 and 1 only)", blocks))
 	}
 	if blocks&snapHasDebias != 0 {
 		var d snapDebias
-		read(&d)
+		r.read(&d)
 		s.Debias = &DebiasShift{Rows: int(d.Rows), Groups: int(d.Groups), Reordered: int(d.Reordered),
 			Flattened: int(d.Flattened), MeanShift: d.MeanShift}
 	}
 	if blocks&snapHasGate != 0 {
 		var g snapGate
-		read(&g)
-		if err == nil && g.Closed > 1 {
-			return CalibrationSnapshot{}, malformed("binary", fmt.Errorf("calibration: gate closed byte %d (want 0 or 1)", g.Closed))
+		r.read(&g)
+		if r.err == nil && g.Closed > 1 {
+			return malformed("binary", fmt.Errorf("calibration: gate closed byte %d (want 0 or 1)", g.Closed))
 		}
 		s.Gate = &TrustGate{Closed: g.Closed == 1, Pairs: int(g.Pairs), Rho: g.Rho, Lo: g.Lo, Hi: g.Hi}
 	}
-	if n := count(16); n > 0 {
-		s.BreakX, s.BreakY = make([]float64, n), make([]float64, n)
-		read(s.BreakX)
-		read(s.BreakY)
-	}
-	if n := count(1); n > 0 {
-		s.State = make([]byte, n)
-		read(s.State)
-	}
-	if err != nil {
-		return CalibrationSnapshot{}, malformed("binary", fmt.Errorf("calibration: value ends early: %w", err))
-	}
-	if r.Len() > 0 {
-		return CalibrationSnapshot{}, malformed("binary", fmt.Errorf("calibration: %d bytes after the state", r.Len()))
-	}
+	return nil
+}
+
+// into range-checks the fixed fields and sets them on s (whose run and stream name the record).
+func (f snapFixed) into(s *CalibrationSnapshot) error {
 	record := recordName("calibration", "run", s.RunID, "stream", s.Stream)
 	if f.Pairs > math.MaxInt32 {
-		return CalibrationSnapshot{}, &FieldError{Record: record, Field: "pairs", Value: f.Pairs, Reason: "out of range"}
+		return &FieldError{Record: record, Field: "pairs", Value: f.Pairs, Reason: "out of range"}
 	}
 	if f.StepPairs > math.MaxInt32 {
-		return CalibrationSnapshot{}, &FieldError{Record: record, Field: "step_pairs", Value: f.StepPairs, Reason: "out of range"}
+		return &FieldError{Record: record, Field: "step_pairs", Value: f.StepPairs, Reason: "out of range"}
 	}
 	if f.Nsec >= 1e9 {
-		return CalibrationSnapshot{}, &FieldError{Record: record, Field: "created_at", Value: f.Nsec, Reason: "nanoseconds out of range"}
+		return &FieldError{Record: record, Field: "created_at", Value: f.Nsec, Reason: "nanoseconds out of range"}
 	}
 	s.Step, s.FitVersion, s.Pairs, s.StepPairs = f.Step, f.FitVersion, int(f.Pairs), int(f.StepPairs)
 	s.AnchorWeight, s.BiasBefore, s.BiasAfter = f.AnchorWeight, f.BiasBefore, f.BiasAfter
 	s.CreatedAt = time.Unix(f.Sec, int64(f.Nsec)).UTC()
-	return s, nil
+	return nil
 }
