@@ -256,13 +256,7 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 	if c.cfg.Mode == ModeReference {
 		return c.advanceReference(st, step, dst), nil
 	}
-	// The gate is decided on the window the rows are calibrated with, before it takes the step's pairs.
-	st.stepGate = nil
-	gated := false
-	if c.cfg.TrustGate {
-		g := st.Gate()
-		st.stepGate, gated = &g, g.Closed
-	}
+	gated := c.decideGate(st)
 	total := 0
 	for _, g := range step.Groups {
 		total += len(g.Rollouts)
@@ -312,22 +306,46 @@ func (c *Corrector) Advance(st *State, step Step, dst []Row) ([]Row, error) {
 		}
 		setAdvantages(dst[start:], vals, mask, adv, w)
 	}
-	if gated {
-		maskGated(dst[base:])
+	if err := c.seal(st, step.Step, dst[base:], gws, anchorN, gated); err != nil {
+		return dst[:base], err
 	}
-	norm := ipwNorm(dst[base:], gws)
+	return dst, nil
+}
+
+// decideGate sets the step's trust gate on st (nil when the gate is off) and reports whether it
+// is closed. It is decided on the window the rows are calibrated with, before that window takes
+// the step's pairs.
+func (c *Corrector) decideGate(st *State) bool {
+	st.stepGate = nil
+	if !c.cfg.TrustGate {
+		return false
+	}
+	g := st.Gate()
+	st.stepGate = &g
+	return g.Closed
+}
+
+// seal finishes a step whose rows (in canonical order; gws: the pair weight of each group with
+// rows) have their group advantages: it masks them when the gate is closed, applies the
+// inverse-propensity normalisation, folds the anchor groups' pairs into st, refits when due and
+// marks the step sealed.
+func (c *Corrector) seal(st *State, step int64, rows []Row, gws []float64, anchorN int, gated bool) error {
+	if gated {
+		maskGated(rows)
+	}
+	norm := ipwNorm(rows, gws)
 	if norm != 0 {
-		reweightAnchorRows(dst[base:], gws, norm)
+		reweightAnchorRows(rows, gws, norm)
 	}
 	if anchorN > 0 {
-		c.sealAnchors(st, dst[base:], gws, norm)
+		c.sealAnchors(st, rows, gws, norm)
 	}
 	if err := st.maybeRefit(); err != nil {
 		// Unreachable: validated scores are bounded, so sums stay finite.
-		return dst[:base], fmt.Errorf("correction: refit after step %d: %w", step.Step, err)
+		return fmt.Errorf("correction: refit after step %d: %w", step, err)
 	}
-	st.sealed = step.Step
-	return dst, nil
+	st.sealed = step
+	return nil
 }
 
 // checkWeights refuses inverse-propensity weights where they are not implemented.
