@@ -69,7 +69,7 @@ func (r CorrectionReport) String() string {
 	fmt.Fprintf(&b, "rebuild from the changelog: %d (run, stream) states in %v, live heap +%.1f MiB\n",
 		r.RebuildStreams, r.RebuildTime.Round(time.Millisecond), float64(r.RebuildHeapBytes)/(1<<20))
 	fmt.Fprintf(&b, "process CPU: correction %.2fs, pass-through %.2fs (ratio %.2f)\n",
-		r.CorrectionCPU.Seconds(), r.PassThroughCPU.Seconds(), r.CorrectionCPU.Seconds()/r.PassThroughCPU.Seconds())
+		r.CorrectionCPU.Seconds(), r.PassThroughCPU.Seconds(), r.CPURatio())
 	fmt.Fprintf(&b, "correction records per CPU-second (records/s per core): %.0f\n", r.RecordsPerCPUSecond())
 	perStep := func(what string, bytes map[string]int64, steps int) {
 		if steps == 0 || len(bytes) == 0 {
