@@ -3,6 +3,7 @@ package bench
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCorrectionRoundsSpread(t *testing.T) {
@@ -16,6 +17,18 @@ func TestCorrectionRoundsSpread(t *testing.T) {
 	}
 	if s := rs.String(); !strings.Contains(s, "4 alternating rounds") || !strings.Contains(s, "median 0.650") {
 		t.Errorf("summary does not state the rounds and the median ratio:\n%s", s)
+	}
+	cpu := CorrectionRounds{
+		{Records: 1000, PassThroughCPU: time.Millisecond, CorrectionCPU: 3 * time.Millisecond},
+		{Records: 1000, PassThroughCPU: 2 * time.Millisecond, CorrectionCPU: 3 * time.Millisecond},
+		{Records: 1000, PassThroughCPU: 2 * time.Millisecond, CorrectionCPU: 2 * time.Millisecond},
+	}
+	if s := cpu.String(); !strings.Contains(s, "cpu ratio              min 1.00  median 1.50  max 3.00") ||
+		!strings.Contains(s, "corr cpu µs/record     min 2.00  median 3.00  max 3.00") {
+		t.Errorf("summary does not state the CPU spread:\n%s", s)
+	}
+	if got := (CorrectionReport{}).CPURatio(); got != 0 {
+		t.Errorf("no pass-through CPU: ratio %v, want 0", got)
 	}
 	if lo, med, hi := (CorrectionRounds{}).Spread(func(r CorrectionReport) float64 { return r.Ratio }); lo != 0 || med != 0 || hi != 0 {
 		t.Error("no rounds: want zeros")

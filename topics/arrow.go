@@ -116,20 +116,12 @@ func ValidateAdvantages(rows []AdvantageRow) error {
 		group string
 		id    string
 	}
-	// Rows whose keys strictly increase (the consumer's canonical order, mostly) cannot hold a
-	// duplicate, so the map is only built for rows in another order.
-	increasing := true
 	for i := range rows {
 		if err := rows[i].Validate(); err != nil {
 			return fmt.Errorf("advantages row %d: %w", i, err)
 		}
-		if increasing && i > 0 {
-			a, b := &rows[i-1], &rows[i]
-			increasing = cmp.Or(cmp.Compare(a.RunID, b.RunID), cmp.Compare(a.Step, b.Step),
-				cmp.Compare(a.GroupID, b.GroupID), cmp.Compare(a.RolloutID, b.RolloutID)) < 0
-		}
 	}
-	if increasing {
+	if distinctSorted(rows) {
 		return nil
 	}
 	seen := make(map[key]int, len(rows))
@@ -146,6 +138,72 @@ func ValidateAdvantages(rows []AdvantageRow) error {
 		seen[k] = i
 	}
 	return nil
+}
+
+// distinctSorted reports, without allocating, that rows in strictly increasing canonical order
+// (SortRows: run, step, stream, group, rollout; the consumer's order) hold no two rows for the
+// same (run, step, group, rollout). Such a pair could only sit in two streams' segments of one
+// (run, step), each segment sorted by (group, rollout), so merging every pair of them finds it.
+// False means unknown: rows in another order, too many streams, or a duplicate (which
+// ValidateAdvantages then names as before).
+func distinctSorted(rows []AdvantageRow) bool {
+	const maxStreams = 8
+	var seg [maxStreams + 1]int // starts of the current (run, step)'s stream segments
+	k := 0
+	for i := range rows {
+		if i > 0 {
+			a, b := &rows[i-1], &rows[i]
+			c := cmp.Or(cmp.Compare(a.RunID, b.RunID), cmp.Compare(a.Step, b.Step))
+			if c > 0 || c == 0 && cmp.Or(cmp.Compare(a.Stream, b.Stream), cmp.Compare(a.GroupID, b.GroupID),
+				cmp.Compare(a.RolloutID, b.RolloutID)) >= 0 {
+				return false
+			}
+			if c != 0 {
+				if !segmentsDisjoint(rows, seg[:k], i) {
+					return false
+				}
+				k = 0
+			}
+			if c != 0 || a.Stream != b.Stream {
+				if k == maxStreams {
+					return false
+				}
+				seg[k] = i
+				k++
+			}
+		} else {
+			seg[0], k = 0, 1
+		}
+	}
+	return segmentsDisjoint(rows, seg[:k], len(rows))
+}
+
+// segmentsDisjoint merges every pair of the segments starting at starts (the last ends at end),
+// each sorted by (group, rollout) within one (run, step), and reports that no key is in two.
+func segmentsDisjoint(rows []AdvantageRow, starts []int, end int) bool {
+	bound := func(s int) int {
+		if s+1 < len(starts) {
+			return starts[s+1]
+		}
+		return end
+	}
+	for s := range starts {
+		for t := s + 1; t < len(starts); t++ {
+			i, iEnd, j, jEnd := starts[s], bound(s), starts[t], bound(t)
+			for i < iEnd && j < jEnd {
+				a, b := &rows[i], &rows[j]
+				switch cmp.Or(cmp.Compare(a.GroupID, b.GroupID), cmp.Compare(a.RolloutID, b.RolloutID)) {
+				case -1:
+					i++
+				case 1:
+					j++
+				default:
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // EncodeAdvantages validates rows (ValidateAdvantages) and encodes them as one Arrow IPC stream

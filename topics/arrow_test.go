@@ -334,6 +334,22 @@ func TestDecodePyarrowStream(t *testing.T) {
 	}
 }
 
+// BenchmarkChunkAdvantagesTwoStreams is one step of `wmrl bench correction` as the consumer
+// encodes it: 8 groups of 8 rollouts, group g in stream g mod 2, rows in canonical order.
+func BenchmarkChunkAdvantagesTwoStreams(b *testing.B) {
+	rows := manyRows(64)
+	for i := range rows {
+		rows[i].Stream = fmt.Sprintf("stream%d", i/8%2)
+	}
+	SortRows(rows)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ChunkAdvantages(rows, DefaultChunkBytes); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkChunkAdvantages is the correction consumer's per-step encode: one step's rows (64, as
 // in `wmrl bench correction`) chunked at DefaultChunkBytes.
 func BenchmarkChunkAdvantages(b *testing.B) {

@@ -36,3 +36,21 @@ func BenchmarkDecodeExecuted(b *testing.B) {
 func BenchmarkDecodeCalibration(b *testing.B) {
 	benchDecode(b, func() ([]byte, error) { return EncodeCalibration(sampleCalibration()) }, DecodeCalibration)
 }
+
+// BenchmarkDecodePredictedRecord is the correction consumer's per-record read of a predicted
+// reward in Protobuf: content-type header, then the decoder.
+func BenchmarkDecodePredictedRecord(b *testing.B) {
+	n := NewNames("bench.")
+	n.Format = FormatProtobuf
+	r, err := n.PredictedRecord(samplePredicted())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(r.Value)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := n.DecodePredictedRecord(b.Context(), r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -131,7 +131,7 @@ func (f *Format) Type() string { return "format" }
 // own --format, so a pipeline can move from one format to the other stage by stage, and JSON
 // writers (the Python client) keep working beside binary ones.
 func RecordFormat(r *kgo.Record) Format {
-	switch ct, _ := HeaderValue(r.Headers, HeaderContentType); ct {
+	switch ct, _ := lastHeader(r.Headers, HeaderContentType); string(ct) {
 	case ContentTypeProtobuf, ContentTypeProtobufConfluent:
 		return FormatProtobuf
 	}

@@ -47,8 +47,8 @@ func (n Names) Framed(topic string) bool {
 // record, the message behind the frame. Without a registry the frame is skipped unchecked (the
 // payload is a complete message; the id check is the registry's to make).
 func (n Names) payload(ctx context.Context, r *kgo.Record) (Format, []byte, error) {
-	ct, _ := HeaderValue(r.Headers, HeaderContentType)
-	switch ct {
+	ct, _ := lastHeader(r.Headers, HeaderContentType)
+	switch string(ct) {
 	case ContentTypeProtobuf:
 		return FormatProtobuf, r.Value, nil
 	case ContentTypeProtobufConfluent:

@@ -85,12 +85,19 @@ func Header(key, value string) kgo.RecordHeader {
 // HeaderValue returns the value of the last header named key. The last one wins so that headers
 // appended later (a DLQ writer's, for instance) take precedence over earlier ones of the same name.
 func HeaderValue(hs []kgo.RecordHeader, key string) (string, bool) {
+	v, ok := lastHeader(hs, key)
+	return string(v), ok
+}
+
+// lastHeader is HeaderValue without the string copy, for the per-record paths that only compare
+// the value (`switch string(v)` allocates nothing).
+func lastHeader(hs []kgo.RecordHeader, key string) ([]byte, bool) {
 	for i := len(hs) - 1; i >= 0; i-- {
 		if hs[i].Key == key {
-			return string(hs[i].Value), true
+			return hs[i].Value, true
 		}
 	}
-	return "", false
+	return nil, false
 }
 
 // ErrBadHeader marks a header that is missing or unparseable.

@@ -57,3 +57,15 @@ type nopRegisterer struct{}
 func (nopRegisterer) Register(prometheus.Collector) error  { return nil }
 func (nopRegisterer) MustRegister(...prometheus.Collector) {}
 func (nopRegisterer) Unregister(prometheus.Collector) bool { return true }
+
+// BenchmarkMetricsRecord is the per-input-record counter update (result buffered).
+func BenchmarkMetricsRecord(b *testing.B) {
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.record(kindPredicted, resultBuffered)
+	}
+}

@@ -14,6 +14,7 @@ import (
 // metrics are the consumer's Prometheus series (prefix wmrl_correct_).
 type metrics struct {
 	records       *prometheus.CounterVec
+	bufferedRecs  [numKinds]atomic.Pointer[counter] // records' result=buffered series by kind (record)
 	deadLetters   *prometheus.CounterVec
 	dlqRefused    prometheus.Counter // records skipped: Kafka refused their dead letter (deadletters.go)
 	dlqHeld       prometheus.Gauge   // dead letters waiting for the offsets to pass their source
@@ -187,9 +188,24 @@ func (m *metrics) forgetStreams() {
 	m.debias.reset()
 }
 
+// record counts an input record. The buffered series, one per input record on the hot path, are
+// looked up once (WithLabelValues hashes and locks on every call) and kept; lazily, so that a
+// series appears only when counted, as before.
 func (m *metrics) record(k kind, result string) {
-	m.records.WithLabelValues(k.String(), result).Inc()
+	if result != resultBuffered || k >= numKinds {
+		m.records.WithLabelValues(k.String(), result).Inc()
+		return
+	}
+	c := m.bufferedRecs[k].Load()
+	if c == nil {
+		c = &counter{m.records.WithLabelValues(k.String(), result)}
+		m.bufferedRecs[k].Store(c)
+	}
+	c.Inc()
 }
+
+// counter boxes a prometheus.Counter for an atomic.Pointer.
+type counter struct{ prometheus.Counter }
 
 // tripHook counts Redis round trips: every command and every pipeline (MULTI/EXEC or plain) is one.
 type tripHook struct{ m *metrics }
