@@ -250,15 +250,8 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		}
 		// A batch over Limits.BatchBytes stops its partition until the client is moved past it.
 		refused := skip.Skip(fs)
-		for _, fe := range fs.Errors() {
-			if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) || oversize.Refused(fe.Err) {
-				continue
-			}
-			if errors.Is(fe.Err, kerr.FencedInstanceID) {
-				return fmt.Errorf("correct: fenced: another instance runs with --instance-id %q (give every instance its own id): %w",
-					c.cfg.InstanceID, fe.Err)
-			}
-			c.logOutage("fetch error", fe.Err, "topic", fe.Topic, "partition", fe.Partition)
+		if err := c.fetchErrors(fs); err != nil {
+			return err
 		}
 		if c.takeChanged() {
 			if err := c.reloadRetrying(ctx); err != nil {
@@ -305,6 +298,22 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		c.m.buffered.Set(float64(c.eng.bufferedSteps()))
 		c.m.dlqHeld.Set(float64(c.eng.heldDeadLetters()))
 	}
+}
+
+// fetchErrors logs a poll's fetch errors as an outage, except the poll's own deadline, a
+// shutdown and a batch the skipper refused; a fenced instance id ends the loop.
+func (c *Consumer) fetchErrors(fs kgo.Fetches) error {
+	for _, fe := range fs.Errors() {
+		if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) || oversize.Refused(fe.Err) {
+			continue
+		}
+		if errors.Is(fe.Err, kerr.FencedInstanceID) {
+			return fmt.Errorf("correct: fenced: another instance runs with --instance-id %q (give every instance its own id): %w",
+				c.cfg.InstanceID, fe.Err)
+		}
+		c.logOutage("fetch error", fe.Err, "topic", fe.Topic, "partition", fe.Partition)
+	}
+	return nil
 }
 
 // reloadRetrying reloads the owned partitions' state, retrying with backoff while the cluster is

@@ -150,43 +150,14 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 			return nil, fmt.Errorf("correct run %s stream %s step %d: %w", rb.id, s, v, err)
 		}
 		sc.rows = rows
-		var gate *topics.TrustGate
-		if g, ok := st.StepGate(); ok {
-			// The gate that decided the step (--trust-gate), on the window before it.
-			gate = &topics.TrustGate{Closed: g.Closed, Pairs: g.N, Rho: g.Rho, Lo: g.Lo, Hi: g.Hi}
-		}
-		var pairs int
-		var biasRaw, biasCal float64
 		for i := range rows {
 			r := &rows[i]
 			out.rows = append(out.rows, stale.apply(toAdvantageRow(r, b.manifest.PolicyVersion), r))
 			if r.Stale {
 				out.staleRows++
 			}
-			if r.Source == correction.SourceAnchor && r.PredictedOK && r.ExecutedOK {
-				pairs++
-				biasRaw += r.Predicted - r.Executed
-				biasCal += r.Calibrated - r.Executed
-			}
 		}
-		if pairs > 0 {
-			biasRaw /= float64(pairs)
-			biasCal /= float64(pairs)
-		}
-		sum := st.Digest()
-		var bx, by []float64
-		if v%mapEvery == 0 {
-			bx, by = st.ScoreBreakpoints()
-		}
-		out.snaps = append(out.snaps, topics.CalibrationSnapshot{
-			RunID: rb.id, Stream: s, Step: v,
-			FitVersion: st.FitVersion(), Pairs: st.Pairs(), ConfigHash: e.hash, Settings: e.settings,
-			Digest: hex.EncodeToString(sum[:]), State: st.EncodeHead(),
-			BreakX: bx, BreakY: by, AnchorWeight: st.AnchorWeight(),
-			BiasBefore: biasRaw, BiasAfter: biasCal, StepPairs: pairs,
-			Debias: debiasShift(e.corr.DebiasEffect(rows)),
-			Gate:   gate,
-		})
+		out.snaps = append(out.snaps, e.snapshot(rb.id, s, v, st, rows))
 		if rb.rewrite[s] {
 			prevTotal = 0
 			delete(rb.rewrite, s)
@@ -200,6 +171,49 @@ func (e *engine) seal(rb *runBuf, b *stepBuf, sc *sealScratch) (*sealed, error) 
 	rb.sealed = v
 	delete(rb.steps, v)
 	return out, nil
+}
+
+// snapshot is the calibration record of stream s of run at step v: st after the step, whose
+// output rows are rows.
+func (e *engine) snapshot(run, s string, v int64, st *correction.State, rows []correction.Row) topics.CalibrationSnapshot {
+	var gate *topics.TrustGate
+	if g, ok := st.StepGate(); ok {
+		// The gate that decided the step (--trust-gate), on the window before it.
+		gate = &topics.TrustGate{Closed: g.Closed, Pairs: g.N, Rho: g.Rho, Lo: g.Lo, Hi: g.Hi}
+	}
+	pairs, biasRaw, biasCal := anchorBias(rows)
+	sum := st.Digest()
+	var bx, by []float64
+	if v%mapEvery == 0 {
+		bx, by = st.ScoreBreakpoints()
+	}
+	return topics.CalibrationSnapshot{
+		RunID: run, Stream: s, Step: v,
+		FitVersion: st.FitVersion(), Pairs: st.Pairs(), ConfigHash: e.hash, Settings: e.settings,
+		Digest: hex.EncodeToString(sum[:]), State: st.EncodeHead(),
+		BreakX: bx, BreakY: by, AnchorWeight: st.AnchorWeight(),
+		BiasBefore: biasRaw, BiasAfter: biasCal, StepPairs: pairs,
+		Debias: debiasShift(e.corr.DebiasEffect(rows)),
+		Gate:   gate,
+	}
+}
+
+// anchorBias counts the step's anchor rows with both scores and their mean bias (predicted −
+// executed) before and after calibration; 0 without pairs.
+func anchorBias(rows []correction.Row) (pairs int, before, after float64) {
+	for i := range rows {
+		r := &rows[i]
+		if r.Source == correction.SourceAnchor && r.PredictedOK && r.ExecutedOK {
+			pairs++
+			before += r.Predicted - r.Executed
+			after += r.Calibrated - r.Executed
+		}
+	}
+	if pairs > 0 {
+		before /= float64(pairs)
+		after /= float64(pairs)
+	}
+	return pairs, before, after
 }
 
 // groups returns the step's groups per stream, their rollouts in sc (the correction core reads
