@@ -23,6 +23,7 @@ import (
 	"github.com/wmrl/wmrl/internal/conn"
 	"github.com/wmrl/wmrl/internal/hardening"
 	"github.com/wmrl/wmrl/topics"
+	"github.com/wmrl/wmrl/topics/schemareg"
 )
 
 // app is what every subcommand gets: the resolved global options, a logger and constructors for
@@ -147,6 +148,7 @@ Linux, the process is non-dumpable (other processes of its uid cannot read its e
 	f.StringVar(&a.conn.Registry.TLSCA, "schema-registry-tls-ca", "", "PEM file with the CA certificates that sign an https:// registry's certificate (default: system roots)")
 	f.StringVar(&a.conn.Registry.TLSCert, "schema-registry-tls-cert", "", "PEM client certificate for a registry that requires one")
 	f.StringVar(&a.conn.Registry.TLSKey, "schema-registry-tls-key", "", "PEM client key for --schema-registry-tls-cert")
+	f.DurationVar(&a.conn.Registry.NegativeTTL, "schema-registry-negative-ttl", schemareg.DefaultNegativeTTL, "how long a schema id the registry did not know (or knew under another subject) is refused from memory before the registry is asked again: a writer that registered late has its records dead-lettered for at most this long")
 	f.StringVar(&a.conn.Registry.Compat, "schema-compatibility", "BACKWARD", "compatibility level set on wmrl's subjects: BACKWARD, BACKWARD_TRANSITIVE, FORWARD, FORWARD_TRANSITIVE, FULL, FULL_TRANSITIVE or NONE")
 	f.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/sr"
 
@@ -22,6 +23,9 @@ type RegistryOptions struct {
 	TLSKey   string
 	// Compat is a level name (BACKWARD, FULL_TRANSITIVE, NONE, …); empty: BACKWARD.
 	Compat string
+	// NegativeTTL is how long an unknown or foreign schema id is refused from memory before the
+	// registry is asked again; 0: schemareg.DefaultNegativeTTL.
+	NegativeTTL time.Duration
 }
 
 // Configured reports whether a registry URL is set.
@@ -34,7 +38,10 @@ func (o Options) SchemaRegistry() (*schemareg.Registry, error) {
 	if !r.Configured() {
 		return nil, nil
 	}
-	cfg := schemareg.Config{URLs: r.URLs}
+	if r.NegativeTTL < 0 {
+		return nil, fmt.Errorf("--schema-registry-negative-ttl %v: must not be negative", r.NegativeTTL)
+	}
+	cfg := schemareg.Config{URLs: r.URLs, NegativeTTL: r.NegativeTTL}
 	if r.Compat != "" {
 		c, err := schemareg.ParseCompat(r.Compat)
 		if err != nil {

@@ -174,6 +174,9 @@ func New(cfg Config) (*Registry, error) {
 	}, nil
 }
 
+// NegativeTTL is how long a refused id's verdict is answered from memory (Config.NegativeTTL).
+func (r *Registry) NegativeTTL() time.Duration { return r.negTTL }
+
 // Client is the underlying registry client (for checks and tests).
 func (r *Registry) Client() *sr.Client { return r.cl }
 
