@@ -85,6 +85,11 @@ func (o *replayOptions) run(cmd *cobra.Command, _ []string) error {
 	if (o.toTopic == "") == (o.out == "") {
 		return errors.New("exactly one of --to-topic and --out is required")
 	}
+	// With --schema-registry the framed records' ids are checked as the live correct checked
+	// them (the run's settings say whether it did: schema-ids-checked).
+	if err := a.useRegistry(); err != nil {
+		return err
+	}
 	names := a.conn.Names()
 	if o.toTopic == names.Advantages() {
 		return fmt.Errorf("--to-topic %s is the live advantages topic; replaying into it would duplicate rows", o.toTopic)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -66,6 +67,8 @@ func (c *Consumer) reload(ctx context.Context) error {
 				}
 			}
 			rewrite[sn.RunID] = append(rewrite[sn.RunID], sn.Stream)
+		} else if err := c.checkStoredSettings(sn); err != nil {
+			return err
 		}
 		byRun[sn.RunID] = append(byRun[sn.RunID], st)
 		partOf[sn.RunID] = e.part
@@ -214,4 +217,26 @@ func (c *Consumer) markChanged() {
 	c.mu.Lock()
 	c.changed = true
 	c.mu.Unlock()
+}
+
+// checkStoredSettings refuses to go on with a run whose stored snapshot was sealed under other
+// digest settings (--max-staleness, the per-run limits, --trust-gate, …) than this consumer's,
+// unless --allow-config-change: the run's rows would change rule mid-run, and no replay could
+// reproduce its digest (replay refuses a run whose snapshots disagree). A snapshot that records
+// no settings cannot be checked.
+func (c *Consumer) checkStoredSettings(sn *topics.CalibrationSnapshot) error {
+	if sn.Settings == "" || sn.Settings == c.eng.settings {
+		return nil
+	}
+	diff := settingsDiff(sn.Settings, c.eng.settings, "stored", "running")
+	if len(diff) == 0 {
+		return nil
+	}
+	if !c.cfg.AllowConfigChange {
+		return fmt.Errorf("%w: run %s stream %s was sealed to step %d with other settings: %s; restart with the original settings, or pass --allow-config-change (a replay of the run will then need it too)",
+			ErrConfigChanged, sn.RunID, sn.Stream, sn.Step, strings.Join(diff, "; "))
+	}
+	c.log.Warn("digest settings changed mid-run: the run's digest can no longer be replayed exactly",
+		"run", sn.RunID, "stream", sn.Stream, "step", sn.Step, "differences", strings.Join(diff, "; "))
+	return nil
 }

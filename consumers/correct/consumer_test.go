@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -384,5 +385,66 @@ func TestConsumerConfigChangeStops(t *testing.T) {
 	defer cancel()
 	if err := c.Run(ctx); !errors.Is(err, ErrConfigChanged) {
 		t.Fatalf("Run with another config: %v, want ErrConfigChanged", err)
+	}
+}
+
+// TestConsumerSettingsChangeStops: a consumer restarted on a run with another digest setting
+// (here --max-staleness) than the run was sealed with stops naming the setting, unless
+// --allow-config-change; and a run whose steps were then sealed under two settings is refused by
+// replay (ErrSettingsChanged, "changed mid-run") unless the replay allows the change too.
+func TestConsumerSettingsChangeStops(t *testing.T) {
+	names := topics.NewNames("set.")
+	seeds := fakeCluster(t, names)
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	steps, err := Synthesize(names, SynthConfig{Runs: 1, Steps: 4, Groups: 2, GroupSize: 2, AnchorEvery: 1, Seed: 4, RunPrefix: "set"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Produce(t, seeds, flatten(steps[:2]))
+	cfg := testConsumerConfig(seeds, names, rdb, correction.DefaultConfig())
+	cfg.MaxStaleness = 1
+	stop := startConsumer(t, cfg)
+	rd := newAdvantageReader(t, seeds, names.Advantages(), true)
+	rd.readUntil(t, 8, 20*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg.MaxStaleness = 2
+	cfg.Registry = nil
+	c, err := NewConsumer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = c.Run(ctx)
+	if !errors.Is(err, ErrConfigChanged) || !strings.Contains(err.Error(), "--max-staleness (max-staleness): stored 1, running 2") {
+		t.Fatalf("Run with another --max-staleness: %v, want ErrConfigChanged naming it", err)
+	}
+
+	cfg.AllowConfigChange = true
+	cfg.Registry = nil
+	stop = startConsumer(t, cfg)
+	testenv.Produce(t, seeds, flatten(steps[2:]))
+	rd.readUntil(t, 16, 20*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	rc := ReplayConfig{
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(seeds...)}, Names: names, Run: "set-0",
+		Correction: correction.DefaultConfig(), MaxStaleness: 2, Timeout: 30 * time.Second, Logger: quietLogger(),
+	}
+	discard := func(int64, []topics.AdvantageRow) error { return nil }
+	_, err = Replay(context.Background(), rc, discard)
+	if !errors.Is(err, ErrSettingsChanged) || !strings.Contains(err.Error(), "changed mid-run") {
+		t.Fatalf("replay of a run sealed under two settings: %v, want ErrSettingsChanged (changed mid-run)", err)
+	}
+	rc.AllowConfigChange = true
+	if _, err := Replay(context.Background(), rc, discard); err != nil {
+		t.Fatalf("replay with --allow-config-change: %v", err)
 	}
 }

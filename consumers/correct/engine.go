@@ -199,7 +199,8 @@ func newEngine(corr *correction.Corrector, names topics.Names, maxStaleness int6
 		dlqw:         topics.NewDeadLetterWriter(names, "correct"),
 		m:            m,
 		hash:         hex.EncodeToString(h[:]),
-		settings:     DigestConfig{Correction: corr.Config(), MaxStaleness: maxStaleness, Limits: limits}.Text(),
+		settings: DigestConfig{Correction: corr.Config(), MaxStaleness: maxStaleness, Limits: limits,
+			SchemaIDsChecked: names.Registry != nil}.Text(),
 		maxStaleness: maxStaleness,
 		limits:       limits,
 		runs:         map[string]*runBuf{},
@@ -337,9 +338,10 @@ func (e *engine) decode(ctx context.Context, rec *kgo.Record) decoded {
 	return d
 }
 
-// add takes one input record. Bad records become pending dead letters; nothing here fails.
-func (e *engine) add(rec *kgo.Record, now time.Time) {
-	e.apply(e.decode(context.Background(), rec), now)
+// add takes one input record. Bad records become pending dead letters; nothing here fails. ctx
+// bounds the wait for a schema registry that cannot be reached (the caller checks ctx after).
+func (e *engine) add(ctx context.Context, rec *kgo.Record, now time.Time) {
+	e.apply(e.decode(ctx, rec), now)
 }
 
 // apply folds a decoded record into the buffers; records must be applied in input order.

@@ -1,6 +1,7 @@
 package correct
 
 import (
+	"context"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -91,7 +92,7 @@ func (f *feeder) add(recs ...*kgo.Record) {
 		k := tp{c.Topic, p}
 		c.Offset = f.next[k]
 		f.next[k]++
-		f.e.add(&c, time.Now())
+		f.e.add(context.Background(), &c, time.Now())
 	}
 }
 

@@ -1,6 +1,7 @@
 package correct
 
 import (
+	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func TestEngineFloodLimits(t *testing.T) {
 	for i := range 10 {
 		r := manifestRecord(t, "f"+strconv.Itoa(i), 1, 1, 1)
 		r.Key, r.Partition, r.Offset = []byte("f"+strconv.Itoa(i)), 0, int64(i)
-		e.add(r, time.Now())
+		e.add(context.Background(), r, time.Now())
 	}
 	if len(e.runs) != 3 || e.heldDeadLetters() != 2 || e.pendingOverflow() != 5 || e.runsRefused != 7 || e.aggregated != 5 {
 		t.Fatalf("%d runs, %d held, %d folded (%d refused, %d aggregated); want 3, 2, 5", len(e.runs), e.heldDeadLetters(),
@@ -66,7 +67,7 @@ func TestEngineFloodLimits(t *testing.T) {
 	e.limits.ActiveRuns, e.limits.StepGroups = 0, 1
 	big := manifestRecord(t, "big", 1, 2, 1)
 	big.Key, big.Offset = []byte("big"), 10
-	e.add(big, time.Now())
+	e.add(context.Background(), big, time.Now())
 	if _, ok := e.runs["big"]; ok || len(e.runs) != 3 {
 		t.Errorf("runs %d (big held: %v) after a refused manifest of a new run; want 3 and none", len(e.runs), ok)
 	}

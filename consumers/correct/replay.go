@@ -116,7 +116,10 @@ func Replay(ctx context.Context, cfg ReplayConfig, emit func(step int64, rows []
 		if string(r.Key) != cfg.Run {
 			return nil
 		}
-		eng.add(r, now)
+		eng.add(rctx, r, now)
+		if rctx.Err() != nil {
+			return rctx.Err() // a registry that never answered: apply nothing more
+		}
 		if n++; n%4096 == 0 {
 			return rp.flush(ctx)
 		}

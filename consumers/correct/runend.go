@@ -64,8 +64,12 @@ const resultRelayed = "relayed"
 // Whether the end is plausible for the run is judged when the relayed record is read back
 // (addEnd), in the order of the steps partition, as a replay judges it.
 func (e *engine) relayEnd(rec *kgo.Record) {
-	// The run-control topic is never framed (topics.Names.Framed), so no registry is asked.
-	m, err := e.names.DecodeStepRecord(context.Background(), rec)
+	// The run-control topic has no registered schema (topics.Names.Framed): a framed value on it
+	// is decoded past its frame without asking a registry, so an unreachable registry cannot
+	// stall the apply loop here, and live and replay judge it alike.
+	names := e.names
+	names.Registry = nil
+	m, err := names.DecodeStepRecord(context.Background(), rec)
 	switch {
 	case err != nil:
 	case !m.EndOfRun:

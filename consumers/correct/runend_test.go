@@ -1,6 +1,7 @@
 package correct
 
 import (
+	"context"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -321,7 +322,7 @@ func TestEngineRelayEnd(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := testEngine(t, correction.DefaultConfig())
-			e.add(tc.rec, time.Now())
+			e.add(context.Background(), tc.rec, time.Now())
 			relayed := e.takeRelayed()
 			got := reasonsOf(drainDeadLetters(t, e))
 			if tc.reason != "" {

@@ -26,6 +26,9 @@ type DigestConfig struct {
 	// Limits contributes its per-run and per-step limits and BatchBytes. The per-instance limits
 	// depend on the other runs sharing an instance, so no replay can repeat them (Limits).
 	Limits Limits
+	// SchemaIDsChecked: the framed records' schema ids were checked against a registry
+	// (--schema-registry), so a record with an id the registry refused was dead-lettered.
+	SchemaIDsChecked bool
 }
 
 // digestSettings lists DigestConfig's settings in their canonical order: the name each has in
@@ -58,6 +61,7 @@ var digestSettings = []struct {
 	{"max-step-rows", "--max-step-rows", func(d *DigestConfig) any { return d.Limits.StepRows }},
 	{"max-batch-bytes", "--max-batch-bytes", func(d *DigestConfig) any { return d.Limits.BatchBytes }},
 	{"trust-gate", "--trust-gate", func(d *DigestConfig) any { return ifOn(d.Correction.TrustGate) }},
+	{"schema-ids-checked", "--schema-registry", func(d *DigestConfig) any { return ifOn(d.SchemaIDsChecked) }},
 }
 
 // ifOn is true when on, else nil: a setting written only when on.
@@ -101,7 +105,10 @@ func SettingsHash(text string) string {
 // SettingsDiff names every setting in which the texts live and mine differ, with the flag that
 // sets it: "--max-staleness (max-staleness): live 3, replay 0". A setting only one side knows (a
 // newer or older writer) counts as differing.
-func SettingsDiff(live, mine string) []string {
+func SettingsDiff(live, mine string) []string { return settingsDiff(live, mine, "live", "replay") }
+
+// settingsDiff is SettingsDiff with the two sides named was and now.
+func settingsDiff(live, mine, was, now string) []string {
 	lv, mv := parseSettings(live), parseSettings(mine)
 	flags := map[string]string{}
 	for _, s := range digestSettings {
@@ -123,7 +130,7 @@ func SettingsDiff(live, mine string) []string {
 		if f, ok := flags[name]; ok {
 			label = f + " (" + name + ")"
 		}
-		out = append(out, fmt.Sprintf("%s: live %s, replay %s", label, orNone(l, lok), orNone(m, mok)))
+		out = append(out, fmt.Sprintf("%s: %s %s, %s %s", label, was, orNone(l, lok), now, orNone(m, mok)))
 	}
 	return out
 }
@@ -152,13 +159,16 @@ func orNone(v string, ok bool) string {
 
 // checkSettings compares mine (the replay's DigestConfig text) with the settings of the run's
 // newest calibration snapshot on its partition of the calibration topic (the live consumer's
-// changelog) and refuses a difference unless cfg.AllowConfigChange. A run without snapshots (none
-// sealed yet, or all compacted away after its end) cannot be checked: the replay goes on and says so.
+// changelog) and refuses a difference unless cfg.AllowConfigChange; it also refuses a run whose
+// snapshots disagree among themselves (a live consumer restarted with --allow-config-change
+// mid-run), as far as compaction has kept them. A run without snapshots (none sealed yet, or all
+// compacted away after its end) cannot be checked: the replay goes on and says so.
 func checkSettings(ctx context.Context, cfg ReplayConfig, opts []kgo.Opt, part int32, mine string) error {
 	topic := cfg.Names.Calibration()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	live, found := "", false
+	var changed []string // "from step N: differences" where a snapshot's settings differ from the one before
 	start := map[string]map[int32]kgo.Offset{topic: {part: kgo.NewOffset().AtStart()}}
 	err := topicread.ToEnd(ctx, opts, start, 5*time.Second, cfg.Logger, func(r *kgo.Record) error {
 		if r.Value == nil || topics.IsCalibrationChunk(r) || topics.IsCalibrationEnd(r) {
@@ -171,7 +181,12 @@ func checkSettings(ctx context.Context, cfg ReplayConfig, opts []kgo.Opt, part i
 		if err != nil {
 			return fmt.Errorf("snapshot at %s[%d] offset %d: %w", topic, part, r.Offset, err)
 		}
-		live, found = sn.Settings, true // the newest wins: a consumer restarted with --allow-config-change
+		if found && sn.Settings != live {
+			// A consumer restarted with --allow-config-change: the run's steps were sealed under two settings.
+			changed = append(changed, fmt.Sprintf("from step %d of stream %s: %s", sn.Step, sn.Stream,
+				strings.Join(settingsDiff(live, sn.Settings, "before", "after"), "; ")))
+		}
+		live, found = sn.Settings, true
 		return nil
 	})
 	log := cfg.Logger.With("run", cfg.Run, "replay_settings", SettingsHash(mine))
@@ -184,6 +199,13 @@ func checkSettings(ctx context.Context, cfg ReplayConfig, opts []kgo.Opt, part i
 	case !found || live == "":
 		log.Warn("no calibration snapshot of the run records the live consumer's settings: the replay digest may differ from the live one", "topic", topic, "partition", part)
 		return nil
+	}
+	if len(changed) > 0 {
+		msg := "the live consumer's settings changed mid-run (" + strings.Join(changed, " | ") + "), so no single replay reproduces its digest"
+		if !cfg.AllowConfigChange {
+			return fmt.Errorf("%w: run %s: %s; pass --allow-config-change to replay with this replay's settings anyway", ErrSettingsChanged, cfg.Run, msg)
+		}
+		log.Warn(msg)
 	}
 	diff := SettingsDiff(live, mine)
 	if len(diff) == 0 {

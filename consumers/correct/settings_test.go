@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/wmrl/wmrl/correction"
+	"github.com/wmrl/wmrl/topics"
+	"github.com/wmrl/wmrl/topics/schemareg"
 )
 
 // Every field of correction.Config, and every per-run limit, changes the settings text: a field
@@ -91,6 +93,36 @@ func TestTrustGateSetting(t *testing.T) {
 		got := strings.Join(SettingsDiff(d[0], d[1]), "; ")
 		if !strings.HasPrefix(got, "--trust-gate (trust-gate): ") {
 			t.Errorf("diff %q", got)
+		}
+	}
+}
+
+// TestSchemaIDsCheckedSetting: a consumer that checks schema ids against a registry records it
+// (only then), so a replay that does not check them is refused naming --schema-registry.
+func TestSchemaIDsCheckedSetting(t *testing.T) {
+	off := DigestConfig{Correction: correction.DefaultConfig(), Limits: DefaultLimits()}
+	on := off
+	on.SchemaIDsChecked = true
+	if strings.Contains(off.Text(), "schema-ids") || !strings.HasSuffix(on.Text(), " schema-ids-checked=true") {
+		t.Fatalf("off %q\non %q", off.Text(), on.Text())
+	}
+	if got := strings.Join(SettingsDiff(on.Text(), off.Text()), "; "); got != "--schema-registry (schema-ids-checked): live true, replay (not recorded)" {
+		t.Errorf("diff %q", got)
+	}
+	reg, err := schemareg.New(schemareg.Config{URLs: []string{"http://127.0.0.1:1"}}) // never contacted
+	if err != nil {
+		t.Fatal(err)
+	}
+	corr, err := correction.New(correction.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := testNames
+	names.Registry = reg
+	for _, n := range []topics.Names{testNames, names} {
+		e := newEngine(corr, n, 0, DefaultLimits(), nil)
+		if got, want := strings.Contains(e.settings, "schema-ids-checked=true"), n.Registry != nil; got != want {
+			t.Errorf("registry %v: settings %q", n.Registry != nil, e.settings)
 		}
 	}
 }
