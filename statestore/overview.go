@@ -27,6 +27,10 @@ type StreamSummary struct {
 	// Redis's per-key overhead and the snapshots of older kept steps are not counted: it is what
 	// a rebuild reads for the stream, not the Redis memory the stream occupies.
 	StateBytes int64
+	// Unreadable says why the state value could not be read (a form this build refuses, or
+	// corrupt); StateBytes then counts the value alone. A listing shows the other streams and
+	// runs as usual; the correct stage refuses such a state and rebuilds it from the changelog.
+	Unreadable error
 	// TTL is the remaining time to live of the head key: NoExpiry while the run is live (wmrl
 	// correct expires an ended run's keys after its retention), 0 when the key is gone.
 	TTL time.Duration
@@ -231,11 +235,13 @@ func (s *Store) stateBytes(ctx context.Context, refs []streamRef) error {
 		}
 		r.ss.StateBytes = int64(len(v))
 		if len(v) < sha256.Size {
-			return fmt.Errorf("redis state of %s/%s step %d: %d bytes, shorter than its digest", r.run, r.ss.Stream, r.ss.Head.SealedStep, len(v))
+			r.ss.Unreadable = fmt.Errorf("redis state of %s/%s step %d: %d bytes, shorter than its digest", r.run, r.ss.Stream, r.ss.Head.SealedStep, len(v))
+			continue
 		}
 		first, n, _, err := correction.HeadWindow(v[sha256.Size:])
 		if err != nil {
-			return fmt.Errorf("redis state of %s/%s step %d: %w", r.run, r.ss.Stream, r.ss.Head.SealedStep, err)
+			r.ss.Unreadable = fmt.Errorf("redis state of %s/%s step %d: %w", r.run, r.ss.Stream, r.ss.Head.SealedStep, err)
+			continue
 		}
 		const c = correction.ChunkPairs
 		for ch := first / c; n > 0 && ch <= (first+uint64(n)-1)/c; ch++ {

@@ -215,6 +215,14 @@ func TestStoreRefusesOtherForms(t *testing.T) {
 			case err != nil || !bytes.Equal(b, st.Encode()):
 				t.Fatalf("read: %v, or the state read back differs", err)
 			}
+			// A listing still lists the run: the refused value is counted alone and said to be unreadable.
+			sums, err := s.Summaries(ctx, []string{"r"})
+			if err != nil || len(sums) != 1 || len(sums[0].Streams) != 1 {
+				t.Fatalf("summaries: %+v, %v", sums, err)
+			}
+			if ss := sums[0].Streams[0]; (ss.Unreadable != nil) != (tc.want != nil) || ss.StateBytes == 0 {
+				t.Fatalf("summary of the %s value: unreadable %v, %d bytes", tc.name, ss.Unreadable, ss.StateBytes)
+			}
 		})
 	}
 }

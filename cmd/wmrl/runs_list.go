@@ -113,6 +113,7 @@ stream, with each key's remaining time to live.`,
 			if err != nil {
 				return err
 			}
+			warnUnreadable(o.a.stderr, sums)
 			var fromLog map[string]bool
 			if o.changelog {
 				sums, fromLog = o.withChangelog(ctx, sums)
@@ -143,6 +144,18 @@ func (o *runsViewOptions) withChangelog(ctx context.Context, sums []statestore.R
 		return sums, nil
 	}
 	return mergeChangelog(sums, fromLog)
+}
+
+// warnUnreadable tells of every stream whose Redis state this build cannot read (it is listed
+// with the value's bytes alone; wmrl correct rebuilds such a state from the changelog).
+func warnUnreadable(w io.Writer, sums []statestore.RunSummary) {
+	for _, s := range sums {
+		for _, ss := range s.Streams {
+			if ss.Unreadable != nil {
+				fmt.Fprintf(w, "wmrl: runs: %v (counted by its value alone)\n", ss.Unreadable)
+			}
+		}
+	}
 }
 
 // listRuns reads the summaries of every run under st's prefix.

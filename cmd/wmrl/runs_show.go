@@ -110,6 +110,7 @@ func (o *runsViewOptions) show(ctx context.Context, run string) (*showJSON, erro
 	if err != nil {
 		return nil, fmt.Errorf("read run %s: %w", run, err)
 	}
+	warnUnreadable(o.a.stderr, sums)
 	sum := &sums[0]
 	if len(sum.Streams) == 0 && sum.End == nil {
 		return nil, &exitError{code: 1, err: fmt.Errorf("%w: Redis holds no state and no end of run %q under prefix %q (wmrl runs list --redis-prefix %s lists the runs there)",
