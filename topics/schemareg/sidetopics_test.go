@@ -50,11 +50,15 @@ func sideCases() []sideCase {
 				}
 				return recs[0], nil
 			},
-			func(ctx context.Context, n topics.Names, r *kgo.Record) (any, error) { return n.DecodeAdvantageRecord(ctx, r) },
+			func(ctx context.Context, n topics.Names, r *kgo.Record) (any, error) {
+				return n.DecodeAdvantageRecord(ctx, r)
+			},
 			sideRows()},
 		{"snapshot", []int{0},
 			func(n topics.Names) (*kgo.Record, error) { return n.CalibrationRecord(sideSnapshot()) },
-			func(ctx context.Context, n topics.Names, r *kgo.Record) (any, error) { return n.DecodeCalibrationRecord(ctx, r) },
+			func(ctx context.Context, n topics.Names, r *kgo.Record) (any, error) {
+				return n.DecodeCalibrationRecord(ctx, r)
+			},
 			sideSnapshot()},
 		{"chunk", []int{2},
 			func(n topics.Names) (*kgo.Record, error) { return n.CalibrationChunkRecord(sideChunk()) },
@@ -64,7 +68,9 @@ func sideCases() []sideCase {
 			sideChunk()},
 		{"end", []int{3},
 			func(n topics.Names) (*kgo.Record, error) { return n.CalibrationEndRecord(sideEnd()) },
-			func(ctx context.Context, n topics.Names, r *kgo.Record) (any, error) { return n.DecodeCalibrationEndRecord(ctx, r) },
+			func(ctx context.Context, n topics.Names, r *kgo.Record) (any, error) {
+				return n.DecodeCalibrationEndRecord(ctx, r)
+			},
 			sideEnd()},
 	}
 }
