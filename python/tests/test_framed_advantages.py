@@ -46,7 +46,9 @@ def reframe(log: Log, content_type: str, index: bytes = b"\x00") -> None:
         (c.CONTENT_TYPE_PROTOBUF, b""),
     ],
 )
-def test_stream_reads_protobuf_chunks(fake_consumer: Callable[..., FakeConsumer], content_type: str, index: bytes) -> None:
+def test_stream_reads_protobuf_chunks(
+    fake_consumer: Callable[..., FakeConsumer], content_type: str, index: bytes
+) -> None:
     log = Log()
     rows0, rows1 = step_rows("r1", 0), step_rows("r1", 1, 12)
     log.step("other", 0, step_rows("other", 0))
@@ -94,7 +96,7 @@ def test_bad_protobuf_advantages_refused(value: bytes, content_type: str, err: t
         advantage_arrow(value, content_type)
 
 
-def test_framed_record_with_another_message_index_raises_in_the_stream(fake_consumer: Callable[..., FakeConsumer]) -> None:
+def test_framed_record_with_another_message_index_raises(fake_consumer: Callable[..., FakeConsumer]) -> None:
     log = Log()
     log.step("r1", 0, step_rows("r1", 0, 4), chunks=1)
     reframe(log, c.CONTENT_TYPE_PROTOBUF_CONFLUENT, b"\x02\x02")

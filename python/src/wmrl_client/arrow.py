@@ -130,7 +130,8 @@ def advantage_arrow(value: bytes, content_type: str | None, where: str = "advant
     except DecodeError as e:
         raise MalformedError("protobuf", f"{where}: wmrl.v1.AdvantageBatch: {e}") from None
     if m.schema not in c.ADVANTAGE_SCHEMAS:
-        raise SchemaVersionError("advantages", m.schema, " or ".join(c.ADVANTAGE_SCHEMAS), f"{where}: AdvantageBatch.schema")
+        want = " or ".join(c.ADVANTAGE_SCHEMAS)
+        raise SchemaVersionError("advantages", m.schema, want, f"{where}: AdvantageBatch.schema")
     return m.arrow_ipc
 
 
