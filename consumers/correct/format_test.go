@@ -99,22 +99,28 @@ func digestInFormat(t *testing.T, f topics.Format, registry string, seeds []stri
 	return got
 }
 
-// TestFormatsGiveTheSameDigest runs one workload through `wmrl correct` twice (embedded kfake),
-// its input written once as JSON and once as Protobuf, and compares the advantage digests: the
-// digest is computed over decoded rows (topics.Digest), never wire bytes, so the format must not
-// change it.
+// TestFormatsGiveTheSameDigest runs one workload through `wmrl correct` (embedded kfake), its
+// input written as JSON, as Protobuf and as Protobuf framed against a registry (srfake), and
+// compares the advantage digests: the digest is computed over decoded rows (topics.Digest), never
+// wire bytes, so the format must not change it. The analytics tap then turns each mode's
+// advantages and calibration topics into Parquet, and the files must hold the same tables.
 func TestFormatsGiveTheSameDigest(t *testing.T) {
 	fake := schemareg.NewDouble()
 	t.Cleanup(fake.Close)
-	digests := map[string]string{}
+	digests, parquet := map[string]string{}, map[string]string{}
 	for _, m := range formatModes(fake.URL()) {
 		names := topics.NewNames("fmt-" + m.name + ".")
 		mr := miniredis.RunT(t)
 		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		t.Cleanup(func() { _ = rdb.Close() })
-		digests[m.name] = digestInFormat(t, m.f, m.registry, fakeCluster(t, names), rdb, names)
+		seeds := fakeCluster(t, names)
+		digests[m.name] = digestInFormat(t, m.f, m.registry, seeds, rdb, names)
+		parquet[m.name] = tapParquet(t, seeds, names)
 	}
 	sameDigests(t, digests)
+	// The analytics tap's Parquet files of the same input are the same in every format (issue 38
+	// item 4): compared as Arrow tables, see sameParquet.
+	parquetByMode(t, parquet)
 }
 
 // TestFormatsGiveTheSameDigestOnBroker is TestFormatsGiveTheSameDigest on the real broker and
