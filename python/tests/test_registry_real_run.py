@@ -108,7 +108,12 @@ def wait_for(what: str, ok: Any, st: Stages, timeout: float = 90) -> None:
 
 
 def test_registry_only_reader_reads_a_real_run(
-    kafka: str, redis_url: str, wmrl_cli: Path, prefix: str, world_model: str, tmp_path: Path  # noqa: F811
+    kafka: str,
+    redis_url: str,
+    wmrl_cli: Path,
+    prefix: str,
+    world_model: str,  # noqa: F811 (the fixture imported above)
+    tmp_path: Path,
 ) -> None:
     registry = resolve_registry(os.environ)
     run = f"regrun-{uuid.uuid4().hex[:6]}"
