@@ -157,7 +157,7 @@ func (f *Follower) apply(r *kgo.Record) {
 		}
 		f.model.Reward(r.Topic, prefix, run, stream, step, r.Timestamp, rewardFailure(suffix, r))
 	case topics.SuffixAdvantages:
-		rows, err := topics.DecodeAdvantages(r.Value)
+		rows, err := topics.DecodeAdvantageRecord(r)
 		if err != nil {
 			fail(err)
 			return
@@ -173,7 +173,7 @@ func (f *Follower) apply(r *kgo.Record) {
 		f.model.Manifest(r.Topic, prefix, m, r.Timestamp)
 	case topics.SuffixCalibration:
 		if r.Value != nil && topics.IsCalibrationEnd(r) {
-			e, err := topics.DecodeCalibrationEnd(r.Value)
+			e, err := topics.DecodeCalibrationEndRecord(r)
 			if err != nil {
 				fail(err)
 				return
@@ -185,7 +185,7 @@ func (f *Follower) apply(r *kgo.Record) {
 			f.model.Count(r.Topic) // a compaction tombstone or a window chunk of a state
 			return
 		}
-		s, err := topics.DecodeCalibration(r.Value)
+		s, err := topics.DecodeCalibrationRecord(r)
 		if err != nil {
 			fail(err)
 			return

@@ -60,6 +60,12 @@ func EncodeCalibrationChunk(c CalibrationChunk) []byte {
 // DecodeCalibrationChunk parses a chunk record's key and value; chunkPairs is the chunk size the
 // pairs must fit in (correction.ChunkPairs).
 func DecodeCalibrationChunk(key, value []byte, chunkPairs uint64) (CalibrationChunk, error) {
+	return decodeKeyedChunk(key, value, chunkPairs, DecodeCalibrationChunkValue)
+}
+
+// decodeKeyedChunk checks a chunk record's key and decodes its value with decode (the binary
+// layout or the Protobuf message).
+func decodeKeyedChunk(key, value []byte, chunkPairs uint64, decode func([]byte, uint64) (CalibrationChunk, error)) (CalibrationChunk, error) {
 	bad := func(field string, v any, reason string) (CalibrationChunk, error) {
 		return CalibrationChunk{}, &FieldError{Record: "calibration chunk " + string(key), Field: field, Value: v, Reason: reason}
 	}
@@ -77,7 +83,7 @@ func DecodeCalibrationChunk(key, value []byte, chunkPairs uint64) (CalibrationCh
 	if err != nil || slot < 0 {
 		return bad("slot", parts[2], "want a non-negative integer")
 	}
-	c, err := DecodeCalibrationChunkValue(value, chunkPairs)
+	c, err := decode(value, chunkPairs)
 	if err != nil {
 		return CalibrationChunk{}, fmt.Errorf("calibration chunk %s: %w", key, err)
 	}
@@ -124,13 +130,24 @@ func checkChunk(c CalibrationChunk, chunkPairs uint64) (CalibrationChunk, error)
 }
 
 // CalibrationChunkRecord returns c as a record for the calibration topic.
-func (n Names) CalibrationChunkRecord(c CalibrationChunk) *kgo.Record {
+func (n Names) CalibrationChunkRecord(c CalibrationChunk) (*kgo.Record, error) {
 	return n.EncodedCalibrationChunkRecord(c, EncodeCalibrationChunk(c))
 }
 
-// EncodedCalibrationChunkRecord is CalibrationChunkRecord with the value already encoded
-// (EncodeCalibrationChunk(c)), for a writer that stores the same bytes elsewhere too.
-func (n Names) EncodedCalibrationChunkRecord(c CalibrationChunk, value []byte) *kgo.Record {
-	return &kgo.Record{Topic: n.Calibration(), Key: CalibrationChunkKey(c.RunID, c.Stream, c.Slot),
+// EncodedCalibrationChunkRecord is CalibrationChunkRecord with the binary value already encoded
+// (EncodeCalibrationChunk(c)), for a writer that stores the same bytes elsewhere too (the Redis
+// copy, which keeps the binary layout). When n frames the calibration topic (Names.Framed) the
+// record carries c as a framed wmrl.v1.CalibrationChunk instead, and value is not used.
+func (n Names) EncodedCalibrationChunkRecord(c CalibrationChunk, value []byte) (*kgo.Record, error) {
+	v, ct, err := n.frameMessage(n.Calibration(), indexCalibrationChunk, func() ([]byte, error) { return EncodeCalibrationChunkProto(c) })
+	if err != nil {
+		return nil, fmt.Errorf("calibration chunk %s/%s/%d: %w", c.RunID, c.Stream, c.Slot, err)
+	}
+	if v != nil {
+		value = v
+	}
+	r := &kgo.Record{Topic: n.Calibration(), Key: CalibrationChunkKey(c.RunID, c.Stream, c.Slot),
 		Value: value, Headers: Headers(SchemaCalibrationChunk, c.RunID, c.Step, Header(HeaderStream, c.Stream))}
+	setContentType(r, ct)
+	return r, nil
 }

@@ -15,7 +15,10 @@ func TestCalibrationChunkRoundTrip(t *testing.T) {
 		binary.LittleEndian.PutUint64(pairs[8*i:], uint64(i+1))
 	}
 	c := CalibrationChunk{RunID: "r1", Stream: "mle", Slot: 5, Step: 42, Chunk: 44, First: 44*128 + 10, Pairs: pairs}
-	r := NewNames("p.").CalibrationChunkRecord(c)
+	r, err := NewNames("p.").CalibrationChunkRecord(c)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !IsCalibrationChunk(r) || IsCalibrationChunk(&kgo.Record{Key: CalibrationKey("r1", "mle")}) {
 		t.Fatal("IsCalibrationChunk does not tell chunks from snapshots")
 	}

@@ -133,12 +133,17 @@ func DecodeCalibrationEnd(b []byte) (CalibrationEnd, error) {
 // CalibrationEndRecord returns e as a record for the calibration topic (partition unset: the
 // writer puts it on the run's partition).
 func (n Names) CalibrationEndRecord(e CalibrationEnd) (*kgo.Record, error) {
-	b, err := EncodeCalibrationEnd(e)
+	b, ct, err := n.frameMessage(n.Calibration(), indexCalibrationEnd, func() ([]byte, error) { return EncodeCalibrationEndProto(e) })
+	if b == nil && err == nil {
+		b, err = EncodeCalibrationEnd(e)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return &kgo.Record{Topic: n.Calibration(), Key: CalibrationEndKey(e.RunID), Value: b,
-		Headers: Headers(SchemaCalibrationEnd, e.RunID, e.LastStep)}, nil
+	r := &kgo.Record{Topic: n.Calibration(), Key: CalibrationEndKey(e.RunID), Value: b,
+		Headers: Headers(SchemaCalibrationEnd, e.RunID, e.LastStep)}
+	setContentType(r, ct)
+	return r, nil
 }
 
 // CalibrationTombstone returns the tombstone (nil value) of a calibration topic key: compaction

@@ -60,13 +60,19 @@ func (n Names) ExecutedRecord(e ExecutedReward) (*kgo.Record, error) {
 
 // CalibrationRecord encodes s as a record for the compacted calibration topic, keyed by
 // CalibrationKey(run, stream) so compaction keeps the latest snapshot of each stream.
+// When n frames the calibration topic (Names.Framed) the value is a framed
+// wmrl.v1.CalibrationSnapshot, else the binary layout (EncodeCalibration).
 func (n Names) CalibrationRecord(s CalibrationSnapshot) (*kgo.Record, error) {
-	b, err := EncodeCalibration(s)
+	b, ct, err := n.frameMessage(n.Calibration(), indexCalibrationSnapshot, func() ([]byte, error) { return EncodeCalibrationProto(s) })
+	if b == nil && err == nil {
+		b, err = EncodeCalibration(s)
+	}
 	if err != nil {
 		return nil, err
 	}
 	r := keyedRecord(n.Calibration(), SchemaCalibration, s.RunID, s.Step, s.Stream, b)
 	r.Key = CalibrationKey(s.RunID, s.Stream)
+	setContentType(r, ct)
 	return r, nil
 }
 
@@ -94,9 +100,7 @@ func (n Names) keyedRecord(topic, schema, run string, step int64, stream string,
 		ct = ContentTypeProtobuf
 	}
 	r := keyedRecord(topic, schema, run, step, stream, value)
-	if ct != "" {
-		r.Headers[1].Value = []byte(ct)
-	}
+	setContentType(r, ct)
 	return r, nil
 }
 
@@ -105,7 +109,8 @@ func (n Names) keyedRecord(topic, schema, run string, step int64, stream string,
 // wmrl-rows. Every row must belong to run and step (ErrConflict otherwise). A non-empty stream
 // additionally requires every row to belong to it and sets wmrl-stream; an empty stream allows a
 // step's rows from several streams in one set of chunks. Produce the records in order, in one
-// transaction, so a trainer sees all n chunks of a step or none.
+// transaction, so a trainer sees all n chunks of a step or none. When n frames the advantages
+// topic (Names.Framed) each chunk's Arrow bytes travel in a framed wmrl.v1.AdvantageBatch.
 func (n Names) AdvantageRecords(run, stream string, step int64, rows []AdvantageRow, maxBytes int) ([]*kgo.Record, error) {
 	if msg := checkID(run); msg != "" {
 		return nil, &FieldError{Record: "advantages", Field: "run_id", Value: run, Reason: msg}
@@ -149,7 +154,15 @@ func (n Names) AdvantageRecords(run, stream string, step int64, rows []Advantage
 			extra = append(extra, Header(HeaderStream, stream))
 		}
 		extra = append(extra, Header(HeaderChunk, FormatChunk(i, len(chunks))), Header(HeaderRows, strconv.Itoa(c.rows)))
-		out[i] = &kgo.Record{Topic: n.Advantages(), Key: []byte(run), Value: c.payload, Headers: Headers(c.schema, run, step, extra...)}
+		v, ct, err := n.frameMessage(n.Advantages(), indexAdvantageBatch, func() ([]byte, error) { return EncodeAdvantagesProto(c.payload, c.schema) })
+		if err != nil {
+			return nil, fmt.Errorf("advantages run %s step %d chunk %d: %w", run, step, i, err)
+		}
+		if v == nil {
+			v = c.payload
+		}
+		out[i] = &kgo.Record{Topic: n.Advantages(), Key: []byte(run), Value: v, Headers: Headers(c.schema, run, step, extra...)}
+		setContentType(out[i], ct)
 	}
 	return out, nil
 }

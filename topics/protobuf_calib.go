@@ -11,8 +11,9 @@ import (
 // Protobuf codecs of the calibration topic's three records and of the advantages wrapper
 // (schemas/wmrl/v1/calibration.proto, advantages.proto). These records are few (one per sealed
 // step and stream, one per run), so they go through the generated messages; the validation is the
-// same as for the binary layouts. Not yet wired into the stages: `wmrl correct` still writes the
-// binary layouts and bare Arrow under every --format (docs/formats.md).
+// same as for the binary layouts. The stages write them, Confluent-framed, when a schema registry
+// is set (Names.Framed); without one the topics keep bare Arrow and the binary layouts
+// (docs/formats.md). framed_records.go holds the readers' content-type switch.
 
 // protoUnmarshal skips unknown fields (a newer schema's) and does not keep them: nothing
 // re-encodes a decoded message.
@@ -124,12 +125,9 @@ func EncodeAdvantagesProto(arrowIPC []byte, schema string) ([]byte, error) {
 // DecodeAdvantagesProto unwraps a wmrl.v1.AdvantageBatch and decodes its Arrow rows
 // (DecodeAdvantages); the wrapper's schema must be the one the Arrow stream declares.
 func DecodeAdvantagesProto(b []byte) ([]AdvantageRow, error) {
-	var m wirepb.AdvantageBatch
-	if err := unmarshalProto(b, "advantages", &m); err != nil {
+	m, err := unmarshalAdvantageBatch(b)
+	if err != nil {
 		return nil, err
-	}
-	if !IsAdvantageSchema(m.Schema) {
-		return nil, &FieldError{Record: "advantages", Field: "schema", Value: m.Schema, Reason: "not an advantages schema", Err: ErrUnknownSchema}
 	}
 	rows, err := DecodeAdvantages(m.ArrowIpc)
 	if err != nil {

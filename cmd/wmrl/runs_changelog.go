@@ -43,13 +43,13 @@ func changelogRuns(ctx context.Context, opts []kgo.Opt, topic string) (map[strin
 			delete(heads, [2]string{parts[0], parts[1]})
 		case r.Value == nil, topics.IsCalibrationChunk(r):
 		case topics.IsCalibrationEnd(r):
-			e, err := topics.DecodeCalibrationEnd(r.Value)
+			e, err := topics.DecodeCalibrationEndRecord(r)
 			if err != nil {
 				return fmt.Errorf("%s/%d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
 			}
 			ends[e.RunID] = &statestore.RunEnd{LastStep: e.LastStep, EndedAt: e.EndedAt, Reason: e.Reason}
 		default:
-			s, err := topics.DecodeCalibration(r.Value)
+			s, err := topics.DecodeCalibrationRecord(r)
 			if err != nil {
 				return fmt.Errorf("%s/%d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
 			}

@@ -23,7 +23,7 @@ func (c *Consumer) reload(ctx context.Context) error {
 	parts := slices.Sorted(maps.Keys(c.owned()))
 	c.eng.reset()
 	start := time.Now()
-	got, err := readChangelog(ctx, c.cfg.KafkaOpts, c.cfg.Names.Calibration(), parts, c.cfg.ChangelogTimeout, c.log)
+	got, err := readChangelog(ctx, c.cfg.KafkaOpts, c.cfg.Names, parts, c.cfg.ChangelogTimeout, c.log)
 	if err != nil {
 		return err
 	}

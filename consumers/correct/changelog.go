@@ -28,7 +28,10 @@ const mapEvery = 64
 func calibrationRecords(names topics.Names, s *sealed, recs []*kgo.Record) ([]*kgo.Record, error) {
 	for i := range s.snaps {
 		for _, ch := range s.chunks[i] {
-			r := names.EncodedCalibrationChunkRecord(ch.CalibrationChunk, ch.Value)
+			r, err := names.EncodedCalibrationChunkRecord(ch.CalibrationChunk, ch.Value)
+			if err != nil {
+				return nil, fmt.Errorf("correct: run %s step %d: %w", s.run, s.step, err)
+			}
 			r.Partition = s.part
 			recs = append(recs, r)
 		}
@@ -81,8 +84,11 @@ func (l *changelog) slotsOf(run string) map[string]int {
 }
 
 // readChangelog returns, per calibration key, the latest snapshot and chunks in the given
-// partitions, and the ends of the ended runs. A tombstone (nil value) removes its key.
-func readChangelog(ctx context.Context, opts []kgo.Opt, topic string, parts []int32, timeout time.Duration, log *slog.Logger) (*changelog, error) {
+// partitions of names' calibration topic, and the ends of the ended runs. A tombstone (nil value)
+// removes its key. Records are decoded by content-type (binary, or framed Protobuf when the
+// writer had a registry), so a restart may switch between the two.
+func readChangelog(ctx context.Context, opts []kgo.Opt, names topics.Names, parts []int32, timeout time.Duration, log *slog.Logger) (*changelog, error) {
+	topic := names.Calibration()
 	out := map[string]*changelogState{}
 	ends := map[string]changelogEnd{}
 	if len(parts) == 0 {
@@ -108,7 +114,7 @@ func readChangelog(ctx context.Context, opts []kgo.Opt, topic string, parts []in
 			return nil
 		}
 		if topics.IsCalibrationEnd(r) {
-			end, err := topics.DecodeCalibrationEnd(r.Value)
+			end, err := names.DecodeCalibrationEndRecord(ctx, r)
 			if err == nil && string(r.Key) != string(topics.CalibrationEndKey(end.RunID)) {
 				err = fmt.Errorf("key %q does not match the end of run %s", r.Key, end.RunID)
 			}
@@ -119,7 +125,7 @@ func readChangelog(ctx context.Context, opts []kgo.Opt, topic string, parts []in
 			return nil
 		}
 		if topics.IsCalibrationChunk(r) {
-			ch, err := topics.DecodeCalibrationChunk(r.Key, r.Value, correction.ChunkPairs)
+			ch, err := names.DecodeCalibrationChunkRecord(ctx, r, correction.ChunkPairs)
 			if err != nil {
 				return fmt.Errorf("%w: %s/%d offset %d: %w", ErrChangelog, r.Topic, r.Partition, r.Offset, err)
 			}
@@ -128,7 +134,7 @@ func readChangelog(ctx context.Context, opts []kgo.Opt, topic string, parts []in
 			entry(string(topics.CalibrationKey(ch.RunID, ch.Stream))).chunks[ch.Slot] = ch
 			return nil
 		}
-		s, err := topics.DecodeCalibration(r.Value)
+		s, err := names.DecodeCalibrationRecord(ctx, r)
 		if err != nil {
 			// A changelog record this consumer cannot read means state cannot be trusted.
 			return fmt.Errorf("%w: %s/%d offset %d: %w", ErrChangelog, r.Topic, r.Partition, r.Offset, err)
@@ -214,7 +220,7 @@ func (e *changelogState) assemble() (*correction.State, error) {
 // (run, stream) state of a run that has not ended, as the consumer does on assignment (without Redis), each checked
 // against its snapshot's digest. It serves benchmarks and tools.
 func RebuildFromChangelog(ctx context.Context, kafkaOpts []kgo.Opt, names topics.Names, parts []int32, timeout time.Duration, log *slog.Logger) ([]*correction.State, error) {
-	got, err := readChangelog(ctx, kafkaOpts, names.Calibration(), parts, timeout, log)
+	got, err := readChangelog(ctx, kafkaOpts, names, parts, timeout, log)
 	if err != nil {
 		return nil, err
 	}

@@ -97,7 +97,7 @@ func TestChangelogRebuildOnBroker(t *testing.T) {
 func checkRebuild(t *testing.T, seeds []string, names topics.Names, want map[string]*correction.State) map[string]*changelogState {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	log2, err := readChangelog(context.Background(), []kgo.Opt{kgo.SeedBrokers(seeds...)}, names.Calibration(), []int32{0}, 30*time.Second, log)
+	log2, err := readChangelog(context.Background(), []kgo.Opt{kgo.SeedBrokers(seeds...)}, names, []int32{0}, 30*time.Second, log)
 	if err != nil {
 		t.Fatal(err)
 	}

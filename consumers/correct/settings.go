@@ -167,7 +167,7 @@ func checkSettings(ctx context.Context, cfg ReplayConfig, opts []kgo.Opt, part i
 		if run, _, err := topics.ParseCalibrationKey(r.Key); err != nil || run != cfg.Run {
 			return nil
 		}
-		sn, err := topics.DecodeCalibration(r.Value)
+		sn, err := cfg.Names.DecodeCalibrationRecord(ctx, r)
 		if err != nil {
 			return fmt.Errorf("snapshot at %s[%d] offset %d: %w", topic, part, r.Offset, err)
 		}

@@ -388,12 +388,12 @@ func (t *Tap) handle(ctx context.Context, m kafka.Message) error {
 		t.asm.Offsets().Consumed(pos)
 		return nil
 	}
+	rec := &kgo.Record{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset, Key: m.Key, Value: m.Value}
+	for _, h := range m.Headers {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
 	switch m.Topic {
 	case t.advTopic:
-		rec := &kgo.Record{Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset, Key: m.Key, Value: m.Value}
-		for _, h := range m.Headers {
-			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-		}
 		ready, errs := t.asm.Add(rec)
 		for _, err := range errs {
 			t.count(func(s *Stats) { s.Skipped++ })
@@ -409,12 +409,13 @@ func (t *Tap) handle(ctx context.Context, m kafka.Message) error {
 			}
 		}
 	case t.calTopic:
-		if k := (&kgo.Record{Key: m.Key}); m.Value == nil || topics.IsCalibrationChunk(k) || topics.IsCalibrationEnd(k) {
+		if m.Value == nil || topics.IsCalibrationChunk(rec) || topics.IsCalibrationEnd(rec) {
 			// A tombstone, a window chunk of a correction state or a run's end, not a snapshot.
 			t.asm.Offsets().Consumed(pos)
 			return nil
 		}
-		snap, err := topics.DecodeCalibration(m.Value)
+		// By content-type: binary, or a framed Protobuf snapshot when correct has a registry.
+		snap, err := topics.DecodeCalibrationRecord(rec)
 		if err != nil {
 			t.count(func(s *Stats) { s.Skipped++ })
 			t.asm.Offsets().Consumed(pos)

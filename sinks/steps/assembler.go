@@ -389,7 +389,7 @@ func parseHeaders(rec *kgo.Record) (run string, step int64, i, n int, err error)
 
 // decodeChunk decodes the payload (schema version included) and checks it against the headers.
 func decodeChunk(rec *kgo.Record, run string, step int64) ([]topics.AdvantageRow, error) {
-	rows, err := topics.DecodeAdvantages(rec.Value)
+	rows, err := topics.DecodeAdvantageRecord(rec)
 	if err != nil {
 		return nil, err
 	}

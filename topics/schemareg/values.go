@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"time"
 
@@ -38,7 +37,13 @@ func (r *Registry) FrameValue(topic string, payload []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.AppendFrame(make([]byte, 0, len(payload)+8), topic, idx, payload)
+	return r.FrameMessage(topic, idx, payload)
+}
+
+// FrameMessage implements topics.Framer: payload behind topic's registered id and index (the
+// advantages and calibration topics, whose message index topics decides).
+func (r *Registry) FrameMessage(topic string, index []int, payload []byte) ([]byte, error) {
+	return r.AppendFrame(make([]byte, 0, len(payload)+8), topic, index, payload)
 }
 
 // Retry pacing of UnframeValue while the registry cannot be reached.
@@ -51,16 +56,21 @@ const (
 // backoff, a warning each time) until ctx ends; a record is never dead-lettered because the
 // registry was away. It also checks the message index is the topic's record message's.
 func (r *Registry) UnframeValue(ctx context.Context, topic string, value []byte) ([]byte, error) {
+	want, err := r.index(topic)
+	if err != nil {
+		return nil, err
+	}
+	return r.UnframeMessage(ctx, topic, want, value)
+}
+
+// UnframeMessage implements topics.Framer: UnframeValue checking the message index against want.
+func (r *Registry) UnframeMessage(ctx context.Context, topic string, want []int, value []byte) ([]byte, error) {
 	wait := retryFirst
 	for {
 		f, err := r.Unframe(ctx, topic, value)
 		switch {
 		case err == nil:
-			want, ierr := r.index(topic)
-			if ierr != nil {
-				return nil, ierr
-			}
-			if !equalIndex(f.Index, want) {
+			if !topics.EqualMessageIndex(f.Index, want) {
 				return nil, fmt.Errorf("%s: schema id %d: message index %v, want %v (the topic's record message): %w",
 					topic, f.ID, f.Index, want, topics.ErrSchemaMismatch)
 			}
@@ -79,14 +89,6 @@ func (r *Registry) UnframeValue(ctx context.Context, topic string, value []byte)
 		}
 		wait = min(2*wait, retryMax)
 	}
-}
-
-// equalIndex compares message indexes; an empty list is [0] (the Confluent shorthand).
-func equalIndex(got, want []int) bool {
-	if len(got) == 0 {
-		got = []int{0}
-	}
-	return slices.Equal(got, want)
 }
 
 var _ topics.Framer = (*Registry)(nil)

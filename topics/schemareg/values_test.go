@@ -66,7 +66,7 @@ func TestRecordsFramedAndRead(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if id, _ := r.ID(rec.Topic); f.ID != id || !equalIndex(f.Index, c.index) {
+			if id, _ := r.ID(rec.Topic); f.ID != id || !topics.EqualMessageIndex(f.Index, c.index) {
 				t.Fatalf("frame id %d index %v, want %d %v", f.ID, f.Index, id, c.index)
 			}
 			got, err := c.read(rec)
