@@ -76,7 +76,7 @@ func (a *advantageReader) readUntil(t *testing.T, want int, timeout time.Duratio
 		fs := a.cl.PollFetches(ctx)
 		cancel()
 		fs.EachRecord(func(r *kgo.Record) {
-			rows, err := topics.DecodeAdvantages(r.Value)
+			rows, err := topics.DecodeAdvantageRecord(r)
 			if err != nil {
 				t.Fatalf("advantage record %d: %v", r.Offset, err)
 			}

@@ -11,7 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/wmrl/wmrl/correction"
 	"github.com/wmrl/wmrl/internal/testenv"
+	"github.com/wmrl/wmrl/internal/topicread"
 	"github.com/wmrl/wmrl/topics"
 	"github.com/wmrl/wmrl/topics/schemareg"
 )
@@ -24,7 +26,8 @@ var formatWorkload = SynthConfig{Runs: 2, Steps: 4, Groups: 4, GroupSize: 8, Anc
 // against the reference computed without the stage. With a registry url (an in-process double or
 // a real registry) the records are Confluent-framed, the stage checks their ids, and one
 // predicted record framed with an id the registry does not know is put in the middle of the
-// input: it must be dead-lettered as schema-unknown while the run goes on to the same digest.
+// input: it must be dead-lettered as schema-unknown while the run goes on to the same digest. The
+// stage is restarted after step 1 (its state rebuilt from the changelog).
 func digestInFormat(t *testing.T, f topics.Format, registry string, seeds []string, rdb redis.UniversalClient, names topics.Names) string {
 	t.Helper()
 	names.Format = f
@@ -56,13 +59,20 @@ func digestInFormat(t *testing.T, f topics.Format, registry string, seeds []stri
 	if isJSON := bytes.HasPrefix(recs[0].Value, []byte("{")); isJSON != (f == topics.FormatJSON) || topics.RecordFormat(recs[0]) != f {
 		t.Fatalf("%s: input record %q (content-type %s) is not in that format", f, recs[0].Value, ct)
 	}
-	input := recs
-	if registry != "" {
-		if ct != topics.ContentTypeProtobufConfluent || recs[0].Value[0] != 0 {
-			t.Fatalf("input record (content-type %s) is not framed", ct)
+	// Two phases with a stage restart between them: steps 0-1, then the rest. The second stage
+	// rebuilds its state from the changelog the first wrote (framed Protobuf in the registry
+	// mode), so the digest also proves the restore.
+	var first, second []*kgo.Record
+	for _, s := range steps {
+		if s.Step < 2 {
+			first = append(first, s.Records()...)
+		} else {
+			second = append(second, s.Records()...)
 		}
+	}
+	if registry != "" {
 		var garbage *kgo.Record
-		for _, r := range recs[len(recs)/2:] {
+		for _, r := range second {
 			if r.Topic == names.Predicted() {
 				c := *r
 				c.Value = append([]byte{0, 0x7f, 0xff, 0xff, 0x00}, r.Value[5:]...)
@@ -70,19 +80,31 @@ func digestInFormat(t *testing.T, f topics.Format, registry string, seeds []stri
 				break
 			}
 		}
-		input = append(append(slices.Clone(recs[:len(recs)/2]), garbage), recs[len(recs)/2:]...)
+		second = append([]*kgo.Record{garbage}, second...)
 	}
-	testenv.Produce(t, seeds, input)
+	testenv.Produce(t, seeds, first)
 	cc := smallCorrection()
 	cfg := testConsumerConfig(seeds, names, rdb, cc)
 	cfg.RedisPrefix = names.Prefix + "state"
 	stop := startConsumer(t, cfg)
 	rd := newAdvantageReader(t, seeds, names.Advantages(), true)
+	phase1 := 2 * formatWorkload.Runs * formatWorkload.Groups * formatWorkload.GroupSize
+	rd.readUntil(t, phase1, 60*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if len(rd.rows) != phase1 {
+		t.Fatalf("%s: phase 1: %d rows, want %d", f, len(rd.rows), phase1)
+	}
+	testenv.Produce(t, seeds, second)
+	cfg.Registry = nil
+	stop = startConsumer(t, cfg)
 	rd.readUntil(t, rollouts(formatWorkload), 60*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	checkExactlyOnce(t, rd.rows, rollouts(formatWorkload))
+	checkSideTopics(t, seeds, names, registry != "")
 	if registry != "" {
 		var reasons []string
 		for _, d := range readDeadLetters(t, seeds, names.DLQ(), 1, 15*time.Second) {
@@ -97,6 +119,79 @@ func digestInFormat(t *testing.T, f topics.Format, registry string, seeds []stri
 		t.Fatalf("%s: live digest %s, reference %s", f, got, want)
 	}
 	return got
+}
+
+// checkSideTopics reads the advantages and calibration topics the stage wrote: with a registry
+// (framed) every record is Confluent-framed Protobuf and says so in its content-type, else bare
+// Arrow and the binary layouts as always; every record decodes through names' content-type switch
+// (ids checked against the registry), and the changelog rebuilds every (run, stream) state.
+func checkSideTopics(t *testing.T, seeds []string, names topics.Names, framed bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.FetchIsolationLevel(kgo.ReadCommitted())}
+	start := map[string]map[int32]kgo.Offset{}
+	var parts []int32
+	for _, topic := range []string{names.Advantages(), names.Calibration()} {
+		n, err := topicread.PartitionCount(ctx, opts, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start[topic] = map[int32]kgo.Offset{}
+		for p := range int32(n) {
+			start[topic][p] = kgo.NewOffset().AtStart()
+			if topic == names.Calibration() {
+				parts = append(parts, p)
+			}
+		}
+	}
+	kinds := map[string]int{}
+	err := topicread.ToEnd(ctx, opts, start, 0, nil, func(r *kgo.Record) error {
+		if r.Value == nil {
+			return nil
+		}
+		ct, _ := topics.HeaderValue(r.Headers, topics.HeaderContentType)
+		var kind, want string
+		var err error
+		switch {
+		case r.Topic == names.Advantages():
+			kind, want = "advantages", topics.ContentTypeArrow
+			_, err = names.DecodeAdvantageRecord(ctx, r)
+		case topics.IsCalibrationEnd(r):
+			kind, want = "end", topics.ContentTypeBinary
+			_, err = names.DecodeCalibrationEndRecord(ctx, r)
+		case topics.IsCalibrationChunk(r):
+			kind, want = "chunk", topics.ContentTypeBinary
+			_, err = names.DecodeCalibrationChunkRecord(ctx, r, correction.ChunkPairs)
+		default:
+			kind, want = "snapshot", topics.ContentTypeBinary
+			_, err = names.DecodeCalibrationRecord(ctx, r)
+		}
+		if framed {
+			want = topics.ContentTypeProtobufConfluent
+			if r.Value[0] != 0 {
+				t.Errorf("%s record %s/%d@%d is not framed", kind, r.Topic, r.Partition, r.Offset)
+			}
+		}
+		if ct != want {
+			t.Errorf("%s record %s/%d@%d: content-type %q, want %q", kind, r.Topic, r.Partition, r.Offset, ct, want)
+		}
+		if err != nil {
+			t.Errorf("%s record %s/%d@%d: %v", kind, r.Topic, r.Partition, r.Offset, err)
+		}
+		kinds[kind]++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kinds["advantages"] == 0 || kinds["snapshot"] == 0 || kinds["chunk"] == 0 {
+		t.Fatalf("records read by kind: %v", kinds)
+	}
+	states, err := RebuildFromChangelog(ctx, opts, names, parts, 20*time.Second, quietLogger())
+	if want := formatWorkload.Runs * formatWorkload.Streams; err != nil || len(states) != want {
+		t.Fatalf("rebuilt %d states from the changelog (%v), want %d", len(states), err, want)
+	}
 }
 
 // TestFormatsGiveTheSameDigest runs one workload through `wmrl correct` (embedded kfake), its
