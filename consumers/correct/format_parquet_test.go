@@ -3,7 +3,7 @@ package correct
 import (
 	"bytes"
 	"context"
-	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,10 +22,17 @@ import (
 	"github.com/wmrl/wmrl/topics"
 )
 
+// tapOutput is what the analytics tap wrote for one mode: per kind ("advantages", "calibration")
+// the table its files hold, and each file's bytes by name.
+type tapOutput struct {
+	tables map[string]parquetTable
+	files  map[string][]byte
+}
+
 // tapParquet runs the analytics tap (`wmrl analytics`) over names' advantages and calibration
-// topics until it has fetched every offset there, stops it (which flushes the partial
-// files) and returns the directory of its Parquet files.
-func tapParquet(t *testing.T, seeds []string, names topics.Names) string {
+// topics until it has fetched every offset there, stops it (which flushes the partial files) and
+// reads its Parquet files back.
+func tapParquet(t *testing.T, seeds []string, names topics.Names) tapOutput {
 	t.Helper()
 	want := endOffsets(t, seeds, names.Advantages(), names.Calibration())
 	dir := t.TempDir()
@@ -59,7 +66,19 @@ func tapParquet(t *testing.T, seeds []string, names topics.Names) string {
 	if st := tap.Stats(); st.Skipped != 0 || st.Rows == 0 || st.Calibration == 0 {
 		t.Fatalf("tap stats %+v: want rows and snapshots written, nothing skipped", st)
 	}
-	return dir
+	out := tapOutput{tables: map[string]parquetTable{}, files: map[string][]byte{}}
+	for _, kind := range []string{"advantages", "calibration"} {
+		out.tables[kind] = readParquet(t, dir, kind)
+	}
+	paths, _ := filepath.Glob(filepath.Join(dir, "*.parquet"))
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.files[filepath.Base(p)] = b
+	}
+	return out
 }
 
 // endOffsets sums the end offsets of the topics' partitions: every offset the tap fetches,
@@ -138,59 +157,49 @@ func readParquet(t *testing.T, dir, kind string) parquetTable {
 	return out
 }
 
-// sameParquet requires the tap's files of dir a and dir b to hold the same tables: equal Arrow
-// schemas (names, types, the schema metadata the tap stores) and, per kind, the same rows column
-// for column. It reports whether same-named files are also equal byte for byte, which the
-// comparison does not need: a file's split into row groups and its name follow the roll, i.e.
-// arrival order.
-func sameParquet(t *testing.T, modeA, a, modeB, b string) {
+// sameParquet requires two modes' tap outputs to hold the same tables: equal Arrow schemas
+// (names, types, the schema metadata the tap stores) and, per kind, the same rows column for
+// column. It reports whether same-named files are also equal byte for byte, which the comparison
+// does not need: a file's split into row groups and its name follow the roll, i.e. arrival order.
+func sameParquet(t *testing.T, modeA string, a tapOutput, modeB string, b tapOutput) {
 	t.Helper()
 	for _, kind := range []string{"advantages", "calibration"} {
-		ta, tb := readParquet(t, a, kind), readParquet(t, b, kind)
+		ta, tb := a.tables[kind], b.tables[kind]
 		if !ta.schema.Equal(tb.schema) || !ta.schema.Metadata().Equal(tb.schema.Metadata()) {
-			t.Errorf("%s: schemas differ:\n%v\n%v", kind, ta.schema, tb.schema)
+			t.Errorf("%s vs %s, %s: schemas differ:\n%v\n%v", modeA, modeB, kind, ta.schema, tb.schema)
 			continue
 		}
 		if len(ta.rows) == 0 || len(ta.rows) != len(tb.rows) {
-			t.Errorf("%s: %d rows against %d", kind, len(ta.rows), len(tb.rows))
+			t.Errorf("%s vs %s, %s: %d rows against %d", modeA, modeB, kind, len(ta.rows), len(tb.rows))
 			continue
 		}
 		for i := range ta.rows {
 			if ta.rows[i] != tb.rows[i] {
-				t.Errorf("%s: row %d differs:\n%s\n%s", kind, i, ta.rows[i], tb.rows[i])
+				t.Errorf("%s vs %s, %s: row %d differs:\n%s\n%s", modeA, modeB, kind, i, ta.rows[i], tb.rows[i])
 				break
 			}
 		}
 	}
 	same, of := 0, 0
-	files, _ := filepath.Glob(filepath.Join(a, "*.parquet"))
-	for _, f := range files {
-		x, errX := os.ReadFile(f)
-		y, errY := os.ReadFile(filepath.Join(b, filepath.Base(f)))
-		if errX == nil && errY == nil {
+	for name, x := range a.files {
+		if y, ok := b.files[name]; ok {
 			of++
 			if bytes.Equal(x, y) {
 				same++
 			}
 		}
 	}
-	t.Logf("parquet %s vs %s: %d of %d same-named files equal byte for byte (%d files)", modeA, modeB, same, of, len(files))
+	t.Logf("parquet %s vs %s: %d of %d same-named files equal byte for byte (%d files)", modeA, modeB, same, of, len(a.files))
 }
 
-// parquetByMode taps each mode's topics and compares every mode's files with the first's.
-func parquetByMode(t *testing.T, dirs map[string]string) {
+// parquetByMode compares every mode's tap output with the first mode's (by name).
+func parquetByMode(t *testing.T, outs map[string]tapOutput) {
 	t.Helper()
-	modes := slices.Sorted(func(yield func(string) bool) {
-		for m := range dirs {
-			if !yield(m) {
-				return
-			}
-		}
-	})
+	modes := slices.Sorted(maps.Keys(outs))
 	if len(modes) < 2 {
-		t.Fatalf("parquet of %d modes, want at least 2: %v", len(modes), fmt.Sprint(modes))
+		t.Fatalf("parquet of %d modes, want at least 2: %v", len(modes), modes)
 	}
 	for _, m := range modes[1:] {
-		sameParquet(t, modes[0], dirs[modes[0]], m, dirs[m])
+		sameParquet(t, modes[0], outs[modes[0]], m, outs[m])
 	}
 }

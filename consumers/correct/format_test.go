@@ -202,7 +202,7 @@ func checkSideTopics(t *testing.T, seeds []string, names topics.Names, framed bo
 func TestFormatsGiveTheSameDigest(t *testing.T) {
 	fake := schemareg.NewDouble()
 	t.Cleanup(fake.Close)
-	digests, parquet := map[string]string{}, map[string]string{}
+	digests, parquet := map[string]string{}, map[string]tapOutput{}
 	for _, m := range formatModes(fake.URL()) {
 		names := topics.NewNames("fmt-" + m.name + ".")
 		mr := miniredis.RunT(t)
@@ -220,9 +220,10 @@ func TestFormatsGiveTheSameDigest(t *testing.T) {
 
 // TestFormatsGiveTheSameDigestOnBroker is TestFormatsGiveTheSameDigest on the real broker and
 // Redis (WMRL_TEST_KAFKA, WMRL_TEST_REDIS), framed against the real registry of
-// WMRL_TEST_REGISTRY (that mode alone skips without one, unless services are required).
+// WMRL_TEST_REGISTRY (that mode alone skips without one, unless services are required), the
+// Parquet comparison included.
 func TestFormatsGiveTheSameDigestOnBroker(t *testing.T) {
-	digests := map[string]string{}
+	digests, parquet := map[string]string{}, map[string]tapOutput{}
 	for _, m := range formatModes("") {
 		t.Run(m.name, func(t *testing.T) {
 			if m.name == "registry" {
@@ -230,12 +231,14 @@ func TestFormatsGiveTheSameDigestOnBroker(t *testing.T) {
 			}
 			seeds, rdb, names := onBroker(t)
 			digests[m.name] = digestInFormat(t, m.f, m.registry, seeds, rdb, names)
+			parquet[m.name] = tapParquet(t, seeds, names)
 		})
 	}
 	if len(digests) == 0 {
 		t.Skip("no broker: every mode skipped")
 	}
 	sameDigests(t, digests)
+	parquetByMode(t, parquet)
 }
 
 type formatMode struct {
