@@ -65,11 +65,12 @@ def bad_prediction(schema_id: int, run: str) -> bytes:
     valid for the registry's schema, refused by wmrl's rules (attempts must be >= 0)."""
     from wmrl_client.wirepb import predicted_pb2
 
-    msg = predicted_pb2.PredictedReward(
+    msg = predicted_pb2.PredictedReward(  # type: ignore[attr-defined]
         run_id=run, step=0, group_id="0-g0", rollout_id="bad-0", stream="default", status="ok", score=0.5,
         attempts=-1,
     )  # fmt: skip
-    return b"\x00" + schema_id.to_bytes(4, "big") + b"\x00" + msg.SerializeToString()
+    body: bytes = msg.SerializeToString()
+    return b"\x00" + schema_id.to_bytes(4, "big") + b"\x00" + body
 
 
 def read_topic(kafka: str, topic: str) -> list[Any]:
@@ -89,9 +90,10 @@ def read_topic(kafka: str, topic: str) -> list[Any]:
             m = c.poll(1.0)
             if m is None:
                 continue
-            if m.error() is not None:
-                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-                done.add(m.partition())
+            err = m.error()
+            if err is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, err
+                done.add(int(m.partition() or 0))
                 continue
             out.append(m)
         return out
