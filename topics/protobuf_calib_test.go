@@ -1,9 +1,12 @@
 package topics
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestProtoCalibrationMatchesBinary: a snapshot, a window chunk and an end record decode to the
@@ -103,6 +106,9 @@ func TestProtoAdvantagesWrapper(t *testing.T) {
 
 // FuzzDecodeCalibrationProto: no input panics the calibration topic's and the advantages
 // wrapper's Protobuf decoders, and what they accept re-encodes to bytes that decode to the same.
+// Cases 4-7 feed the same bytes to the readers' content-type switch (Names.Decode*Record) as a
+// record value that is bare, bare Protobuf or Confluent-framed by its content-type (which/8):
+// nothing panics, and a framed value accepted decodes as its frame's payload does bare.
 func FuzzDecodeCalibrationProto(f *testing.F) {
 	snap, _ := EncodeCalibrationProto(sampleCalibrationDebias())
 	chunk, _ := EncodeCalibrationChunkProto(CalibrationChunk{Slot: 1, Step: 2, Chunk: 1, First: 64, Pairs: make([]byte, 32)})
@@ -111,8 +117,17 @@ func FuzzDecodeCalibrationProto(f *testing.F) {
 	adv, _ := EncodeAdvantagesProto(arrowIPC, SchemaAdvantages)
 	for i, b := range [][]byte{snap, chunk, end, adv} {
 		f.Add(uint8(i), b)
+		f.Add(uint8(4+(i+1)%4+8), b)                                       // bare Protobuf record
+		f.Add(uint8(4+(i+1)%4+16), append([]byte{0, 0, 0, 0, 7, 0}, b...)) // framed, index [0]
 	}
+	f.Add(uint8(4+1+16), append([]byte{0, 0, 0, 0, 7, 2, 4}, chunk...)) // framed chunk, index [2]
+	f.Add(uint8(4+2+16), append([]byte{0, 0, 0, 0, 7, 2, 6}, end...))   // framed end, index [3]
+	f.Add(uint8(4), arrowIPC)
 	f.Fuzz(func(t *testing.T, which uint8, b []byte) {
+		if which%8 >= 4 {
+			fuzzSideRecord(t, which, b)
+			return
+		}
 		switch which % 4 {
 		case 0:
 			if s, err := DecodeCalibrationProto(b); err == nil {
@@ -145,4 +160,42 @@ func FuzzDecodeCalibrationProto(f *testing.F) {
 			_, _ = DecodeAdvantagesProto(b)
 		}
 	})
+}
+
+// fuzzSideRecord decodes b as the value of an advantages, snapshot, chunk or end record
+// (which%4) whose content-type is bare, Protobuf or framed ((which/8)%3), without a registry.
+func fuzzSideRecord(t *testing.T, which uint8, b []byte) {
+	names := NewNames("fz.")
+	cts := []string{"", ContentTypeProtobuf, ContentTypeProtobufConfluent}
+	ct := cts[int(which/8)%3]
+	rec := func(topic, key string, v []byte, ct string) *kgo.Record {
+		r := &kgo.Record{Topic: topic, Key: []byte(key), Value: v}
+		if ct != "" {
+			r.Headers = []kgo.RecordHeader{Header(HeaderContentType, ct)}
+		}
+		return r
+	}
+	read := func(v []byte, ct string) (any, error) {
+		ctx := context.Background()
+		switch which % 4 {
+		case 0:
+			return names.DecodeAdvantageRecord(ctx, rec(names.Advantages(), "r1", v, ct))
+		case 1:
+			return names.DecodeCalibrationRecord(ctx, rec(names.Calibration(), "r1/s", v, ct))
+		case 2:
+			return names.DecodeCalibrationChunkRecord(ctx, rec(names.Calibration(), "r1/s/1", v, ct), 64)
+		}
+		return names.DecodeCalibrationEndRecord(ctx, rec(names.Calibration(), "r1", v, ct))
+	}
+	got, err := read(b, ct)
+	if err != nil || ct != ContentTypeProtobufConfluent {
+		return
+	}
+	_, payload, ferr := skipFrameIndex(b)
+	if ferr != nil {
+		t.Fatalf("framed value accepted, but its frame does not parse: %v", ferr)
+	}
+	if again, err := read(payload, ContentTypeProtobuf); err != nil || !reflect.DeepEqual(got, again) {
+		t.Fatalf("framed value decodes to %+v, its payload bare to %+v, %v", got, again, err)
+	}
 }
