@@ -167,9 +167,10 @@ def test_registry_only_reader_reads_a_real_run(
     reader = RegistryReader(registry)
     decoded: dict[str, list[Any]] = {}
     failures: dict[str, str] = {}
+    raw: dict[str, list[Any]] = {}
     for name, topic in t.items():
         subject = None if name == "dlq" else f"{topic}-value"
-        msgs = read_topic(kafka, topic)
+        msgs = raw[name] = read_topic(kafka, topic)
         decoded[name] = []
         for m in msgs:
             try:
@@ -221,5 +222,9 @@ def test_registry_only_reader_reads_a_real_run(
     # predicted topic's message with the value it was written with.
     assert len(decoded["dlq"]) == 1, kinds
     (dl,) = decoded["dlq"]
+    hs = {k: (v or b"").decode() for k, v in raw["dlq"][0].headers() or []}
+    assert (hs.get("wmrl-dlq-reason"), hs.get("wmrl-dlq-source-topic")) == ("invalid-field:attempts", t["predicted"]), (
+        hs
+    )
     assert (dl.DESCRIPTOR.full_name, dl.rollout_id, dl.attempts) == ("wmrl.v1.PredictedReward", "bad-0", -1)
     assert json_format.MessageToDict(dl)["runId"] == run
