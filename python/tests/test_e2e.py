@@ -62,7 +62,8 @@ def read_steps(
 def produce(gohelper: Helper, kafka: str, prefix: str, run: str, steps: int, **flags: Any) -> dict[str, Any]:
     args = ["produce", "--brokers", kafka, "--prefix", prefix, "--run", run, "--steps", str(steps)]
     for k, v in flags.items():
-        args += [f"--{k.replace('_', '-')}", str(v)]
+        # A Go bool flag takes its value only as --name=value.
+        args += [f"--{k.replace('_', '-')}=true"] if v is True else [f"--{k.replace('_', '-')}", str(v)]
     return gohelper(*args)
 
 
@@ -96,6 +97,25 @@ def topic_runs(kafka: str, topic: str) -> list[str]:
             if run not in runs:
                 runs.append(run)
         return runs
+    finally:
+        c.close()
+
+
+def topic_content_types(kafka: str, topic: str) -> set[str]:
+    """The content-type headers of partition 0 of topic, read to its end."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": kafka, "group.id": f"probe-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        cts: set[str] = set()
+        while True:
+            m = c.poll(10)
+            assert m is not None, f"no end of {topic} within 10s"
+            if m.error():
+                return cts
+            cts.add(dict(m.headers() or [])["content-type"].decode())
     finally:
         c.close()
 
@@ -148,9 +168,17 @@ def test_python_reads_what_the_go_pipeline_produced(kafka: str, redis_url: str, 
         delete_prefix(kafka, prefix)
 
 
-def test_python_reads_exactly_the_rows_go_committed(kafka: str, gohelper: Helper, prefix: str, wmrl_cli: Path) -> None:
+@pytest.mark.parametrize("framed", [False, True], ids=["arrow", "framed"])
+def test_python_reads_exactly_the_rows_go_committed(
+    kafka: str, gohelper: Helper, prefix: str, wmrl_cli: Path, framed: bool
+) -> None:
+    """framed: Go writes the advantages as `wmrl correct` does with a schema registry (a
+    Confluent-framed wmrl.v1.AdvantageBatch); the stream and `wmrl digest` read them the same."""
     run = "e2e-run"
-    go = produce(gohelper, kafka, prefix, run, 6, chunk_bytes=4096, other_run="e2e-other", partitions=3)
+    flags = {"framed": True} if framed else {}
+    go = produce(gohelper, kafka, prefix, run, 6, chunk_bytes=4096, other_run="e2e-other", partitions=3, **flags)
+    if framed:
+        assert topic_content_types(kafka, f"{prefix}advantages.v1") == {"application/x-protobuf; framing=confluent"}
     assert go["chunks"] > go["steps"], "chunk-bytes should force several chunks per step"
     assert go["aborted_rows"] > 0 and go["other_run_rows"] > 0
     assert wmrl_digest(wmrl_cli, kafka, f"{prefix}advantages.v1", run) == (go["digest"], go["rows"], go["steps"])

@@ -17,7 +17,16 @@ import pyarrow.ipc as ipc
 
 from . import contract as c
 from .digest import rows_from_table
-from .errors import CONFLICT, MALFORMED, FieldError, MalformedError, SchemaVersionError, TooLargeError, WmrlError
+from .errors import (
+    CONFLICT,
+    MALFORMED,
+    FieldError,
+    HeaderError,
+    MalformedError,
+    SchemaVersionError,
+    TooLargeError,
+    WmrlError,
+)
 
 ADVANTAGE_SCHEMA: pa.Schema = pa.schema(
     [
@@ -83,6 +92,74 @@ def check_schema(schema: pa.Schema, where: str = "") -> pa.Schema:
         if want.nullable and not have.nullable:
             raise FieldError("advantages", want.name, None, "column must be nullable", MALFORMED)
     return wmrl
+
+
+def advantage_arrow(value: bytes, content_type: str | None, where: str = "advantages") -> bytes:
+    """The Arrow IPC stream of an advantages record's value, chosen by its content-type as Go's
+    ``topics.Names.AdvantageArrow`` does: the value itself (``application/vnd.apache.arrow.stream``
+    or no content-type), or the ``arrow_ipc`` of the ``wmrl.v1.AdvantageBatch`` it holds, bare
+    (``application/x-protobuf``) or behind a Confluent frame (``…; framing=confluent``: magic byte
+    0, a 4-byte schema id, the message-index list, which must be [0]). The schema id is not
+    checked: that is a registry's job, and the message behind the frame is complete. Parsing the
+    wrapper needs the ``protobuf`` package (``pip install 'wmrl-client[protobuf]'``).
+    """
+    if content_type is None or content_type == c.CONTENT_TYPE_ARROW:
+        return value
+    if content_type == c.CONTENT_TYPE_PROTOBUF_CONFLUENT:
+        index, value = _skip_confluent_frame(value, where)
+        if index != [0]:
+            raise MalformedError("protobuf", f"{where}: message index {index}, want [0] (wmrl.v1.AdvantageBatch)")
+    elif content_type != c.CONTENT_TYPE_PROTOBUF:
+        raise HeaderError(
+            f"{where}: {c.HEADER_CONTENT_TYPE} {content_type!r}, want {c.CONTENT_TYPE_ARROW!r}, "
+            f"{c.CONTENT_TYPE_PROTOBUF!r} or {c.CONTENT_TYPE_PROTOBUF_CONFLUENT!r}"
+        )
+    if len(value) > c.MAX_ADVANTAGE_BYTES + 1024:
+        raise TooLargeError(f"{where}: {len(value)} bytes exceeds the {c.MAX_ADVANTAGE_BYTES} byte limit")
+    try:
+        from google.protobuf.message import DecodeError
+
+        from .wirepb import advantages_pb2
+    except ImportError as e:
+        raise ImportError(
+            f"{where}: a Protobuf advantages record needs the protobuf package: pip install 'wmrl-client[protobuf]'"
+        ) from e
+    m = advantages_pb2.AdvantageBatch()
+    try:
+        m.ParseFromString(bytes(value))
+    except DecodeError as e:
+        raise MalformedError("protobuf", f"{where}: wmrl.v1.AdvantageBatch: {e}") from None
+    if m.schema not in c.ADVANTAGE_SCHEMAS:
+        want = " or ".join(c.ADVANTAGE_SCHEMAS)
+        raise SchemaVersionError("advantages", m.schema, want, f"{where}: AdvantageBatch.schema")
+    return m.arrow_ipc
+
+
+def _skip_confluent_frame(b: bytes, where: str) -> tuple[list[int], bytes]:
+    """The message-index list ([0] for the shorthand of a count 0) and the message behind a
+    Confluent Protobuf frame: magic byte 0, 4-byte schema id, zig-zag varints (count, indexes)."""
+    if len(b) < 5 or b[0] != 0:
+        raise MalformedError("protobuf", f"{where}: not a Confluent frame (want magic byte 0 and a 4-byte schema id)")
+    pos = 5
+
+    def varint() -> int:
+        nonlocal pos
+        u = 0
+        for i in range(10):
+            if pos >= len(b):
+                break
+            byte = b[pos]
+            pos += 1
+            u |= (byte & 0x7F) << (7 * i)
+            if byte < 0x80:
+                return (u >> 1) ^ -(u & 1)
+        raise MalformedError("protobuf", f"{where}: Confluent frame: truncated message index")
+
+    count = varint()
+    if count < 0 or count > 8:
+        raise MalformedError("protobuf", f"{where}: Confluent frame: message-index count {count}")
+    index = [varint() for _ in range(count)]
+    return index or [0], b[pos:]
 
 
 def decode_advantages(payload: bytes | bytearray | memoryview | pa.Buffer, *, validate: bool = True) -> pa.Table:

@@ -48,6 +48,12 @@ HEADER_ROWS: Final = "wmrl-rows"
 CONTENT_TYPE_JSON: Final = "application/json"
 CONTENT_TYPE_ARROW: Final = "application/vnd.apache.arrow.stream"
 CONTENT_TYPE_BINARY: Final = "application/octet-stream"
+CONTENT_TYPE_PROTOBUF: Final = "application/x-protobuf"
+# A Protobuf value in the Confluent wire format (topics.ContentTypeProtobufConfluent): what
+# `wmrl correct` writes to the advantages topic when it has a schema registry, a
+# wmrl.v1.AdvantageBatch holding the Arrow IPC bytes behind magic byte 0, the schema id and the
+# message index.
+CONTENT_TYPE_PROTOBUF_CONFLUENT: Final = CONTENT_TYPE_PROTOBUF + "; framing=confluent"
 
 # Arrow schema-metadata key carrying the schema id (topics/arrow.go).
 ARROW_SCHEMA_KEY: Final = "wmrl-schema"

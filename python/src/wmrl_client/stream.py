@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from . import contract as c
-from .arrow import decode_advantages, validate_table
+from .arrow import advantage_arrow, decode_advantages, validate_table
 from .cluster import DEFAULT_CONNECT_TIMEOUT, LIBRDKAFKA_LOGGER, check_topics
 from .errors import ConflictError, HeaderError, SchemaVersionError, UnknownRunError, WmrlError
 from .ids import check_id
@@ -473,8 +473,11 @@ class AdvantageStream:
             return []
         self._run_records += 1
         ct = h.get(c.HEADER_CONTENT_TYPE)
-        if ct is not None and ct != c.CONTENT_TYPE_ARROW:
-            raise HeaderError(f"{where}: {c.HEADER_CONTENT_TYPE} {ct!r}, want {c.CONTENT_TYPE_ARROW!r}")
+        if ct not in (None, c.CONTENT_TYPE_ARROW, c.CONTENT_TYPE_PROTOBUF, c.CONTENT_TYPE_PROTOBUF_CONFLUENT):
+            raise HeaderError(
+                f"{where}: {c.HEADER_CONTENT_TYPE} {ct!r}, want {c.CONTENT_TYPE_ARROW!r}, "
+                f"{c.CONTENT_TYPE_PROTOBUF!r} or {c.CONTENT_TYPE_PROTOBUF_CONFLUENT!r}"
+            )
         for name in (c.HEADER_STEP, c.HEADER_CHUNK, c.HEADER_ROWS):
             if name not in h:
                 raise HeaderError(f"{where}: no {name} header")
@@ -507,7 +510,8 @@ class AdvantageStream:
                     f"{where}: chunk {i}/{n} of step {step} differs from its copy at {ptp[0]}[{ptp[1]}]@{poff}"
                 )
             return self._duplicate(where, i, n, step)
-        table = decode_advantages(value, validate=False)
+        # With a schema registry `wmrl correct` frames the Arrow bytes in a wmrl.v1.AdvantageBatch.
+        table = decode_advantages(advantage_arrow(value, ct, where), validate=False)
         if table.num_rows != nrows:
             raise ConflictError(f"{where}: {c.HEADER_ROWS} says {nrows} rows, the payload has {table.num_rows}")
         if nrows and not (

@@ -32,6 +32,7 @@ import (
 
 	"github.com/wmrl/wmrl/internal/topicadmin"
 	"github.com/wmrl/wmrl/topics"
+	"github.com/wmrl/wmrl/topics/schemareg"
 )
 
 func main() {
@@ -99,12 +100,29 @@ func produce(args []string) error {
 	chunkBytes := fs.Int("chunk-bytes", topics.DefaultChunkBytes, "max bytes of one Arrow chunk")
 	partitions := fs.Int("partitions", 3, "partitions of the topics it creates")
 	abort := fs.Bool("abort", true, "write an aborted transaction with a bogus copy of the first step")
+	framed := fs.Bool("framed", false, "write the advantages as `wmrl correct` does with a schema registry: a Confluent-framed wmrl.v1.AdvantageBatch (against an in-process registry)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	names := topics.NewNames(c.prefix)
+	if *framed {
+		fake := schemareg.NewDouble()
+		defer fake.Close()
+		reg, err := schemareg.New(schemareg.Config{URLs: []string{fake.URL()}})
+		if err != nil {
+			return err
+		}
+		ss, err := schemareg.Schemas(names)
+		if err != nil {
+			return err
+		}
+		if _, err := reg.Register(ctx, ss...); err != nil {
+			return err
+		}
+		names.Format, names.Registry = topics.FormatProtobuf, reg
+	}
 	if err := createTopics(ctx, c.seeds(), names, int32(*partitions)); err != nil {
 		return err
 	}
