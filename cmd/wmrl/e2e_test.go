@@ -160,7 +160,31 @@ func e2eInMode(t *testing.T, registry string) string {
 	}
 	checkPredicted(t, pred, rollouts)
 	checkExecuted(t, exec, rollouts)
+	// correct's own topics: framed with a registry, bare Arrow and binary layouts without.
+	for topic, want := range map[string]string{names.Advantages(): topics.ContentTypeArrow, names.Calibration(): topics.ContentTypeBinary} {
+		if registry != "" {
+			want = topics.ContentTypeProtobufConfluent
+		}
+		recs := readCommittedRecords(ctx, t, opts, topic)
+		if len(recs) == 0 {
+			t.Fatalf("%s: no records", topic)
+		}
+		for _, r := range recs {
+			if ct, _ := topics.HeaderValue(r.Headers, topics.HeaderContentType); r.Value != nil && ct != want {
+				t.Fatalf("%s: content-type %q, want %q", r.Topic, ct, want)
+			}
+		}
+	}
 	rows := checkAdvantageTopic(ctx, t, opts, names.Advantages(), rollouts, live, e2eSteps)
+	// `runs list` over a Redis prefix that holds nothing lists the run from the changelog alone,
+	// its snapshots decoded by content-type (framed Protobuf with a registry).
+	var listed []runJSON
+	if err := json.Unmarshal([]byte(h.run(time.Minute, 0, "runs", "list", "--redis-prefix", unique+"-none", "--output", "json")), &listed); err != nil {
+		t.Fatalf("runs list --output json: %v", err)
+	}
+	if len(listed) != 1 || listed[0].Run != e2eRun || listed[0].Source != "changelog" {
+		t.Fatalf("runs list from the changelog: %+v, want %s from the changelog", listed, e2eRun)
+	}
 
 	// 9. Replay reproduces the live digest.
 	replayFile := filepath.Join(dir, "replay.bin")
