@@ -17,6 +17,7 @@ import (
 
 	"github.com/wmrl/wmrl/internal/testenv"
 	"github.com/wmrl/wmrl/topics"
+	"github.com/wmrl/wmrl/topics/schemareg"
 )
 
 func advRows(run string, step int64, poisoned bool) []topics.AdvantageRow {
@@ -43,7 +44,12 @@ func advRows(run string, step int64, poisoned bool) []topics.AdvantageRow {
 // snapshot on calTopic, with the rows and the snapshot they carry; poisoned as for advRows.
 func stepRecords(t *testing.T, run string, step int64, poisoned bool, advTopic, calTopic string) ([]*kgo.Record, []topics.AdvantageRow, topics.CalibrationSnapshot) {
 	t.Helper()
-	names := topics.NewNames("")
+	return stepRecordsAs(t, topics.NewNames(""), run, step, poisoned, advTopic, calTopic)
+}
+
+// stepRecordsAs is stepRecords written by names' builders (framed when names has a registry).
+func stepRecordsAs(t *testing.T, names topics.Names, run string, step int64, poisoned bool, advTopic, calTopic string) ([]*kgo.Record, []topics.AdvantageRow, topics.CalibrationSnapshot) {
+	t.Helper()
 	rows := advRows(run, step, poisoned)
 	recs, err := names.AdvantageRecords(run, "", step, rows, 4096)
 	if err != nil {
@@ -72,10 +78,34 @@ func snapshot(run string, step int64, poisoned bool) topics.CalibrationSnapshot 
 		BiasBefore: 0.1, BiasAfter: 0.01, StepPairs: 16, CreatedAt: time.Unix(1700000000, 0).UTC()}
 }
 
+// framedNames are names whose builders Confluent-frame the advantages and calibration records as
+// `wmrl correct --schema-registry` does (against an in-process registry).
+func framedNames(t *testing.T) topics.Names {
+	t.Helper()
+	fake := schemareg.NewDouble()
+	t.Cleanup(fake.Close)
+	reg, err := schemareg.New(schemareg.Config{URLs: []string{fake.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := topics.NewNames("")
+	ss, err := schemareg.Schemas(names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Register(context.Background(), ss...); err != nil {
+		t.Fatal(err)
+	}
+	names.Format, names.Registry = topics.FormatProtobuf, reg
+	return names
+}
+
 // TestTapWritesExactlyTheCommittedRecords produces steps with their calibration snapshots in
 // transactions (one aborted, with poisoned values), runs the kafka-go tap, stops it with a
 // partial segment pending and checks that the Parquet files read back to exactly the committed
-// records, and that the group's offsets cover everything.
+// records, and that the group's offsets cover everything. Run b's records are written as
+// `wmrl correct` writes them with a schema registry (Confluent-framed Protobuf): its files must
+// hold the same rows and snapshots as bare records would.
 func TestTapWritesExactlyTheCommittedRecords(t *testing.T) {
 	seeds := testenv.Kafka(t)
 	advTopic := testenv.Topic(t, seeds, 3)
@@ -90,8 +120,16 @@ func TestTapWritesExactlyTheCommittedRecords(t *testing.T) {
 	wantRows := map[string][]topics.AdvantageRow{}
 	wantCal := map[string][]CalibrationRow{}
 	visible := int64(0) // committed records produced: what the tap must consume before it stops
+	framed := framedNames(t)
 	send := func(run string, step int64, commit bool) {
-		recs, rows, snap := stepRecords(t, run, step, !commit, advTopic, calTopic)
+		names := topics.NewNames("")
+		if run == "b" {
+			names = framed
+		}
+		recs, rows, snap := stepRecordsAs(t, names, run, step, !commit, advTopic, calTopic)
+		if ct, _ := topics.HeaderValue(recs[0].Headers, topics.HeaderContentType); (ct == topics.ContentTypeProtobufConfluent) != (run == "b") {
+			t.Fatalf("run %s: content-type %q", run, ct)
+		}
 		if err := prod.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
