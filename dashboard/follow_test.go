@@ -10,12 +10,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wmrl/wmrl/topics"
+	"github.com/wmrl/wmrl/topics/schemareg"
 )
 
 // The follower reads committed records only: a snapshot produced in an aborted transaction never
 // becomes a step, the committed ones do, and a topic set created after the follower started is
-// picked up. Dead letters are counted by stage and reason.
+// picked up. Dead letters are counted by stage and reason. It runs with the calibration records
+// bare (binary) and framed as `wmrl correct --schema-registry` writes them.
 func TestFollowerReadsCommittedRecordsOfEveryTopicSet(t *testing.T) {
+	for _, framed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "bare", true: "framed"}[framed], func(t *testing.T) { followerReadsCommitted(t, framed) })
+	}
+}
+
+func followerReadsCommitted(t *testing.T, framed bool) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
@@ -49,6 +57,17 @@ func TestFollowerReadsCommittedRecordsOfEveryTopicSet(t *testing.T) {
 		}
 	}
 	names := topics.NewNames("t.a.")
+	if framed {
+		fake := schemareg.NewDouble()
+		defer fake.Close()
+		reg, err := schemareg.New(schemareg.Config{URLs: []string{fake.URL()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if names, err = reg.FramingNames(ctx, names); err != nil {
+			t.Fatal(err)
+		}
+	}
 	snap := func(step int64, w float64) *kgo.Record {
 		r, err := names.CalibrationRecord(topics.CalibrationSnapshot{RunID: "r", Stream: "main", Step: step, Digest: "d", AnchorWeight: w})
 		if err != nil {
@@ -64,6 +83,9 @@ func TestFollowerReadsCommittedRecordsOfEveryTopicSet(t *testing.T) {
 	end, err := names.CalibrationEndRecord(topics.CalibrationEnd{RunID: "r", LastStep: 1, EndedAt: time.Unix(2, 0), Reason: topics.EndReasonMarker})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ct, _ := topics.HeaderValue(end.Headers, topics.HeaderContentType); (ct == topics.ContentTypeProtobufConfluent) != framed {
+		t.Fatalf("end record content-type %q", ct)
 	}
 	txn(true, man, snap(0, 1.5))
 	txn(false, snap(1, 9)) // aborted

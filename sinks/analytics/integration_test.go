@@ -88,15 +88,10 @@ func framedNames(t *testing.T) topics.Names {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := topics.NewNames("")
-	ss, err := schemareg.Schemas(names)
+	names, err := reg.FramingNames(context.Background(), topics.NewNames(""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg.Register(context.Background(), ss...); err != nil {
-		t.Fatal(err)
-	}
-	names.Format, names.Registry = topics.FormatProtobuf, reg
 	return names
 }
 

@@ -92,3 +92,17 @@ func (r *Registry) UnframeMessage(ctx context.Context, topic string, want []int,
 }
 
 var _ topics.Framer = (*Registry)(nil)
+
+// FramingNames registers every topic's schema of names (Schemas, Register) and returns names in
+// Protobuf with r as its Registry: what a stage started with --schema-registry writes with.
+func (r *Registry) FramingNames(ctx context.Context, names topics.Names) (topics.Names, error) {
+	ss, err := Schemas(names)
+	if err != nil {
+		return names, err
+	}
+	if _, err := r.Register(ctx, ss...); err != nil {
+		return names, err
+	}
+	names.Format, names.Registry = topics.FormatProtobuf, r
+	return names, nil
+}

@@ -114,14 +114,9 @@ func produce(args []string) error {
 		if err != nil {
 			return err
 		}
-		ss, err := schemareg.Schemas(names)
-		if err != nil {
+		if names, err = reg.FramingNames(ctx, names); err != nil {
 			return err
 		}
-		if _, err := reg.Register(ctx, ss...); err != nil {
-			return err
-		}
-		names.Format, names.Registry = topics.FormatProtobuf, reg
 	}
 	if err := createTopics(ctx, c.seeds(), names, int32(*partitions)); err != nil {
 		return err
