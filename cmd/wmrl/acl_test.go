@@ -580,7 +580,7 @@ func (s *secureEnv) runEnded(t *testing.T) bool {
 			if r.Attrs.IsControl() || string(r.Key) != string(topics.CalibrationEndKey(e2eRun)) || !topics.IsCalibrationEnd(r) {
 				return
 			}
-			if e, err := topics.DecodeCalibrationEnd(r.Value); err == nil && e.RunID == e2eRun {
+			if e, err := topics.DecodeCalibrationEndRecord(r); err == nil && e.RunID == e2eRun {
 				ended = true
 			}
 		})

@@ -66,7 +66,7 @@ func TestTrustGateOnBroker(t *testing.T) {
 		if r.Value == nil || topics.IsCalibrationChunk(r) || topics.IsCalibrationEnd(r) {
 			continue
 		}
-		sn, err := topics.DecodeCalibration(r.Value)
+		sn, err := topics.DecodeCalibrationRecord(r)
 		if err != nil {
 			t.Fatal(err)
 		}

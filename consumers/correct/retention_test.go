@@ -44,7 +44,7 @@ func TestEngineEndedRunChangelog(t *testing.T) {
 		t.Fatalf("changelog records %d, ends %d; want the one end record", len(out.recs), len(out.ends))
 	}
 	r := out.recs[0]
-	end, err := topics.DecodeCalibrationEnd(r.Value)
+	end, err := topics.DecodeCalibrationEndRecord(r)
 	want := topics.CalibrationEnd{RunID: run, LastStep: last, EndedAt: endedAt, Reason: topics.EndReasonMarker}
 	if err != nil || end != want || string(r.Key) != run || r.Partition != f.part[run] || r.Topic != testNames.Calibration() {
 		t.Fatalf("end record %s/%d key %q: %+v, %v; want %+v on partition %d", r.Topic, r.Partition, r.Key, end, err, want, f.part[run])

@@ -506,7 +506,7 @@ func (r *runCtx) follow() (stop func()) {
 		for ctx.Err() == nil {
 			fs := cl.PollFetches(ctx)
 			fs.EachRecord(func(rec *kgo.Record) {
-				rows, err := topics.DecodeAdvantages(rec.Value)
+				rows, err := topics.DecodeAdvantageRecord(rec)
 				if err != nil {
 					return
 				}
@@ -526,7 +526,7 @@ func (r *runCtx) count() map[int]int {
 	counts := map[int]int{}
 	total := 0
 	r.readAll(topics.NewNames(r.prefix).Advantages(), func(rec *kgo.Record) {
-		rows, err := topics.DecodeAdvantages(rec.Value)
+		rows, err := topics.DecodeAdvantageRecord(rec)
 		if err != nil {
 			r.h.t.Errorf("%s: undecodable advantages record %d: %v", r.name, rec.Offset, err)
 			return
@@ -555,7 +555,7 @@ func (r *runCtx) countHeads() map[int64]int {
 		if topics.IsCalibrationChunk(rec) {
 			return
 		}
-		sn, err := topics.DecodeCalibration(rec.Value)
+		sn, err := topics.DecodeCalibrationRecord(rec)
 		if err != nil {
 			r.h.t.Errorf("%s: undecodable calibration record %d: %v", r.name, rec.Offset, err)
 			return

@@ -196,7 +196,7 @@ func (w *fleet) follow() (stop func()) {
 		defer cl.Close()
 		for ctx.Err() == nil {
 			cl.PollFetches(ctx).EachRecord(func(rec *kgo.Record) {
-				rows, err := topics.DecodeAdvantages(rec.Value)
+				rows, err := topics.DecodeAdvantageRecord(rec)
 				if err != nil {
 					w.fail(fmt.Errorf("advantages offset %d: %w", rec.Offset, err))
 					return
