@@ -145,7 +145,7 @@ func checkSideTopics(t *testing.T, seeds []string, names topics.Names, framed bo
 			}
 		}
 	}
-	kinds := map[string]int{}
+	kinds, size := map[string]int{}, map[string]int{}
 	err := topicread.ToEnd(ctx, opts, start, 0, nil, func(r *kgo.Record) error {
 		if r.Value == nil {
 			return nil
@@ -180,6 +180,7 @@ func checkSideTopics(t *testing.T, seeds []string, names topics.Names, framed bo
 			t.Errorf("%s record %s/%d@%d: %v", kind, r.Topic, r.Partition, r.Offset, err)
 		}
 		kinds[kind]++
+		size[kind] += len(r.Value)
 		return nil
 	})
 	if err != nil {
@@ -188,6 +189,7 @@ func checkSideTopics(t *testing.T, seeds []string, names topics.Names, framed bo
 	if kinds["advantages"] == 0 || kinds["snapshot"] == 0 || kinds["chunk"] == 0 {
 		t.Fatalf("records read by kind: %v", kinds)
 	}
+	t.Logf("framed %v: records by kind %v, value bytes %v", framed, kinds, size)
 	states, err := RebuildFromChangelog(ctx, opts, names, parts, 20*time.Second, quietLogger())
 	if want := formatWorkload.Runs * formatWorkload.Streams; err != nil || len(states) != want {
 		t.Fatalf("rebuilt %d states from the changelog (%v), want %d", len(states), err, want)
