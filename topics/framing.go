@@ -29,7 +29,7 @@ type Framer interface {
 	UnframeValue(ctx context.Context, topic string, value []byte) ([]byte, error)
 	// FrameMessage is FrameValue for the message at index in topic's schema file, for a topic
 	// that carries several messages (the calibration topic: snapshot, chunk, end) or whose
-	// message index topics decides (advantages); see calibrationIndex.
+	// message index topics decides (advantages); framed_records.go lists the indexes.
 	FrameMessage(topic string, index []int, payload []byte) ([]byte, error)
 	// UnframeMessage is UnframeValue checking the frame's message index against index.
 	UnframeMessage(ctx context.Context, topic string, index []int, value []byte) ([]byte, error)

@@ -103,17 +103,13 @@ def advantage_arrow(value: bytes, content_type: str | None, where: str = "advant
     checked: that is a registry's job, and the message behind the frame is complete. Parsing the
     wrapper needs the ``protobuf`` package (``pip install 'wmrl-client[protobuf]'``).
     """
+    check_advantage_content_type(content_type, where)
     if content_type is None or content_type == c.CONTENT_TYPE_ARROW:
         return value
     if content_type == c.CONTENT_TYPE_PROTOBUF_CONFLUENT:
         index, value = _skip_confluent_frame(value, where)
         if index != [0]:
             raise MalformedError("protobuf", f"{where}: message index {index}, want [0] (wmrl.v1.AdvantageBatch)")
-    elif content_type != c.CONTENT_TYPE_PROTOBUF:
-        raise HeaderError(
-            f"{where}: {c.HEADER_CONTENT_TYPE} {content_type!r}, want {c.CONTENT_TYPE_ARROW!r}, "
-            f"{c.CONTENT_TYPE_PROTOBUF!r} or {c.CONTENT_TYPE_PROTOBUF_CONFLUENT!r}"
-        )
     if len(value) > c.MAX_ADVANTAGE_BYTES + 1024:
         raise TooLargeError(f"{where}: {len(value)} bytes exceeds the {c.MAX_ADVANTAGE_BYTES} byte limit")
     try:
@@ -133,6 +129,16 @@ def advantage_arrow(value: bytes, content_type: str | None, where: str = "advant
         want = " or ".join(c.ADVANTAGE_SCHEMAS)
         raise SchemaVersionError("advantages", m.schema, want, f"{where}: AdvantageBatch.schema")
     return m.arrow_ipc
+
+
+_ADVANTAGE_CONTENT_TYPES = (c.CONTENT_TYPE_ARROW, c.CONTENT_TYPE_PROTOBUF, c.CONTENT_TYPE_PROTOBUF_CONFLUENT)
+
+
+def check_advantage_content_type(content_type: str | None, where: str = "advantages") -> None:
+    """HeaderError unless content_type is absent or one advantage_arrow reads."""
+    if content_type is not None and content_type not in _ADVANTAGE_CONTENT_TYPES:
+        want = ", ".join(repr(t) for t in _ADVANTAGE_CONTENT_TYPES)
+        raise HeaderError(f"{where}: {c.HEADER_CONTENT_TYPE} {content_type!r}, want one of {want}")
 
 
 def _skip_confluent_frame(b: bytes, where: str) -> tuple[list[int], bytes]:

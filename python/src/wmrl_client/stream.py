@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from . import contract as c
-from .arrow import advantage_arrow, decode_advantages, validate_table
+from .arrow import advantage_arrow, check_advantage_content_type, decode_advantages, validate_table
 from .cluster import DEFAULT_CONNECT_TIMEOUT, LIBRDKAFKA_LOGGER, check_topics
 from .errors import ConflictError, HeaderError, SchemaVersionError, UnknownRunError, WmrlError
 from .ids import check_id
@@ -473,11 +473,7 @@ class AdvantageStream:
             return []
         self._run_records += 1
         ct = h.get(c.HEADER_CONTENT_TYPE)
-        if ct not in (None, c.CONTENT_TYPE_ARROW, c.CONTENT_TYPE_PROTOBUF, c.CONTENT_TYPE_PROTOBUF_CONFLUENT):
-            raise HeaderError(
-                f"{where}: {c.HEADER_CONTENT_TYPE} {ct!r}, want {c.CONTENT_TYPE_ARROW!r}, "
-                f"{c.CONTENT_TYPE_PROTOBUF!r} or {c.CONTENT_TYPE_PROTOBUF_CONFLUENT!r}"
-            )
+        check_advantage_content_type(ct, where)
         for name in (c.HEADER_STEP, c.HEADER_CHUNK, c.HEADER_ROWS):
             if name not in h:
                 raise HeaderError(f"{where}: no {name} header")
