@@ -196,29 +196,36 @@ func checkSideTopics(t *testing.T, seeds []string, names topics.Names, framed bo
 	}
 }
 
-// TestFormatsGiveTheSameDigest runs one workload through `wmrl correct` twice (embedded kfake),
-// its input written once as JSON and once as Protobuf, and compares the advantage digests: the
-// digest is computed over decoded rows (topics.Digest), never wire bytes, so the format must not
-// change it.
+// TestFormatsGiveTheSameDigest runs one workload through `wmrl correct` (embedded kfake), its
+// input written as JSON, as Protobuf and as Protobuf framed against a registry (srfake), and
+// compares the advantage digests: the digest is computed over decoded rows (topics.Digest), never
+// wire bytes, so the format must not change it. The analytics tap then turns each mode's
+// advantages and calibration topics into Parquet, and the files must hold the same tables.
 func TestFormatsGiveTheSameDigest(t *testing.T) {
 	fake := schemareg.NewDouble()
 	t.Cleanup(fake.Close)
-	digests := map[string]string{}
+	digests, parquet := map[string]string{}, map[string]tapOutput{}
 	for _, m := range formatModes(fake.URL()) {
 		names := topics.NewNames("fmt-" + m.name + ".")
 		mr := miniredis.RunT(t)
 		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		t.Cleanup(func() { _ = rdb.Close() })
-		digests[m.name] = digestInFormat(t, m.f, m.registry, fakeCluster(t, names), rdb, names)
+		seeds := fakeCluster(t, names)
+		digests[m.name] = digestInFormat(t, m.f, m.registry, seeds, rdb, names)
+		parquet[m.name] = tapParquet(t, seeds, names)
 	}
 	sameDigests(t, digests)
+	// The analytics tap's Parquet files of the same input are the same in every format (issue 38
+	// item 4): compared as Arrow tables, see sameParquet.
+	parquetByMode(t, parquet)
 }
 
 // TestFormatsGiveTheSameDigestOnBroker is TestFormatsGiveTheSameDigest on the real broker and
 // Redis (WMRL_TEST_KAFKA, WMRL_TEST_REDIS), framed against the real registry of
-// WMRL_TEST_REGISTRY (that mode alone skips without one, unless services are required).
+// WMRL_TEST_REGISTRY (that mode alone skips without one, unless services are required), the
+// Parquet comparison included.
 func TestFormatsGiveTheSameDigestOnBroker(t *testing.T) {
-	digests := map[string]string{}
+	digests, parquet := map[string]string{}, map[string]tapOutput{}
 	for _, m := range formatModes("") {
 		t.Run(m.name, func(t *testing.T) {
 			if m.name == "registry" {
@@ -226,12 +233,14 @@ func TestFormatsGiveTheSameDigestOnBroker(t *testing.T) {
 			}
 			seeds, rdb, names := onBroker(t)
 			digests[m.name] = digestInFormat(t, m.f, m.registry, seeds, rdb, names)
+			parquet[m.name] = tapParquet(t, seeds, names)
 		})
 	}
 	if len(digests) == 0 {
 		t.Skip("no broker: every mode skipped")
 	}
 	sameDigests(t, digests)
+	parquetByMode(t, parquet)
 }
 
 type formatMode struct {
