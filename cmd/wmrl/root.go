@@ -141,7 +141,7 @@ Linux, the process is non-dumpable (other processes of its uid cannot read its e
 	f.StringVar(&a.conn.RedisTLSCA, "redis-tls-ca", "", "PEM file with the CA certificates that sign the rediss:// server's certificate (default: system roots)")
 	f.StringVar(&a.conn.RedisTLSCert, "redis-tls-cert", "", "PEM client certificate for a rediss:// server that requires one")
 	f.StringVar(&a.conn.RedisTLSKey, "redis-tls-key", "", "PEM client key for --redis-tls-cert")
-	f.StringSliceVar(&a.conn.Registry.URLs, "schema-registry", nil, "Confluent-compatible schema registry base URL(s), comma-separated (Apicurio: http://host:8080/apis/ccompat/v7); empty: none. topics create and the stages register each topic's schema under <topic>-value, the stages write rollouts, steps and rewards Confluent-framed and check the schema ids they read (implies --format protobuf), topics check reports the subjects")
+	f.StringSliceVar(&a.conn.Registry.URLs, "schema-registry", nil, "Confluent-compatible schema registry base URL(s), comma-separated (Apicurio: http://host:8080/apis/ccompat/v7); empty: none. topics create and the stages register each topic's schema under <topic>-value, the stages write every topic (rollouts, steps, rewards, advantages, calibration) Confluent-framed and check the schema ids they read; replay checks them as correct did (implies --format protobuf), topics check reports the subjects")
 	f.StringVar(&a.conn.Registry.User, "schema-registry-user", "", "schema registry HTTP basic-auth user")
 	f.StringVar(&a.conn.Registry.Password, "schema-registry-password", "", "schema registry basic-auth password (prefer --schema-registry-password-file)")
 	f.String("schema-registry-password-file", "", "file holding the schema registry password (trailing line breaks removed)")
