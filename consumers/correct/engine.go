@@ -193,12 +193,12 @@ func newEngine(corr *correction.Corrector, names topics.Names, maxStaleness int6
 		kinds[k.topic(names)] = k
 	}
 	return &engine{
-		corr:         corr,
-		names:        names,
-		kinds:        kinds,
-		dlqw:         topics.NewDeadLetterWriter(names, "correct"),
-		m:            m,
-		hash:         hex.EncodeToString(h[:]),
+		corr:  corr,
+		names: names,
+		kinds: kinds,
+		dlqw:  topics.NewDeadLetterWriter(names, "correct"),
+		m:     m,
+		hash:  hex.EncodeToString(h[:]),
 		settings: DigestConfig{Correction: corr.Config(), MaxStaleness: maxStaleness, Limits: limits,
 			SchemaIDsChecked: names.Registry != nil}.Text(),
 		maxStaleness: maxStaleness,

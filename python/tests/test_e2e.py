@@ -62,8 +62,10 @@ def read_steps(
 def produce(gohelper: Helper, kafka: str, prefix: str, run: str, steps: int, **flags: Any) -> dict[str, Any]:
     args = ["produce", "--brokers", kafka, "--prefix", prefix, "--run", run, "--steps", str(steps)]
     for k, v in flags.items():
-        # A Go bool flag takes its value only as --name=value.
-        args += [f"--{k.replace('_', '-')}=true"] if v is True else [f"--{k.replace('_', '-')}", str(v)]
+        # A Go bool flag takes its value only as --name=value ("--abort false" would set it and
+        # end the flags at the positional "false").
+        name = k.replace("_", "-")
+        args += [f"--{name}={str(v).lower()}"] if isinstance(v, bool) else [f"--{name}", str(v)]
     return gohelper(*args)
 
 
@@ -193,7 +195,7 @@ def test_python_reads_exactly_the_rows_go_committed(
 
 def test_offsets_committed_only_on_ack(kafka: str, gohelper: Helper, prefix: str) -> None:
     run = "e2e-commit"
-    go = produce(gohelper, kafka, prefix, run, 6, chunk_bytes=4096, partitions=1, abort="false")
+    go = produce(gohelper, kafka, prefix, run, 6, chunk_bytes=4096, partitions=1, abort=False)
     group = f"g-{uuid.uuid4().hex[:8]}"
     # Ack steps 0, 1, 2 and 4, not 3 and 5: the commit must stop below step 3.
     first = read_steps(kafka, prefix, run, group, 6, ack=lambda s: s.step in (0, 1, 2, 4))
